@@ -1,0 +1,426 @@
+"""One (medium, group) table of a publisher's prefix cache, kept as vLLM's BlockPool keeps it.
+
+Blocks are reference-counted by hash (vLLM stores and removes a hash once per physical copy).
+Each block knows its parent hash; a block whose parent is not cached is an orphan and is kept
+(gaps, late joins and keep-running resets make them). Children are linked to their parent so
+that `hittable` (every ancestor cached) is maintained incrementally: storing or removing a block
+touches only the subtree whose hittability changes.
+
+Per-block columns live in `array`s indexed by a slot number, not in per-block objects: a
+million cached blocks cost a dict entry plus a few dozen bytes of columns each.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kvscope.collector.types import TableKey
+
+NO_SLOT = -1
+
+# _flags bits
+HITTABLE = 1
+HAS_PARENT = 2
+HAS_TOKENS = 4
+FOREIGN_EXTRA = 8
+"""Extra hash keys besides a LoRA name (multimodal, cache salt): tokens alone cannot match it."""
+
+_MS_MAX = (1 << 32) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class BlockEntry:
+    """One cached hash of a table, as a dump or an API shows it."""
+
+    hash: int
+    count: int
+    parent: int | None
+    hittable: bool
+    token_ids: tuple[int, ...] | None
+    first_stored: float
+    last_stored: float
+    lora_name: str | None
+    extra_keys: Any
+    raw_hash: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class TableStats:
+    blocks: int
+    """Distinct cached hashes."""
+    copies: int
+    """Physical blocks holding them (sum of reference counts)."""
+    hittable: int
+    orphans: int
+    """Blocks whose parent is not cached (the heads of unreachable chains)."""
+
+
+class BlockTable:
+    """The cached blocks of one (medium, group) of one publisher."""
+
+    def __init__(self, key: TableKey, base_ts: float) -> None:
+        self.key = key
+        self.base_ts = base_ts
+        """Timestamps are kept as milliseconds since this instant."""
+        self.block_size = 0
+        """Tokens per block, learnt from the first store that carries tokens."""
+        self.hittable_count = 0
+        self.orphan_count = 0
+        self.copies = 0
+        self.unknown_removals = 0
+        self._slot_of: dict[int, int] = {}
+        self._count = array("H")
+        self._parent = array("Q")
+        self._first_child = array("i")
+        self._next_sibling = array("i")
+        self._prev_sibling = array("i")
+        self._flags = array("B")
+        self._first_ms = array("I")
+        self._last_ms = array("I")
+        self._tokens = array("I")
+        self._free: list[int] = []
+        self._waiting: dict[int, list[int]] = {}
+        """Missing parent hash -> the orphan slots that name it."""
+        self._roots: dict[bytes, list[int]] = {}
+        """First-block token bytes -> root slots (parent None), for lookups by tokens."""
+        self._odd_tokens: dict[int, tuple[int, ...]] = {}
+        """Tokens of blocks whose size differs from the table's (partial or placeholder)."""
+        self._extras: dict[int, tuple[str | None, Any]] = {}
+        """slot -> (lora_name, extra_keys) for the rare blocks that have them."""
+        self._raw: dict[int, bytes] = {}
+        """hash -> the bytes it travelled as, for publishers that send bytes hashes."""
+        self._raw_parent: dict[int, bytes] = {}
+        """slot -> its parent's bytes, for chain heads of publishers that send bytes hashes."""
+
+    # --- reads --------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._slot_of)
+
+    def __contains__(self, block_hash: int) -> bool:
+        return block_hash in self._slot_of
+
+    def stats(self) -> TableStats:
+        return TableStats(len(self._slot_of), self.copies, self.hittable_count, self.orphan_count)
+
+    def count(self, block_hash: int) -> int:
+        slot = self._slot_of.get(block_hash)
+        return 0 if slot is None else self._count[slot]
+
+    def is_hittable(self, block_hash: int) -> bool:
+        slot = self._slot_of.get(block_hash)
+        return slot is not None and bool(self._flags[slot] & HITTABLE)
+
+    def parent_of(self, block_hash: int) -> int | None:
+        slot = self._slot_of[block_hash]
+        return self._parent[slot] if self._flags[slot] & HAS_PARENT else None
+
+    def counts(self) -> dict[int, int]:
+        """hash -> reference count: the shape of vLLM's `cached_block_hash_to_block`."""
+        count = self._count
+        return {h: count[s] for h, s in self._slot_of.items()}
+
+    def entries(self) -> Iterator[BlockEntry]:
+        base = self.base_ts
+        for block_hash, slot in self._slot_of.items():
+            flags = self._flags[slot]
+            lora, extra = self._extras.get(slot, (None, None))
+            yield BlockEntry(
+                hash=block_hash,
+                count=self._count[slot],
+                parent=self._parent[slot] if flags & HAS_PARENT else None,
+                hittable=bool(flags & HITTABLE),
+                token_ids=self._tokens_of(slot),
+                first_stored=base + self._first_ms[slot] / 1000,
+                last_stored=base + self._last_ms[slot] / 1000,
+                lora_name=lora,
+                extra_keys=extra,
+                raw_hash=self._raw.get(block_hash),
+            )
+
+    def raw_hash(self, block_hash: int) -> bytes | None:
+        return self._raw.get(block_hash)
+
+    def raw_parent(self, block_hash: int) -> bytes | None:
+        """The bytes form of a block's parent hash, when the publisher sends bytes hashes."""
+        parent = self.parent_of(block_hash)
+        if parent is None:
+            return None
+        return self._raw.get(parent) or self._raw_parent.get(self._slot_of[block_hash])
+
+    def _tokens_of(self, slot: int) -> tuple[int, ...] | None:
+        if slot in self._odd_tokens:
+            return self._odd_tokens[slot]
+        if not self._flags[slot] & HAS_TOKENS:
+            return None
+        bs = self.block_size
+        return tuple(self._tokens[slot * bs : (slot + 1) * bs])
+
+    # --- lookup by tokens ---------------------------------------------------------------------
+    def longest_prefix(self, token_ids: array[int], lora_name: str | None = None) -> int:
+        """How many leading full blocks of `token_ids` are cached here, chained from block 0.
+
+        Matches block contents along the chain instead of recomputing vLLM's hash: the first
+        block among the roots, each next block among the children of the previous one.
+        """
+        bs = self.block_size
+        if not bs or len(token_ids) < bs:
+            return 0
+        tokens, flags = self._tokens, self._flags
+        candidates = self._roots.get(token_ids[:bs].tobytes(), [])
+        matched = 0
+        n_blocks = len(token_ids) // bs
+        while matched < n_blocks:
+            want = token_ids[matched * bs : (matched + 1) * bs]
+            found = NO_SLOT
+            for slot in candidates:
+                if (
+                    flags[slot] & HAS_TOKENS
+                    and not flags[slot] & FOREIGN_EXTRA
+                    and self._extras.get(slot, (None, None))[0] == lora_name
+                    and tokens[slot * bs : (slot + 1) * bs] == want
+                ):
+                    found = slot
+                    break
+            if found == NO_SLOT:
+                break
+            matched += 1
+            candidates = list(self._children(found))
+        return matched
+
+    def _children(self, slot: int) -> Iterator[int]:
+        child = self._first_child[slot]
+        next_sibling = self._next_sibling
+        while child != NO_SLOT:
+            yield child
+            child = next_sibling[child]
+
+    # --- writes -------------------------------------------------------------------------------
+    def store_chain(
+        self,
+        hashes: list[int],
+        parent: int | None,
+        token_ids: list[int],
+        block_size: int,
+        ts: float,
+        lora_name: str | None = None,
+        extra_keys: list[Any] | None = None,
+        raw_hashes: list[bytes] | None = None,
+        raw_parent: bytes | None = None,
+    ) -> None:
+        """Apply one `BlockStored`: block i's parent is block i-1, block 0's is `parent`."""
+        n = len(hashes)
+        ms = self._ms(ts)
+        slot_of, count, last_ms = self._slot_of, self._count, self._last_ms
+        if self.block_size == 0 and block_size > 0:
+            self._set_block_size(block_size)
+        tokens: array[int] | None = None
+        if block_size and len(token_ids) == n * block_size:
+            try:
+                tokens = array("I", token_ids)
+            except (OverflowError, TypeError):
+                tokens = None
+        same_size = tokens is not None and block_size == self.block_size
+        for i in range(n):
+            block_hash = hashes[i]
+            slot = slot_of.get(block_hash)
+            if slot is not None:
+                # Another physical copy of a cached hash.
+                count[slot] += 1
+                last_ms[slot] = ms
+                self.copies += 1
+                parent = block_hash
+                continue
+            slot = self._new_block(block_hash, parent, ms)
+            if tokens is not None:
+                chunk = tokens[i * block_size : (i + 1) * block_size]
+                if same_size:
+                    bs = block_size
+                    self._tokens[slot * bs : (slot + 1) * bs] = chunk
+                    self._flags[slot] |= HAS_TOKENS
+                else:
+                    self._odd_tokens[slot] = tuple(chunk)
+                if parent is None:
+                    self._roots.setdefault(chunk.tobytes(), []).append(slot)
+            extra = extra_keys[i] if extra_keys and i < len(extra_keys) else None
+            if lora_name is not None or extra is not None:
+                self._set_extras(slot, lora_name, extra)
+            if raw_hashes is not None:
+                self._raw[block_hash] = raw_hashes[i]
+                if i == 0 and raw_parent is not None:
+                    self._raw_parent[slot] = raw_parent
+            parent = block_hash
+
+    def remove(self, block_hashes: list[int]) -> None:
+        """Apply one `BlockRemoved`: one copy of each hash is gone."""
+        slot_of, count = self._slot_of, self._count
+        for block_hash in block_hashes:
+            slot = slot_of.get(block_hash)
+            if slot is None:
+                self.unknown_removals += 1
+                continue
+            self.copies -= 1
+            left = count[slot] - 1
+            if left:
+                count[slot] = left
+            else:
+                self._drop_block(block_hash, slot)
+
+    # --- the tree -----------------------------------------------------------------------------
+    def _new_block(self, block_hash: int, parent: int | None, ms: int) -> int:
+        slot = self._free.pop() if self._free else self._grow()
+        self._slot_of[block_hash] = slot
+        self._count[slot] = 1
+        self.copies += 1
+        self._first_ms[slot] = self._last_ms[slot] = ms
+        self._first_child[slot] = self._next_sibling[slot] = self._prev_sibling[slot] = NO_SLOT
+        if parent is None:
+            self._flags[slot] = HITTABLE
+            self.hittable_count += 1
+            self._parent[slot] = 0
+        else:
+            self._parent[slot] = parent
+            parent_slot = self._slot_of.get(parent)
+            if parent_slot is None:
+                self._flags[slot] = HAS_PARENT
+                self._waiting.setdefault(parent, []).append(slot)
+                self.orphan_count += 1
+            else:
+                hittable = self._flags[parent_slot] & HITTABLE
+                self._flags[slot] = HAS_PARENT | hittable
+                self.hittable_count += hittable
+                self._link(parent_slot, slot)
+        orphans = self._waiting.pop(block_hash, None)
+        if orphans is not None:
+            # This hash was the missing ancestor of earlier orphans: they rejoin the tree.
+            self.orphan_count -= len(orphans)
+            for orphan in orphans:
+                self._link(slot, orphan)
+                if self._flags[slot] & HITTABLE:
+                    self._mark_subtree(orphan, True)
+        return slot
+
+    def _drop_block(self, block_hash: int, slot: int) -> None:
+        flags = self._flags[slot]
+        parent = self._parent[slot]
+        parent_slot = self._slot_of.get(parent) if flags & HAS_PARENT else None
+        del self._slot_of[block_hash]
+        if flags & HAS_PARENT:
+            if parent_slot is None:
+                self._waiting[parent].remove(slot)
+                if not self._waiting[parent]:
+                    del self._waiting[parent]
+                self.orphan_count -= 1
+            else:
+                self._unlink(parent_slot, slot)
+        elif flags & HAS_TOKENS or slot in self._odd_tokens:
+            self._forget_root(slot)
+        if flags & HITTABLE:
+            self.hittable_count -= 1
+        # Its children now name a missing parent.
+        child = self._first_child[slot]
+        if child != NO_SLOT:
+            waiting = self._waiting.setdefault(block_hash, [])
+            while child != NO_SLOT:
+                following = self._next_sibling[child]
+                self._next_sibling[child] = self._prev_sibling[child] = NO_SLOT
+                waiting.append(child)
+                self.orphan_count += 1
+                if flags & HITTABLE:
+                    self._mark_subtree(child, False)
+                child = following
+        self._flags[slot] = 0
+        self._odd_tokens.pop(slot, None)
+        self._extras.pop(slot, None)
+        if self._raw:
+            self._raw.pop(block_hash, None)
+            self._raw_parent.pop(slot, None)
+        self._free.append(slot)
+
+    def _forget_root(self, slot: int) -> None:
+        tokens = self._tokens_of(slot)
+        if tokens is None:
+            return
+        key = array("I", tokens).tobytes()
+        roots = self._roots.get(key)
+        if roots is not None and slot in roots:
+            roots.remove(slot)
+            if not roots:
+                del self._roots[key]
+
+    def _link(self, parent_slot: int, child: int) -> None:
+        head = self._first_child[parent_slot]
+        self._next_sibling[child] = head
+        self._prev_sibling[child] = NO_SLOT
+        if head != NO_SLOT:
+            self._prev_sibling[head] = child
+        self._first_child[parent_slot] = child
+
+    def _unlink(self, parent_slot: int, child: int) -> None:
+        prev, following = self._prev_sibling[child], self._next_sibling[child]
+        if prev == NO_SLOT:
+            self._first_child[parent_slot] = following
+        else:
+            self._next_sibling[prev] = following
+        if following != NO_SLOT:
+            self._prev_sibling[following] = prev
+
+    def _mark_subtree(self, top: int, hittable: bool) -> None:
+        """Set `hittable` on `top` and every descendant whose flag differs (they all do)."""
+        flags, first_child, next_sibling = self._flags, self._first_child, self._next_sibling
+        stack = [top]
+        changed = 0
+        while stack:
+            slot = stack.pop()
+            if bool(flags[slot] & HITTABLE) == hittable:
+                continue  # guards against hash cycles in hostile input
+            flags[slot] ^= HITTABLE
+            changed += 1
+            child = first_child[slot]
+            while child != NO_SLOT:
+                stack.append(child)
+                child = next_sibling[child]
+        self.hittable_count += changed if hittable else -changed
+
+    # --- storage ------------------------------------------------------------------------------
+    def _grow(self) -> int:
+        slot = len(self._count)
+        self._count.append(0)
+        self._parent.append(0)
+        self._first_child.append(NO_SLOT)
+        self._next_sibling.append(NO_SLOT)
+        self._prev_sibling.append(NO_SLOT)
+        self._flags.append(0)
+        self._first_ms.append(0)
+        self._last_ms.append(0)
+        if self.block_size:
+            self._tokens.extend(_zeros(self.block_size))
+        return slot
+
+    def _set_block_size(self, block_size: int) -> None:
+        self.block_size = block_size
+        self._tokens = array("I", bytes(4 * block_size * len(self._count)))
+
+    def _set_extras(self, slot: int, lora_name: str | None, extra: Any) -> None:
+        self._extras[slot] = (lora_name, extra)
+        foreign = extra is not None and (
+            not isinstance(extra, list | tuple) or len(extra) > (1 if lora_name else 0)
+        )
+        if foreign:
+            self._flags[slot] |= FOREIGN_EXTRA
+
+    def _ms(self, ts: float) -> int:
+        ms = int((ts - self.base_ts) * 1000)
+        return 0 if ms < 0 else min(ms, _MS_MAX)
+
+
+_ZEROS: dict[int, array[int]] = {}
+
+
+def _zeros(n: int) -> array[int]:
+    zeros = _ZEROS.get(n)
+    if zeros is None:
+        zeros = _ZEROS[n] = array("I", bytes(4 * n))
+    return zeros

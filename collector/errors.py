@@ -1,0 +1,38 @@
+"""The collector's closed set of input errors; each kind is a label on a counter."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class MalformedKind(StrEnum):
+    """Why a frame, payload or event was refused."""
+
+    FRAME_COUNT = "frame_count"
+    """A live message without exactly [topic, seq, payload] frames."""
+    SEQ_LENGTH = "seq_length"
+    """A seq frame that is not 8 bytes."""
+    OVERSIZE = "oversize"
+    """A payload larger than the configured maximum."""
+    UNDECODABLE = "undecodable_payload"
+    """A payload that is not a msgpack `[ts, events, rank?]` batch."""
+    UNKNOWN_EVENT_TYPE = "unknown_event_type"
+    """An event whose tag is none of BlockStored, BlockRemoved, AllBlocksCleared."""
+    BAD_EVENT = "bad_event"
+    """A known event with a missing or mistyped field."""
+    BAD_REPLAY = "bad_replay"
+    """A replay reply that is not [empty, (topic,) seq, payload]."""
+
+    @property
+    def loses_map_state(self) -> bool:
+        """Whether dropping this input leaves the map unknown (a known change went missing)."""
+        return self in (MalformedKind.UNDECODABLE, MalformedKind.BAD_EVENT, MalformedKind.OVERSIZE)
+
+
+class MalformedPayload(Exception):
+    """Input the collector refused; `kind` says which counter it goes to."""
+
+    def __init__(self, kind: MalformedKind, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail

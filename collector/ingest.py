@@ -1,0 +1,340 @@
+"""One stream's ingest: frames in, sequence followed, gaps replayed or declared, map updated.
+
+This is the state machine of a (replica, rank) stream without any socket: the subscriber feeds it
+live frames and replay replies and sends the replay requests it asks for; `kvscope replay` feeds
+recorded frames through the same path. Keeping it socket-free makes every rule testable.
+
+Rules (see the reference on vLLM's KV events):
+- seq == expected: apply. seq > expected: a gap; replay it if a replay endpoint exists, else the
+  map is degraded. seq < expected: an exact duplicate of a recent batch is dropped; anything
+  else means the publisher restarted (a new epoch with an empty map).
+- While a replay is in flight, live batches are held and applied after it.
+- A degraded map stays degraded until an `AllBlocksCleared` or a restart makes it known again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from kvscope.collector.errors import MalformedKind, MalformedPayload
+from kvscope.collector.prefix_map import ClearReason, MapListener, PrefixMap
+from kvscope.collector.ratelog import RateLimitedLog
+from kvscope.collector.types import AllCleared, StreamId
+from kvscope.collector.wire import BatchDecoder
+
+logger = logging.getLogger(__name__)
+
+SEQ_BYTES = 8
+END_SEQ = b"\xff" * SEQ_BYTES
+"""The seq frame of a replay's end marker."""
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+RECENT_BATCHES = 256
+"""How many applied payloads are remembered to tell a duplicate from a restart."""
+MAX_HELD_LIVE = 100_000
+"""Live batches held while a replay runs; past this the replay is abandoned."""
+
+
+@dataclass
+class DegradedInterval:
+    """A stretch during which the map is known to be incomplete."""
+
+    reason: str
+    from_seq: int
+    """First seq whose changes are missing (or the seq at which the stream was joined)."""
+    to_seq: int | None
+    """Last missing seq, if known."""
+    since: float
+    """Receive time at which it was noticed."""
+    epoch: int
+    cleared_at_seq: int | None = None
+    """The seq of the clear or restart that made the map known again."""
+    cleared_at: float | None = None
+
+
+@dataclass
+class StreamCounters:
+    batches_applied: int = 0
+    duplicates: int = 0
+    gaps: int = 0
+    missing_batches: int = 0
+    replays_requested: int = 0
+    replays_ok: int = 0
+    replays_failed: int = 0
+    restarts: int = 0
+    malformed: Counter[str] = field(default_factory=Counter)
+    rank_mismatches: int = 0
+
+
+@dataclass
+class _Replay:
+    start_seq: int
+    deadline: float
+    held: list[tuple[int, bytes]] = field(default_factory=list)
+    received: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """Ask the publisher's replay socket for every buffered batch from `start_seq` on."""
+
+    start_seq: int
+
+
+class StreamIngest:
+    """Follows one publisher's sequence and keeps its `PrefixMap` exact, or says it is not."""
+
+    def __init__(
+        self,
+        stream: StreamId,
+        *,
+        can_replay: bool,
+        replay_timeout_s: float = 5.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        listeners: list[MapListener] | None = None,
+    ) -> None:
+        self.stream = stream
+        self.can_replay = can_replay
+        self.replay_timeout_s = replay_timeout_s
+        self.max_message_bytes = max_message_bytes
+        self.map = PrefixMap(stream, listeners or [])
+        self.decoder = BatchDecoder()
+        self.counters = StreamCounters()
+        self.epoch = 0
+        self.expected: int | None = None
+        """The next seq to apply; None until the stream's position is known."""
+        self.last_seq: int | None = None
+        self.last_message_at: float | None = None
+        self.degraded: DegradedInterval | None = None
+        self.degraded_history: list[DegradedInterval] = []
+        self.restarts_at: list[tuple[int, float]] = []
+        """(new epoch, receive time) of each restart noticed."""
+        self._replay: _Replay | None = None
+        self._asked: set[tuple[int, int]] = set()
+        """(epoch, start seq) of replays already tried, so a hopeless gap is asked once."""
+        self._recent: deque[tuple[int, bytes]] = deque(maxlen=RECENT_BATCHES)
+        self._log = RateLimitedLog(logger)
+
+    # --- what the subscriber calls ------------------------------------------------------------
+    def connected(self, now: float) -> ReplayRequest | None:
+        """The socket (re)connected: replay what was published before we could hear it."""
+        start = 0 if self.expected is None else self.expected
+        return self._request_replay(start, now)
+
+    def live_frames(self, frames: list[bytes], now: float) -> ReplayRequest | None:
+        """One message from the SUB socket: [topic, seq, payload]."""
+        self.last_message_at = now
+        if len(frames) != 3:
+            self._malformed(MalformedKind.FRAME_COUNT, None, f"{len(frames)} frames")
+            return None
+        _topic, seq_frame, payload = frames
+        seq = self._seq_of(seq_frame)
+        if seq is None:
+            return None
+        if self._replay is not None:
+            if len(self._replay.held) >= MAX_HELD_LIVE:
+                self._replay_failed("too many live batches held during replay", now)
+            else:
+                self._replay.held.append((seq, payload))
+                return None
+        return self._accept(seq, payload, now, may_replay=True)
+
+    def replay_frames(self, frames: list[bytes], now: float) -> bool:
+        """One reply from the replay socket; True once the replay has ended (marker or error).
+
+        Layouts: `[b"", topic, seq, payload]` (vLLM >= 0.26) or `[b"", seq, payload]` (older),
+        each ending with a marker whose seq frame is 0xff * 8.
+        """
+        replay = self._replay
+        if replay is None:
+            return True  # a late reply to a replay already given up: nothing to do
+        if frames and frames[0] == b"":
+            frames = frames[1:]
+        if len(frames) == 3:
+            _topic, seq_frame, payload = frames
+        elif len(frames) == 2:
+            seq_frame, payload = frames
+        else:
+            self._malformed(MalformedKind.BAD_REPLAY, None, f"{len(frames)} frames")
+            self._replay_failed("malformed replay reply", now)
+            return True
+        if seq_frame == END_SEQ:
+            self._replay_done(now)
+            return True
+        seq = self._seq_of(seq_frame)
+        if seq is None:
+            self._replay_failed("malformed replay seq", now)
+            return True
+        replay.received += 1
+        if self.expected is not None and seq < self.expected:
+            # A replay answers with seq >= what was asked: older ones are ours already.
+            self.counters.duplicates += 1
+            return False
+        # A first reply beyond the seq asked for means the buffer no longer reaches back:
+        # _accept declares that gap, since replaying it again cannot help.
+        self._accept(seq, payload, now, may_replay=False)
+        return False
+
+    def tick(self, now: float) -> None:
+        """Give up on a replay that has not ended in time."""
+        if self._replay is not None and now >= self._replay.deadline:
+            self._replay_failed("replay timed out", now)
+
+    @property
+    def replaying(self) -> bool:
+        return self._replay is not None
+
+    def silent_for(self, now: float) -> float | None:
+        return None if self.last_message_at is None else now - self.last_message_at
+
+    # --- sequence rules -----------------------------------------------------------------------
+    def _accept(self, seq: int, payload: bytes, now: float, may_replay: bool) -> ReplayRequest | None:
+        expected = self.expected
+        if expected is None:
+            if seq != 0:
+                if may_replay and self.can_replay and (self.epoch, 0) not in self._asked:
+                    return self._hold_and_replay(0, seq, payload, now)
+                self._degrade("joined mid-stream", 0, seq - 1, now)
+            self._apply(seq, payload, now)
+            return None
+        if seq == expected:
+            self._apply(seq, payload, now)
+            return None
+        if seq > expected:
+            if may_replay and self.can_replay and (self.epoch, expected) not in self._asked:
+                self.counters.gaps += 1
+                return self._hold_and_replay(expected, seq, payload, now)
+            self.counters.gaps += 1
+            self.counters.missing_batches += seq - expected
+            self._degrade("gap not recovered", expected, seq - 1, now)
+            self._apply(seq, payload, now)
+            return None
+        if self._is_duplicate(seq, payload):
+            self.counters.duplicates += 1
+            return None
+        self._restart(seq, now)
+        return self._accept(seq, payload, now, may_replay)
+
+    def _is_duplicate(self, seq: int, payload: bytes) -> bool:
+        return any(s == seq and p == payload for s, p in self._recent)
+
+    def _restart(self, seq: int, now: float) -> None:
+        """The seq went backwards: the publisher started over with an empty cache."""
+        self.counters.restarts += 1
+        self.epoch += 1
+        self.restarts_at.append((self.epoch, now))
+        self._log.warning(
+            f"restart:{self.stream}",
+            "%s: seq went back to %d (expected %s): publisher restarted, epoch %d",
+            self.stream,
+            seq,
+            self.expected,
+            self.epoch,
+        )
+        self.map.clear(ClearReason.RESTART, seq, now, self.epoch - 1, self.degraded is not None)
+        self._undegrade(seq, now)
+        self.expected = None
+        self._recent.clear()
+
+    def _apply(self, seq: int, payload: bytes, now: float) -> None:
+        self.expected = seq + 1
+        self.last_seq = seq
+        self._recent.append((seq, payload))
+        if len(payload) > self.max_message_bytes:
+            self._malformed(MalformedKind.OVERSIZE, seq, f"{len(payload)} bytes")
+            self._degrade("oversize batch dropped", seq, seq, now)
+            return
+        errors: list[MalformedPayload] = []
+        try:
+            batch = self.decoder.decode(payload, seq, errors)
+        except MalformedPayload as exc:
+            self._malformed(exc.kind, seq, exc.detail)
+            self._degrade("undecodable batch", seq, seq, now)
+            return
+        for error in errors:
+            self._malformed(error.kind, seq, error.detail)
+            if error.kind.loses_map_state:
+                self._degrade("event dropped", seq, seq, now)
+        if batch.rank is not None and batch.rank != self.stream.rank:
+            self.counters.rank_mismatches += 1
+        self.map.apply(batch, self.epoch, self.degraded is not None)
+        self.counters.batches_applied += 1
+        if self.degraded is not None and any(type(e) is AllCleared for e in batch.events):
+            self._undegrade(seq, now)
+
+    # --- replay -------------------------------------------------------------------------------
+    def _request_replay(self, start: int, now: float) -> ReplayRequest | None:
+        if not self.can_replay or self._replay is not None:
+            return None
+        self._asked.add((self.epoch, start))
+        self._replay = _Replay(start, now + self.replay_timeout_s)
+        self.counters.replays_requested += 1
+        return ReplayRequest(start)
+
+    def _hold_and_replay(self, start: int, seq: int, payload: bytes, now: float) -> ReplayRequest:
+        request = self._request_replay(start, now)
+        assert request is not None and self._replay is not None  # checked by the callers
+        self._replay.held.append((seq, payload))
+        return request
+
+    def _replay_done(self, now: float) -> None:
+        replay = self._replay
+        assert replay is not None
+        self.counters.replays_ok += 1
+        self._release_held(now)
+
+    def _replay_failed(self, why: str, now: float) -> None:
+        replay = self._replay
+        assert replay is not None
+        self.counters.replays_failed += 1
+        self._log.warning(f"replay:{self.stream}", "%s: %s", self.stream, why)
+        self._release_held(now)
+
+    def _release_held(self, now: float) -> None:
+        """Apply what arrived live during the replay; a gap left now cannot be filled."""
+        replay = self._replay
+        assert replay is not None
+        self._replay = None
+        epoch = self.epoch
+        for seq, payload in replay.held:  # arrival order: a restart can make seqs go back
+            expected = self.expected
+            if epoch == self.epoch and expected is not None and replay.start_seq <= seq < expected:
+                self.counters.duplicates += 1  # the replay already brought it
+                continue
+            self._accept(seq, payload, now, may_replay=False)
+
+    # --- degraded -----------------------------------------------------------------------------
+    def _degrade(self, reason: str, from_seq: int, to_seq: int | None, now: float) -> None:
+        self._log.warning(
+            f"degraded:{self.stream}",
+            "%s: map degraded (%s, seq %d..%s): it is incomplete until the next clear or restart",
+            self.stream,
+            reason,
+            from_seq,
+            to_seq,
+        )
+        if self.degraded is None:
+            self.degraded = DegradedInterval(reason, from_seq, to_seq, now, self.epoch)
+            self.degraded_history.append(self.degraded)
+        elif to_seq is not None:
+            self.degraded.to_seq = max(self.degraded.to_seq or to_seq, to_seq)
+
+    def _undegrade(self, seq: int, now: float) -> None:
+        if self.degraded is not None:
+            self.degraded.cleared_at_seq = seq
+            self.degraded.cleared_at = now
+            self.degraded = None
+
+    # --- input errors -------------------------------------------------------------------------
+    def _seq_of(self, frame: bytes) -> int | None:
+        if len(frame) != SEQ_BYTES:
+            self._malformed(MalformedKind.SEQ_LENGTH, None, f"{len(frame)}-byte seq frame")
+            return None
+        return int.from_bytes(frame, "big")
+
+    def _malformed(self, kind: MalformedKind, seq: int | None, detail: str) -> None:
+        self.counters.malformed[kind.value] += 1
+        self._log.warning(
+            f"{kind}:{self.stream}", "%s: refused %s at seq %s: %s", self.stream, kind, seq, detail
+        )

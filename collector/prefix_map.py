@@ -1,0 +1,164 @@
+"""One publisher's prefix-cache map: its tables per (medium, group), and how events change them.
+
+`PrefixMap.apply` is the only writer. Before the map is emptied (`AllBlocksCleared`, or a
+publisher restart) the full map is handed to the registered listeners: that is the "before" of
+a reset, and listeners are the only way state leaves the collector.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from kvscope.collector.block_table import BlockTable, TableStats
+from kvscope.collector.types import (
+    AllCleared,
+    Batch,
+    BlocksRemoved,
+    BlocksStored,
+    StreamId,
+    TableKey,
+)
+
+
+class ClearReason(StrEnum):
+    ALL_BLOCKS_CLEARED = "all_blocks_cleared"
+    """The engine emptied its cache: a prefix-cache reset, sleep, a weight update."""
+    RESTART = "restart"
+    """The publisher started again (seq went backwards): a new engine has an empty cache."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClearedMap:
+    """What a map held when it was emptied, handed to listeners."""
+
+    stream: StreamId
+    epoch: int
+    reason: ClearReason
+    seq: int
+    """The batch carrying the clear (for a restart: the first batch of the new epoch)."""
+    ts: float
+    tables: Mapping[TableKey, BlockTable]
+    degraded: bool
+    """Whether the map was known to be incomplete when it was emptied."""
+
+
+class MapListener(Protocol):
+    def map_cleared(self, cleared: ClearedMap) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixMatch:
+    table: TableKey
+    blocks: int
+    tokens: int
+
+
+@dataclass
+class MapCounters:
+    batches: int = 0
+    stored_events: int = 0
+    removed_events: int = 0
+    cleared_events: int = 0
+    stored_blocks: int = 0
+    removed_blocks: int = 0
+    clears: int = 0
+    last_ts: float | None = None
+    signed_hashes: bool = field(default=False)
+    """The publisher sent negative ints (vLLM < 0.10.2): show hashes signed."""
+
+
+class PrefixMap:
+    """The cached blocks of one publisher (one replica's data-parallel rank)."""
+
+    def __init__(self, stream: StreamId, listeners: Iterable[MapListener] = ()) -> None:
+        self.stream = stream
+        self.listeners = list(listeners)
+        self.tables: dict[TableKey, BlockTable] = {}
+        self.counters = MapCounters()
+
+    # --- writes -------------------------------------------------------------------------------
+    def apply(self, batch: Batch, epoch: int = 0, degraded: bool = False) -> None:
+        """Apply one batch; `epoch` and `degraded` are passed on to listeners of a clear."""
+        c = self.counters
+        c.batches += 1
+        c.last_ts = batch.ts
+        tables = self.tables
+        for event in batch.events:
+            if type(event) is BlocksStored:
+                table = tables.get(event.table)
+                if table is None:
+                    table = tables[event.table] = BlockTable(event.table, batch.ts)
+                table.store_chain(
+                    event.hashes,
+                    event.parent,
+                    event.token_ids,
+                    event.block_size,
+                    batch.ts,
+                    event.lora_name,
+                    event.extra_keys,
+                    event.raw_hashes,
+                    event.raw_parent,
+                )
+                if event.signed_hashes:
+                    c.signed_hashes = True
+                c.stored_events += 1
+                c.stored_blocks += len(event.hashes)
+            elif type(event) is BlocksRemoved:
+                table = tables.get(event.table)
+                if table is None:
+                    table = tables[event.table] = BlockTable(event.table, batch.ts)
+                table.remove(event.hashes)
+                c.removed_events += 1
+                c.removed_blocks += len(event.hashes)
+            elif type(event) is AllCleared:
+                c.cleared_events += 1
+                self.clear(ClearReason.ALL_BLOCKS_CLEARED, batch.seq, batch.ts, epoch, degraded)
+                tables = self.tables  # later events of this batch go to the emptied map
+
+    def clear(
+        self, reason: ClearReason, seq: int, ts: float, epoch: int, degraded: bool
+    ) -> ClearedMap:
+        """Empty every tier and group, handing what was there to the listeners first."""
+        cleared = ClearedMap(self.stream, epoch, reason, seq, ts, self.tables, degraded)
+        self.tables = {}
+        self.counters.clears += 1
+        for listener in self.listeners:
+            listener.map_cleared(cleared)
+        return cleared
+
+    # --- reads --------------------------------------------------------------------------------
+    def stats(self) -> dict[TableKey, TableStats]:
+        return {key: table.stats() for key, table in self.tables.items()}
+
+    def totals(self) -> TableStats:
+        blocks = copies = hittable = orphans = 0
+        for table in self.tables.values():
+            blocks += len(table)
+            copies += table.copies
+            hittable += table.hittable_count
+            orphans += table.orphan_count
+        return TableStats(blocks, copies, hittable, orphans)
+
+    def counts(self) -> dict[tuple[int, int], int]:
+        """(hash, group) -> copies for the GPU tier: the shape of vLLM's BlockPool map."""
+        return {
+            (block_hash, key.group): n
+            for key, table in self.tables.items()
+            if key.medium == "GPU"
+            for block_hash, n in table.counts().items()
+        }
+
+    def longest_prefix(
+        self, token_ids: Iterable[int], lora_name: str | None = None
+    ) -> list[PrefixMatch]:
+        """Per table, the longest cached prefix of `token_ids` reachable from block 0."""
+        tokens = array("I", token_ids)
+        matches = []
+        for key, table in sorted(self.tables.items(), key=lambda kv: (kv[0].medium, kv[0].group)):
+            blocks = table.longest_prefix(tokens, lora_name)
+            matches.append(PrefixMatch(key, blocks, blocks * table.block_size))
+        return matches

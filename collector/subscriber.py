@@ -1,0 +1,257 @@
+"""The sockets: one SUB per stream, a DEALER per replay, one poll loop for them all.
+
+Only framing happens here; every decision about sequence, replay and the map is `StreamIngest`'s.
+The loop runs in one thread and owns the maps; readers take `Collector.lock`.
+
+Boot order matters: a SUB socket loses what is published before its subscription reaches the
+publisher (the slow joiner), so each stream asks for a replay once its connection's handshake
+has succeeded, not before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from kvscope.collector.endpoints import StreamEndpoint
+from kvscope.collector.ingest import DEFAULT_MAX_MESSAGE_BYTES, ReplayRequest, StreamIngest
+from kvscope.collector.prefix_map import MapListener
+from kvscope.collector.types import StreamId
+
+logger = logging.getLogger(__name__)
+
+POLL_MS = 50
+DRAIN_LIMIT = 1000
+"""Messages taken from one socket before the loop looks at the others."""
+RECONNECT_IVL_MS = 100
+RECONNECT_IVL_MAX_MS = 5000
+"""libzmq reconnects by itself, backing off exponentially between these two."""
+_MONITORED = (
+    zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorSettings:
+    replay_timeout_s: float = 5.0
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    silent_after_s: float = 30.0
+    """A stream with no message for this long is reported silent (idle engines send nothing)."""
+    rcvhwm: int = 0
+    """SUB receive high-water mark; 0 is unlimited, so losses happen only at the publisher."""
+
+
+class _Stream:
+    """The sockets of one stream."""
+
+    def __init__(
+        self, ctx: zmq.Context[zmq.Socket[bytes]], spec: StreamEndpoint, ingest: StreamIngest,
+        settings: CollectorSettings,
+    ) -> None:
+        self.spec = spec
+        self.ingest = ingest
+        self.settings = settings
+        self.ctx = ctx
+        self.sub = ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, spec.topic)
+        self.sub.setsockopt(zmq.MAXMSGSIZE, settings.max_message_bytes)
+        self.sub.setsockopt(zmq.RCVHWM, settings.rcvhwm)
+        self.sub.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
+        self.sub.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
+        self.sub.setsockopt(zmq.LINGER, 0)
+        self.monitor = self.sub.get_monitor_socket(_MONITORED)
+        if spec.bind:
+            self.sub.bind(spec.endpoint)
+        else:
+            self.sub.connect(spec.endpoint)
+        self.dealer: zmq.Socket[bytes] | None = None
+        self.peers = 0
+        self.connects = 0
+        self.disconnects = 0
+
+    @property
+    def connected(self) -> bool:
+        return self.peers > 0
+
+    def send_replay(self, request: ReplayRequest) -> zmq.Socket[bytes]:
+        """A fresh DEALER per replay, so a late answer to an abandoned one can never mix in."""
+        self.close_dealer()
+        assert self.spec.replay_endpoint is not None
+        dealer = self.ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.MAXMSGSIZE, self.settings.max_message_bytes)
+        dealer.connect(self.spec.replay_endpoint)
+        # [empty delimiter, start seq]: what vLLM's ROUTER expects after the identity frame.
+        dealer.send_multipart([b"", request.start_seq.to_bytes(8, "big")])
+        self.dealer = dealer
+        return dealer
+
+    def close_dealer(self) -> None:
+        if self.dealer is not None:
+            self.dealer.close(linger=0)
+            self.dealer = None
+
+    def close(self) -> None:
+        self.close_dealer()
+        self.sub.disable_monitor()
+        self.monitor.close(linger=0)
+        self.sub.close(linger=0)
+
+
+class Collector:
+    """Subscribes to many streams and keeps one `StreamIngest` (and its map) per stream."""
+
+    def __init__(
+        self,
+        endpoints: Iterable[StreamEndpoint],
+        listeners: Iterable[MapListener] = (),
+        settings: CollectorSettings | None = None,
+    ) -> None:
+        self.settings = settings or CollectorSettings()
+        self.lock = threading.RLock()
+        """Held while the loop changes maps; take it to read a consistent map."""
+        self.ingests: dict[StreamId, StreamIngest] = {}
+        self._specs = list(endpoints)
+        self._listeners = list(listeners)
+        for spec in self._specs:
+            self.ingests[spec.stream] = StreamIngest(
+                spec.stream,
+                can_replay=spec.replay_endpoint is not None,
+                replay_timeout_s=self.settings.replay_timeout_s,
+                max_message_bytes=self.settings.max_message_bytes,
+                listeners=self._listeners,
+            )
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self._streams: dict[StreamId, _Stream] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Open the sockets and run the loop in a background thread."""
+        self._thread = threading.Thread(target=self.run, name="kvscope-collector", daemon=True)
+        self._thread.start()
+        self._ready.wait(timeout=10)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def __enter__(self) -> Collector:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def run(self) -> None:
+        """The poll loop; returns when `stop()` is called."""
+        try:
+            self._open()
+            self._ready.set()
+            self._loop()
+        finally:
+            self._ready.set()
+            for stream in self._streams.values():
+                stream.close()
+            self._streams.clear()
+            self._ctx.term()
+
+    # --- reads --------------------------------------------------------------------------------
+    def is_connected(self, stream: StreamId) -> bool:
+        s = self._streams.get(stream)
+        return s is not None and s.connected
+
+    def connection_counts(self, stream: StreamId) -> tuple[int, int]:
+        s = self._streams.get(stream)
+        return (0, 0) if s is None else (s.connects, s.disconnects)
+
+    def is_silent(self, stream: StreamId, now: float | None = None) -> bool:
+        silent = self.ingests[stream].silent_for(time.monotonic() if now is None else now)
+        return silent is None or silent >= self.settings.silent_after_s
+
+    # --- the loop -----------------------------------------------------------------------------
+    def _open(self) -> None:
+        for spec in self._specs:
+            self._streams[spec.stream] = _Stream(
+                self._ctx, spec, self.ingests[spec.stream], self.settings
+            )
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            poller = zmq.Poller()
+            owners: dict[zmq.Socket[bytes], tuple[_Stream, str]] = {}
+            for stream in self._streams.values():
+                for sock, role in (
+                    (stream.sub, "live"),
+                    (stream.monitor, "monitor"),
+                    (stream.dealer, "replay"),
+                ):
+                    if sock is not None:
+                        poller.register(sock, zmq.POLLIN)
+                        owners[sock] = (stream, role)
+            for sock, _ in poller.poll(POLL_MS):
+                stream, role = owners[sock]
+                with self.lock:
+                    if role == "live":
+                        self._drain_live(stream)
+                    elif role == "replay":
+                        self._drain_replay(stream)
+                    else:
+                        self._on_monitor(stream)
+            now = time.monotonic()
+            with self.lock:
+                for stream in self._streams.values():
+                    if stream.ingest.replaying:
+                        stream.ingest.tick(now)
+                        if not stream.ingest.replaying:
+                            stream.close_dealer()
+
+    def _drain_live(self, stream: _Stream) -> None:
+        for _ in range(DRAIN_LIMIT):
+            try:
+                frames = stream.sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            request = stream.ingest.live_frames(frames, time.monotonic())
+            if request is not None:
+                stream.send_replay(request)
+
+    def _drain_replay(self, stream: _Stream) -> None:
+        dealer = stream.dealer
+        while dealer is not None:
+            try:
+                frames = dealer.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if stream.ingest.replay_frames(frames, time.monotonic()):
+                stream.close_dealer()
+                return
+
+    def _on_monitor(self, stream: _Stream) -> None:
+        while True:
+            try:
+                event = recv_monitor_message(stream.monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            kind = event["event"]
+            if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                stream.peers += 1
+                stream.connects += 1
+                logger.info("%s: connected to %s", stream.spec.stream, stream.spec.endpoint)
+                request = stream.ingest.connected(time.monotonic())
+                if request is not None:
+                    stream.send_replay(request)
+            elif kind == zmq.EVENT_DISCONNECTED:
+                stream.peers = max(0, stream.peers - 1)
+                stream.disconnects += 1
+                logger.warning("%s: disconnected from %s", stream.spec.stream, stream.spec.endpoint)

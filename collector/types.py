@@ -1,0 +1,88 @@
+"""The collector's vocabulary: identifiers and the domain events that wire decoding produces.
+
+Nothing here knows about msgpack or sockets. Past `wire.to_batch`, every block hash is an
+unsigned 64-bit int (vLLM's int form), whatever form it travelled in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NewType
+
+BlockHash = NewType("BlockHash", int)
+"""vLLM's external block hash as an unsigned 64-bit int (bytes hashes reduced to their low 64 bits)."""
+
+SeqNo = NewType("SeqNo", int)
+"""A publisher's batch sequence number: starts at 0 when the publisher starts, +1 per batch."""
+
+ReplicaName = NewType("ReplicaName", str)
+
+HASH_MASK = (1 << 64) - 1
+
+MEDIUM_GPU = "GPU"
+MEDIUMS = ("GPU", "CPU", "STORAGE")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamId:
+    """One publisher: a replica's data-parallel rank. Each has its own seq counter and map."""
+
+    replica: str
+    rank: int
+
+    def __str__(self) -> str:
+        return f"{self.replica}/dp{self.rank}"
+
+
+@dataclass(frozen=True, slots=True)
+class TableKey:
+    """The part of a block's identity besides its hash: vLLM keeps tiers and KV groups apart."""
+
+    medium: str
+    group: int
+
+
+@dataclass(slots=True)
+class BlocksStored:
+    """A chain of newly cached blocks of one request: block i's parent is block i-1."""
+
+    hashes: list[int]
+    parent: int | None
+    token_ids: list[int]
+    block_size: int
+    table: TableKey
+    lora_name: str | None = None
+    extra_keys: list[Any] | None = None
+    raw_hashes: list[bytes] | None = None
+    """The hashes as sent, when they travelled as bytes (kept for display)."""
+    raw_parent: bytes | None = None
+    signed_hashes: bool = False
+    """Some hash arrived as a negative int: the publisher uses signed hashes (vLLM < 0.10.2)."""
+
+
+@dataclass(slots=True)
+class BlocksRemoved:
+    """One physical copy of each hash left the cache (count down by one)."""
+
+    hashes: list[int]
+    table: TableKey
+
+
+@dataclass(slots=True)
+class AllCleared:
+    """Every tier and group of this publisher was emptied."""
+
+
+KVEvent = BlocksStored | BlocksRemoved | AllCleared
+
+
+@dataclass(slots=True)
+class Batch:
+    """One decoded `KVEventBatch` as it arrived on a stream."""
+
+    seq: int
+    ts: float
+    rank: int | None
+    events: list[KVEvent]
+    dropped_events: int = 0
+    """Events of this batch that could not be decoded (unknown type, bad fields)."""

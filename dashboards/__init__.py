@@ -1,0 +1,1 @@
+"""Grafana dashboards as code. Not built yet: see issue 6."""

@@ -1,0 +1,1 @@
+"""History of every replica's cache over time (SQLAlchemy). Not built yet: see issue 3."""
