@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvscope.collector.errors import MalformedKind, MalformedPayload
 from kvscope.collector.prefix_map import ClearReason, MapListener, PrefixMap
 from kvscope.collector.ratelog import RateLimitedLog
-from kvscope.collector.types import AllCleared, StreamId
+from kvscope.collector.types import AllCleared, Batch, StreamId
 from kvscope.collector.wire import BatchDecoder
 
 logger = logging.getLogger(__name__)
@@ -75,6 +76,10 @@ class _Replay:
     received: int = 0
 
 
+BatchObserver = Callable[["StreamIngest", Batch], None]
+"""Called after each batch is applied to the map (history and rollups hang off this)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayRequest:
     """Ask the publisher's replay socket for every buffered batch from `start_seq` on."""
@@ -93,8 +98,10 @@ class StreamIngest:
         replay_timeout_s: float = 5.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         listeners: list[MapListener] | None = None,
+        observers: list[BatchObserver] | None = None,
     ) -> None:
         self.stream = stream
+        self.observers = list(observers or [])
         self.can_replay = can_replay
         self.replay_timeout_s = replay_timeout_s
         self.max_message_bytes = max_message_bytes
@@ -189,7 +196,9 @@ class StreamIngest:
         return None if self.last_message_at is None else now - self.last_message_at
 
     # --- sequence rules -----------------------------------------------------------------------
-    def _accept(self, seq: int, payload: bytes, now: float, may_replay: bool) -> ReplayRequest | None:
+    def _accept(
+        self, seq: int, payload: bytes, now: float, may_replay: bool
+    ) -> ReplayRequest | None:
         expected = self.expected
         if expected is None:
             if seq != 0:
@@ -262,6 +271,8 @@ class StreamIngest:
         self.counters.batches_applied += 1
         if self.degraded is not None and any(type(e) is AllCleared for e in batch.events):
             self._undegrade(seq, now)
+        for observer in self.observers:
+            observer(self, batch)
 
     # --- replay -------------------------------------------------------------------------------
     def _request_replay(self, start: int, now: float) -> ReplayRequest | None:

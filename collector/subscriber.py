@@ -20,7 +20,12 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from kvscope.collector.endpoints import StreamEndpoint
-from kvscope.collector.ingest import DEFAULT_MAX_MESSAGE_BYTES, ReplayRequest, StreamIngest
+from kvscope.collector.ingest import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    BatchObserver,
+    ReplayRequest,
+    StreamIngest,
+)
 from kvscope.collector.prefix_map import MapListener
 from kvscope.collector.types import StreamId
 
@@ -32,9 +37,7 @@ DRAIN_LIMIT = 1000
 RECONNECT_IVL_MS = 100
 RECONNECT_IVL_MAX_MS = 5000
 """libzmq reconnects by itself, backing off exponentially between these two."""
-_MONITORED = (
-    zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
-)
+_MONITORED = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,29 +54,67 @@ class _Stream:
     """The sockets of one stream."""
 
     def __init__(
-        self, ctx: zmq.Context[zmq.Socket[bytes]], spec: StreamEndpoint, ingest: StreamIngest,
+        self,
+        ctx: zmq.Context[zmq.Socket[bytes]],
+        spec: StreamEndpoint,
+        ingest: StreamIngest,
         settings: CollectorSettings,
     ) -> None:
         self.spec = spec
         self.ingest = ingest
         self.settings = settings
         self.ctx = ctx
-        self.sub = ctx.socket(zmq.SUB)
-        self.sub.setsockopt(zmq.SUBSCRIBE, spec.topic)
-        self.sub.setsockopt(zmq.MAXMSGSIZE, settings.max_message_bytes)
-        self.sub.setsockopt(zmq.RCVHWM, settings.rcvhwm)
-        self.sub.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
-        self.sub.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
-        self.sub.setsockopt(zmq.LINGER, 0)
-        self.monitor = self.sub.get_monitor_socket(_MONITORED)
-        if spec.bind:
-            self.sub.bind(spec.endpoint)
-        else:
-            self.sub.connect(spec.endpoint)
         self.dealer: zmq.Socket[bytes] | None = None
         self.peers = 0
         self.connects = 0
         self.disconnects = 0
+        self.reopen_at: float | None = None
+        """When to replace a SUB whose connection libzmq will not re-establish by itself."""
+        self._backoff_s = RECONNECT_IVL_MS / 1000
+        self.sub, self.monitor = self._open_sub()
+
+    def _open_sub(self) -> tuple[zmq.Socket[bytes], zmq.Socket[bytes]]:
+        sub = self.ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, self.spec.topic)
+        sub.setsockopt(zmq.MAXMSGSIZE, self.settings.max_message_bytes)
+        sub.setsockopt(zmq.RCVHWM, self.settings.rcvhwm)
+        sub.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
+        sub.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
+        sub.setsockopt(zmq.LINGER, 0)
+        monitor = sub.get_monitor_socket(_MONITORED)
+        if self.spec.bind:
+            sub.bind(self.spec.endpoint)
+        else:
+            sub.connect(self.spec.endpoint)
+        return sub, monitor
+
+    def lost_connection(self, now: float) -> None:
+        """libzmq does not reconnect after some errors (an oversize message is a protocol
+        error), so a connecting SUB that stays down is replaced, with exponential backoff."""
+        self.peers = max(0, self.peers - 1)
+        self.disconnects += 1
+        if not self.spec.bind and self.reopen_at is None:
+            self.reopen_at = now + self._backoff_s
+            self._backoff_s = min(self._backoff_s * 2, RECONNECT_IVL_MAX_MS / 1000)
+
+    def handshake_done(self) -> None:
+        self.peers += 1
+        self.connects += 1
+        self.reopen_at = None
+        self._backoff_s = RECONNECT_IVL_MS / 1000
+
+    def reopen_if_due(self, now: float) -> bool:
+        if self.reopen_at is None or now < self.reopen_at or self.connected:
+            return False
+        self.reopen_at = None
+        self._close_sub()
+        self.sub, self.monitor = self._open_sub()
+        return True
+
+    def _close_sub(self) -> None:
+        self.sub.disable_monitor()
+        self.monitor.close(linger=0)
+        self.sub.close(linger=0)
 
     @property
     def connected(self) -> bool:
@@ -99,9 +140,7 @@ class _Stream:
 
     def close(self) -> None:
         self.close_dealer()
-        self.sub.disable_monitor()
-        self.monitor.close(linger=0)
-        self.sub.close(linger=0)
+        self._close_sub()
 
 
 class Collector:
@@ -112,6 +151,7 @@ class Collector:
         endpoints: Iterable[StreamEndpoint],
         listeners: Iterable[MapListener] = (),
         settings: CollectorSettings | None = None,
+        observers: Iterable[BatchObserver] = (),
     ) -> None:
         self.settings = settings or CollectorSettings()
         self.lock = threading.RLock()
@@ -119,6 +159,7 @@ class Collector:
         self.ingests: dict[StreamId, StreamIngest] = {}
         self._specs = list(endpoints)
         self._listeners = list(listeners)
+        observer_list = list(observers)
         for spec in self._specs:
             self.ingests[spec.stream] = StreamIngest(
                 spec.stream,
@@ -126,6 +167,7 @@ class Collector:
                 replay_timeout_s=self.settings.replay_timeout_s,
                 max_message_bytes=self.settings.max_message_bytes,
                 listeners=self._listeners,
+                observers=observer_list,
             )
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._streams: dict[StreamId, _Stream] = {}
@@ -211,6 +253,8 @@ class Collector:
             now = time.monotonic()
             with self.lock:
                 for stream in self._streams.values():
+                    if stream.reopen_if_due(now):
+                        logger.info("%s: reopened %s", stream.spec.stream, stream.spec.endpoint)
                     if stream.ingest.replaying:
                         stream.ingest.tick(now)
                         if not stream.ingest.replaying:
@@ -245,13 +289,11 @@ class Collector:
                 return
             kind = event["event"]
             if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                stream.peers += 1
-                stream.connects += 1
+                stream.handshake_done()
                 logger.info("%s: connected to %s", stream.spec.stream, stream.spec.endpoint)
                 request = stream.ingest.connected(time.monotonic())
                 if request is not None:
                     stream.send_replay(request)
             elif kind == zmq.EVENT_DISCONNECTED:
-                stream.peers = max(0, stream.peers - 1)
-                stream.disconnects += 1
+                stream.lost_connection(time.monotonic())
                 logger.warning("%s: disconnected from %s", stream.spec.stream, stream.spec.endpoint)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, NewType
 
 BlockHash = NewType("BlockHash", int)
-"""vLLM's external block hash as an unsigned 64-bit int (bytes hashes reduced to their low 64 bits)."""
+"""vLLM's external block hash as an unsigned 64-bit int (bytes reduced to their low 64 bits)."""
 
 SeqNo = NewType("SeqNo", int)
 """A publisher's batch sequence number: starts at 0 when the publisher starts, +1 per batch."""

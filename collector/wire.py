@@ -88,7 +88,7 @@ class ArrayBatch(msgspec.Struct, array_like=True, gc=False):
     data_parallel_rank: int | None = None
 
 
-_TYPED_DECODERS = (
+_TYPED_DECODERS: tuple[msgspec.msgpack.Decoder[Any], ...] = (
     msgspec.msgpack.Decoder(MapBatch),
     msgspec.msgpack.Decoder(ArrayBatch),
 )
@@ -232,6 +232,10 @@ def _from_generic(raw: object) -> KVEvent:
     hashes = _typed(f, "block_hashes", list, None)
     if hashes is None:
         raise MalformedPayload(MalformedKind.BAD_EVENT, "block_hashes missing")
+    # The typed decoders check hash types; here it is ours to do before the int fast path.
+    for value in hashes:
+        if type(value) is not int and type(value) is not bytes:
+            raise MalformedPayload(MalformedKind.BAD_EVENT, f"not a block hash: {value!r:.40}")
     medium = _typed(f, "medium", str, None)
     group = _typed(f, "group_idx", int, None)
     if tag == "BlockRemoved":
@@ -269,7 +273,7 @@ class BatchDecoder:
                 wire = decoder.decode(payload)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
-            except Exception:  # noqa: S112 - a typed decoder rejecting odd data; try the next
+            except Exception:
                 continue
             if i:
                 self._order.insert(0, self._order.pop(i))

@@ -1,0 +1,91 @@
+"""Settings for the `kvscope` commands: flags over environment variables over a TOML file.
+
+The file lists replicas and collector settings:
+
+    [collector]
+    replay_timeout_s = 5.0
+    max_message_bytes = 67108864
+    silent_after_s = 30.0
+
+    [[replica]]
+    name = "a"
+    endpoint = "tcp://10.0.0.5:5557"    # "@tcp://..." binds, for a publisher that connects
+    replay = "tcp://10.0.0.5:5558"
+    dp_ranks = 2
+    topic = ""
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from kvscope.collector.endpoints import StreamEndpoint, replica_streams
+from kvscope.collector.subscriber import CollectorSettings
+
+
+class ConfigError(ValueError):
+    """A setting with a value kvscope cannot use; the message names the key and the value."""
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    name: str
+    endpoint: str
+    replay: str | None = None
+    dp_ranks: int = 1
+    topic: str = ""
+
+    def streams(self) -> list[StreamEndpoint]:
+        return replica_streams(self.name, self.endpoint, self.replay, self.dp_ranks, self.topic)
+
+
+@dataclass(frozen=True)
+class Config:
+    replicas: list[ReplicaConfig] = field(default_factory=list)
+    collector: CollectorSettings = field(default_factory=CollectorSettings)
+
+
+def parse_replica_flag(spec: str) -> tuple[str, str]:
+    """`NAME=ENDPOINT` from the command line."""
+    name, sep, endpoint = spec.partition("=")
+    if not sep or not name or not endpoint:
+        raise ConfigError(f"--replica {spec!r}: expected NAME=ENDPOINT, e.g. a=tcp://host:5557")
+    return name, endpoint
+
+
+def load_file(path: Path) -> Config:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"config file {path}: {exc}") from exc
+    return Config(
+        replicas=[_replica(entry, i) for i, entry in enumerate(data.get("replica", []))],
+        collector=_collector(data.get("collector", {})),
+    )
+
+
+def _replica(entry: Any, index: int) -> ReplicaConfig:
+    if not isinstance(entry, dict) or "name" not in entry or "endpoint" not in entry:
+        raise ConfigError(f"replica #{index + 1}: needs at least name and endpoint")
+    known = {f.name for f in fields(ReplicaConfig)}
+    unknown = set(entry) - known
+    if unknown:
+        raise ConfigError(f"replica {entry['name']!r}: unknown keys {sorted(unknown)}")
+    dp = entry.get("dp_ranks", 1)
+    if not isinstance(dp, int) or dp < 1:
+        raise ConfigError(f"replica {entry['name']!r}: dp_ranks has value {dp!r}, not a count >= 1")
+    return ReplicaConfig(**entry)
+
+
+def _collector(section: Any) -> CollectorSettings:
+    known = {f.name: f.type for f in fields(CollectorSettings)}
+    unknown = set(section) - set(known)
+    if unknown:
+        raise ConfigError(f"[collector]: unknown keys {sorted(unknown)}")
+    for key, value in section.items():
+        if not isinstance(value, int | float) or value < 0:
+            raise ConfigError(f"[collector] {key} has value {value!r}, not a number >= 0")
+    return CollectorSettings(**section)

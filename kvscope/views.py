@@ -1,0 +1,108 @@
+"""What the commands print: the live per-stream table and the before/after of each clear."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from rich.table import Table
+
+from kvscope.collector.prefix_map import ClearedMap
+from kvscope.collector.subscriber import Collector
+
+
+def _tiers(tables: dict[str, tuple[int, int, int]]) -> str:
+    return " ".join(f"{k}:{v[0]}" for k, v in sorted(tables.items())) or "-"
+
+
+def stream_table(collector: Collector) -> Table:
+    table = Table(title="kvscope collector", expand=False)
+    for column in (
+        "replica",
+        "rank",
+        "connected",
+        "epoch",
+        "last seq",
+        "blocks by tier",
+        "hittable",
+        "orphans",
+        "gaps",
+        "replays ok/failed",
+        "malformed",
+        "state",
+    ):
+        table.add_column(column)
+    now = time.monotonic()
+    with collector.lock:
+        for stream, ingest in collector.ingests.items():
+            stats = ingest.map.stats()
+            totals = ingest.map.totals()
+            c = ingest.counters
+            tiers: dict[str, tuple[int, int, int]] = {}
+            for key, s in stats.items():
+                name = key.medium if key.group == 0 else f"{key.medium}/g{key.group}"
+                tiers[name] = (s.blocks, s.hittable, s.orphans)
+            if ingest.degraded is not None:
+                state = f"[red]degraded[/] ({ingest.degraded.reason})"
+            elif ingest.replaying:
+                state = "[yellow]replaying[/]"
+            elif collector.is_silent(stream, now):
+                silent = ingest.silent_for(now)
+                state = "silent" + ("" if silent is None else f" {silent:.0f}s")
+            else:
+                state = "[green]live[/]"
+            table.add_row(
+                stream.replica,
+                str(stream.rank),
+                "yes" if collector.is_connected(stream) else "[red]no[/]",
+                str(ingest.epoch),
+                "-" if ingest.last_seq is None else str(ingest.last_seq),
+                _tiers(tiers),
+                str(totals.hittable),
+                str(totals.orphans),
+                str(c.gaps),
+                f"{c.replays_ok}/{c.replays_failed}",
+                str(sum(c.malformed.values())),
+                state,
+            )
+    return table
+
+
+@dataclass(frozen=True)
+class ClearSummary:
+    """One clear as the demo and the live view report it."""
+
+    stream: str
+    reason: str
+    seq: int
+    ts: float
+    blocks: int
+    hittable: int
+    orphans: int
+    degraded: bool
+
+    @classmethod
+    def of(cls, cleared: ClearedMap) -> ClearSummary:
+        blocks = sum(len(t) for t in cleared.tables.values())
+        hittable = sum(t.hittable_count for t in cleared.tables.values())
+        orphans = sum(t.orphan_count for t in cleared.tables.values())
+        return cls(
+            str(cleared.stream),
+            cleared.reason.value,
+            cleared.seq,
+            cleared.ts,
+            blocks,
+            hittable,
+            orphans,
+            cleared.degraded,
+        )
+
+
+class ClearRecorder:
+    """A map listener that keeps a summary of each clear (the full map goes to storage later)."""
+
+    def __init__(self) -> None:
+        self.clears: list[ClearSummary] = []
+
+    def map_cleared(self, cleared: ClearedMap) -> None:
+        self.clears.append(ClearSummary.of(cleared))
