@@ -94,7 +94,8 @@ def collect(
             envvar="KVSCOPE_REPLICA",
             help="NAME=ENDPOINT of a replica's KV event publisher (repeat for several). "
             "ENDPOINT 'tcp://host:5557' connects; '@tcp://0.0.0.0:5557' binds, for a "
-            "publisher configured with a concrete address (which connects).",
+            "publisher configured with a concrete address (which connects); "
+            "'http://host:8000' asks vLLM's API server (>= 0.31) for every rank's endpoints.",
         ),
     ] = [],  # noqa: B006 - typer reads the default
     replay: Annotated[
@@ -134,7 +135,10 @@ def collect(
         raise _fail(str(exc)) from exc
     if not config.replicas:
         raise _fail("no replica: give --replica NAME=ENDPOINT or a --config file with [[replica]]")
-    streams = [s for r in config.replicas for s in r.streams()]
+    try:
+        streams = [s for r in config.replicas for s in r.streams()]
+    except ConfigError as exc:
+        raise _fail(str(exc)) from exc
     collector = Collector(streams, settings=config.collector)
     deadline = None if duration is None else time.monotonic() + duration
     with collector:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from kvscope.collector.discovery import DiscoveryError, discover
 from kvscope.collector.endpoints import StreamEndpoint, replica_streams
 from kvscope.collector.subscriber import CollectorSettings
 
@@ -39,6 +40,12 @@ class ReplicaConfig:
     topic: str = ""
 
     def streams(self) -> list[StreamEndpoint]:
+        """Its streams; an http(s) endpoint is vLLM's API server, asked for its event sources."""
+        if self.endpoint.startswith(("http://", "https://")):
+            try:
+                return discover(self.name, self.endpoint)
+            except DiscoveryError as exc:
+                raise ConfigError(f"replica {self.name!r}: {exc}") from exc
         return replica_streams(self.name, self.endpoint, self.replay, self.dp_ranks, self.topic)
 
 
