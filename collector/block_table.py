@@ -29,6 +29,7 @@ FOREIGN_EXTRA = 8
 """Extra hash keys besides a LoRA name (multimodal, cache salt): tokens alone cannot match it."""
 
 _MS_MAX = (1 << 32) - 1
+GROW_MIN = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +199,8 @@ class BlockTable:
             child = next_sibling[child]
 
     # --- writes -------------------------------------------------------------------------------
+    # store_chain and remove are the ingest hot path: the common cases (a new block under a
+    # cached parent; dropping a leaf) are inlined, with columns bound to locals.
     def store_chain(
         self,
         hashes: list[int],
@@ -213,7 +216,6 @@ class BlockTable:
         """Apply one `BlockStored`: block i's parent is block i-1, block 0's is `parent`."""
         n = len(hashes)
         ms = self._ms(ts)
-        slot_of, count, last_ms = self._slot_of, self._count, self._last_ms
         if self.block_size == 0 and block_size > 0:
             self._set_block_size(block_size)
         tokens: array[int] | None = None
@@ -223,6 +225,16 @@ class BlockTable:
             except (OverflowError, TypeError):
                 tokens = None
         same_size = tokens is not None and block_size == self.block_size
+        slot_of, count, last_ms, flags = self._slot_of, self._count, self._last_ms, self._flags
+        first_ms, parents, free = self._first_ms, self._parent, self._free
+        first_child, next_sibling, prev_sibling = (
+            self._first_child,
+            self._next_sibling,
+            self._prev_sibling,
+        )
+        table_tokens, waiting = self._tokens, self._waiting
+        parent_slot = NO_SLOT if parent is None else slot_of.get(parent, NO_SLOT)
+        added = hittable_added = 0
         for i in range(n):
             block_hash = hashes[i]
             slot = slot_of.get(block_hash)
@@ -230,32 +242,74 @@ class BlockTable:
                 # Another physical copy of a cached hash.
                 count[slot] += 1
                 last_ms[slot] = ms
-                self.copies += 1
-                parent = block_hash
+                added += 1
+                parent, parent_slot = block_hash, slot
                 continue
-            slot = self._new_block(block_hash, parent, ms)
+            if not free:
+                self._grow()
+            slot = free.pop()
+            slot_of[block_hash] = slot
+            count[slot] = 1
+            first_ms[slot] = last_ms[slot] = ms
+            first_child[slot] = NO_SLOT
+            added += 1
+            if parent_slot != NO_SLOT:
+                # Under a cached parent: the common case.
+                parents[slot] = parent  # type: ignore[assignment]
+                hittable = flags[parent_slot] & HITTABLE
+                flags[slot] = HAS_PARENT | hittable
+                hittable_added += hittable
+                head = first_child[parent_slot]
+                next_sibling[slot] = head
+                prev_sibling[slot] = NO_SLOT
+                if head != NO_SLOT:
+                    prev_sibling[head] = slot
+                first_child[parent_slot] = slot
+            elif parent is None:
+                parents[slot] = 0
+                flags[slot] = HITTABLE
+                hittable_added += 1
+                next_sibling[slot] = prev_sibling[slot] = NO_SLOT
+            else:
+                parents[slot] = parent
+                flags[slot] = HAS_PARENT
+                next_sibling[slot] = prev_sibling[slot] = NO_SLOT
+                waiting.setdefault(parent, []).append(slot)
+                self.orphan_count += 1
             if tokens is not None:
                 chunk = tokens[i * block_size : (i + 1) * block_size]
                 if same_size:
-                    bs = block_size
-                    self._tokens[slot * bs : (slot + 1) * bs] = chunk
-                    self._flags[slot] |= HAS_TOKENS
+                    table_tokens[slot * block_size : (slot + 1) * block_size] = chunk
+                    flags[slot] |= HAS_TOKENS
                 else:
                     self._odd_tokens[slot] = tuple(chunk)
                 if parent is None:
                     self._roots.setdefault(chunk.tobytes(), []).append(slot)
-            extra = extra_keys[i] if extra_keys and i < len(extra_keys) else None
-            if lora_name is not None or extra is not None:
-                self._set_extras(slot, lora_name, extra)
+            if lora_name is not None or extra_keys is not None:
+                extra = extra_keys[i] if extra_keys and i < len(extra_keys) else None
+                if lora_name is not None or extra is not None:
+                    self._set_extras(slot, lora_name, extra)
             if raw_hashes is not None:
                 self._raw[block_hash] = raw_hashes[i]
                 if i == 0 and raw_parent is not None:
                     self._raw_parent[slot] = raw_parent
-            parent = block_hash
+            if waiting and block_hash in waiting:
+                self.hittable_count += hittable_added
+                hittable_added = 0
+                self._adopt(block_hash, slot)
+            parent, parent_slot = block_hash, slot
+        self.copies += added
+        self.hittable_count += hittable_added
 
     def remove(self, block_hashes: list[int]) -> None:
         """Apply one `BlockRemoved`: one copy of each hash is gone."""
-        slot_of, count = self._slot_of, self._count
+        slot_of, count, flags, parents = self._slot_of, self._count, self._flags, self._parent
+        first_child, next_sibling, prev_sibling = (
+            self._first_child,
+            self._next_sibling,
+            self._prev_sibling,
+        )
+        free = self._free
         for block_hash in block_hashes:
             slot = slot_of.get(block_hash)
             if slot is None:
@@ -265,50 +319,51 @@ class BlockTable:
             left = count[slot] - 1
             if left:
                 count[slot] = left
+                continue
+            slot_flags = flags[slot]
+            parent_slot = (
+                slot_of.get(parents[slot], NO_SLOT) if slot_flags & HAS_PARENT else NO_SLOT
+            )
+            if (
+                parent_slot != NO_SLOT
+                and parent_slot != slot
+                and first_child[slot] == NO_SLOT
+                and not slot_flags & ~(HAS_PARENT | HITTABLE | HAS_TOKENS)
+            ):
+                # A leaf under a cached parent: the common case (vLLM evicts tails first).
+                del slot_of[block_hash]
+                prev, following = prev_sibling[slot], next_sibling[slot]
+                if prev == NO_SLOT:
+                    first_child[parent_slot] = following
+                else:
+                    next_sibling[prev] = following
+                if following != NO_SLOT:
+                    prev_sibling[following] = prev
+                if slot_flags & HITTABLE:
+                    self.hittable_count -= 1
+                flags[slot] = 0
+                if self._raw:
+                    self._raw.pop(block_hash, None)
+                free.append(slot)
             else:
-                self._drop_block(block_hash, slot)
+                self._drop_block(block_hash, slot, parent_slot)
 
     # --- the tree -----------------------------------------------------------------------------
-    def _new_block(self, block_hash: int, parent: int | None, ms: int) -> int:
-        slot = self._free.pop() if self._free else self._grow()
-        self._slot_of[block_hash] = slot
-        self._count[slot] = 1
-        self.copies += 1
-        self._first_ms[slot] = self._last_ms[slot] = ms
-        self._first_child[slot] = self._next_sibling[slot] = self._prev_sibling[slot] = NO_SLOT
-        if parent is None:
-            self._flags[slot] = HITTABLE
-            self.hittable_count += 1
-            self._parent[slot] = 0
-        else:
-            self._parent[slot] = parent
-            parent_slot = self._slot_of.get(parent)
-            if parent_slot is None:
-                self._flags[slot] = HAS_PARENT
-                self._waiting.setdefault(parent, []).append(slot)
-                self.orphan_count += 1
-            else:
-                hittable = self._flags[parent_slot] & HITTABLE
-                self._flags[slot] = HAS_PARENT | hittable
-                self.hittable_count += hittable
-                self._link(parent_slot, slot)
-        orphans = self._waiting.pop(block_hash, None)
-        if orphans is not None:
-            # This hash was the missing ancestor of earlier orphans: they rejoin the tree.
-            self.orphan_count -= len(orphans)
-            for orphan in orphans:
-                self._link(slot, orphan)
-                if self._flags[slot] & HITTABLE:
-                    self._mark_subtree(orphan, True)
-        return slot
+    def _adopt(self, block_hash: int, slot: int) -> None:
+        """`block_hash` was the missing ancestor of earlier orphans: they rejoin the tree."""
+        orphans = self._waiting.pop(block_hash)
+        self.orphan_count -= len(orphans)
+        for orphan in orphans:
+            self._link(slot, orphan)
+            if self._flags[slot] & HITTABLE:
+                self._mark_subtree(orphan, True)
 
-    def _drop_block(self, block_hash: int, slot: int) -> None:
+    def _drop_block(self, block_hash: int, slot: int, parent_slot: int) -> None:
         flags = self._flags[slot]
         parent = self._parent[slot]
-        parent_slot = self._slot_of.get(parent) if flags & HAS_PARENT else None
         del self._slot_of[block_hash]
         if flags & HAS_PARENT:
-            if parent_slot is None:
+            if parent_slot == NO_SLOT:
                 self._waiting[parent].remove(slot)
                 if not self._waiting[parent]:
                     del self._waiting[parent]
@@ -385,19 +440,25 @@ class BlockTable:
         self.hittable_count += changed if hittable else -changed
 
     # --- storage ------------------------------------------------------------------------------
-    def _grow(self) -> int:
-        slot = len(self._count)
-        self._count.append(0)
-        self._parent.append(0)
-        self._first_child.append(NO_SLOT)
-        self._next_sibling.append(NO_SLOT)
-        self._prev_sibling.append(NO_SLOT)
-        self._flags.append(0)
-        self._first_ms.append(0)
-        self._last_ms.append(0)
+    def _grow(self) -> None:
+        """Add a chunk of free slots: allocation is then a `pop` from the free list."""
+        start = len(self._count)
+        n = max(GROW_MIN, start // 4)
+        for column, fill in (
+            (self._count, 0),
+            (self._parent, 0),
+            (self._first_child, NO_SLOT),
+            (self._next_sibling, NO_SLOT),
+            (self._prev_sibling, NO_SLOT),
+            (self._flags, 0),
+            (self._first_ms, 0),
+            (self._last_ms, 0),
+        ):
+            column.extend(array(column.typecode, [fill]) * n)
         if self.block_size:
-            self._tokens.extend(_zeros(self.block_size))
-        return slot
+            self._tokens.extend(array("I", bytes(4 * self.block_size * n)))
+        # Reversed, so that slots are handed out in increasing order.
+        self._free.extend(range(start + n - 1, start - 1, -1))
 
     def _set_block_size(self, block_size: int) -> None:
         self.block_size = block_size
@@ -414,13 +475,3 @@ class BlockTable:
     def _ms(self, ts: float) -> int:
         ms = int((ts - self.base_ts) * 1000)
         return 0 if ms < 0 else min(ms, _MS_MAX)
-
-
-_ZEROS: dict[int, array[int]] = {}
-
-
-def _zeros(n: int) -> array[int]:
-    zeros = _ZEROS.get(n)
-    if zeros is None:
-        zeros = _ZEROS[n] = array("I", bytes(4 * n))
-    return zeros

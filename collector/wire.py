@@ -184,6 +184,23 @@ def _from_typed(event: Any) -> KVEvent:
     return AllCleared()
 
 
+def _merge_removals(events: list[KVEvent]) -> list[KVEvent]:
+    """Join consecutive removals from one table into one event.
+
+    vLLM sends one `BlockRemoved` per evicted hash; applying them as one list is the same change
+    (removals commute with each other) at a fraction of the per-event cost.
+    """
+    merged: list[KVEvent] = []
+    for event in events:
+        if type(event) is BlocksRemoved and merged:
+            last = merged[-1]
+            if type(last) is BlocksRemoved and last.table == event.table:
+                last.hashes.extend(event.hashes)  # the lists are fresh from the decoder
+                continue
+        merged.append(event)
+    return merged
+
+
 # Positional field names of the array layout, in order after the tag.
 _ARRAY_FIELDS = {
     "BlockStored": (
@@ -278,7 +295,7 @@ class BatchDecoder:
             if i:
                 self._order.insert(0, self._order.pop(i))
             try:
-                events = [_from_typed(e) for e in wire.events]
+                events = _merge_removals([_from_typed(e) for e in wire.events])
             except MalformedPayload:
                 break  # a bad hash inside a typed event: sort it out event by event below
             return Batch(seq, wire.ts, wire.data_parallel_rank, events)
@@ -305,4 +322,4 @@ class BatchDecoder:
                 dropped += 1
                 if errors is not None:
                     errors.append(exc)
-        return Batch(seq, float(ts), rank, events, dropped_events=dropped)
+        return Batch(seq, float(ts), rank, _merge_removals(events), dropped_events=dropped)
