@@ -1,8 +1,8 @@
 """The collector's vocabulary: identifiers and the domain events that wire decoding produces.
 
-Nothing here knows about msgpack or sockets. The events are msgspec Structs only because they
-are built once per event on the ingest hot path, where they cost a third of a dataclass. Past `wire.to_batch`, every block hash is an
-unsigned 64-bit int (vLLM's int form), whatever form it travelled in.
+Nothing here knows about msgpack or sockets. Past `wire.BatchDecoder`, every block hash is an
+unsigned 64-bit int (vLLM's int form), whatever form it travelled in. The events are msgspec
+Structs only because one is built per event on the ingest hot path, where a dataclass costs more.
 """
 
 from __future__ import annotations
