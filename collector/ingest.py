@@ -76,8 +76,9 @@ class _Replay:
     received: int = 0
 
 
-BatchObserver = Callable[["StreamIngest", Batch], None]
-"""Called after each batch is applied to the map (history and rollups hang off this)."""
+BatchObserver = Callable[["StreamIngest", Batch, bytes, float], None]
+"""Called after each batch is applied, with its payload as received and the receive time:
+history and rollups hang off this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +273,7 @@ class StreamIngest:
         if self.degraded is not None and any(type(e) is AllCleared for e in batch.events):
             self._undegrade(seq, now)
         for observer in self.observers:
-            observer(self, batch)
+            observer(self, batch, payload, now)
 
     # --- replay -------------------------------------------------------------------------------
     def _request_replay(self, start: int, now: float) -> ReplayRequest | None:

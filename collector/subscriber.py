@@ -3,6 +3,9 @@
 Only framing happens here; every decision about sequence, replay and the map is `StreamIngest`'s.
 The loop runs in one thread and owns the maps; readers take `Collector.lock`.
 
+Times passed to the ingest are wall-clock (`time.time()`): they are reported (degraded since,
+last message) and stored, and a recorded stream replays with its recorded receive times.
+
 Boot order matters: a SUB socket loses what is published before its subscription reaches the
 publisher (the slow joiner), so each stream asks for a replay once its connection's handshake
 has succeeded, not before.
@@ -218,7 +221,7 @@ class Collector:
         return (0, 0) if s is None else (s.connects, s.disconnects)
 
     def is_silent(self, stream: StreamId, now: float | None = None) -> bool:
-        silent = self.ingests[stream].silent_for(time.monotonic() if now is None else now)
+        silent = self.ingests[stream].silent_for(time.time() if now is None else now)
         return silent is None or silent >= self.settings.silent_after_s
 
     # --- the loop -----------------------------------------------------------------------------
@@ -250,7 +253,7 @@ class Collector:
                         self._drain_replay(stream)
                     else:
                         self._on_monitor(stream)
-            now = time.monotonic()
+            now = time.time()
             with self.lock:
                 for stream in self._streams.values():
                     if stream.reopen_if_due(now):
@@ -266,7 +269,7 @@ class Collector:
                 frames = stream.sub.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            request = stream.ingest.live_frames(frames, time.monotonic())
+            request = stream.ingest.live_frames(frames, time.time())
             if request is not None:
                 stream.send_replay(request)
 
@@ -277,7 +280,7 @@ class Collector:
                 frames = dealer.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if stream.ingest.replay_frames(frames, time.monotonic()):
+            if stream.ingest.replay_frames(frames, time.time()):
                 stream.close_dealer()
                 return
 
@@ -291,9 +294,9 @@ class Collector:
             if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 stream.handshake_done()
                 logger.info("%s: connected to %s", stream.spec.stream, stream.spec.endpoint)
-                request = stream.ingest.connected(time.monotonic())
+                request = stream.ingest.connected(time.time())
                 if request is not None:
                     stream.send_replay(request)
             elif kind == zmq.EVENT_DISCONNECTED:
-                stream.lost_connection(time.monotonic())
+                stream.lost_connection(time.time())
                 logger.warning("%s: disconnected from %s", stream.spec.stream, stream.spec.endpoint)

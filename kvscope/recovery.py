@@ -51,7 +51,7 @@ class RecoveryTracker:
         self._open[cleared.stream] = recovery
         self._last[cleared.stream] = (0, 0, 0)
 
-    def __call__(self, ingest: StreamIngest, batch: Batch) -> None:
+    def __call__(self, ingest: StreamIngest, batch: Batch, payload: bytes, now: float) -> None:
         recovery = self._open.get(ingest.stream)
         totals = ingest.map.totals()
         now = (totals.blocks, totals.hittable, totals.orphans)

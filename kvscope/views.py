@@ -32,7 +32,7 @@ def stream_table(collector: Collector) -> Table:
         "state",
     ):
         table.add_column(column)
-    now = time.monotonic()
+    now = time.time()
     with collector.lock:
         for stream, ingest in collector.ingests.items():
             stats = ingest.map.stats()
