@@ -51,12 +51,12 @@ class RecoveryTracker:
         self._open[cleared.stream] = recovery
         self._last[cleared.stream] = (0, 0, 0)
 
-    def __call__(self, ingest: StreamIngest, batch: Batch, payload: bytes, now: float) -> None:
+    def __call__(self, ingest: StreamIngest, batch: Batch, payload: bytes, recv_ts: float) -> None:
         recovery = self._open.get(ingest.stream)
         totals = ingest.map.totals()
-        now = (totals.blocks, totals.hittable, totals.orphans)
-        before_this_batch = self._last.get(ingest.stream, now)
-        self._last[ingest.stream] = now
+        current = (totals.blocks, totals.hittable, totals.orphans)
+        before_this_batch = self._last.get(ingest.stream, current)
+        self._last[ingest.stream] = current
         if recovery is None or batch.seq == recovery.seq:
             return
         for offset in self.offsets:
