@@ -72,8 +72,11 @@ class StreamCounters:
 class _Replay:
     start_seq: int
     deadline: float
+    epoch: int = 0
     held: list[tuple[int, bytes]] = field(default_factory=list)
     received: int = 0
+    verify_seq: int | None = None
+    """The seq of our last applied batch, whose payload the replay must repeat exactly."""
 
 
 BatchObserver = Callable[["StreamIngest", Batch, bytes, float], None]
@@ -119,16 +122,25 @@ class StreamIngest:
         self.restarts_at: list[tuple[int, float]] = []
         """(new epoch, receive time) of each restart noticed."""
         self._replay: _Replay | None = None
-        self._asked: set[tuple[int, int]] = set()
-        """(epoch, start seq) of replays already tried, so a hopeless gap is asked once."""
+        self._hopeless: set[tuple[int, int]] = set()
+        """(epoch, start seq) of gaps a replay could not fill: they are not asked for again."""
+        self._outbox: ReplayRequest | None = None
         self._recent: deque[tuple[int, bytes]] = deque(maxlen=RECENT_BATCHES)
         self._log = RateLimitedLog(logger)
 
     # --- what the subscriber calls ------------------------------------------------------------
+    # Each call may leave a replay request behind (`take_replay_request`); the live and connect
+    # calls also return it, as that is where one usually arises.
     def connected(self, now: float) -> ReplayRequest | None:
-        """The socket (re)connected: replay what was published before we could hear it."""
-        start = 0 if self.expected is None else self.expected
-        return self._request_replay(start, now)
+        """The socket (re)connected: replay what was published before we could hear it.
+
+        After a reconnect the replay starts at the last batch applied, not the one after: if
+        the publisher restarted meanwhile, that seq now holds another batch, which tells us so
+        even when the new run has already gone past the old seq.
+        """
+        start = 0 if self.last_seq is None or self.expected is None else self.last_seq
+        self._request_replay(start, now, verify_seq=self.last_seq if start else None)
+        return self.take_replay_request()
 
     def live_frames(self, frames: list[bytes], now: float) -> ReplayRequest | None:
         """One message from the SUB socket: [topic, seq, payload]."""
@@ -141,18 +153,22 @@ class StreamIngest:
         if seq is None:
             return None
         if self._replay is not None:
-            if len(self._replay.held) >= MAX_HELD_LIVE:
-                self._replay_failed("too many live batches held during replay", now)
-            else:
+            if len(self._replay.held) < MAX_HELD_LIVE:
                 self._replay.held.append((seq, payload))
                 return None
-        return self._accept(seq, payload, now, may_replay=True)
+            self._replay_failed("too many live batches held during replay", now)
+        if self._replay is not None:
+            self._replay.held.append((seq, payload))  # a replay asked for while releasing
+        else:
+            self._accept(seq, payload, now)
+        return self.take_replay_request()
 
     def replay_frames(self, frames: list[bytes], now: float) -> bool:
-        """One reply from the replay socket; True once the replay has ended (marker or error).
+        """One reply from the replay socket; True once that replay has ended (marker or error).
 
         Layouts: `[b"", topic, seq, payload]` (vLLM >= 0.26) or `[b"", seq, payload]` (older),
-        each ending with a marker whose seq frame is 0xff * 8.
+        each ending with a marker whose seq frame is 0xff * 8. A replay that ends may leave the
+        next one to send in `take_replay_request`.
         """
         replay = self._replay
         if replay is None:
@@ -174,20 +190,36 @@ class StreamIngest:
         if seq is None:
             self._replay_failed("malformed replay seq", now)
             return True
+        first = replay.received == 0
         replay.received += 1
+        if first and seq > replay.start_seq:
+            # The publisher's buffer no longer reaches back to what we asked for.
+            self._hopeless.add((self.epoch, replay.start_seq))
+            replay.verify_seq = None
+        if replay.verify_seq is not None and seq == replay.verify_seq:
+            replay.verify_seq = None
+            if not self._is_duplicate(seq, payload):
+                # Our last batch's seq holds another batch: the publisher started over.
+                self._restart(seq, now)
+                self._supersede_replay(now)
+                return True
         if self.expected is not None and seq < self.expected:
             # A replay answers with seq >= what was asked: older ones are ours already.
             self.counters.duplicates += 1
             return False
-        # A first reply beyond the seq asked for means the buffer no longer reaches back:
-        # _accept declares that gap, since replaying it again cannot help.
-        self._accept(seq, payload, now, may_replay=False)
+        self._accept(seq, payload, now)
         return False
 
-    def tick(self, now: float) -> None:
+    def tick(self, now: float) -> ReplayRequest | None:
         """Give up on a replay that has not ended in time."""
         if self._replay is not None and now >= self._replay.deadline:
             self._replay_failed("replay timed out", now)
+        return self.take_replay_request()
+
+    def take_replay_request(self) -> ReplayRequest | None:
+        """The replay to send now, if the last call asked for one (each is handed out once)."""
+        request, self._outbox = self._outbox, None
+        return request
 
     @property
     def replaying(self) -> bool:
@@ -197,34 +229,36 @@ class StreamIngest:
         return None if self.last_message_at is None else now - self.last_message_at
 
     # --- sequence rules -----------------------------------------------------------------------
-    def _accept(
-        self, seq: int, payload: bytes, now: float, may_replay: bool
-    ) -> ReplayRequest | None:
+    def _accept(self, seq: int, payload: bytes, now: float) -> None:
         expected = self.expected
         if expected is None:
-            if seq != 0:
-                if may_replay and self.can_replay and (self.epoch, 0) not in self._asked:
-                    return self._hold_and_replay(0, seq, payload, now)
+            if seq != 0 and not self._replay_gap(0, seq, payload, now):
                 self._degrade("joined mid-stream", 0, seq - 1, now)
+                self._apply(seq, payload, now)
+            elif seq == 0:
+                self._apply(seq, payload, now)
+        elif seq == expected:
             self._apply(seq, payload, now)
-            return None
-        if seq == expected:
-            self._apply(seq, payload, now)
-            return None
-        if seq > expected:
-            if may_replay and self.can_replay and (self.epoch, expected) not in self._asked:
-                self.counters.gaps += 1
-                return self._hold_and_replay(expected, seq, payload, now)
+        elif seq > expected:
             self.counters.gaps += 1
-            self.counters.missing_batches += seq - expected
-            self._degrade("gap not recovered", expected, seq - 1, now)
-            self._apply(seq, payload, now)
-            return None
-        if self._is_duplicate(seq, payload):
+            if not self._replay_gap(expected, seq, payload, now):
+                self.counters.missing_batches += seq - expected
+                self._degrade("gap not recovered", expected, seq - 1, now)
+                self._apply(seq, payload, now)
+        elif self._is_duplicate(seq, payload):
             self.counters.duplicates += 1
-            return None
-        self._restart(seq, now)
-        return self._accept(seq, payload, now, may_replay)
+        else:
+            self._restart(seq, now)
+            self._accept(seq, payload, now)
+
+    def _replay_gap(self, start: int, seq: int, payload: bytes, now: float) -> bool:
+        """Ask for the batches from `start` on and hold this one; False if that cannot help."""
+        if not self.can_replay or self._replay is not None or (self.epoch, start) in self._hopeless:
+            return False
+        self._request_replay(start, now)
+        assert self._replay is not None
+        self._replay.held.append((seq, payload))
+        return True
 
     def _is_duplicate(self, seq: int, payload: bytes) -> bool:
         return any(s == seq and p == payload for s, p in self._recent)
@@ -276,23 +310,16 @@ class StreamIngest:
             observer(self, batch, payload, now)
 
     # --- replay -------------------------------------------------------------------------------
-    def _request_replay(self, start: int, now: float) -> ReplayRequest | None:
+    def _request_replay(self, start: int, now: float, verify_seq: int | None = None) -> None:
         if not self.can_replay or self._replay is not None:
-            return None
-        self._asked.add((self.epoch, start))
-        self._replay = _Replay(start, now + self.replay_timeout_s)
+            return
+        self._replay = _Replay(
+            start, now + self.replay_timeout_s, self.epoch, verify_seq=verify_seq
+        )
+        self._outbox = ReplayRequest(start)
         self.counters.replays_requested += 1
-        return ReplayRequest(start)
-
-    def _hold_and_replay(self, start: int, seq: int, payload: bytes, now: float) -> ReplayRequest:
-        request = self._request_replay(start, now)
-        assert request is not None and self._replay is not None  # checked by the callers
-        self._replay.held.append((seq, payload))
-        return request
 
     def _replay_done(self, now: float) -> None:
-        replay = self._replay
-        assert replay is not None
         self.counters.replays_ok += 1
         self._release_held(now)
 
@@ -300,21 +327,48 @@ class StreamIngest:
         replay = self._replay
         assert replay is not None
         self.counters.replays_failed += 1
+        self._hopeless.add((replay.epoch, replay.start_seq))
         self._log.warning(f"replay:{self.stream}", "%s: %s", self.stream, why)
         self._release_held(now)
 
-    def _release_held(self, now: float) -> None:
-        """Apply what arrived live during the replay; a gap left now cannot be filled."""
+    def _supersede_replay(self, now: float) -> None:
+        """A restart seen mid-replay: this replay is of the new run from the wrong seq, so ask
+        again from 0, keeping what arrived live meanwhile."""
         replay = self._replay
         assert replay is not None
         self._replay = None
-        epoch = self.epoch
-        for seq, payload in replay.held:  # arrival order: a restart can make seqs go back
+        self._request_replay(0, now)
+        assert self._replay is not None
+        self._replay.held.extend(replay.held)
+
+    def _release_held(self, now: float) -> None:
+        """Apply what arrived live during the replay.
+
+        A gap still open from the replay's start cannot be filled by asking again; one that a
+        restart opens (a new epoch) can.
+        """
+        replay = self._replay
+        assert replay is not None
+        self._replay = None
+        self._hopeless.add((replay.epoch, replay.start_seq))
+        held = replay.held
+        for i, (seq, payload) in enumerate(held):  # arrival order: a restart makes seqs go back
             expected = self.expected
-            if epoch == self.epoch and expected is not None and replay.start_seq <= seq < expected:
+            if (
+                replay.epoch == self.epoch
+                and expected is not None
+                and replay.start_seq <= seq < expected
+            ):
                 self.counters.duplicates += 1  # the replay already brought it
                 continue
-            self._accept(seq, payload, now, may_replay=False)
+            self._accept(seq, payload, now)
+            if self._replay is not None:
+                # That batch showed a restart and asked for a new replay: the rest waits for it.
+                self._replay.held.extend(held[i + 1 :])
+                return
+        if not held or replay.received == 0:
+            # Nothing to show the replay could not help: asking again later may.
+            self._hopeless.discard((replay.epoch, replay.start_seq))
 
     # --- degraded -----------------------------------------------------------------------------
     def _degrade(self, reason: str, from_seq: int, to_seq: int | None, now: float) -> None:

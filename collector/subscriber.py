@@ -259,9 +259,11 @@ class Collector:
                     if stream.reopen_if_due(now):
                         logger.info("%s: reopened %s", stream.spec.stream, stream.spec.endpoint)
                     if stream.ingest.replaying:
-                        stream.ingest.tick(now)
+                        request = stream.ingest.tick(now)
                         if not stream.ingest.replaying:
                             stream.close_dealer()
+                        if request is not None:
+                            stream.send_replay(request)
 
     def _drain_live(self, stream: _Stream) -> None:
         for _ in range(DRAIN_LIMIT):
@@ -282,6 +284,9 @@ class Collector:
                 return
             if stream.ingest.replay_frames(frames, time.time()):
                 stream.close_dealer()
+                request = stream.ingest.take_replay_request()
+                if request is not None:
+                    stream.send_replay(request)  # a restart or a gap showed up meanwhile
                 return
 
     def _on_monitor(self, stream: _Stream) -> None:

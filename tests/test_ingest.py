@@ -128,6 +128,10 @@ def test_a_replay_that_starts_late_cannot_fill_the_gap() -> None:
     assert ingest.live_frames(frames(9, payload(store(9))), 0.0) == ReplayRequest(1)
     ingest.replay_frames([b"", b"", (5).to_bytes(8, "big"), payload(store(5))], 0.0)
     ingest.replay_frames([b"", b"", END_SEQ, b""], 0.0)
+    # 1..4 are gone for good; 6..8 may have been lost live after the replay was served.
+    assert ingest.take_replay_request() == ReplayRequest(6)
+    ingest.replay_frames([b"", b"", END_SEQ, b""], 0.0)
+    assert ingest.take_replay_request() is None
     assert ingest.degraded is not None
     assert (ingest.degraded.from_seq, ingest.degraded.to_seq) == (1, 8)
     assert ingest.last_seq == 9
