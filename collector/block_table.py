@@ -96,6 +96,65 @@ class BlockTable:
         self._raw_parent: dict[int, bytes] = {}
         """slot -> its parent's bytes, for chain heads of publishers that send bytes hashes."""
 
+    # --- checkpoints --------------------------------------------------------------------------
+    _COLUMNS = (
+        "_count",
+        "_parent",
+        "_first_child",
+        "_next_sibling",
+        "_prev_sibling",
+        "_flags",
+        "_first_ms",
+        "_last_ms",
+        "_tokens",
+    )
+
+    def to_state(self) -> dict[str, Any]:
+        """Everything this table holds, as plain values (columns as bytes), for checkpoints."""
+        return {
+            "medium": self.key.medium,
+            "group": self.key.group,
+            "base_ts": self.base_ts,
+            "block_size": self.block_size,
+            "counts": [self.hittable_count, self.orphan_count, self.copies, self.unknown_removals],
+            "hashes": array("Q", self._slot_of).tobytes(),
+            "slots": array("i", self._slot_of.values()).tobytes(),
+            "columns": [getattr(self, name).tobytes() for name in self._COLUMNS],
+            "free": array("i", self._free).tobytes(),
+            "waiting": list(self._waiting.items()),
+            "roots": list(self._roots.items()),
+            "odd_tokens": list(self._odd_tokens.items()),
+            "extras": [(slot, lora, extra) for slot, (lora, extra) in self._extras.items()],
+            "raw": list(self._raw.items()),
+            "raw_parent": list(self._raw_parent.items()),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> BlockTable:
+        table = cls(TableKey(state["medium"], state["group"]), state["base_ts"])
+        table.block_size = state["block_size"]
+        table.hittable_count, table.orphan_count, table.copies, table.unknown_removals = state[
+            "counts"
+        ]
+        hashes, slots = array("Q"), array("i")
+        hashes.frombytes(state["hashes"])
+        slots.frombytes(state["slots"])
+        table._slot_of = dict(zip(hashes, slots, strict=True))
+        for name, data in zip(cls._COLUMNS, state["columns"], strict=True):
+            column = array(getattr(table, name).typecode)
+            column.frombytes(data)
+            setattr(table, name, column)
+        free = array("i")
+        free.frombytes(state["free"])
+        table._free = free.tolist()
+        table._waiting = {parent: list(slots) for parent, slots in state["waiting"]}
+        table._roots = {bytes(key): list(slots) for key, slots in state["roots"]}
+        table._odd_tokens = {slot: tuple(tokens) for slot, tokens in state["odd_tokens"]}
+        table._extras = {slot: (lora, extra) for slot, lora, extra in state["extras"]}
+        table._raw = {h: bytes(raw) for h, raw in state["raw"]}
+        table._raw_parent = {slot: bytes(raw) for slot, raw in state["raw_parent"]}
+        return table
+
     # --- reads --------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self._slot_of)
