@@ -50,7 +50,8 @@ class DegradedInterval:
     """Receive time at which it was noticed."""
     epoch: int
     cleared_at_seq: int | None = None
-    """The seq of the clear or restart that made the map known again."""
+    """The seq of the batch whose clear made the map known again (None: it ended with its
+    epoch, at a restart, or is still open)."""
     cleared_at: float | None = None
 
 
@@ -84,6 +85,10 @@ BatchObserver = Callable[["StreamIngest", Batch, bytes, float], None]
 history and rollups hang off this."""
 
 
+PreApplyHook = Callable[["StreamIngest", Batch], None]
+"""Called with each decoded batch just before it changes the map."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayRequest:
     """Ask the publisher's replay socket for every buffered batch from `start_seq` on."""
@@ -103,9 +108,11 @@ class StreamIngest:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         listeners: list[MapListener] | None = None,
         observers: list[BatchObserver] | None = None,
+        pre_apply: list[PreApplyHook] | None = None,
     ) -> None:
         self.stream = stream
         self.observers = list(observers or [])
+        self.pre_apply = list(pre_apply or [])
         self.can_replay = can_replay
         self.replay_timeout_s = replay_timeout_s
         self.max_message_bytes = max_message_bytes
@@ -277,7 +284,7 @@ class StreamIngest:
             self.epoch,
         )
         self.map.clear(ClearReason.RESTART, seq, now, self.epoch - 1, self.degraded is not None)
-        self._undegrade(seq, now)
+        self._undegrade(None, now)
         self.expected = None
         self._recent.clear()
 
@@ -302,6 +309,8 @@ class StreamIngest:
                 self._degrade("event dropped", seq, seq, now)
         if batch.rank is not None and batch.rank != self.stream.rank:
             self.counters.rank_mismatches += 1
+        for hook in self.pre_apply:
+            hook(self, batch)
         self.map.apply(batch, self.epoch, self.degraded is not None)
         self.counters.batches_applied += 1
         if self.degraded is not None and any(type(e) is AllCleared for e in batch.events):
@@ -386,7 +395,7 @@ class StreamIngest:
         elif to_seq is not None:
             self.degraded.to_seq = max(self.degraded.to_seq or to_seq, to_seq)
 
-    def _undegrade(self, seq: int, now: float) -> None:
+    def _undegrade(self, seq: int | None, now: float) -> None:
         if self.degraded is not None:
             self.degraded.cleared_at_seq = seq
             self.degraded.cleared_at = now

@@ -26,6 +26,7 @@ from kvscope.collector.endpoints import StreamEndpoint
 from kvscope.collector.ingest import (
     DEFAULT_MAX_MESSAGE_BYTES,
     BatchObserver,
+    PreApplyHook,
     ReplayRequest,
     StreamIngest,
 )
@@ -155,6 +156,7 @@ class Collector:
         listeners: Iterable[MapListener] = (),
         settings: CollectorSettings | None = None,
         observers: Iterable[BatchObserver] = (),
+        pre_apply: Iterable[PreApplyHook] = (),
     ) -> None:
         self.settings = settings or CollectorSettings()
         self.lock = threading.RLock()
@@ -162,7 +164,7 @@ class Collector:
         self.ingests: dict[StreamId, StreamIngest] = {}
         self._specs = list(endpoints)
         self._listeners = list(listeners)
-        observer_list = list(observers)
+        observer_list, pre_apply_list = list(observers), list(pre_apply)
         for spec in self._specs:
             self.ingests[spec.stream] = StreamIngest(
                 spec.stream,
@@ -171,6 +173,7 @@ class Collector:
                 max_message_bytes=self.settings.max_message_bytes,
                 listeners=self._listeners,
                 observers=observer_list,
+                pre_apply=pre_apply_list,
             )
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._streams: dict[StreamId, _Stream] = {}

@@ -20,6 +20,14 @@ from kvscope.collector.playback import play_into
 from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
 from kvscope.config import Config, ConfigError, ReplicaConfig, load_file, parse_replica_flag
+from kvscope.store_commands import (
+    DEFAULT_STORE,
+    StoreOption,
+    closing_writer,
+    hooks_of,
+    open_writer,
+    register,
+)
 from kvscope.views import stream_table
 
 app = typer.Typer(
@@ -125,6 +133,7 @@ def collect(
         float | None, typer.Option(help="Stop after this many seconds (default: run until ^C).")
     ] = None,
     live: Annotated[bool, typer.Option(help="Show the live terminal view.")] = True,
+    store: StoreOption = DEFAULT_STORE,
 ) -> None:
     """Subscribe to replicas' KV event streams and keep each one's prefix-cache map."""
     try:
@@ -139,9 +148,10 @@ def collect(
         streams = [s for r in config.replicas for s in r.streams()]
     except ConfigError as exc:
         raise _fail(str(exc)) from exc
-    collector = Collector(streams, settings=config.collector)
+    writer = open_writer(store)
+    collector = Collector(streams, settings=config.collector, **hooks_of(writer))
     deadline = None if duration is None else time.monotonic() + duration
-    with collector:
+    with collector, closing_writer(writer):
         try:
             if live:
                 with Live(stream_table(collector), console=console, refresh_per_second=2) as view:
@@ -166,6 +176,7 @@ def replay(
         typer.Option(help="SEQ[,SEQ...]: write the map after every batch with seq <= SEQ."),
     ] = None,
     dump_dir: Annotated[Path | None, typer.Option(help="Where DIR/SEQ.jsonl dumps go.")] = None,
+    store: StoreOption = "none",
 ) -> None:
     """Feed a recorded stream through the live ingest path; optionally dump the map on the way."""
     try:
@@ -178,8 +189,10 @@ def replay(
         records = list(read_capture(capture))
     except (OSError, ValueError, EOFError) as exc:
         raise _fail(f"cannot read capture {capture}: {exc}") from exc
-    ingest = StreamIngest(StreamId(replica, rank), can_replay=False)
-    with Progress(console=err, transient=True) as progress:
+    writer = open_writer(store)
+    hooks = hooks_of(writer)
+    ingest = StreamIngest(StreamId(replica, rank), can_replay=False, **hooks)
+    with Progress(console=err, transient=True) as progress, closing_writer(writer):
         task = progress.add_task("replaying", total=len(records))
         written = play_into(
             ingest,
@@ -220,6 +233,8 @@ def demo(
 
     raise typer.Exit(run_demo(console, speed))
 
+
+register(app)
 
 if __name__ == "__main__":
     app()

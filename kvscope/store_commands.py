@@ -1,0 +1,212 @@
+"""The store's side of the command line: `--store`, and `dump`, `resets`, `db upgrade`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+
+from kvscope.collector.dump import map_lines
+from kvscope.collector.types import StreamId
+from kvscope.storage import schema
+from kvscope.storage.engine import DEFAULT_STORE as _DEFAULT_STORE
+from kvscope.storage.engine import open_store
+from kvscope.storage.history import (
+    NotInStore,
+    position_at_seq,
+    position_at_time,
+    rebuild,
+    stream_id,
+)
+from kvscope.storage.writer import StoreWriter
+
+DEFAULT_STORE = _DEFAULT_STORE
+NO_STORE = "none"
+StoreOption = Annotated[
+    str,
+    typer.Option(
+        envvar="KVSCOPE_STORE",
+        help="SQLAlchemy URL of the store: sqlite:///FILE (WAL; the default) or "
+        "postgresql+psycopg://USER@HOST/DB; 'none' keeps nothing.",
+    ),
+]
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/] {message}")
+    return typer.Exit(2)
+
+
+def open_writer(url: str) -> StoreWriter | None:
+    if url == NO_STORE:
+        return None
+    try:
+        return StoreWriter(open_store(url))
+    except SQLAlchemyError as exc:
+        raise _fail(f"cannot open store {url}: {str(exc).splitlines()[0]}") from exc
+
+
+def hooks_of(writer: StoreWriter | None) -> dict[str, Any]:
+    """Collector / ingest keyword arguments that connect `writer` (nothing without one)."""
+    if writer is None:
+        return {}
+    return {
+        "listeners": [writer],
+        "observers": [writer.after_batch],
+        "pre_apply": [writer.before_batch],
+    }
+
+
+@contextmanager
+def closing_writer(writer: StoreWriter | None) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        if writer is not None:
+            writer.close()
+            if writer.stats.batches_dropped:
+                err.print(
+                    f"[yellow]store: {writer.stats.batches_dropped} batches dropped "
+                    "(marked incomplete in the store)[/]"
+                )
+
+
+def parse_instant(text: str) -> float:
+    """Unix seconds from `1700000000.5` or an ISO-8601 time (UTC when no zone is given)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise _fail(f"--at {text!r}: expected Unix seconds or an ISO-8601 time") from exc
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def dump(
+    replica: Annotated[str, typer.Option(help="Replica name.")],
+    store: StoreOption = DEFAULT_STORE,
+    rank: Annotated[int, typer.Option(help="Data-parallel rank.")] = 0,
+    seq: Annotated[int | None, typer.Option(help="The map after batch SEQ.")] = None,
+    epoch: Annotated[
+        int | None, typer.Option(help="With --seq: which epoch (default: the latest with it).")
+    ] = None,
+    at: Annotated[
+        str | None, typer.Option(help="The map at this instant (Unix seconds or ISO-8601).")
+    ] = None,
+) -> None:
+    """Print a stored map, after a seq or at an instant, as jsonl (one line per block)."""
+    if (seq is None) == (at is None):
+        raise _fail("give exactly one of --seq and --at")
+    engine = open_store(store)
+    try:
+        with engine.connect() as conn:
+            sid = stream_id(conn, replica, rank)
+            if seq is not None:
+                position = position_at_seq(conn, sid, seq, epoch)
+            else:
+                assert at is not None
+                position = position_at_time(conn, sid, parse_instant(at))
+            rebuilt = rebuild(conn, position, StreamId(replica, rank))
+    except NotInStore as exc:
+        raise _fail(str(exc)) from exc
+    encoder = msgspec.json.Encoder()
+    out = sys.stdout.buffer
+    for line in map_lines(rebuilt.map):
+        out.write(encoder.encode(line) + b"\n")
+    out.flush()
+    p = rebuilt.position
+    err.print(
+        f"{replica}/dp{rank} epoch {p.epoch} seq {p.seq} (ts {p.ts:.3f}): "
+        f"{rebuilt.map.totals().blocks} blocks"
+    )
+    for reason in rebuilt.unknown_because:
+        err.print(f"[yellow]warning: the map may be incomplete here: {reason}[/]")
+
+
+def resets(
+    store: StoreOption = DEFAULT_STORE,
+    replica: Annotated[str | None, typer.Option(help="Only this replica.")] = None,
+) -> None:
+    """List the stored resets with their before and recovery."""
+    engine = open_store(store)
+    r, s, rr = schema.resets, schema.streams, schema.reset_recovery
+    query = select(r, s.c.replica, s.c.rank).join(s, s.c.id == r.c.stream_id).order_by(r.c.ts)
+    if replica is not None:
+        query = query.where(s.c.replica == replica)
+    table = Table(title="resets (blocks / hittable)")
+    for column in (
+        "id",
+        "time (UTC)",
+        "replica",
+        "reason",
+        "mode",
+        "before",
+        "+1 s",
+        "+10 s",
+        "+60 s",
+        "50 %",
+        "90 %",
+    ):
+        table.add_column(column)
+    with engine.connect() as conn:
+        rows = conn.execute(query).all()
+        points: dict[int, dict[float, Any]] = {}
+        for p in conn.execute(select(rr)):
+            points.setdefault(p.reset_id, {})[p.offset_s] = p
+
+        def at(reset_id: int, offset: float) -> str:
+            p = points.get(reset_id, {}).get(offset)
+            return "-" if p is None else f"{p.blocks} / {p.hittable}"
+
+        def secs(value: float | None) -> str:
+            return "-" if value is None else f"{value:.1f} s"
+
+        for row in rows:
+            table.add_row(
+                str(row.id),
+                datetime.fromtimestamp(row.ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S"),
+                f"{row.replica}/dp{row.rank}",
+                row.reason,
+                row.mode or "-",
+                f"{row.before_blocks} / {row.before_hittable}",
+                at(row.id, 1.0),
+                at(row.id, 10.0),
+                at(row.id, 60.0),
+                secs(row.t50_s),
+                secs(row.t90_s),
+            )
+    console.print(table)
+
+
+db_app = typer.Typer(help="The store's schema.", no_args_is_help=True)
+
+
+@db_app.command("upgrade")
+def db_upgrade(store: StoreOption = DEFAULT_STORE) -> None:
+    """Create or migrate the store's tables to the current schema."""
+    try:
+        open_store(store)
+    except SQLAlchemyError as exc:
+        raise _fail(f"cannot migrate {store}: {str(exc).splitlines()[0]}") from exc
+    console.print(f"{store}: schema up to date")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(dump)
+    app.command()(resets)
+    app.add_typer(db_app, name="db")

@@ -1,0 +1,158 @@
+"""Reading the store: the map of any stream at any past instant, resets, and what was kept.
+
+A map is rebuilt from the newest checkpoint at or before the instant plus the logged batches
+after it, through the same decoder and map code as live traffic, so it is the map the collector
+held at that instant, hash for hash. Whether that map was complete is said too: a degraded or
+incomplete interval covering the instant makes it unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, select
+
+from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.snapshot import decode_map
+from kvscope.collector.types import StreamId
+from kvscope.collector.wire import BatchDecoder
+from kvscope.storage import schema
+
+
+class NotInStore(LookupError):
+    """The stream, seq or instant is not in the store (or outside what it retains)."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """A point in a stream's history: after applying batch `seq` of `epoch`."""
+
+    stream_id: int
+    epoch: int
+    seq: int
+    ts: float
+
+
+@dataclass
+class RebuiltMap:
+    map: PrefixMap
+    position: Position
+    from_checkpoint_seq: int | None
+    batches_replayed: int
+    unknown_because: list[str]
+    """Degraded or incomplete intervals covering the instant: the map may be incomplete."""
+
+
+def stream_id(conn: Connection, replica: str, rank: int = 0) -> int:
+    t = schema.streams
+    found = conn.execute(
+        select(t.c.id).where(t.c.replica == replica, t.c.rank == rank)
+    ).scalar_one_or_none()
+    if found is None:
+        raise NotInStore(f"no stream {replica}/dp{rank} in the store")
+    return int(found)
+
+
+def position_at_seq(conn: Connection, sid: int, seq: int, epoch: int | None = None) -> Position:
+    """After batch `seq` (of `epoch`, default the latest epoch that has it)."""
+    t = schema.batches
+    query = select(t.c.epoch, t.c.seq, t.c.ts).where(t.c.stream_id == sid, t.c.seq <= seq)
+    if epoch is not None:
+        query = query.where(t.c.epoch == epoch)
+    else:
+        latest = select(t.c.epoch).where(t.c.stream_id == sid, t.c.seq == seq)
+        query = query.where(
+            t.c.epoch == latest.order_by(t.c.epoch.desc()).limit(1).scalar_subquery()
+        )
+    row = conn.execute(query.order_by(t.c.seq.desc()).limit(1)).first()
+    if row is None:
+        raise NotInStore(f"seq {seq} is not in the stored log")
+    return Position(sid, row.epoch, row.seq, row.ts)
+
+
+def position_at_time(conn: Connection, sid: int, at: float) -> Position:
+    """After the last batch stamped at or before `at` (engine time)."""
+    t = schema.batches
+    row = conn.execute(
+        select(t.c.epoch, t.c.seq, t.c.ts)
+        .where(t.c.stream_id == sid, t.c.ts <= at)
+        .order_by(t.c.ts.desc(), t.c.epoch.desc(), t.c.seq.desc())
+        .limit(1)
+    ).first()
+    if row is None:
+        first = conn.execute(
+            select(t.c.ts).where(t.c.stream_id == sid).order_by(t.c.ts).limit(1)
+        ).scalar_one_or_none()
+        retained = "nothing is stored" if first is None else f"the log starts at ts {first:.3f}"
+        raise NotInStore(f"no batch at or before ts {at:.3f}: {retained}")
+    return Position(sid, row.epoch, row.seq, row.ts)
+
+
+def rebuild(conn: Connection, position: Position, stream: StreamId) -> RebuiltMap:
+    c, b = schema.checkpoints, schema.batches
+    checkpoint = conn.execute(
+        select(c.c.seq, c.c.snapshot)
+        .where(c.c.stream_id == position.stream_id, c.c.epoch == position.epoch)
+        .where(c.c.seq <= position.seq)
+        .order_by(c.c.seq.desc())
+        .limit(1)
+    ).first()
+    if checkpoint is not None:
+        prefix_map = decode_map(checkpoint.snapshot, stream)
+        after = checkpoint.seq
+    else:
+        prefix_map = PrefixMap(stream)
+        after = -1
+    decoder = BatchDecoder()
+    replayed = 0
+    rows = conn.execute(
+        select(b.c.seq, b.c.payload)
+        .where(b.c.stream_id == position.stream_id, b.c.epoch == position.epoch)
+        .where(b.c.seq > after, b.c.seq <= position.seq)
+        .order_by(b.c.seq)
+    )
+    for row in rows:
+        prefix_map.apply(decoder.decode(row.payload, row.seq), position.epoch)
+        replayed += 1
+    return RebuiltMap(
+        map=prefix_map,
+        position=position,
+        from_checkpoint_seq=None if checkpoint is None else checkpoint.seq,
+        batches_replayed=replayed,
+        unknown_because=_unknown_because(conn, position),
+    )
+
+
+def _unknown_because(conn: Connection, position: Position) -> list[str]:
+    """Intervals of this epoch during which the map at `position` was not known to be whole.
+
+    A degraded interval runs from its first missing seq until the clear that ends it (`to_seq`,
+    or the end of its epoch). Batches the store dropped (`incomplete`) spoil instants until the
+    next checkpoint after them.
+    """
+    t, c = schema.intervals, schema.checkpoints
+    rows = conn.execute(
+        select(t.c.kind, t.c.from_seq, t.c.to_seq, t.c.detail).where(
+            t.c.stream_id == position.stream_id,
+            t.c.epoch == position.epoch,
+            t.c.from_seq <= position.seq,
+            t.c.kind.in_(("degraded", "incomplete")),
+        )
+    ).all()
+    reasons = []
+    for row in rows:
+        if row.kind == "degraded":
+            covers = row.to_seq is None or position.seq < row.to_seq
+        else:
+            checkpoint_after = conn.execute(
+                select(c.c.seq).where(
+                    c.c.stream_id == position.stream_id,
+                    c.c.epoch == position.epoch,
+                    c.c.seq > row.to_seq,
+                    c.c.seq <= position.seq,
+                )
+            ).first()
+            covers = checkpoint_after is None
+        if covers:
+            reasons.append(f"{row.kind} from seq {row.from_seq}: {row.detail}")
+    return reasons

@@ -1,0 +1,125 @@
+"""Following a map after a clear: how fast, and how much of what was there, comes back.
+
+Runs on the ingest thread (it reads the live map), so each step is cheap: totals per batch, and
+a pass over the pre-reset hashes only at the fixed offsets. Offsets are measured just before the
+first batch past them, when the map is exactly what it was at the offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kvscope.collector.block_table import BlockTable
+from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.types import TableKey
+
+DEFAULT_OFFSETS_S = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryPoint:
+    offset_s: float
+    blocks: int
+    hittable: int
+    orphans: int
+    share_blocks_back: float
+    share_tokens_back: float
+
+
+@dataclass
+class RecoverySummary:
+    t50_s: float | None
+    t90_s: float | None
+    peak_orphans: int
+    until_ts: float
+
+
+@dataclass
+class RecoveryTracker:
+    """One reset's recovery, fed the map after each later batch of its stream."""
+
+    reset_ts: float
+    before_blocks: int
+    before_hashes: dict[TableKey, frozenset[int]]
+    before_hittable_tokens: dict[TableKey, dict[int, int]]
+    """Per table, the pre-reset hittable hashes and their block sizes (tokens)."""
+    offsets: tuple[float, ...] = DEFAULT_OFFSETS_S
+    points: list[RecoveryPoint] = field(default_factory=list)
+    t50_s: float | None = None
+    t90_s: float | None = None
+    peak_orphans: int = 0
+    last_ts: float = 0.0
+    _next: int = 0
+
+    @classmethod
+    def start(
+        cls, ts: float, tables: Mapping[TableKey, BlockTable], offsets: tuple[float, ...]
+    ) -> RecoveryTracker:
+        hashes = {key: frozenset(table.counts()) for key, table in tables.items()}
+        hittable_tokens = {
+            key: {h: table.block_size for h in table.counts() if table.is_hittable(h)}
+            for key, table in tables.items()
+        }
+        return cls(
+            reset_ts=ts,
+            before_blocks=sum(len(t) for t in tables.values()),
+            before_hashes=hashes,
+            before_hittable_tokens=hittable_tokens,
+            offsets=offsets,
+            last_ts=ts,
+        )
+
+    @property
+    def window_s(self) -> float:
+        return self.offsets[-1] if self.offsets else 0.0
+
+    def before_batch(self, prefix_map: PrefixMap, ts: float) -> list[RecoveryPoint]:
+        """Called before a batch stamped `ts` is applied: the map now is the map at every
+        offset this batch goes past (nothing changes between two batches)."""
+        new_points = []
+        while self._next < len(self.offsets) and ts > self.reset_ts + self.offsets[self._next]:
+            new_points.append(self._point(self.offsets[self._next], prefix_map))
+            self._next += 1
+        self.points.extend(new_points)
+        return new_points
+
+    def after_batch(self, prefix_map: PrefixMap, ts: float) -> None:
+        totals = prefix_map.totals()
+        self.peak_orphans = max(self.peak_orphans, totals.orphans)
+        elapsed = ts - self.reset_ts
+        if self.before_blocks:
+            if self.t50_s is None and totals.blocks >= 0.5 * self.before_blocks:
+                self.t50_s = elapsed
+            if self.t90_s is None and totals.blocks >= 0.9 * self.before_blocks:
+                self.t90_s = elapsed
+        self.last_ts = ts
+
+    @property
+    def done(self) -> bool:
+        return self._next >= len(self.offsets)
+
+    def summary(self) -> RecoverySummary:
+        return RecoverySummary(self.t50_s, self.t90_s, self.peak_orphans, self.last_ts)
+
+    def _point(self, offset: float, prefix_map: PrefixMap) -> RecoveryPoint:
+        totals = prefix_map.totals()
+        back = total = 0
+        tokens_back = tokens_total = 0
+        for key, hashes in self.before_hashes.items():
+            table = prefix_map.tables.get(key)
+            total += len(hashes)
+            if table is not None:
+                back += sum(1 for h in hashes if h in table)
+            for h, size in self.before_hittable_tokens.get(key, {}).items():
+                tokens_total += size
+                if table is not None and table.is_hittable(h):
+                    tokens_back += size
+        return RecoveryPoint(
+            offset_s=offset,
+            blocks=totals.blocks,
+            hittable=totals.hittable,
+            orphans=totals.orphans,
+            share_blocks_back=back / total if total else 0.0,
+            share_tokens_back=tokens_back / tokens_total if tokens_total else 0.0,
+        )

@@ -1,0 +1,148 @@
+"""The store's tables (SQLAlchemy Core). Migrations in `migrations/` create exactly these.
+
+Times are Unix seconds as floats: `ts` is the engine's batch timestamp (what "the map at an
+instant" means), `recv_ts` the collector's wall clock when the batch arrived.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+streams = Table(
+    "streams",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("replica", String(200), nullable=False),
+    Column("rank", Integer, nullable=False),
+    # The collector process that writes this stream (several may share one PostgreSQL).
+    Column("shard", String(200)),
+    UniqueConstraint("replica", "rank", name="uq_streams_replica_rank"),
+)
+
+epochs = Table(
+    "epochs",
+    metadata,
+    Column("stream_id", Integer, ForeignKey("streams.id"), primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("started_recv_ts", Float, nullable=False),
+)
+
+batches = Table(
+    "batches",
+    metadata,
+    Column("stream_id", Integer, ForeignKey("streams.id"), primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+    Column("ts", Float, nullable=False),
+    Column("recv_ts", Float, nullable=False),
+    # The KVEventBatch msgpack exactly as received: the log that rebuilds any instant.
+    Column("payload", LargeBinary, nullable=False),
+    Index("ix_batches_stream_ts", "stream_id", "ts"),
+    Index("ix_batches_recv_ts", "recv_ts"),
+)
+
+checkpoints = Table(
+    "checkpoints",
+    metadata,
+    Column("stream_id", Integer, ForeignKey("streams.id"), primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+    Column("ts", Float, nullable=False),
+    Column("blocks", Integer, nullable=False),
+    Column("snapshot", LargeBinary, nullable=False),
+    Index("ix_checkpoints_ts", "ts"),
+)
+
+resets = Table(
+    "resets",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("stream_id", Integer, ForeignKey("streams.id"), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("ts", Float, nullable=False),
+    # all_blocks_cleared (the engine emptied its cache) or restart.
+    Column("reason", String(40), nullable=False),
+    # The map was known to be incomplete when it was emptied.
+    Column("degraded", Boolean, nullable=False),
+    # default / preempt / keep, when the reset was triggered through kvscope.
+    Column("mode", String(20)),
+    Column("before_blocks", Integer, nullable=False),
+    Column("before_hittable", Integer, nullable=False),
+    Column("before_orphans", Integer, nullable=False),
+    Column("before_tokens", BigInteger, nullable=False),
+    # The full map just before the clear (a map snapshot).
+    Column("before", LargeBinary, nullable=False),
+    # Seconds until the map held 50 % / 90 % of its pre-reset block count again.
+    Column("t50_s", Float),
+    Column("t90_s", Float),
+    # Most orphans (blocks whose parent is not cached) seen during recovery: keep-running
+    # resets make them.
+    Column("peak_orphans", Integer),
+    # Recovery was followed up to here (the window's end, the next reset, or the last batch).
+    Column("recovery_until_ts", Float),
+    Index("ix_resets_stream_ts", "stream_id", "ts"),
+    UniqueConstraint("stream_id", "epoch", "seq", "reason", name="uq_resets_event"),
+)
+
+reset_recovery = Table(
+    "reset_recovery",
+    metadata,
+    Column("reset_id", Integer, ForeignKey("resets.id"), primary_key=True),
+    Column("offset_s", Float, primary_key=True),
+    Column("blocks", Integer, nullable=False),
+    Column("hittable", Integer, nullable=False),
+    Column("orphans", Integer, nullable=False),
+    # Share of the pre-reset blocks cached again.
+    Column("share_blocks_back", Float, nullable=False),
+    # Share of the pre-reset prefixes, counted in tokens of hittable blocks, cached again.
+    Column("share_tokens_back", Float, nullable=False),
+)
+
+intervals = Table(
+    "intervals",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("stream_id", Integer, ForeignKey("streams.id"), nullable=False),
+    # degraded (the map is incomplete), incomplete (the store dropped batches), connected.
+    Column("kind", String(20), nullable=False),
+    Column("epoch", Integer),
+    Column("from_ts", Float, nullable=False),
+    Column("to_ts", Float),
+    Column("from_seq", BigInteger),
+    Column("to_seq", BigInteger),
+    Column("detail", String(400)),
+    Index("ix_intervals_stream_kind", "stream_id", "kind"),
+)
+
+rollups = Table(
+    "rollups",
+    metadata,
+    Column("stream_id", Integer, ForeignKey("streams.id"), primary_key=True),
+    Column("second", BigInteger, primary_key=True),
+    Column("medium", String(16), primary_key=True),
+    Column("grp", Integer, primary_key=True),
+    Column("stored", Integer, nullable=False),
+    Column("hittable", Integer, nullable=False),
+    Column("orphans", Integer, nullable=False),
+    Column("stores", Integer, nullable=False),
+    Column("removes", Integer, nullable=False),
+    Column("clears", Integer, nullable=False),
+    Column("gaps", Integer, nullable=False),
+    Index("ix_rollups_second", "second"),
+)

@@ -1,0 +1,647 @@
+"""The store's single writer: batches, checkpoints, resets, intervals, rollups, off the ingest loop.
+
+The ingest thread only builds small row objects and puts them on a bounded queue (hooks below);
+one writer thread drains the queue into batched transactions. If the store is slow or down,
+rows wait and are retried; if the queue overflows, dropped batches are counted and their
+interval is written to the store as `incomplete` once it has room, followed by a fresh
+checkpoint so that instants after the hole rebuild exactly again. Nothing is lost silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Engine, insert, select, update
+from sqlalchemy.exc import SQLAlchemyError
+
+from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.prefix_map import ClearedMap
+from kvscope.collector.snapshot import encode_map, encode_tables
+from kvscope.collector.types import AllCleared, Batch, BlocksRemoved, BlocksStored, StreamId
+from kvscope.storage import schema
+from kvscope.storage.recovery import DEFAULT_OFFSETS_S, RecoveryPoint, RecoveryTracker
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    queue_rows: int = 50_000
+    """Rows that may wait for the store; past this, batches are dropped (counted, marked)."""
+    rows_per_transaction: int = 2_000
+    checkpoint_every_batches: int = 2_000
+    checkpoint_every_s: float = 60.0
+    retry_initial_s: float = 0.2
+    retry_max_s: float = 5.0
+    recovery_offsets_s: tuple[float, ...] = DEFAULT_OFFSETS_S
+    shard: str | None = None
+
+
+# --- rows (built on the ingest thread) ---------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _BatchRow:
+    stream: StreamId
+    epoch: int
+    seq: int
+    ts: float
+    recv_ts: float
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _EpochRow:
+    stream: StreamId
+    epoch: int
+    recv_ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class _CheckpointRow:
+    stream: StreamId
+    epoch: int
+    seq: int
+    ts: float
+    blocks: int
+    snapshot: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _ResetRow:
+    stream: StreamId
+    key: tuple[int, int, str]
+    """(epoch, seq, reason): the reset's identity in the store."""
+    ts: float
+    degraded: bool
+    before_blocks: int
+    before_hittable: int
+    before_orphans: int
+    before_tokens: int
+    before: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _RecoveryRow:
+    stream: StreamId
+    key: tuple[int, int, str]
+    points: tuple[RecoveryPoint, ...]
+    t50_s: float | None
+    t90_s: float | None
+    peak_orphans: int
+    until_ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class _IntervalRow:
+    stream: StreamId
+    kind: str
+    epoch: int | None
+    from_ts: float
+    to_ts: float | None
+    from_seq: int | None
+    to_seq: int | None
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class _RollupRow:
+    stream: StreamId
+    second: int
+    medium: str
+    group: int
+    stored: int
+    hittable: int
+    orphans: int
+    stores: int
+    removes: int
+    clears: int
+    gaps: int
+
+
+_Row = _BatchRow | _EpochRow | _CheckpointRow | _ResetRow | _RecoveryRow | _IntervalRow | _RollupRow
+
+
+@dataclass
+class _StreamState:
+    """What the hooks remember per stream between batches (ingest thread only)."""
+
+    epoch: int | None = None
+    batches_since_checkpoint: int = 0
+    last_checkpoint_at: float = 0.0
+    force_checkpoint: bool = False
+    second: int | None = None
+    events: Counter[str] = field(default_factory=Counter)
+    gaps_seen: int = 0
+    degraded_done: int = 0
+    """Intervals of the ingest's degraded_history written in their final form."""
+    degraded_open_written: bool = False
+    dropped_from: tuple[int, int, float] | None = None
+    """(epoch, seq, recv_ts) of the first batch dropped since the store last had room."""
+    dropped_to: tuple[int, float] | None = None
+    recoveries: list[tuple[tuple[int, int, str], RecoveryTracker]] = field(default_factory=list)
+
+
+@dataclass
+class WriterStats:
+    rows_written: int = 0
+    transactions: int = 0
+    batches_dropped: int = 0
+    retries: int = 0
+    last_error: str | None = None
+    write_seconds_total: float = 0.0
+
+
+class StoreWriter:
+    """Map listener and batch hooks for a `Collector`, writing to one store."""
+
+    def __init__(self, engine: Engine, settings: StoreSettings | None = None) -> None:
+        self.engine = engine
+        self.settings = settings or StoreSettings()
+        self.stats = WriterStats()
+        self._queue: queue.Queue[_Row | None] = queue.Queue(maxsize=self.settings.queue_rows)
+        self._streams: dict[StreamId, _StreamState] = {}
+        self._stream_ids: dict[StreamId, int] = {}
+        self._reset_ids: dict[tuple[StreamId, tuple[int, int, str]], int] = {}
+        self._thread = threading.Thread(target=self._run, name="kvscope-store-writer", daemon=True)
+        self._thread.start()
+
+    # --- hooks (ingest thread) ----------------------------------------------------------------
+    def before_batch(self, ingest: StreamIngest, batch: Batch) -> None:
+        state = self._state(ingest.stream)
+        for _, tracker in state.recoveries:
+            tracker.before_batch(ingest.map, batch.ts)
+
+    def after_batch(
+        self, ingest: StreamIngest, batch: Batch, payload: bytes, recv_ts: float
+    ) -> None:
+        stream = ingest.stream
+        state = self._state(stream)
+        if state.epoch != ingest.epoch:
+            state.epoch = ingest.epoch
+            self._put_always(_EpochRow(stream, ingest.epoch, recv_ts))
+        self._rollup(ingest, batch, state)
+        if not self._put(_BatchRow(stream, ingest.epoch, batch.seq, batch.ts, recv_ts, payload)):
+            self._note_drop(state, ingest.epoch, batch.seq, recv_ts)
+        elif state.dropped_from is not None:
+            self._close_drop(stream, state)
+        self._track_degraded(ingest, state, recv_ts)
+        self._follow_recoveries(ingest, batch, state)
+        state.batches_since_checkpoint += 1
+        due = (
+            state.force_checkpoint
+            or state.batches_since_checkpoint >= self.settings.checkpoint_every_batches
+            or recv_ts - state.last_checkpoint_at >= self.settings.checkpoint_every_s
+        )
+        if due and state.dropped_from is None:
+            self._checkpoint(ingest, batch, state, recv_ts)
+
+    def map_cleared(self, cleared: ClearedMap) -> None:
+        state = self._state(cleared.stream)
+        tables = cleared.tables
+        key = (cleared.epoch, cleared.seq, cleared.reason.value)
+        self._put_always(
+            _ResetRow(
+                stream=cleared.stream,
+                key=key,
+                ts=cleared.ts,
+                degraded=cleared.degraded,
+                before_blocks=sum(len(t) for t in tables.values()),
+                before_hittable=sum(t.hittable_count for t in tables.values()),
+                before_orphans=sum(t.orphan_count for t in tables.values()),
+                before_tokens=sum(t.hittable_count * t.block_size for t in tables.values()),
+                before=encode_tables(tables),
+            )
+        )
+        # A new clear ends the recoveries still being followed on this stream.
+        for old_key, tracker in state.recoveries:
+            self._put_always(self._recovery_row(cleared.stream, old_key, tracker))
+        state.recoveries = [
+            (key, RecoveryTracker.start(cleared.ts, tables, self.settings.recovery_offsets_s))
+        ]
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def close(self, timeout: float = 30.0) -> None:
+        """Write what is queued (and the recoveries being followed), then stop the writer."""
+        for stream, state in self._streams.items():
+            for key, tracker in state.recoveries:
+                self._put_always(self._recovery_row(stream, key, tracker))
+            state.recoveries = []
+        self._queue.put(None)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            logger.error(
+                "store still unreachable after %.0fs: %d rows not written (%s)",
+                timeout,
+                self._queue.unfinished_tasks,
+                self.stats.last_error,
+            )
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every queued row is written; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._queue.unfinished_tasks == 0:
+                return True
+            time.sleep(0.01)
+        return False
+
+    @property
+    def queue_depth(self) -> int:
+        return self._queue.qsize()
+
+    # --- ingest-thread helpers ----------------------------------------------------------------
+    def _state(self, stream: StreamId) -> _StreamState:
+        state = self._streams.get(stream)
+        if state is None:
+            state = self._streams[stream] = _StreamState(last_checkpoint_at=time.time())
+        return state
+
+    def _put(self, row: _Row) -> bool:
+        try:
+            self._queue.put_nowait(row)
+            return True
+        except queue.Full:
+            return False
+
+    def _put_always(self, row: _Row) -> None:
+        """Rare rows (resets, epochs, intervals) wait for room rather than being dropped."""
+        self._queue.put(row)
+
+    def _note_drop(self, state: _StreamState, epoch: int, seq: int, recv_ts: float) -> None:
+        self.stats.batches_dropped += 1
+        if state.dropped_from is None:
+            state.dropped_from = (epoch, seq, recv_ts)
+            logger.warning("store queue full: dropping batches from seq %d (counted)", seq)
+        state.dropped_to = (seq, recv_ts)
+        state.force_checkpoint = True
+
+    def _close_drop(self, stream: StreamId, state: _StreamState) -> None:
+        assert state.dropped_from is not None and state.dropped_to is not None
+        epoch, from_seq, from_ts = state.dropped_from
+        to_seq, to_ts = state.dropped_to
+        self._put_always(
+            _IntervalRow(
+                stream,
+                "incomplete",
+                epoch,
+                from_ts,
+                to_ts,
+                from_seq,
+                to_seq,
+                f"store queue overflow: {to_seq - from_seq + 1} batches not stored",
+            )
+        )
+        state.dropped_from = state.dropped_to = None
+
+    def _checkpoint(
+        self, ingest: StreamIngest, batch: Batch, state: _StreamState, recv_ts: float
+    ) -> None:
+        row = _CheckpointRow(
+            ingest.stream,
+            ingest.epoch,
+            batch.seq,
+            batch.ts,
+            ingest.map.totals().blocks,
+            encode_map(ingest.map),
+        )
+        if self._put(row):
+            state.batches_since_checkpoint = 0
+            state.last_checkpoint_at = recv_ts
+            state.force_checkpoint = False
+
+    def _track_degraded(self, ingest: StreamIngest, state: _StreamState, recv_ts: float) -> None:
+        """Write each degraded interval when first seen, and again (an upsert) when it closes."""
+        history = ingest.degraded_history
+        while state.degraded_done < len(history):
+            interval = history[state.degraded_done]
+            closed = interval.cleared_at is not None  # set by a clear or by a restart
+            if closed or not state.degraded_open_written:
+                self._put_always(
+                    _IntervalRow(
+                        ingest.stream,
+                        "degraded",
+                        interval.epoch,
+                        interval.since,
+                        interval.cleared_at,
+                        interval.from_seq,
+                        interval.cleared_at_seq,
+                        f"{interval.reason} (seq {interval.from_seq}..{interval.to_seq} missing)",
+                    )
+                )
+            if not closed:
+                state.degraded_open_written = True
+                return
+            state.degraded_done += 1
+            state.degraded_open_written = False
+
+    def _rollup(self, ingest: StreamIngest, batch: Batch, state: _StreamState) -> None:
+        second = int(batch.ts)
+        if state.second is not None and second != state.second:
+            self._flush_rollup(ingest, state)
+        state.second = second
+        events = state.events
+        for event in batch.events:
+            if type(event) is BlocksStored:
+                events["stores"] += len(event.hashes)
+            elif type(event) is BlocksRemoved:
+                events["removes"] += len(event.hashes)
+            elif type(event) is AllCleared:
+                events["clears"] += 1
+        events["gaps"] += ingest.counters.gaps - state.gaps_seen
+        state.gaps_seen = ingest.counters.gaps
+
+    def _flush_rollup(self, ingest: StreamIngest, state: _StreamState) -> None:
+        """The second that just ended: the map as it stood after its last batch."""
+        assert state.second is not None
+        e = state.events
+        stats = ingest.map.stats() or {}
+        rows = [
+            _RollupRow(
+                ingest.stream,
+                state.second,
+                key.medium,
+                key.group,
+                s.blocks,
+                s.hittable,
+                s.orphans,
+                e["stores"],
+                e["removes"],
+                e["clears"],
+                e["gaps"],
+            )
+            for key, s in stats.items()
+        ] or [
+            _RollupRow(
+                ingest.stream,
+                state.second,
+                "GPU",
+                0,
+                0,
+                0,
+                0,
+                e["stores"],
+                e["removes"],
+                e["clears"],
+                e["gaps"],
+            )
+        ]
+        for row in rows:
+            self._put(row)
+        state.events = Counter()
+
+    def _follow_recoveries(self, ingest: StreamIngest, batch: Batch, state: _StreamState) -> None:
+        still = []
+        for key, tracker in state.recoveries:
+            if batch.seq == key[1] and ingest.epoch == key[0]:
+                still.append((key, tracker))  # the batch that carried the clear itself
+                continue
+            tracker.after_batch(ingest.map, batch.ts)
+            if tracker.done:
+                self._put_always(self._recovery_row(ingest.stream, key, tracker))
+            else:
+                still.append((key, tracker))
+        state.recoveries = still
+
+    @staticmethod
+    def _recovery_row(
+        stream: StreamId, key: tuple[int, int, str], tracker: RecoveryTracker
+    ) -> _RecoveryRow:
+        s = tracker.summary()
+        return _RecoveryRow(
+            stream, key, tuple(tracker.points), s.t50_s, s.t90_s, s.peak_orphans, s.until_ts
+        )
+
+    # --- the writer thread --------------------------------------------------------------------
+    def _run(self) -> None:
+        backoff = self.settings.retry_initial_s
+        pending: list[_Row] = []
+        done = False
+        while not done or pending:
+            if not pending:
+                row = self._queue.get()
+                if row is None:
+                    self._queue.task_done()
+                    done = True
+                    continue
+                pending.append(row)
+                while len(pending) < self.settings.rows_per_transaction:
+                    try:
+                        row = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if row is None:
+                        self._queue.task_done()
+                        done = True
+                        break
+                    pending.append(row)
+            started = time.perf_counter()
+            try:
+                with self.engine.begin() as conn:
+                    self._write(conn, pending)
+            except SQLAlchemyError as exc:
+                self.stats.retries += 1
+                self.stats.last_error = str(exc).splitlines()[0]
+                logger.warning(
+                    "store write failed (%s); retrying in %.1fs", self.stats.last_error, backoff
+                )
+                self._forget_ids()
+                time.sleep(backoff)
+                backoff = min(backoff * 2, self.settings.retry_max_s)
+                continue
+            self.stats.write_seconds_total += time.perf_counter() - started
+            self.stats.rows_written += len(pending)
+            self.stats.transactions += 1
+            for _ in pending:
+                self._queue.task_done()
+            pending = []
+            backoff = self.settings.retry_initial_s
+
+    def _forget_ids(self) -> None:
+        """A failed transaction may have rolled back ids we cached within it."""
+        self._stream_ids.clear()
+        self._reset_ids.clear()
+
+    def _stream_id(self, conn: Connection, stream: StreamId) -> int:
+        sid = self._stream_ids.get(stream)
+        if sid is None:
+            t = schema.streams
+            found = conn.execute(
+                select(t.c.id).where(t.c.replica == stream.replica, t.c.rank == stream.rank)
+            ).scalar_one_or_none()
+            if found is None:
+                found = conn.execute(
+                    insert(t)
+                    .values(replica=stream.replica, rank=stream.rank, shard=self.settings.shard)
+                    .returning(t.c.id)
+                ).scalar_one()
+            sid = self._stream_ids[stream] = int(found)
+        return sid
+
+    def _write(self, conn: Connection, rows: list[_Row]) -> None:
+        groups: dict[type, list[dict[str, Any]]] = {}
+        ordered: list[_Row] = []
+        for row in rows:
+            if type(row) is _BatchRow:
+                groups.setdefault(_BatchRow, []).append(
+                    {
+                        "stream_id": self._stream_id(conn, row.stream),
+                        "epoch": row.epoch,
+                        "seq": row.seq,
+                        "ts": row.ts,
+                        "recv_ts": row.recv_ts,
+                        "payload": row.payload,
+                    }
+                )
+            elif type(row) is _RollupRow:
+                groups.setdefault(_RollupRow, []).append(
+                    {
+                        "stream_id": self._stream_id(conn, row.stream),
+                        "second": row.second,
+                        "medium": row.medium,
+                        "grp": row.group,
+                        "stored": row.stored,
+                        "hittable": row.hittable,
+                        "orphans": row.orphans,
+                        "stores": row.stores,
+                        "removes": row.removes,
+                        "clears": row.clears,
+                        "gaps": row.gaps,
+                    }
+                )
+            else:
+                ordered.append(row)
+        # Epochs, resets and recoveries keep their order (a recovery needs its reset's id).
+        for row in ordered:
+            self._write_one(conn, row)
+        if _BatchRow in groups:
+            conn.execute(insert(schema.batches), groups[_BatchRow])
+        if _RollupRow in groups:
+            self._upsert_rollups(conn, groups[_RollupRow])
+
+    def _upsert_rollups(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+        # A second can be written twice when a stream's batches straddle a restart: last wins.
+        t = schema.rollups
+        for row in rows:
+            key = (
+                (t.c.stream_id == row["stream_id"])
+                & (t.c.second == row["second"])
+                & (t.c.medium == row["medium"])
+                & (t.c.grp == row["grp"])
+            )
+            if conn.execute(update(t).where(key).values(**row)).rowcount == 0:
+                conn.execute(insert(t).values(**row))
+
+    def _write_one(self, conn: Connection, row: _Row) -> None:
+        if type(row) is _EpochRow:
+            t = schema.epochs
+            sid = self._stream_id(conn, row.stream)
+            exists = conn.execute(
+                select(t.c.epoch).where(t.c.stream_id == sid, t.c.epoch == row.epoch)
+            ).first()
+            if exists is None:
+                conn.execute(
+                    insert(t).values(stream_id=sid, epoch=row.epoch, started_recv_ts=row.recv_ts)
+                )
+        elif type(row) is _CheckpointRow:
+            conn.execute(
+                insert(schema.checkpoints).values(
+                    stream_id=self._stream_id(conn, row.stream),
+                    epoch=row.epoch,
+                    seq=row.seq,
+                    ts=row.ts,
+                    blocks=row.blocks,
+                    snapshot=row.snapshot,
+                )
+            )
+        elif type(row) is _ResetRow:
+            epoch, seq, reason = row.key
+            reset_id = conn.execute(
+                insert(schema.resets)
+                .values(
+                    stream_id=self._stream_id(conn, row.stream),
+                    epoch=epoch,
+                    seq=seq,
+                    ts=row.ts,
+                    reason=reason,
+                    degraded=row.degraded,
+                    before_blocks=row.before_blocks,
+                    before_hittable=row.before_hittable,
+                    before_orphans=row.before_orphans,
+                    before_tokens=row.before_tokens,
+                    before=row.before,
+                )
+                .returning(schema.resets.c.id)
+            ).scalar_one()
+            self._reset_ids[(row.stream, row.key)] = int(reset_id)
+        elif type(row) is _RecoveryRow:
+            reset_id = self._reset_id(conn, row.stream, row.key)
+            t = schema.resets
+            conn.execute(
+                update(t)
+                .where(t.c.id == reset_id)
+                .values(
+                    t50_s=row.t50_s,
+                    t90_s=row.t90_s,
+                    peak_orphans=row.peak_orphans,
+                    recovery_until_ts=row.until_ts,
+                )
+            )
+            if row.points:
+                conn.execute(
+                    insert(schema.reset_recovery),
+                    [
+                        {
+                            "reset_id": reset_id,
+                            "offset_s": p.offset_s,
+                            "blocks": p.blocks,
+                            "hittable": p.hittable,
+                            "orphans": p.orphans,
+                            "share_blocks_back": p.share_blocks_back,
+                            "share_tokens_back": p.share_tokens_back,
+                        }
+                        for p in row.points
+                    ],
+                )
+        elif type(row) is _IntervalRow:
+            t = schema.intervals
+            sid = self._stream_id(conn, row.stream)
+            values = {
+                "stream_id": sid,
+                "kind": row.kind,
+                "epoch": row.epoch,
+                "from_ts": row.from_ts,
+                "to_ts": row.to_ts,
+                "from_seq": row.from_seq,
+                "to_seq": row.to_seq,
+                "detail": row.detail,
+            }
+            # An interval is written when it opens and again when it closes.
+            same = (
+                (t.c.stream_id == sid)
+                & (t.c.kind == row.kind)
+                & (t.c.from_ts == row.from_ts)
+                & (t.c.from_seq == row.from_seq)
+            )
+            if conn.execute(update(t).where(same).values(**values)).rowcount == 0:
+                conn.execute(insert(t).values(**values))
+
+    def _reset_id(self, conn: Connection, stream: StreamId, key: tuple[int, int, str]) -> int:
+        cached = self._reset_ids.get((stream, key))
+        if cached is not None:
+            return cached
+        t = schema.resets
+        epoch, seq, reason = key
+        found = conn.execute(
+            select(t.c.id).where(
+                t.c.stream_id == self._stream_id(conn, stream),
+                t.c.epoch == epoch,
+                t.c.seq == seq,
+                t.c.reason == reason,
+            )
+        ).scalar_one()
+        return int(found)
