@@ -42,13 +42,18 @@ def test_collect_runs_for_a_while_and_reports_each_stream(tmp_path: Path) -> Non
         f'endpoint = "{source.endpoint}"\nreplay = "{source.replay_endpoint}"\n'
     )
     try:
+        store = f"sqlite:///{tmp_path / 'store.sqlite'}"
         result = CliRunner().invoke(
-            app, ["collect", "--config", str(config), "--duration", "2", "--no-live"]
+            app,
+            ["collect", "--config", str(config), "--duration", "2", "--no-live", "--store", store],
         )
     finally:
         source.close()
     assert result.exit_code == 0, result.output
     assert "lab" in result.output and "199" in result.output
+    dumped = CliRunner().invoke(app, ["dump", "--store", store, "--replica", "lab", "--seq", "199"])
+    assert dumped.exit_code == 0, dumped.output
+    assert dumped.output.count('"hash"') > 100
 
 
 @pytest.mark.parametrize(
