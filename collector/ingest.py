@@ -135,6 +135,30 @@ class StreamIngest:
         self._recent: deque[tuple[int, bytes]] = deque(maxlen=RECENT_BATCHES)
         self._log = RateLimitedLog(logger)
 
+    def resume(
+        self,
+        prefix_map: PrefixMap,
+        epoch: int,
+        last_seq: int,
+        last_payload: bytes,
+        degraded: DegradedInterval | None = None,
+    ) -> None:
+        """Start from a map kept elsewhere (a store, after a crash): the map after `last_seq`.
+
+        The first replay after connecting asks from `last_seq` and checks that batch against
+        `last_payload`: a publisher that restarted meanwhile is noticed, and everything after
+        `last_seq` is fetched.
+        """
+        prefix_map.listeners = self.map.listeners
+        self.map = prefix_map
+        self.epoch = epoch
+        self.last_seq = last_seq
+        self.expected = last_seq + 1
+        self._recent.clear()
+        self._recent.append((last_seq, last_payload))
+        self.degraded = degraded
+        self.degraded_history = [degraded] if degraded is not None else []
+
     # --- what the subscriber calls ------------------------------------------------------------
     # Each call may leave a replay request behind (`take_replay_request`); the live and connect
     # calls also return it, as that is where one usually arises.

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -20,6 +24,7 @@ from kvscope.collector.playback import play_into
 from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
 from kvscope.config import Config, ConfigError, ReplicaConfig, load_file, parse_replica_flag
+from kvscope.storage.resume import resume_ingest
 from kvscope.store_commands import (
     DEFAULT_STORE,
     StoreOption,
@@ -150,20 +155,41 @@ def collect(
         raise _fail(str(exc)) from exc
     writer = open_writer(store)
     collector = Collector(streams, settings=config.collector, **hooks_of(writer))
+    if writer is not None:
+        for ingest in collector.ingests.values():
+            resume_ingest(writer.engine, ingest)
     deadline = None if duration is None else time.monotonic() + duration
-    with collector, closing_writer(writer):
-        try:
-            if live:
-                with Live(stream_table(collector), console=console, refresh_per_second=2) as view:
-                    while deadline is None or time.monotonic() < deadline:
-                        time.sleep(0.5)
-                        view.update(stream_table(collector))
-            else:
-                while deadline is None or time.monotonic() < deadline:
-                    time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
+    # Stopping (SIGTERM, SIGINT, --duration) closes the sockets first, then flushes the store.
+    with stop_on_signals() as stop, closing_writer(writer), collector:
+
+        def running() -> bool:
+            return not stop.wait(0.5) and (deadline is None or time.monotonic() < deadline)
+
+        if live:
+            with Live(stream_table(collector), console=console, refresh_per_second=2) as view:
+                while running():
+                    view.update(stream_table(collector))
+        else:
+            while running():
+                pass
     console.print(stream_table(collector))
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[threading.Event]:
+    """An event set by SIGTERM or SIGINT, so both end the command cleanly (exit 0)."""
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        logging.getLogger("kvscope").info("signal %d: stopping", signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 @app.command()

@@ -1,0 +1,111 @@
+"""kill -9 of a storing collector, then a restart: it ends with vLLM's exact map.
+
+vLLM's real KVCacheManager and ZmqEventPublisher (with its replay buffer) keep publishing while
+`kvscope collect` is dead; the restarted process rebuilds its map from the store (checkpoint plus
+log) and asks the replay socket for everything after the last stored batch.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from kvscope.collector.types import StreamId
+from kvscope.storage import schema
+from kvscope.storage.engine import open_store
+from kvscope.storage.history import position_at_seq, rebuild, stream_id
+from tests.vllm_source import EventSource, Workload, WorkloadConfig, free_port, truth_counts
+
+pytestmark = pytest.mark.vllm
+WORKLOAD = WorkloadConfig(reset_keep_prob=0.02, reset_preempt_prob=0.01)
+
+
+@pytest.fixture
+def stack() -> Iterator[ExitStack]:
+    with ExitStack() as s:
+        yield s
+
+
+def start_collect(store: str, port: int, replay_port: int, log: Path) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable, "-m", "kvscope.cli", "--log-level", "INFO", "collect", "--no-live",
+        "--replica", f"r=tcp://127.0.0.1:{port}", "--replay", f"tcp://127.0.0.1:{replay_port}",
+        "--store", store,
+    ]  # fmt: skip
+    return subprocess.Popen(command, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+def stored_last_seq(store: str) -> int | None:
+    with open_store(store).connect() as conn:
+        value = conn.execute(select(func.max(schema.batches.c.seq))).scalar()
+        return None if value is None else int(value)
+
+
+def wait_until(cond: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_kill_9_then_restart_ends_with_the_exact_map(stack: ExitStack, tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    log = tmp_path / "collect.log"
+    port, replay_port = free_port(), free_port()
+    source = EventSource.start(96, port, replay_port)
+    stack.callback(source.close)
+    workload = Workload(source.manager, random.Random(5), WORKLOAD, flush=source.flush)
+
+    first = start_collect(store, port, replay_port, log)
+    stack.callback(lambda: first.poll() is None and first.kill())
+    time.sleep(3)  # interpreter start and connect; what it misses comes back by replay
+    for _ in range(200):
+        workload.step()
+        time.sleep(0.002)
+    wait_until(
+        lambda: first.poll() is not None or (stored_last_seq(store) or 0) > 50,
+        30,
+        "the first collector to store",
+    )
+    assert first.poll() is None, log.read_text()[-3000:]
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(10)
+    at_kill = stored_last_seq(store)
+
+    # The engine goes on while nobody listens.
+    for _ in range(200):
+        workload.step()
+    assert source.last_seq is not None and at_kill is not None and source.last_seq > at_kill + 20
+
+    second = start_collect(store, port, replay_port, log)
+    stack.callback(lambda: second.poll() is None and second.kill())
+    for _ in range(50):
+        workload.step()
+        time.sleep(0.01)
+    last = source.last_seq
+    wait_until(lambda: stored_last_seq(store) == last, 60, f"the store to reach seq {last}")
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(30) == 0, log.read_text()[-3000:]
+
+    with open_store(store).connect() as conn:
+        sid = stream_id(conn, "r")
+        rebuilt = rebuild(conn, position_at_seq(conn, sid, last), StreamId("r", 0))
+        assert rebuilt.map.counts() == truth_counts(source.manager)
+        assert rebuilt.unknown_because == []
+        stored = conn.execute(
+            select(func.count()).select_from(schema.batches).where(schema.batches.c.epoch == 0)
+        ).scalar()
+        assert stored == source.batches  # every batch exactly once: none lost, none twice
+    assert "resumed from the store" in log.read_text()
