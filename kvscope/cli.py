@@ -25,6 +25,7 @@ from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
 from kvscope.config import Config, ConfigError, ReplicaConfig, load_file, parse_replica_flag
 from kvscope.storage.resume import resume_ingest
+from kvscope.storage.retention import Retention
 from kvscope.store_commands import (
     DEFAULT_STORE,
     StoreOption,
@@ -160,7 +161,8 @@ def collect(
             resume_ingest(writer.engine, ingest)
     deadline = None if duration is None else time.monotonic() + duration
     # Stopping (SIGTERM, SIGINT, --duration) closes the sockets first, then flushes the store.
-    with stop_on_signals() as stop, closing_writer(writer), collector:
+    retention = Retention()
+    with stop_on_signals() as stop, closing_writer(writer, retention), collector:
 
         def running() -> bool:
             return not stop.wait(0.5) and (deadline is None or time.monotonic() < deadline)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from kvscope.storage.history import (
     rebuild,
     stream_id,
 )
+from kvscope.storage.retention import DAY, Pruner, Retention, prune
 from kvscope.storage.writer import StoreWriter
 
 DEFAULT_STORE = _DEFAULT_STORE
@@ -69,10 +71,19 @@ def hooks_of(writer: StoreWriter | None) -> dict[str, Any]:
 
 
 @contextmanager
-def closing_writer(writer: StoreWriter | None) -> Iterator[None]:
+def closing_writer(
+    writer: StoreWriter | None, retention: Retention | None = None
+) -> Iterator[None]:
+    """Close (flush) the writer on the way out; prune in the background meanwhile."""
+    pruner = None
+    if writer is not None and retention is not None:
+        pruner = Pruner(writer.engine, retention)
+        pruner.start()
     try:
         yield
     finally:
+        if pruner is not None:
+            pruner.stop()
         if writer is not None:
             writer.close()
             if writer.stats.batches_dropped:
@@ -206,7 +217,36 @@ def db_upgrade(store: StoreOption = DEFAULT_STORE) -> None:
     console.print(f"{store}: schema up to date")
 
 
+def _days(value: float | None) -> float | None:
+    return None if value is None or value <= 0 else value * DAY
+
+
+def prune_command(
+    store: StoreOption = DEFAULT_STORE,
+    log_days: Annotated[
+        float,
+        typer.Option(help="Keep the batch log (instants that rebuild) this long; 0: forever."),
+    ] = 7.0,
+    checkpoint_days: Annotated[float, typer.Option(help="Keep checkpoints; 0: forever.")] = 7.0,
+    rollup_days: Annotated[
+        float, typer.Option(help="Keep per-second rollups and engine samples; 0: forever.")
+    ] = 30.0,
+    reset_days: Annotated[float, typer.Option(help="Keep resets; 0 (default): forever.")] = 0.0,
+) -> None:
+    """Apply retention now (`collect` also prunes in the background)."""
+    retention = Retention(
+        _days(log_days), _days(checkpoint_days), _days(rollup_days), _days(reset_days)
+    )
+    pruned = prune(open_store(store), retention, time.time())
+    console.print(
+        f"pruned {pruned.batches} batches, {pruned.checkpoints} checkpoints, "
+        f"{pruned.rollups} rollups, {pruned.engine_samples} engine samples, "
+        f"{pruned.resets} resets"
+    )
+
+
 def register(app: typer.Typer) -> None:
     app.command()(dump)
     app.command()(resets)
+    app.command("prune")(prune_command)
     app.add_typer(db_app, name="db")

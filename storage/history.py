@@ -71,15 +71,23 @@ def position_at_seq(conn: Connection, sid: int, seq: int, epoch: int | None = No
 
 
 def position_at_time(conn: Connection, sid: int, at: float) -> Position:
-    """After the last batch stamped at or before `at` (engine time)."""
-    t = schema.batches
-    row = conn.execute(
-        select(t.c.epoch, t.c.seq, t.c.ts)
-        .where(t.c.stream_id == sid, t.c.ts <= at)
-        .order_by(t.c.ts.desc(), t.c.epoch.desc(), t.c.seq.desc())
-        .limit(1)
-    ).first()
+    """After the last batch stamped at or before `at` (engine time).
+
+    Checkpoints count as batches here: retention may have pruned the log up to one.
+    """
+    candidates = [
+        conn.execute(
+            select(t.c.epoch, t.c.seq, t.c.ts)
+            .where(t.c.stream_id == sid, t.c.ts <= at)
+            .order_by(t.c.ts.desc(), t.c.epoch.desc(), t.c.seq.desc())
+            .limit(1)
+        ).first()
+        for t in (schema.batches, schema.checkpoints)
+    ]
+    found = [c for c in candidates if c is not None]
+    row = max(found, key=lambda r: (r.ts, r.epoch, r.seq)) if found else None
     if row is None:
+        t = schema.batches
         first = conn.execute(
             select(t.c.ts).where(t.c.stream_id == sid).order_by(t.c.ts).limit(1)
         ).scalar_one_or_none()

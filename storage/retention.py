@@ -1,0 +1,138 @@
+"""Retention by age: the raw log, checkpoints and rollups each have their own; resets stay.
+
+Pruning never removes what the retained window needs: every instant at or after the log's
+cutoff must still rebuild, so for each epoch the newest checkpoint at or before the cutoff is
+kept with the whole log after it, and the log before it goes. An epoch without such a checkpoint
+keeps its log until one exists (the writer checkpoints every minute by default).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, and_, delete, func, select
+
+from kvscope.storage import schema
+
+logger = logging.getLogger(__name__)
+DAY = 86_400.0
+
+
+@dataclass(frozen=True)
+class Retention:
+    log_s: float | None = 7 * DAY
+    """How far back any instant can be rebuilt (the raw batch log)."""
+    checkpoints_s: float | None = 7 * DAY
+    rollups_s: float | None = 30 * DAY
+    resets_s: float | None = None
+    """Resets (with their before and recovery) are kept forever unless this is set."""
+
+
+@dataclass
+class Pruned:
+    batches: int = 0
+    checkpoints: int = 0
+    rollups: int = 0
+    resets: int = 0
+    engine_samples: int = 0
+
+
+def prune(engine: Engine, retention: Retention, now: float) -> Pruned:
+    """Delete what is older than the retention allows (each stream and epoch on its own)."""
+    pruned = Pruned()
+    with engine.begin() as conn:
+        if retention.log_s is not None:
+            _prune_log(conn, now - retention.log_s, retention, now, pruned)
+        if retention.rollups_s is not None:
+            r = schema.rollups
+            pruned.rollups = _deleted(conn, delete(r).where(r.c.second < now - retention.rollups_s))
+            samples = schema.metadata.tables.get("engine_samples")
+            if samples is not None:
+                pruned.engine_samples = _deleted(
+                    conn, delete(samples).where(samples.c.ts < now - retention.rollups_s)
+                )
+        if retention.resets_s is not None:
+            old = select(schema.resets.c.id).where(schema.resets.c.ts < now - retention.resets_s)
+            rr = schema.reset_recovery
+            conn.execute(delete(rr).where(rr.c.reset_id.in_(old)))
+            pruned.resets = _deleted(
+                conn, delete(schema.resets).where(schema.resets.c.ts < now - retention.resets_s)
+            )
+    return pruned
+
+
+def _prune_log(
+    conn: Connection, cutoff: float, retention: Retention, now: float, pruned: Pruned
+) -> None:
+    b, c = schema.batches, schema.checkpoints
+    epochs = conn.execute(select(b.c.stream_id, b.c.epoch).distinct()).all()
+    for stream_id, epoch in epochs:
+        in_epoch = and_(b.c.stream_id == stream_id, b.c.epoch == epoch)
+        anchor = conn.execute(
+            select(c.c.seq, c.c.ts)
+            .where(c.c.stream_id == stream_id, c.c.epoch == epoch, c.c.ts <= cutoff)
+            .order_by(c.c.seq.desc())
+            .limit(1)
+        ).first()
+        if anchor is None:
+            continue  # nothing to rebuild the cutoff instant from: keep this epoch's log
+        # The anchor checkpoint holds the map after its seq: the log up to it is not needed.
+        pruned.batches += _deleted(conn, delete(b).where(in_epoch, b.c.seq <= anchor.seq))
+        checkpoint_cutoff = min(
+            anchor.ts, now - retention.checkpoints_s if retention.checkpoints_s else anchor.ts
+        )
+        pruned.checkpoints += _deleted(
+            conn,
+            delete(c).where(
+                c.c.stream_id == stream_id,
+                c.c.epoch == epoch,
+                c.c.seq < anchor.seq,
+                c.c.ts < checkpoint_cutoff,
+            ),
+        )
+        newer_epoch = conn.execute(
+            select(func.count())
+            .select_from(b)
+            .where(b.c.stream_id == stream_id, b.c.epoch > epoch, b.c.ts <= cutoff)
+        ).scalar()
+        if newer_epoch:
+            # A later epoch began before the cutoff: this one lies wholly outside the window.
+            pruned.batches += _deleted(conn, delete(b).where(in_epoch))
+            pruned.checkpoints += _deleted(
+                conn, delete(c).where(c.c.stream_id == stream_id, c.c.epoch == epoch)
+            )
+
+
+def _deleted(conn: Connection, statement: object) -> int:
+    result = conn.execute(statement)  # type: ignore[call-overload]
+    return int(result.rowcount or 0)
+
+
+class Pruner:
+    """Applies retention every `interval_s` in a background thread."""
+
+    def __init__(self, engine: Engine, retention: Retention, interval_s: float = 600.0) -> None:
+        self.engine = engine
+        self.retention = retention
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kvscope-pruner", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                pruned = prune(self.engine, self.retention, time.time())
+                logger.info("pruned %s", pruned)
+            except Exception:  # the store may be down: the writer reports that; try later
+                logger.exception("pruning failed; will try again")

@@ -1,0 +1,53 @@
+"""Retention prunes by age and never what the retained window needs to rebuild."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from kvscope.storage import schema
+from kvscope.storage.engine import open_store
+from kvscope.storage.history import NotInStore, position_at_time, rebuild, stream_id
+from kvscope.storage.retention import Retention, prune
+from kvscope.storage.writer import StoreSettings
+from tests.test_store import STREAM, ingest_capture
+
+
+def count(conn: object, table: object) -> int:
+    return int(conn.execute(select(func.count()).select_from(table)).scalar())  # type: ignore[attr-defined,arg-type]
+
+
+def test_every_instant_inside_the_window_still_rebuilds(store_url: str) -> None:
+    settings = StoreSettings(checkpoint_every_batches=400)
+    _, samples, _ = ingest_capture(store_url, "lab_10rps_300s", settings, 40)
+    engine = open_store(store_url)
+    with engine.connect() as conn:
+        sid = stream_id(conn, "lab")
+        ts_of = dict(conn.execute(select(schema.batches.c.seq, schema.batches.c.ts)).all())
+        batches_before, resets_before = count(conn, schema.batches), count(conn, schema.resets)
+    last_ts = max(ts_of.values())
+    first_ts = min(ts_of.values())
+    cutoff = first_ts + (last_ts - first_ts) / 2
+
+    pruned = prune(
+        engine, Retention(log_s=last_ts - cutoff, checkpoints_s=None, rollups_s=100.0), last_ts
+    )
+    assert pruned.batches > 0.3 * batches_before and pruned.rollups > 100
+
+    with engine.connect() as conn:
+        assert count(conn, schema.resets) == resets_before  # resets are kept
+        kept = [seq for seq in samples if ts_of[seq] >= cutoff]
+        assert len(kept) > 20
+        for seq in kept:
+            rebuilt = rebuild(conn, position_at_time(conn, sid, ts_of[seq]), STREAM)
+            assert rebuilt.map.counts() == samples[seq], seq
+        oldest = min(ts_of.values())
+        with pytest.raises(NotInStore, match="log starts at"):
+            position_at_time(conn, sid, oldest)
+        assert conn.execute(select(func.min(schema.rollups.c.second))).scalar() >= last_ts - 101
+
+    # Pruning again changes nothing: what is left is what the window needs.
+    again = prune(
+        engine, Retention(log_s=last_ts - cutoff, checkpoints_s=None, rollups_s=100.0), last_ts
+    )
+    assert (again.batches, again.checkpoints) == (0, 0)
