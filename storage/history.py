@@ -31,6 +31,8 @@ class Position:
     epoch: int
     seq: int
     ts: float
+    at: float | None = None
+    """The instant asked for, when asked by time (the batch at `seq` may be older)."""
 
 
 @dataclass
@@ -93,7 +95,7 @@ def position_at_time(conn: Connection, sid: int, at: float) -> Position:
         ).scalar_one_or_none()
         retained = "nothing is stored" if first is None else f"the log starts at ts {first:.3f}"
         raise NotInStore(f"no batch at or before ts {at:.3f}: {retained}")
-    return Position(sid, row.epoch, row.seq, row.ts)
+    return Position(sid, row.epoch, row.seq, row.ts, at)
 
 
 def rebuild(conn: Connection, position: Position, stream: StreamId) -> RebuiltMap:
@@ -135,32 +137,34 @@ def _unknown_because(conn: Connection, position: Position) -> list[str]:
     """Intervals of this epoch during which the map at `position` was not known to be whole.
 
     A degraded interval runs from its first missing seq until the clear that ends it (`to_seq`,
-    or the end of its epoch). Batches the store dropped (`incomplete`) spoil instants until the
-    next checkpoint after them.
+    or the end of its epoch). Batches the store dropped (`incomplete`, bounded by batch times)
+    spoil every instant from the first of them until the next checkpoint after them.
     """
     t, c = schema.intervals, schema.checkpoints
     rows = conn.execute(
-        select(t.c.kind, t.c.from_seq, t.c.to_seq, t.c.detail).where(
+        select(t.c.kind, t.c.from_seq, t.c.to_seq, t.c.from_ts, t.c.detail).where(
             t.c.stream_id == position.stream_id,
             t.c.epoch == position.epoch,
-            t.c.from_seq <= position.seq,
             t.c.kind.in_(("degraded", "incomplete")),
         )
     ).all()
+    instant = position.at if position.at is not None else position.ts
     reasons = []
     for row in rows:
         if row.kind == "degraded":
-            covers = row.to_seq is None or position.seq < row.to_seq
+            covers = row.from_seq <= position.seq and (
+                row.to_seq is None or position.seq < row.to_seq
+            )
         else:
             checkpoint_after = conn.execute(
                 select(c.c.seq).where(
                     c.c.stream_id == position.stream_id,
                     c.c.epoch == position.epoch,
                     c.c.seq > row.to_seq,
-                    c.c.seq <= position.seq,
+                    c.c.ts <= instant,
                 )
             ).first()
-            covers = checkpoint_after is None
+            covers = instant >= row.from_ts and checkpoint_after is None
         if covers:
             reasons.append(f"{row.kind} from seq {row.from_seq}: {row.detail}")
     return reasons

@@ -33,7 +33,9 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class StoreSettings:
     queue_rows: int = 50_000
-    """Rows that may wait for the store; past this, batches are dropped (counted, marked)."""
+    """Batch, rollup and checkpoint rows that may wait for the store; past this they are
+    dropped (counted; dropped batches are marked incomplete in the store). The rare rows
+    (epochs, resets, recoveries, intervals) always wait: dropping them would lose what matters."""
     rows_per_transaction: int = 2_000
     checkpoint_every_batches: int = 2_000
     checkpoint_every_s: float = 60.0
@@ -126,6 +128,9 @@ class _RollupRow:
 _Row = _BatchRow | _EpochRow | _CheckpointRow | _ResetRow | _RecoveryRow | _IntervalRow | _RollupRow
 
 
+_DROPPABLE = (_BatchRow, _RollupRow, _CheckpointRow)
+
+
 @dataclass
 class _StreamState:
     """What the hooks remember per stream between batches (ingest thread only)."""
@@ -141,7 +146,7 @@ class _StreamState:
     """Intervals of the ingest's degraded_history written in their final form."""
     degraded_open_written: bool = False
     dropped_from: tuple[int, int, float] | None = None
-    """(epoch, seq, recv_ts) of the first batch dropped since the store last had room."""
+    """(epoch, seq, ts) of the first batch dropped since the store last had room."""
     dropped_to: tuple[int, float] | None = None
     recoveries: list[tuple[tuple[int, int, str], RecoveryTracker]] = field(default_factory=list)
 
@@ -163,7 +168,10 @@ class StoreWriter:
         self.engine = engine
         self.settings = settings or StoreSettings()
         self.stats = WriterStats()
-        self._queue: queue.Queue[_Row | None] = queue.Queue(maxsize=self.settings.queue_rows)
+        self._queue: queue.Queue[_Row | None] = queue.Queue()
+        self._droppable = 0
+        """Droppable rows queued now (bounded by settings.queue_rows)."""
+        self._droppable_lock = threading.Lock()
         self._streams: dict[StreamId, _StreamState] = {}
         self._stream_ids: dict[StreamId, int] = {}
         self._reset_ids: dict[tuple[StreamId, tuple[int, int, str]], int] = {}
@@ -186,7 +194,7 @@ class StoreWriter:
             self._put_always(_EpochRow(stream, ingest.epoch, recv_ts))
         self._rollup(ingest, batch, state)
         if not self._put(_BatchRow(stream, ingest.epoch, batch.seq, batch.ts, recv_ts, payload)):
-            self._note_drop(state, ingest.epoch, batch.seq, recv_ts)
+            self._note_drop(state, ingest.epoch, batch.seq, batch.ts)
         elif state.dropped_from is not None:
             self._close_drop(stream, state)
         self._track_degraded(ingest, state, recv_ts)
@@ -252,6 +260,7 @@ class StoreWriter:
 
     @property
     def queue_depth(self) -> int:
+        """Rows waiting for the store."""
         return self._queue.qsize()
 
     # --- ingest-thread helpers ----------------------------------------------------------------
@@ -262,22 +271,25 @@ class StoreWriter:
         return state
 
     def _put(self, row: _Row) -> bool:
-        try:
-            self._queue.put_nowait(row)
-            return True
-        except queue.Full:
-            return False
+        """Queue a droppable row; False (dropped) when `queue_rows` of them already wait."""
+        with self._droppable_lock:
+            if self._droppable >= self.settings.queue_rows:
+                return False
+            self._droppable += 1
+        self._queue.put(row)
+        return True
 
     def _put_always(self, row: _Row) -> None:
-        """Rare rows (resets, epochs, intervals) wait for room rather than being dropped."""
+        """Rare rows (resets, epochs, intervals) are never dropped and never block."""
         self._queue.put(row)
 
-    def _note_drop(self, state: _StreamState, epoch: int, seq: int, recv_ts: float) -> None:
+    def _note_drop(self, state: _StreamState, epoch: int, seq: int, ts: float) -> None:
+        """Batch times (engine clock) bound the hole: instants are asked for in that clock."""
         self.stats.batches_dropped += 1
         if state.dropped_from is None:
-            state.dropped_from = (epoch, seq, recv_ts)
+            state.dropped_from = (epoch, seq, ts)
             logger.warning("store queue full: dropping batches from seq %d (counted)", seq)
-        state.dropped_to = (seq, recv_ts)
+        state.dropped_to = (seq, ts)
         state.force_checkpoint = True
 
     def _close_drop(self, stream: StreamId, state: _StreamState) -> None:
@@ -456,6 +468,9 @@ class StoreWriter:
             self.stats.write_seconds_total += time.perf_counter() - started
             self.stats.rows_written += len(pending)
             self.stats.transactions += 1
+            written_droppable = sum(1 for row in pending if type(row) in _DROPPABLE)
+            with self._droppable_lock:
+                self._droppable -= written_droppable
             for _ in pending:
                 self._queue.task_done()
             pending = []

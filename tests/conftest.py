@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,22 +26,33 @@ PG_ADMIN_URL = os.environ.get(
 
 
 @pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A fresh database on the real PostgreSQL server, dropped afterwards."""
-    import uuid
-
+def new_pg_database() -> Iterator[Callable[[], str]]:
+    """Makes fresh databases on the real PostgreSQL server; all are dropped afterwards."""
     from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
 
-    name = f"kvscope_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    finally:
+    # No pooling: a test may restart the server under us.
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    made: list[str] = []
+
+    def make() -> str:
+        name = f"kvscope_test_{uuid.uuid4().hex[:12]}"
         with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        made.append(name)
+        return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+    yield make
+    with admin.connect() as conn:
+        for name in made:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    admin.dispose()
+
+
+@pytest.fixture
+def pg_url(new_pg_database: Callable[[], str]) -> str:
+    """A fresh database on the real PostgreSQL server, dropped afterwards."""
+    return new_pg_database()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
