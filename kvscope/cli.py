@@ -140,6 +140,14 @@ def collect(
     ] = None,
     live: Annotated[bool, typer.Option(help="Show the live terminal view.")] = True,
     store: StoreOption = DEFAULT_STORE,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            envvar="KVSCOPE_SHARD",
+            help="Name of this collector when several share one store, each with its own "
+            "replicas; a replica another shard writes is refused.",
+        ),
+    ] = None,
 ) -> None:
     """Subscribe to replicas' KV event streams and keep each one's prefix-cache map."""
     try:
@@ -154,7 +162,7 @@ def collect(
         streams = [s for r in config.replicas for s in r.streams()]
     except ConfigError as exc:
         raise _fail(str(exc)) from exc
-    writer = open_writer(store)
+    writer = open_writer(store, [s.stream for s in streams], shard)
     collector = Collector(streams, settings=config.collector, **hooks_of(writer))
     if writer is not None:
         for ingest in collector.ingests.values():

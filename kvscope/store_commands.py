@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -29,7 +29,7 @@ from kvscope.storage.history import (
     stream_id,
 )
 from kvscope.storage.retention import DAY, Pruner, Retention, prune
-from kvscope.storage.writer import StoreWriter
+from kvscope.storage.writer import ShardConflict, StoreSettings, StoreWriter, claim_streams
 
 DEFAULT_STORE = _DEFAULT_STORE
 NO_STORE = "none"
@@ -50,11 +50,18 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def open_writer(url: str) -> StoreWriter | None:
+def open_writer(
+    url: str, streams: Sequence[StreamId] = (), shard: str | None = None
+) -> StoreWriter | None:
+    """A writer on `url` owning `streams` (refused if another shard writes one of them)."""
     if url == NO_STORE:
         return None
     try:
-        return StoreWriter(open_store(url))
+        engine = open_store(url)
+        claim_streams(engine, list(streams), shard)
+        return StoreWriter(engine, StoreSettings(shard=shard))
+    except ShardConflict as exc:
+        raise _fail(str(exc)) from exc
     except SQLAlchemyError as exc:
         raise _fail(f"cannot open store {url}: {str(exc).splitlines()[0]}") from exc
 
