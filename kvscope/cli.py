@@ -33,6 +33,7 @@ from kvscope.store_commands import (
     hooks_of,
     open_writer,
     register,
+    scraping,
 )
 from kvscope.views import stream_table
 
@@ -79,6 +80,7 @@ def _build_config(
     topic: str,
     replay_timeout: float | None,
     max_message_bytes: int | None,
+    metrics: list[str] | None = None,
 ) -> Config:
     config = load_file(config_file) if config_file else Config()
     from_flags = []
@@ -86,7 +88,8 @@ def _build_config(
         name, endpoint = parse_replica_flag(spec)
         replay = replays[i] if i < len(replays) else None
         ranks = dp_ranks[i] if i < len(dp_ranks) else (dp_ranks[0] if dp_ranks else 1)
-        from_flags.append(ReplicaConfig(name, endpoint, replay, ranks, topic))
+        scrape = metrics[i] if metrics and i < len(metrics) else None
+        from_flags.append(ReplicaConfig(name, endpoint, replay, ranks, topic, scrape))
     if len(replays) > max(len(replicas), 1) or (replays and not replicas):
         raise ConfigError("--replay is given per --replica, in the same order")
     settings = config.collector
@@ -115,6 +118,12 @@ def collect(
     replay: Annotated[
         list[str],
         typer.Option(help="Replay endpoint (vLLM's replay_endpoint), one per --replica, in order."),
+    ] = [],  # noqa: B006
+    metrics: Annotated[
+        list[str],
+        typer.Option(
+            help="vLLM's /metrics URL, one per --replica, in order: scraped into the store."
+        ),
     ] = [],  # noqa: B006
     dp_ranks: Annotated[
         list[int],
@@ -152,7 +161,14 @@ def collect(
     """Subscribe to replicas' KV event streams and keep each one's prefix-cache map."""
     try:
         config = _build_config(
-            config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes
+            config_file,
+            replica,
+            replay,
+            dp_ranks,
+            topic,
+            replay_timeout,
+            max_message_bytes,
+            metrics,
         )
     except ConfigError as exc:
         raise _fail(str(exc)) from exc
@@ -170,7 +186,13 @@ def collect(
     deadline = None if duration is None else time.monotonic() + duration
     # Stopping (SIGTERM, SIGINT, --duration) closes the sockets first, then flushes the store.
     retention = Retention()
-    with stop_on_signals() as stop, closing_writer(writer, retention), collector:
+    scrape_targets = {r.name: r.metrics for r in config.replicas if r.metrics}
+    with (
+        stop_on_signals() as stop,
+        closing_writer(writer, retention),
+        scraping(writer, scrape_targets),
+        collector,
+    ):
 
         def running() -> bool:
             return not stop.wait(0.5) and (deadline is None or time.monotonic() < deadline)

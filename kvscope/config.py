@@ -13,6 +13,7 @@ The file lists replicas and collector settings:
     replay = "tcp://10.0.0.5:5558"
     dp_ranks = 2
     topic = ""
+    metrics = "http://10.0.0.5:8000/metrics"   # optional: vLLM's own metrics, scraped
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class ReplicaConfig:
     replay: str | None = None
     dp_ranks: int = 1
     topic: str = ""
+    metrics: str | None = None
+    """vLLM's /metrics URL: scraped into the store (hit rate, TTFT, preemptions...)."""
 
     def streams(self) -> list[StreamEndpoint]:
         """Its streams; an http(s) endpoint is vLLM's API server, asked for its event sources."""

@@ -29,6 +29,7 @@ from kvscope.storage.history import (
     stream_id,
 )
 from kvscope.storage.retention import DAY, Pruner, Retention, prune
+from kvscope.storage.scrape import MetricsScraper
 from kvscope.storage.writer import ShardConflict, StoreSettings, StoreWriter, claim_streams
 
 DEFAULT_STORE = _DEFAULT_STORE
@@ -75,6 +76,20 @@ def hooks_of(writer: StoreWriter | None) -> dict[str, Any]:
         "observers": [writer.after_batch],
         "pre_apply": [writer.before_batch],
     }
+
+
+@contextmanager
+def scraping(writer: StoreWriter | None, targets: dict[str, str]) -> Iterator[None]:
+    """Scrape each replica's vLLM /metrics into the store while the block runs."""
+    if writer is None or not targets:
+        yield
+        return
+    scraper = MetricsScraper(writer.engine, targets)
+    scraper.start()
+    try:
+        yield
+    finally:
+        scraper.stop()
 
 
 @contextmanager

@@ -146,3 +146,27 @@ rollups = Table(
     Column("gaps", Integer, nullable=False),
     Index("ix_rollups_second", "second"),
 )
+
+engine_samples = Table(
+    "engine_samples",
+    metadata,
+    # What the engine itself reports on its Prometheus /metrics, scraped every few seconds
+    # (storage/scrape.py). Counters are cumulative as exposed; readers take deltas.
+    Column("replica", String(200), primary_key=True),
+    # vLLM's `engine` label: the data-parallel rank ("0" where the server labels none).
+    Column("engine", String(50), primary_key=True),
+    # The collector's wall clock when the scrape was answered.
+    Column("ts", Float, primary_key=True),
+    # A figure the server did not expose is NULL.
+    Column("prefix_cache_queries", Float),
+    Column("prefix_cache_hits", Float),
+    Column("preemptions", Float),
+    Column("running", Float),
+    Column("waiting", Float),
+    # vLLM's kv_cache_usage_perc: a fraction (0..1) despite its name.
+    Column("kv_usage", Float),
+    Column("ttft_sum", Float),
+    Column("ttft_count", Float),
+    # msgpack of [[le, cumulative count], ...] sorted by le (the last le is +inf).
+    Column("ttft_buckets", LargeBinary),
+)
