@@ -53,7 +53,6 @@ batches = Table(
     # The KVEventBatch msgpack exactly as received: the log that rebuilds any instant.
     Column("payload", LargeBinary, nullable=False),
     Index("ix_batches_stream_ts", "stream_id", "ts"),
-    Index("ix_batches_recv_ts", "recv_ts"),
 )
 
 checkpoints = Table(
@@ -140,8 +139,10 @@ rollups = Table(
     Column("stored", Integer, nullable=False),
     Column("hittable", Integer, nullable=False),
     Column("orphans", Integer, nullable=False),
+    # Blocks stored and removed in this tier during the second.
     Column("stores", Integer, nullable=False),
     Column("removes", Integer, nullable=False),
+    # Clears and gaps belong to the stream: the same on each of its tier rows.
     Column("clears", Integer, nullable=False),
     Column("gaps", Integer, nullable=False),
     Index("ix_rollups_second", "second"),

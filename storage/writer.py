@@ -10,22 +10,31 @@ checkpoint so that instants after the hole rebuild exactly again. Nothing is los
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.prefix_map import ClearedMap
-from kvscope.collector.snapshot import encode_map, encode_tables
-from kvscope.collector.types import AllCleared, Batch, BlocksRemoved, BlocksStored, StreamId
+from kvscope.collector.snapshot import compress, encode_map, encode_tables
+from kvscope.collector.types import (
+    AllCleared,
+    Batch,
+    BlocksRemoved,
+    BlocksStored,
+    StreamId,
+    TableKey,
+)
+from kvscope.collector.wire import table_key
 from kvscope.storage import schema
 from kvscope.storage.recovery import DEFAULT_OFFSETS_S, RecoveryPoint, RecoveryTracker
+from kvscope.storage.rowqueue import RowQueue
 
 logger = logging.getLogger(__name__)
 
@@ -37,16 +46,22 @@ class StoreSettings:
     dropped (counted; dropped batches are marked incomplete in the store). The rare rows
     (epochs, resets, recoveries, intervals) always wait: dropping them would lose what matters."""
     rows_per_transaction: int = 2_000
-    checkpoint_every_batches: int = 2_000
-    checkpoint_every_s: float = 60.0
+    checkpoint_log_ratio: float = 1.0
+    """Checkpoint once the log written since the last checkpoint is this many times its size
+    on disk.
+
+    This bounds both costs: checkpoints take at most about as much disk as the log, and
+    rebuilding an instant replays at most about one checkpoint's worth of log."""
+    checkpoint_every_batches: int = 20_000
+    """A checkpoint at least this often (in batches), whatever the sizes."""
     retry_initial_s: float = 0.2
     retry_max_s: float = 5.0
     recovery_offsets_s: tuple[float, ...] = DEFAULT_OFFSETS_S
     shard: str | None = None
 
 
-# --- rows (built on the ingest thread) ---------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+# --- rows (built on the ingest thread; not frozen: frozen dataclasses are slow to build) -------
+@dataclass(slots=True)
 class _BatchRow:
     stream: StreamId
     epoch: int
@@ -56,14 +71,14 @@ class _BatchRow:
     payload: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _EpochRow:
     stream: StreamId
     epoch: int
     recv_ts: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _CheckpointRow:
     stream: StreamId
     epoch: int
@@ -73,7 +88,7 @@ class _CheckpointRow:
     snapshot: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _ResetRow:
     stream: StreamId
     key: tuple[int, int, str]
@@ -87,7 +102,7 @@ class _ResetRow:
     before: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _RecoveryRow:
     stream: StreamId
     key: tuple[int, int, str]
@@ -98,7 +113,7 @@ class _RecoveryRow:
     until_ts: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _IntervalRow:
     stream: StreamId
     kind: str
@@ -110,7 +125,7 @@ class _IntervalRow:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _RollupRow:
     stream: StreamId
     second: int
@@ -128,19 +143,22 @@ class _RollupRow:
 _Row = _BatchRow | _EpochRow | _CheckpointRow | _ResetRow | _RecoveryRow | _IntervalRow | _RollupRow
 
 
-_DROPPABLE = (_BatchRow, _RollupRow, _CheckpointRow)
-
-
 @dataclass
 class _StreamState:
     """What the hooks remember per stream between batches (ingest thread only)."""
 
     epoch: int | None = None
     batches_since_checkpoint: int = 0
-    last_checkpoint_at: float = 0.0
+    log_bytes_since_checkpoint: int = 0
+    last_checkpoint_bytes: int = 0
+    """Size on disk of the last checkpoint (compressed), as the writer thread reports it."""
+    checkpoint_seq: tuple[int, int] | None = None
     force_checkpoint: bool = False
     second: int | None = None
-    events: Counter[str] = field(default_factory=Counter)
+    events: dict[TableKey, list[int]] = field(default_factory=dict)
+    """Blocks stored and removed per table in the current second."""
+    clears: int = 0
+    gaps: int = 0
     gaps_seen: int = 0
     degraded_done: int = 0
     """Intervals of the ingest's degraded_history written in their final form."""
@@ -199,10 +217,7 @@ class StoreWriter:
         self.engine = engine
         self.settings = settings or StoreSettings()
         self.stats = WriterStats()
-        self._queue: queue.Queue[_Row | None] = queue.Queue()
-        self._droppable = 0
-        """Droppable rows queued now (bounded by settings.queue_rows)."""
-        self._droppable_lock = threading.Lock()
+        self._queue: RowQueue[_Row] = RowQueue(self.settings.queue_rows)
         self._streams: dict[StreamId, _StreamState] = {}
         self._stream_ids: dict[StreamId, int] = {}
         self._reset_ids: dict[tuple[StreamId, tuple[int, int, str]], int] = {}
@@ -231,10 +246,12 @@ class StoreWriter:
         self._track_degraded(ingest, state, recv_ts)
         self._follow_recoveries(ingest, batch, state)
         state.batches_since_checkpoint += 1
+        state.log_bytes_since_checkpoint += len(payload)
         due = (
             state.force_checkpoint
+            or state.log_bytes_since_checkpoint
+            >= self.settings.checkpoint_log_ratio * state.last_checkpoint_bytes
             or state.batches_since_checkpoint >= self.settings.checkpoint_every_batches
-            or recv_ts - state.last_checkpoint_at >= self.settings.checkpoint_every_s
         )
         if due and state.dropped_from is None:
             self._checkpoint(ingest, batch, state, recv_ts)
@@ -253,7 +270,7 @@ class StoreWriter:
                 before_hittable=sum(t.hittable_count for t in tables.values()),
                 before_orphans=sum(t.orphan_count for t in tables.values()),
                 before_tokens=sum(t.hittable_count * t.block_size for t in tables.values()),
-                before=encode_tables(tables),
+                before=encode_tables(tables, compressed=False),
             )
         )
         # A new clear ends the recoveries still being followed on this stream.
@@ -270,13 +287,13 @@ class StoreWriter:
             for key, tracker in state.recoveries:
                 self._put_always(self._recovery_row(stream, key, tracker))
             state.recoveries = []
-        self._queue.put(None)
+        self._queue.close()
         self._thread.join(timeout)
         if self._thread.is_alive():
             logger.error(
                 "store still unreachable after %.0fs: %d rows not written (%s)",
                 timeout,
-                self._queue.unfinished_tasks,
+                self._queue.pending,
                 self.stats.last_error,
             )
 
@@ -284,7 +301,7 @@ class StoreWriter:
         """Wait until every queued row is written; False on timeout."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._queue.unfinished_tasks == 0:
+            if self._queue.pending == 0:
                 return True
             time.sleep(0.01)
         return False
@@ -292,27 +309,22 @@ class StoreWriter:
     @property
     def queue_depth(self) -> int:
         """Rows waiting for the store."""
-        return self._queue.qsize()
+        return self._queue.pending
 
     # --- ingest-thread helpers ----------------------------------------------------------------
     def _state(self, stream: StreamId) -> _StreamState:
         state = self._streams.get(stream)
         if state is None:
-            state = self._streams[stream] = _StreamState(last_checkpoint_at=time.time())
+            state = self._streams[stream] = _StreamState()
         return state
 
     def _put(self, row: _Row) -> bool:
         """Queue a droppable row; False (dropped) when `queue_rows` of them already wait."""
-        with self._droppable_lock:
-            if self._droppable >= self.settings.queue_rows:
-                return False
-            self._droppable += 1
-        self._queue.put(row)
-        return True
+        return self._queue.put(row, True)
 
     def _put_always(self, row: _Row) -> None:
         """Rare rows (resets, epochs, intervals) are never dropped and never block."""
-        self._queue.put(row)
+        self._queue.put(row, False)
 
     def _note_drop(self, state: _StreamState, epoch: int, seq: int, ts: float) -> None:
         """Batch times (engine clock) bound the hole: instants are asked for in that clock."""
@@ -350,11 +362,14 @@ class StoreWriter:
             batch.seq,
             batch.ts,
             ingest.map.totals().blocks,
-            encode_map(ingest.map),
+            encode_map(ingest.map, compressed=False),
         )
         if self._put(row):
             state.batches_since_checkpoint = 0
-            state.last_checkpoint_at = recv_ts
+            state.log_bytes_since_checkpoint = 0
+            # Until the writer reports the size on disk, assume zstd's usual 40 %.
+            state.last_checkpoint_bytes = len(row.snapshot) * 2 // 5
+            state.checkpoint_seq = (row.epoch, row.seq)
             state.force_checkpoint = False
 
     def _track_degraded(self, ingest: StreamIngest, state: _StreamState, recv_ts: float) -> None:
@@ -387,55 +402,51 @@ class StoreWriter:
         if state.second is not None and second != state.second:
             self._flush_rollup(ingest, state)
         state.second = second
-        events = state.events
+        per_table = state.events
         for event in batch.events:
             if type(event) is BlocksStored:
-                events["stores"] += len(event.hashes)
+                counts = per_table.get(event.table)
+                if counts is None:
+                    counts = per_table[event.table] = [0, 0]
+                counts[0] += len(event.hashes)
             elif type(event) is BlocksRemoved:
-                events["removes"] += len(event.hashes)
+                counts = per_table.get(event.table)
+                if counts is None:
+                    counts = per_table[event.table] = [0, 0]
+                counts[1] += len(event.hashes)
             elif type(event) is AllCleared:
-                events["clears"] += 1
-        events["gaps"] += ingest.counters.gaps - state.gaps_seen
+                state.clears += 1
+        state.gaps += ingest.counters.gaps - state.gaps_seen
         state.gaps_seen = ingest.counters.gaps
 
     def _flush_rollup(self, ingest: StreamIngest, state: _StreamState) -> None:
-        """The second that just ended: the map as it stood after its last batch."""
+        """The second that just ended: the map as it stood after its last batch.
+
+        Stores and removes are per table; clears and gaps belong to the stream and are
+        repeated on each of its rows (take the max over tiers, not the sum)."""
         assert state.second is not None
-        e = state.events
-        stats = ingest.map.stats() or {}
-        rows = [
-            _RollupRow(
-                ingest.stream,
-                state.second,
-                key.medium,
-                key.group,
-                s.blocks,
-                s.hittable,
-                s.orphans,
-                e["stores"],
-                e["removes"],
-                e["clears"],
-                e["gaps"],
+        stats = ingest.map.stats()
+        keys = set(stats) | set(state.events) or {table_key("GPU", 0)}
+        for key in keys:
+            s = stats.get(key)
+            stores, removes = state.events.get(key, (0, 0))
+            self._put(
+                _RollupRow(
+                    ingest.stream,
+                    state.second,
+                    key.medium,
+                    key.group,
+                    0 if s is None else s.blocks,
+                    0 if s is None else s.hittable,
+                    0 if s is None else s.orphans,
+                    stores,
+                    removes,
+                    state.clears,
+                    state.gaps,
+                )
             )
-            for key, s in stats.items()
-        ] or [
-            _RollupRow(
-                ingest.stream,
-                state.second,
-                "GPU",
-                0,
-                0,
-                0,
-                0,
-                e["stores"],
-                e["removes"],
-                e["clears"],
-                e["gaps"],
-            )
-        ]
-        for row in rows:
-            self._put(row)
-        state.events = Counter()
+        state.events = {}
+        state.clears = state.gaps = 0
 
     def _follow_recoveries(self, ingest: StreamIngest, batch: Batch, state: _StreamState) -> None:
         still = []
@@ -462,49 +473,29 @@ class StoreWriter:
     # --- the writer thread --------------------------------------------------------------------
     def _run(self) -> None:
         backoff = self.settings.retry_initial_s
-        pending: list[_Row] = []
-        done = False
-        while not done or pending:
-            if not pending:
-                row = self._queue.get()
-                if row is None:
-                    self._queue.task_done()
-                    done = True
-                    continue
-                pending.append(row)
-                while len(pending) < self.settings.rows_per_transaction:
-                    try:
-                        row = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if row is None:
-                        self._queue.task_done()
-                        done = True
-                        break
-                    pending.append(row)
-            started = time.perf_counter()
-            try:
-                with self.engine.begin() as conn:
-                    self._write(conn, pending)
-            except SQLAlchemyError as exc:
-                self.stats.retries += 1
-                self.stats.last_error = str(exc).splitlines()[0]
-                logger.warning(
-                    "store write failed (%s); retrying in %.1fs", self.stats.last_error, backoff
-                )
-                self._forget_ids()
-                time.sleep(backoff)
-                backoff = min(backoff * 2, self.settings.retry_max_s)
-                continue
+        while (taken := self._queue.take(self.settings.rows_per_transaction)) is not None:
+            rows = [row for row, _ in taken]
+            while True:
+                started = time.perf_counter()
+                try:
+                    with self.engine.begin() as conn:
+                        self._write(conn, rows)
+                    break
+                except SQLAlchemyError as exc:
+                    self.stats.retries += 1
+                    self.stats.last_error = str(exc).splitlines()[0]
+                    logger.warning(
+                        "store write failed (%s); retrying in %.1fs",
+                        self.stats.last_error,
+                        backoff,
+                    )
+                    self._forget_ids()
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, self.settings.retry_max_s)
             self.stats.write_seconds_total += time.perf_counter() - started
-            self.stats.rows_written += len(pending)
+            self.stats.rows_written += len(rows)
             self.stats.transactions += 1
-            written_droppable = sum(1 for row in pending if type(row) in _DROPPABLE)
-            with self._droppable_lock:
-                self._droppable -= written_droppable
-            for _ in pending:
-                self._queue.task_done()
-            pending = []
+            self._queue.done(taken)
             backoff = self.settings.retry_initial_s
 
     def _forget_ids(self) -> None:
@@ -570,17 +561,18 @@ class StoreWriter:
             self._upsert_rollups(conn, groups[_RollupRow])
 
     def _upsert_rollups(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
-        # A second can be written twice when a stream's batches straddle a restart: last wins.
+        """One statement for them all. A second can come twice (its batches straddle a
+        restart, or a resumed collector goes over it again): the last one wins."""
         t = schema.rollups
-        for row in rows:
-            key = (
-                (t.c.stream_id == row["stream_id"])
-                & (t.c.second == row["second"])
-                & (t.c.medium == row["medium"])
-                & (t.c.grp == row["grp"])
-            )
-            if conn.execute(update(t).where(key).values(**row)).rowcount == 0:
-                conn.execute(insert(t).values(**row))
+        dialect = conn.dialect.name
+        upsert = (postgresql_insert if dialect == "postgresql" else sqlite_insert)(t)
+        keys = ("stream_id", "second", "medium", "grp")
+        statement = upsert.on_conflict_do_update(
+            index_elements=[t.c[k] for k in keys],
+            set_={c.name: upsert.excluded[c.name] for c in t.columns if c.name not in keys},
+        )
+        latest = {tuple(row[k] for k in keys): row for row in rows}  # one row per key
+        conn.execute(statement, list(latest.values()))
 
     def _write_one(self, conn: Connection, row: _Row) -> None:
         if type(row) is _EpochRow:
@@ -601,7 +593,7 @@ class StoreWriter:
                     seq=row.seq,
                     ts=row.ts,
                     blocks=row.blocks,
-                    snapshot=row.snapshot,
+                    snapshot=self._compressed_checkpoint(row),
                 )
             )
         elif type(row) is _ResetRow:
@@ -619,7 +611,7 @@ class StoreWriter:
                     before_hittable=row.before_hittable,
                     before_orphans=row.before_orphans,
                     before_tokens=row.before_tokens,
-                    before=row.before,
+                    before=compress(row.before),
                 )
                 .returning(schema.resets.c.id)
             ).scalar_one()
@@ -675,6 +667,13 @@ class StoreWriter:
             )
             if conn.execute(update(t).where(same).values(**values)).rowcount == 0:
                 conn.execute(insert(t).values(**values))
+
+    def _compressed_checkpoint(self, row: _CheckpointRow) -> bytes:
+        packed = compress(row.snapshot)
+        state = self._streams.get(row.stream)
+        if state is not None and state.checkpoint_seq == (row.epoch, row.seq):
+            state.last_checkpoint_bytes = len(packed)  # one int, read by the ingest thread
+        return packed
 
     def _reset_id(self, conn: Connection, stream: StreamId, key: tuple[int, int, str]) -> int:
         cached = self._reset_ids.get((stream, key))

@@ -1,0 +1,174 @@
+"""What keeping history costs: ingest with the store on, bytes on disk, rebuilding an instant.
+
+    python benchmarks/store.py [--events N] [--cached C] [--seed S] [--rebuilds R] [--no-postgres]
+
+One run prints, each beside its baseline measured in the same run (targets are reported, never
+asserted):
+1. memory-only ingest (block-events/s of `StreamIngest.live_frames` over pre-encoded payloads:
+   the baseline), then the same with the store on (SQLite file; PostgreSQL), timed until the
+   writer has committed the last row; their ratio (target: SQLite >= 0.5x);
+2. bytes on disk per block-event (the SQLite file after the run, WAL checkpointed);
+3. the time to rebuild a replica of about 100k cached blocks at random instants (checkpoint plus
+   log, as `kvscope dump` does): median and p90 (target: median <= 100 ms).
+The last line is one JSON object with those figures.
+
+The stream is benchmarks/ingest.py's model of vLLM 0.33's BlockPool (see there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
+
+from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.types import StreamId
+from kvscope.storage.engine import open_store
+from kvscope.storage.history import position_at_seq, rebuild, stream_id
+from kvscope.storage.writer import StoreSettings, StoreWriter
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ingest import make_stream
+
+STREAM = StreamId("bench", 0)
+PG_ADMIN = os.environ.get(
+    "KVSCOPE_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def frames_of(payloads: list[bytes]) -> list[list[bytes]]:
+    return [[b"", seq.to_bytes(8, "big"), p] for seq, p in enumerate(payloads)]
+
+
+def ingest_rate(frames: list[list[bytes]], block_events: int, writer: StoreWriter | None) -> float:
+    hooks: dict[str, object] = {}
+    if writer is not None:
+        hooks = {
+            "listeners": [writer],
+            "observers": [writer.after_batch],
+            "pre_apply": [writer.before_batch],
+        }
+    ingest = StreamIngest(STREAM, can_replay=False, **hooks)  # type: ignore[arg-type]
+    started = time.perf_counter()
+    for frame in frames:
+        ingest.live_frames(frame, time.time())
+    if writer is not None:
+        writer.close(600)  # the rows are only kept once committed
+        assert writer.stats.batches_dropped == 0, "the store fell behind: raise queue_rows"
+    elapsed = time.perf_counter() - started
+    assert ingest.counters.batches_applied == len(frames) and ingest.degraded is None
+    return block_events / elapsed
+
+
+def settings() -> StoreSettings:
+    # Room for the whole run: this measures throughput, not the overflow policy.
+    return StoreSettings(queue_rows=10_000_000)
+
+
+def rebuild_times(url: str, batches: int, rounds: int, seed: int) -> list[float]:
+    engine = open_store(url)
+    rng = random.Random(seed)
+    times = []
+    with engine.connect() as conn:
+        sid = stream_id(conn, STREAM.replica)
+        for _ in range(rounds):
+            seq = rng.randrange(batches // 2, batches)  # once the cache is full
+            started = time.perf_counter()
+            rebuilt = rebuild(conn, position_at_seq(conn, sid, seq), STREAM)
+            times.append(time.perf_counter() - started)
+            assert rebuilt.map.totals().blocks > 0
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000, help="block-events to ingest")
+    parser.add_argument("--cached", type=int, default=100_000, help="cached blocks when full")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rebuilds", type=int, default=30)
+    parser.add_argument("--no-postgres", action="store_true")
+    args = parser.parse_args()
+
+    payloads, stats = make_stream(args.events, args.seed, args.cached, 10**12)
+    frames = frames_of(payloads)
+    block_events = stats.block_events
+    print(
+        f"stream: {block_events:,} block-events in {len(frames):,} batches, "
+        f"{stats.final_cached:,} blocks cached at the end"
+    )
+
+    baseline = ingest_rate(frames, block_events, None)
+    print(f"baseline: memory-only ingest            {baseline:12,.0f} block-events/s")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.sqlite"
+        url = f"sqlite:///{path}"
+        sqlite_rate = ingest_rate(frames, block_events, StoreWriter(open_store(url), settings()))
+        with create_engine(url).connect() as conn:
+            conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+        disk = sum(p.stat().st_size for p in Path(tmp).iterdir())
+        times = rebuild_times(url, len(frames), args.rebuilds, args.seed)
+    ratio = sqlite_rate / baseline
+    print(
+        f"store on, SQLite file                    {sqlite_rate:12,.0f} block-events/s  "
+        f"{ratio:.2f}x the baseline  (target >= 0.5x)"
+    )
+
+    pg_rate = None
+    if not args.no_postgres:
+        admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+        name = f"kvscope_bench_{uuid.uuid4().hex[:10]}"
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        try:
+            pg_url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+            pg_engine = open_store(pg_url)
+            pg_rate = ingest_rate(frames, block_events, StoreWriter(pg_engine, settings()))
+            pg_engine.dispose()
+            print(
+                f"store on, PostgreSQL                     {pg_rate:12,.0f} block-events/s  "
+                f"{pg_rate / baseline:.2f}x the baseline"
+            )
+        finally:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+    per_event = disk / block_events
+    print(
+        f"disk: {disk:,} bytes (SQLite)           {per_event:12.1f} bytes per block-event  "
+        f"(payloads alone: {stats.payload_bytes / block_events:.1f})"
+    )
+    median_ms = statistics.median(times) * 1000
+    p90_ms = sorted(times)[int(0.9 * (len(times) - 1))] * 1000
+    print(
+        f"rebuild a ~{args.cached // 1000}k-block replica at random instants: "
+        f"median {median_ms:.1f} ms, p90 {p90_ms:.1f} ms  (target median <= 100 ms)"
+    )
+    print(
+        json.dumps(
+            {
+                "baseline_block_events_per_s": round(baseline),
+                "sqlite_block_events_per_s": round(sqlite_rate),
+                "sqlite_ratio": round(ratio, 3),
+                "postgres_block_events_per_s": None if pg_rate is None else round(pg_rate),
+                "postgres_ratio": None if pg_rate is None else round(pg_rate / baseline, 3),
+                "disk_bytes_per_block_event": round(per_event, 1),
+                "rebuild_median_ms": round(median_ms, 1),
+                "rebuild_p90_ms": round(p90_ms, 1),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
