@@ -29,7 +29,8 @@ FOREIGN_EXTRA = 8
 """Extra hash keys besides a LoRA name (multimodal, cache salt): tokens alone cannot match it."""
 
 _MS_MAX = (1 << 32) - 1
-GROW_MIN = 1024
+GROW_MIN = 4096
+"""Slots added at least when the columns are full (else 1/16 of the slots there are)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,12 @@ class BlockTable:
         self._last_ms = array("I")
         self._tokens = array("I")
         self._free: list[int] = []
+        """Slots freed by removals, reused first (last freed, first reused)."""
+        self._high = 0
+        """Slots below this have been handed out; those from it to the columns' end never."""
+        self._ms_ts: float | None = None
+        self._ms_value = 0
+        """`_ms` of `_ms_ts`: the stores of a batch share its ts."""
         self._waiting: dict[int, list[int]] = {}
         """Missing parent hash -> the orphan slots that name it."""
         self._roots: dict[bytes, list[int]] = {}
@@ -121,6 +128,7 @@ class BlockTable:
             "slots": array("i", self._slot_of.values()).tobytes(),
             "columns": [getattr(self, name).tobytes() for name in self._COLUMNS],
             "free": array("i", self._free).tobytes(),
+            "high": self._high,
             "waiting": list(self._waiting.items()),
             "roots": list(self._roots.items()),
             "odd_tokens": list(self._odd_tokens.items()),
@@ -147,6 +155,9 @@ class BlockTable:
         free = array("i")
         free.frombytes(state["free"])
         table._free = free.tolist()
+        # Without "high" (written before slots were handed out from a high-water mark), the
+        # free list holds every slot never used as well: none is left above the columns' end.
+        table._high = state.get("high", len(table._count))
         table._waiting = {parent: list(slots) for parent, slots in state["waiting"]}
         table._roots = {bytes(key): list(slots) for key, slots in state["roots"]}
         table._odd_tokens = {slot: tuple(tokens) for slot, tokens in state["odd_tokens"]}
@@ -274,7 +285,7 @@ class BlockTable:
     ) -> None:
         """Apply one `BlockStored`: block i's parent is block i-1, block 0's is `parent`."""
         n = len(hashes)
-        ms = self._ms(ts)
+        ms = self._ms_value if ts == self._ms_ts else self._ms(ts)
         if self.block_size == 0 and block_size > 0:
             self._set_block_size(block_size)
         tokens: array[int] | None = None
@@ -284,6 +295,7 @@ class BlockTable:
             except (OverflowError, TypeError):
                 tokens = None
         same_size = tokens is not None and block_size == self.block_size
+        has_tokens = HAS_TOKENS if same_size else 0
         slot_of, count, last_ms, flags = self._slot_of, self._count, self._last_ms, self._flags
         first_ms, parents, free = self._first_ms, self._parent, self._free
         first_child, next_sibling, prev_sibling = (
@@ -293,7 +305,7 @@ class BlockTable:
         )
         table_tokens, waiting = self._tokens, self._waiting
         parent_slot = NO_SLOT if parent is None else slot_of.get(parent, NO_SLOT)
-        added = hittable_added = 0
+        hittable_added = 0
         for i in range(n):
             block_hash = hashes[i]
             slot = slot_of.get(block_hash)
@@ -301,22 +313,24 @@ class BlockTable:
                 # Another physical copy of a cached hash.
                 count[slot] += 1
                 last_ms[slot] = ms
-                added += 1
                 parent, parent_slot = block_hash, slot
                 continue
-            if not free:
-                self._grow()
-            slot = free.pop()
+            if free:
+                slot = free.pop()
+            else:
+                slot = self._high
+                if slot == len(count):
+                    self._grow()
+                self._high = slot + 1
             slot_of[block_hash] = slot
             count[slot] = 1
             first_ms[slot] = last_ms[slot] = ms
             first_child[slot] = NO_SLOT
-            added += 1
             if parent_slot != NO_SLOT:
                 # Under a cached parent: the common case.
                 parents[slot] = parent  # type: ignore[assignment]
                 hittable = flags[parent_slot] & HITTABLE
-                flags[slot] = HAS_PARENT | hittable
+                flags[slot] = HAS_PARENT | hittable | has_tokens
                 hittable_added += hittable
                 head = first_child[parent_slot]
                 next_sibling[slot] = head
@@ -326,12 +340,12 @@ class BlockTable:
                 first_child[parent_slot] = slot
             elif parent is None:
                 parents[slot] = 0
-                flags[slot] = HITTABLE
+                flags[slot] = HITTABLE | has_tokens
                 hittable_added += 1
                 next_sibling[slot] = prev_sibling[slot] = NO_SLOT
             else:
                 parents[slot] = parent
-                flags[slot] = HAS_PARENT
+                flags[slot] = HAS_PARENT | has_tokens
                 next_sibling[slot] = prev_sibling[slot] = NO_SLOT
                 waiting.setdefault(parent, []).append(slot)
                 self.orphan_count += 1
@@ -339,7 +353,6 @@ class BlockTable:
                 chunk = tokens[i * block_size : (i + 1) * block_size]
                 if same_size:
                     table_tokens[slot * block_size : (slot + 1) * block_size] = chunk
-                    flags[slot] |= HAS_TOKENS
                 else:
                     self._odd_tokens[slot] = tuple(chunk)
                 if parent is None:
@@ -357,7 +370,7 @@ class BlockTable:
                 hittable_added = 0
                 self._adopt(block_hash, slot)
             parent, parent_slot = block_hash, slot
-        self.copies += added
+        self.copies += n
         self.hittable_count += hittable_added
 
     def remove(self, block_hashes: list[int]) -> None:
@@ -500,9 +513,9 @@ class BlockTable:
 
     # --- storage ------------------------------------------------------------------------------
     def _grow(self) -> None:
-        """Add a chunk of free slots: allocation is then a `pop` from the free list."""
+        """Lengthen the columns by a chunk of never-used slots (handed out from `_high` on)."""
         start = len(self._count)
-        n = max(GROW_MIN, start // 4)
+        n = max(GROW_MIN, start // 16)
         for column, fill in (
             (self._count, 0),
             (self._parent, 0),
@@ -513,11 +526,9 @@ class BlockTable:
             (self._first_ms, 0),
             (self._last_ms, 0),
         ):
-            column.extend(array(column.typecode, [fill]) * n)
+            column.frombytes((b"\xff" if fill else b"\x00") * (column.itemsize * n))
         if self.block_size:
-            self._tokens.extend(array("I", bytes(4 * self.block_size * n)))
-        # Reversed, so that slots are handed out in increasing order.
-        self._free.extend(range(start + n - 1, start - 1, -1))
+            self._tokens.frombytes(bytes(4 * self.block_size * n))
 
     def _set_block_size(self, block_size: int) -> None:
         self.block_size = block_size
@@ -533,4 +544,6 @@ class BlockTable:
 
     def _ms(self, ts: float) -> int:
         ms = int((ts - self.base_ts) * 1000)
-        return 0 if ms < 0 else min(ms, _MS_MAX)
+        ms = 0 if ms < 0 else min(ms, _MS_MAX)
+        self._ms_ts, self._ms_value = ts, ms
+        return ms

@@ -85,19 +85,25 @@ class PrefixMap:
         """Apply one batch; `epoch` and `degraded` are passed on to listeners of a clear."""
         c = self.counters
         c.batches += 1
-        c.last_ts = batch.ts
+        ts = c.last_ts = batch.ts
         tables = self.tables
+        # The last table used: a batch's events mostly share one (and its key object). `table`
+        # is set whenever `key` is, which mypy cannot see.
+        key: TableKey | None = None
+        table: BlockTable | None = None
         for event in batch.events:
             if type(event) is BlocksStored:
-                table = tables.get(event.table)
-                if table is None:
-                    table = tables[event.table] = BlockTable(event.table, batch.ts)
-                table.store_chain(
+                if event.table is not key:
+                    key = event.table
+                    table = tables.get(key)
+                    if table is None:
+                        table = tables[key] = BlockTable(key, ts)
+                table.store_chain(  # type: ignore[union-attr]
                     event.hashes,
                     event.parent,
                     event.token_ids,
                     event.block_size,
-                    batch.ts,
+                    ts,
                     event.lora_name,
                     event.extra_keys,
                     event.raw_hashes,
@@ -108,16 +114,19 @@ class PrefixMap:
                 c.stored_events += 1
                 c.stored_blocks += len(event.hashes)
             elif type(event) is BlocksRemoved:
-                table = tables.get(event.table)
-                if table is None:
-                    table = tables[event.table] = BlockTable(event.table, batch.ts)
-                table.remove(event.hashes)
+                if event.table is not key:
+                    key = event.table
+                    table = tables.get(key)
+                    if table is None:
+                        table = tables[key] = BlockTable(key, ts)
+                table.remove(event.hashes)  # type: ignore[union-attr]
                 c.removed_events += 1
                 c.removed_blocks += len(event.hashes)
             elif type(event) is AllCleared:
                 c.cleared_events += 1
                 self.clear(ClearReason.ALL_BLOCKS_CLEARED, batch.seq, batch.ts, epoch, degraded)
                 tables = self.tables  # later events of this batch go to the emptied map
+                key = table = None
 
     def clear(
         self, reason: ClearReason, seq: int, ts: float, epoch: int, degraded: bool

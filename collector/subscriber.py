@@ -44,6 +44,31 @@ RECONNECT_IVL_MAX_MS = 5000
 _MONITORED = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
 
 
+def recv_message(sock: zmq.Socket[bytes], flags: int = 0) -> list[bytes]:
+    """One whole message, its frames as bytes: what `recv_multipart` returns, at less cost.
+
+    Made for the three frames of a live message: each is received as a `Frame`, whose `more`
+    is read from libzmq directly, where `recv_multipart` asks `getsockopt(RCVMORE)` per frame
+    (slow in pyzmq). A message of any other length is read whole all the same, for the ingest
+    to count. `flags` apply to the first frame; the rest of a message is there once it is.
+    """
+    recv = sock.recv
+    first = recv(flags, False)
+    if not first.more:
+        return [first.bytes]
+    second = recv(0, False)
+    if not second.more:
+        return [first.bytes, second.bytes]
+    third = recv(0, False)
+    frames = [first.bytes, second.bytes, third.bytes]
+    more = third.more
+    while more:
+        frame = recv(0, False)
+        frames.append(frame.bytes)
+        more = frame.more
+    return frames
+
+
 @dataclass(frozen=True, slots=True)
 class CollectorSettings:
     replay_timeout_s: float = 5.0
@@ -269,12 +294,13 @@ class Collector:
                             stream.send_replay(request)
 
     def _drain_live(self, stream: _Stream) -> None:
+        sub, live, now = stream.sub, stream.ingest.live_frames, time.time
         for _ in range(DRAIN_LIMIT):
             try:
-                frames = stream.sub.recv_multipart(zmq.NOBLOCK)
+                frames = recv_message(sub, zmq.NOBLOCK)
             except zmq.Again:
                 return
-            request = stream.ingest.live_frames(frames, time.time())
+            request = live(frames, now())
             if request is not None:
                 stream.send_replay(request)
 

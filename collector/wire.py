@@ -149,6 +149,8 @@ class _Converter:
         ints, raw, signed = hashes_from_wire(hashes)
         parent_int = None if parent is None else hash_from_wire(parent)
         signed = signed or (type(parent) is int and parent < 0)
+        if extra_keys is not None and extra_keys.count(None) == len(extra_keys):
+            extra_keys = None  # vLLM >= 0.17 sends one None per block: no extra keys
         return BlocksStored(
             hashes=ints,
             parent=parent_int,
@@ -167,21 +169,90 @@ class _Converter:
         return BlocksRemoved(hashes_from_wire(hashes)[0], table_key(medium, group))
 
 
-def _from_typed(event: Any) -> KVEvent:
-    if type(event) is MapBlockStored or type(event) is ArrayBlockStored:
-        return _Converter.stored(
-            event.block_hashes,
-            event.parent_block_hash,
-            event.token_ids,
-            event.block_size,
-            event.medium,
-            event.group_idx,
-            event.lora_name,
-            event.extra_keys,
-        )
-    if type(event) is MapBlockRemoved or type(event) is ArrayBlockRemoved:
-        return _Converter.removed(event.block_hashes, event.medium, event.group_idx)
-    return AllCleared()
+_NO_KEY = TableKey("", -1)
+"""No table's key: what `_from_typed` starts from."""
+
+
+def _from_typed(wire_events: list[Any]) -> list[KVEvent]:
+    """The domain events of a typed batch, converted and merged (as `_merge_removals` merges) in
+    one pass: the ingest hot path.
+
+    Raises `MalformedPayload` for a hash the typed decoders let through (an empty bytes).
+    """
+    events: list[KVEvent] = []
+    append = events.append
+    removal: BlocksRemoved | None = None  # the last event, when it is a removal
+    # The interned key of the last (medium, group) seen: a batch's events mostly share one.
+    medium: object = _NO_KEY
+    group: object = _NO_KEY
+    key = _NO_KEY
+    for event in wire_events:
+        kind = type(event)
+        if kind is MapBlockRemoved or kind is ArrayBlockRemoved:
+            if event.medium != medium or event.group_idx != group:
+                medium, group = event.medium, event.group_idx
+                key = table_key(event.medium, event.group_idx)
+            hashes = event.block_hashes
+            # The common cases (vLLM >= 0.10.2 defaults): unsigned ints, used uncopied; vLLM
+            # sends one hash per removal.
+            if len(hashes) == 1:
+                first = hashes[0]
+                if type(first) is not int or not 0 <= first <= HASH_MASK:
+                    hashes = hashes_from_wire(hashes)[0]
+            else:
+                try:
+                    if hashes and not (min(hashes) >= 0 and max(hashes) <= HASH_MASK):
+                        hashes = hashes_from_wire(hashes)[0]
+                except TypeError:  # bytes, or a mix
+                    hashes = hashes_from_wire(hashes)[0]
+            if removal is not None and removal.table is key:
+                removal.hashes.extend(hashes)  # the lists are fresh from the decoder
+            else:
+                removal = BlocksRemoved(hashes, key)
+                append(removal)
+            continue
+        removal = None
+        if kind is MapBlockStored or kind is ArrayBlockStored:
+            if event.medium != medium or event.group_idx != group:
+                medium, group = event.medium, event.group_idx
+                key = table_key(event.medium, event.group_idx)
+            hashes, parent = event.block_hashes, event.parent_block_hash
+            try:
+                plain = not hashes or (min(hashes) >= 0 and max(hashes) <= HASH_MASK)
+            except TypeError:
+                plain = False
+            if plain and (parent is None or (type(parent) is int and 0 <= parent <= HASH_MASK)):
+                # What `_Converter.stored` makes of unsigned int hashes, built directly.
+                extra_keys = event.extra_keys
+                if extra_keys is not None and extra_keys.count(None) == len(extra_keys):
+                    extra_keys = None
+                append(
+                    BlocksStored(
+                        hashes,
+                        parent,
+                        event.token_ids,
+                        event.block_size,
+                        key,
+                        event.lora_name,
+                        extra_keys,
+                    )
+                )
+            else:
+                append(
+                    _Converter.stored(
+                        hashes,
+                        parent,
+                        event.token_ids,
+                        event.block_size,
+                        event.medium,
+                        event.group_idx,
+                        event.lora_name,
+                        event.extra_keys,
+                    )
+                )
+        else:
+            append(AllCleared())
+    return events
 
 
 def _merge_removals(events: list[KVEvent]) -> list[KVEvent]:
@@ -295,7 +366,7 @@ class BatchDecoder:
             if i:
                 self._order.insert(0, self._order.pop(i))
             try:
-                events = _merge_removals([_from_typed(e) for e in wire.events])
+                events = _from_typed(wire.events)
             except MalformedPayload:
                 break  # a bad hash inside a typed event: sort it out event by event below
             return Batch(seq, wire.ts, wire.data_parallel_rank, events)

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvscope.collector.prefix_map import PrefixMap
-from kvscope.collector.snapshot import SnapshotError, decode_map, encode_map
+from kvscope.collector.snapshot import SnapshotError, compress, decode_map, encode_map
 from kvscope.collector.types import Batch, BlocksStored, KVEvent, StreamId
 from tests.test_prefix_map import events, stored
 
@@ -63,3 +63,27 @@ def test_odd_blocks_lora_and_bytes_hashes_survive() -> None:
 def test_garbage_is_refused() -> None:
     with pytest.raises(SnapshotError):
         decode_map(b"nope", STREAM)
+
+
+def test_snapshots_pack_from_several_threads_at_once() -> None:
+    """Two store writers compress checkpoints concurrently (a shared zstd object crashed)."""
+    import threading
+
+    prefix_map = PrefixMap(STREAM)
+    prefix_map.apply(Batch(0, 1.0, 0, [stored(list(range(1, 400)), None)]))
+    raw = encode_map(prefix_map, compressed=False)
+    errors: list[BaseException] = []
+
+    def pack_many() -> None:
+        try:
+            for _ in range(200):
+                assert state_of(decode_map(compress(raw), STREAM)) == state_of(prefix_map)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=pack_many) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

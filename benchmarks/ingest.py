@@ -1,0 +1,666 @@
+"""How fast the collector ingests a realistic vLLM 0.33 KV event stream, and what a block costs.
+
+    python benchmarks/ingest.py [--events N] [--seed S] [--cached C] [--clear-every E]
+                                [--no-extras] [--profile]
+
+One run prints, each beside its baseline and target (targets are reported, never asserted):
+1. the bound: block-events/s of msgspec decoding alone (`Decoder(MapBatch)`) of the payloads;
+2. the collector: block-events/s of the same payloads published by a PUB socket in another
+   process over real TCP loopback, received on a SUB socket as the collector receives them
+   (`subscriber.recv_message`) and fed to `StreamIngest.live_frames`, from the first message
+   received to the last one applied;
+3. their ratio;
+4. resident bytes per cached block of a 1,000,000-block map, built in a fresh interpreter.
+The last line is one JSON object with the four figures.
+
+A block-event is one hash of a BlockStored or BlockRemoved.
+
+The stream is what vLLM 0.33's BlockPool publishes (checked against the captures in
+shared/captures): map-layout events with every non-default field vLLM sets (`lora_id`, `medium`,
+`lora_name`, `extra_keys` of one None per block, `group_idx` 0, `kv_cache_spec_kind`), one hash
+per BlockRemoved, unsigned 64-bit hashes, 16-token blocks from a 128k vocabulary. A small
+scheduler model makes it: requests share Zipf-popular system prompts (prefix hits), prefill in
+chunks of up to 32 blocks, decode one block at a time, and free their blocks tail first into an
+LRU queue that evictions take from (BlockRemoved before the stores of the same step) once
+`--cached` blocks are cached. Every `--clear-every` block-events an AllBlocksCleared empties the
+cache (with the running requests, as a preempting reset does).
+
+`--profile` runs the socket measurement under cProfile and prints the top 25 functions by own
+time to stderr (the figures of that run are slowed by the profiler).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import json
+import multiprocessing as mp
+import os
+import pstats
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import msgspec
+import zmq
+
+from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.subscriber import recv_message
+from kvscope.collector.types import Batch, BlocksStored, StreamId
+from kvscope.collector.wire import MapBatch, table_key
+
+BLOCK_SIZE = 16
+VOCAB = 128_000
+TOKEN_POOL = 16_384
+"""Distinct 16-token blocks drawn once; a block's tokens are picked from them by its hash."""
+EPOCH = 1_796_051_000.0
+STEP_S = 0.02
+"""Simulated seconds per engine step (the batch `ts`)."""
+
+MAX_RUNNING = 24
+ARRIVAL_P = 0.35
+"""Chance per step (repeated) that a request arrives while fewer than MAX_RUNNING run."""
+SYSTEM_PROMPTS = 8
+PROMPT_SHARE = 0.8
+"""Share of requests that start with one of the system prompts."""
+MAX_CHUNK_BLOCKS = 32
+"""Blocks one chunked-prefill step of one request can fill."""
+DECODE_BLOCK_P = 1 / BLOCK_SIZE
+"""A decoding request fills a block every BLOCK_SIZE steps on average."""
+
+RSS_BLOCKS = 1_000_000
+RSS_ROOT_P = 0.02
+"""In the RSS map, the share of stores that start a new tree (parent None)."""
+
+TARGET_RATE = 1_000_000
+TARGET_RATIO = 0.4
+TARGET_RSS = 200
+
+TOPIC = b""
+"""vLLM's default topic."""
+WARMUP_TOPIC = b"\xffbench-warmup"
+RECV_TIMEOUT_MS = 20_000
+"""A receive that waits this long means messages were lost: fail instead of hanging."""
+
+MASK64 = (1 << 64) - 1
+
+
+# --- vLLM 0.33's wire structs (vllm/distributed/kv_events.py), field for field -----------------
+class VllmBlockStored(
+    msgspec.Struct, omit_defaults=True, gc=False, tag="BlockStored", tag_field="type"
+):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    extra_keys: list[tuple[Any, ...] | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    session_id: str | None = None
+    lookahead_token_ids: list[list[int]] | None = None
+
+
+class VllmBlockRemoved(
+    msgspec.Struct, omit_defaults=True, gc=False, tag="BlockRemoved", tag_field="type"
+):
+    block_hashes: list[int]
+    medium: str | None
+    group_idx: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+
+
+class VllmAllBlocksCleared(
+    msgspec.Struct, omit_defaults=True, gc=False, tag="AllBlocksCleared", tag_field="type"
+):
+    pass
+
+
+VllmEvent = VllmBlockStored | VllmBlockRemoved | VllmAllBlocksCleared
+
+
+class VllmEventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
+    events: list[VllmEvent]
+    data_parallel_rank: int | None = None
+
+
+# --- the stream ---------------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Request:
+    pending: list[int]
+    """Hashes still to store by prefill, in chain order."""
+    decode_blocks: int
+    """Blocks still to fill by decoding."""
+    tail: int | None = None
+    held: list[int] = field(default_factory=list)
+    """Cached hashes this request holds (prefix hits and its own blocks), chain order."""
+
+
+@dataclass
+class StreamStats:
+    batches: int = 0
+    stores: int = 0
+    removals: int = 0
+    clears: int = 0
+    stored_blocks: int = 0
+    removed_blocks: int = 0
+    payload_bytes: int = 0
+    events_per_batch: Counter[int] = field(default_factory=Counter)
+    final_cached: int = 0
+
+    @property
+    def block_events(self) -> int:
+        return self.stored_blocks + self.removed_blocks
+
+
+class _Engine:
+    """Just enough of vLLM's scheduler and BlockPool to publish a realistic event stream."""
+
+    def __init__(self, rng: random.Random, capacity: int, clear_every: int) -> None:
+        self.rng = rng
+        self.capacity = capacity
+        self.clear_every = clear_every
+        self.pool = [[rng.randrange(VOCAB) for _ in range(BLOCK_SIZE)] for _ in range(TOKEN_POOL)]
+        self.prompts = [
+            [rng.getrandbits(64) for _ in range(rng.randint(4, 64))] for _ in range(SYSTEM_PROMPTS)
+        ]
+        self.prompt_weights = [1 / (k + 1) for k in range(SYSTEM_PROMPTS)]
+        self.cached: dict[int, int] = {}
+        """Cached hash -> running requests holding it."""
+        self.free: OrderedDict[int, None] = OrderedDict()
+        """Cached hashes nobody holds, least recently freed first: what allocation evicts."""
+        self.running: list[_Request] = []
+        self.ts = EPOCH
+        self.since_clear = 0
+        self.stats = StreamStats()
+
+    def step(self) -> list[VllmEvent]:
+        """One engine step; its events in publishing order (maybe none)."""
+        rng = self.rng
+        self.ts += STEP_S
+        events: list[VllmEvent] = []
+        if self.since_clear >= self.clear_every:
+            events.append(VllmAllBlocksCleared())
+            self.stats.clears += 1
+            self.since_clear = 0
+            self.cached.clear()
+            self.free.clear()
+            self.running.clear()
+        while len(self.running) < MAX_RUNNING and rng.random() < ARRIVAL_P:
+            self.running.append(self._arrive())
+        plan: list[tuple[_Request, list[int]]] = []
+        finished: list[_Request] = []
+        for req in self.running:
+            if req.pending:
+                chunk = req.pending[:MAX_CHUNK_BLOCKS]
+                del req.pending[:MAX_CHUNK_BLOCKS]
+                # Blocks of a system prompt another request cached meanwhile are hits now.
+                while chunk and chunk[0] in self.cached:
+                    self._hold(req, chunk.pop(0))
+                if chunk:
+                    plan.append((req, chunk))
+            elif req.decode_blocks and rng.random() < DECODE_BLOCK_P:
+                req.decode_blocks -= 1
+                plan.append((req, [rng.getrandbits(64)]))
+            elif not req.decode_blocks:
+                finished.append(req)
+        for req in finished:
+            self._finish(req)
+        needed = sum(len(chunk) for _, chunk in plan)
+        over = len(self.cached) + needed - self.capacity
+        while over > 0 and self.free:
+            block_hash = self.free.popitem(last=False)[0]
+            del self.cached[block_hash]
+            events.append(VllmBlockRemoved(block_hashes=[block_hash], medium="GPU", group_idx=0))
+            over -= 1
+        for req, chunk in plan:
+            events.append(self._stored(req.tail, chunk))
+            for block_hash in chunk:
+                self.cached[block_hash] = 1
+            req.held.extend(chunk)
+            req.tail = chunk[-1]
+        self._count(events)
+        return events
+
+    def _arrive(self) -> _Request:
+        rng = self.rng
+        prompt: list[int] = []
+        if rng.random() < PROMPT_SHARE:
+            prompt = rng.choices(self.prompts, self.prompt_weights)[0]
+        hit = 0
+        while hit < len(prompt) and prompt[hit] in self.cached:
+            hit += 1
+        own = [rng.getrandbits(64) for _ in range(rng.randint(0, 40))]
+        req = _Request(pending=prompt[hit:] + own, decode_blocks=rng.randint(0, 24))
+        for block_hash in prompt[:hit]:
+            self._hold(req, block_hash)
+        return req
+
+    def _hold(self, req: _Request, block_hash: int) -> None:
+        if self.cached[block_hash] == 0:
+            del self.free[block_hash]
+        self.cached[block_hash] += 1
+        req.held.append(block_hash)
+        req.tail = block_hash
+
+    def _finish(self, req: _Request) -> None:
+        """vLLM frees a request's blocks tail first: its last block is evicted first."""
+        self.running.remove(req)
+        for block_hash in reversed(req.held):
+            users = self.cached[block_hash] - 1
+            self.cached[block_hash] = users
+            if not users:
+                self.free[block_hash] = None
+
+    def _stored(self, parent: int | None, hashes: list[int]) -> VllmBlockStored:
+        pool = self.pool
+        tokens: list[int] = []
+        for block_hash in hashes:
+            tokens += pool[block_hash % TOKEN_POOL]
+        return VllmBlockStored(
+            block_hashes=hashes,
+            parent_block_hash=parent,
+            token_ids=tokens,
+            block_size=BLOCK_SIZE,
+            lora_id=None,
+            medium="GPU",
+            lora_name=None,
+            extra_keys=[None] * len(hashes),
+            group_idx=0,
+            kv_cache_spec_kind="full_attention",
+        )
+
+    def _count(self, events: list[VllmEvent]) -> None:
+        s = self.stats
+        before = s.block_events
+        for event in events:
+            if type(event) is VllmBlockStored:
+                s.stores += 1
+                s.stored_blocks += len(event.block_hashes)
+            elif type(event) is VllmBlockRemoved:
+                s.removals += 1
+                s.removed_blocks += len(event.block_hashes)
+        self.since_clear += s.block_events - before
+
+
+def make_stream(
+    block_events: int, seed: int, cached: int, clear_every: int
+) -> tuple[list[bytes], StreamStats]:
+    """Encoded KVEventBatch payloads worth at least `block_events` block-events."""
+    engine = _Engine(random.Random(seed), cached, clear_every)
+    encode = msgspec.msgpack.Encoder().encode
+    payloads: list[bytes] = []
+    stats = engine.stats
+    while stats.block_events < block_events:
+        events = engine.step()
+        if not events:
+            continue  # vLLM publishes nothing for a step without events
+        payload = encode(VllmEventBatch(ts=engine.ts, events=events, data_parallel_rank=0))
+        payloads.append(payload)
+        stats.batches += 1
+        stats.payload_bytes += len(payload)
+        stats.events_per_batch[len(events)] += 1
+    stats.final_cached = len(engine.cached)
+    return payloads, stats
+
+
+# --- 1. the bound ------------------------------------------------------------------------------
+def measure_bound(payloads: list[bytes], block_events: int, rounds: int = 2) -> float:
+    decode = msgspec.msgpack.Decoder(MapBatch).decode
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for payload in payloads:
+            decode(payload)
+        best = min(best, time.perf_counter() - start)
+    return block_events / best
+
+
+# --- 2. the collector over a socket -------------------------------------------------------------
+def _seq_frames(n: int) -> list[bytes]:
+    return [seq.to_bytes(8, "big") for seq in range(n)]
+
+
+def _publish(payloads: list[bytes], conn: Connection) -> None:
+    """PUB side: bind, send warm-ups until the subscriber hears one, then everything at once."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.SNDHWM, 0)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    seqs = _seq_frames(len(payloads))
+    conn.send(port)
+    while not conn.poll(0.01):
+        pub.send_multipart([WARMUP_TOPIC, bytes(8), b""])
+    conn.recv()
+    # Three sends instead of send_multipart: a third cheaper, so that the publisher stays well
+    # ahead of the collector.
+    send, more = pub.send, zmq.SNDMORE
+    start = time.perf_counter()
+    for seq, payload in zip(seqs, payloads, strict=True):
+        send(TOPIC, more)
+        send(seq, more)
+        send(payload)
+    conn.send(time.perf_counter() - start)
+    conn.recv()  # the subscriber has everything
+    pub.close(linger=0)
+    ctx.term()
+
+
+@dataclass
+class SocketRun:
+    rate: float
+    seconds: float
+    publisher_rate: float
+    problems: list[str]
+    """What `verify` found wrong with the map the run built."""
+
+
+class LossError(RuntimeError):
+    pass
+
+
+def measure_socket(
+    payloads: list[bytes],
+    stats: StreamStats,
+    publisher: str,
+    profile: cProfile.Profile | None = None,
+) -> SocketRun:
+    ours, theirs = mp.Pipe()
+    runner: mp.process.BaseProcess | threading.Thread
+    if publisher == "process":
+        # fork: the child inherits the payloads instead of receiving them pickled
+        runner = mp.get_context("fork").Process(target=_publish, args=(payloads, theirs))
+    else:
+        runner = threading.Thread(target=_publish, args=(payloads, theirs), daemon=True)
+    runner.start()
+    port = ours.recv()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.RCVHWM, 0)
+    sub.setsockopt(zmq.MAXMSGSIZE, 64 * 1024 * 1024)
+    sub.setsockopt(zmq.RCVTIMEO, RECV_TIMEOUT_MS)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(f"tcp://127.0.0.1:{port}")
+    try:
+        sub.recv_multipart()  # a warm-up: the subscription has reached the publisher
+        ours.send("go")
+        ingest, seconds = _collect(sub, len(payloads), profile)
+        publish_seconds: float = ours.recv()
+    except zmq.Again as exc:
+        raise LossError(f"no message for {RECV_TIMEOUT_MS} ms: messages were lost") from exc
+    finally:
+        ours.send("done")
+        runner.join(10)
+        sub.close(linger=0)
+        ctx.term()
+    return SocketRun(
+        stats.block_events / seconds,
+        seconds,
+        stats.block_events / publish_seconds,
+        verify(ingest, len(payloads), stats),
+    )
+
+
+def _collect(
+    sub: zmq.Socket[bytes], n: int, profile: cProfile.Profile | None
+) -> tuple[StreamIngest, float]:
+    """The measured part: what `Collector._drain_live` does for each message."""
+    ingest = StreamIngest(StreamId("bench", 0), can_replay=False)
+    live = ingest.live_frames
+    monotonic = time.monotonic
+    frames = recv_message(sub)
+    while frames[0] == WARMUP_TOPIC:
+        frames = recv_message(sub)
+    if profile is not None:
+        profile.enable()
+    start = monotonic()
+    live(frames, start)
+    for _ in range(n - 1):
+        live(recv_message(sub), monotonic())
+    seconds = monotonic() - start
+    if profile is not None:
+        profile.disable()
+    return ingest, seconds
+
+
+def measure_no_socket(payloads: list[bytes], stats: StreamStats) -> tuple[float, list[str]]:
+    """The same ingest with frames made in the loop: the collector's own cost."""
+    seqs = _seq_frames(len(payloads))
+    ingest = StreamIngest(StreamId("bench", 0), can_replay=False)
+    live = ingest.live_frames
+    monotonic = time.monotonic
+    start = monotonic()
+    for seq, payload in zip(seqs, payloads, strict=True):
+        live([TOPIC, seq, payload], monotonic())
+    rate = stats.block_events / (monotonic() - start)
+    return rate, verify(ingest, len(payloads), stats)
+
+
+def verify(ingest: StreamIngest, sent: int, stats: StreamStats) -> list[str]:
+    """What is wrong with the map the run built (empty when nothing was lost or refused)."""
+    problems = []
+    c, m = ingest.counters, ingest.map.counters
+    if c.batches_applied != sent:
+        problems.append(f"applied {c.batches_applied} of {sent} batches")
+    if ingest.degraded is not None:
+        problems.append(f"degraded: {ingest.degraded.reason}")
+    if c.malformed:
+        problems.append(f"malformed: {dict(c.malformed)}")
+    if m.stored_blocks + m.removed_blocks != stats.block_events:
+        problems.append(f"{m.stored_blocks + m.removed_blocks} block-events applied")
+    if m.clears != stats.clears:
+        problems.append(f"{m.clears} clears applied, {stats.clears} sent")
+    blocks = ingest.map.totals().blocks
+    if blocks != stats.final_cached:
+        problems.append(f"{blocks} blocks in the map, the engine caches {stats.final_cached}")
+    unknown = sum(t.unknown_removals for t in ingest.map.tables.values())
+    if unknown:
+        problems.append(f"{unknown} removals of unknown hashes")
+    return problems
+
+
+# --- 4. memory per cached block ----------------------------------------------------------------
+def _mix64(x: int) -> int:
+    """splitmix64's finalizer: a bijection, so distinct inputs give distinct hashes."""
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_child(blocks: int, seed: int) -> None:
+    """In a fresh interpreter: build a map of `blocks` cached blocks, print RSS as JSON.
+
+    Hashes come from a counter through a bijective mix, so choosing an existing parent keeps no
+    list of hashes alive beside the map.
+    """
+    rng = random.Random(seed)
+    pool = [[rng.randrange(VOCAB) for _ in range(BLOCK_SIZE)] for _ in range(TOKEN_POOL)]
+    salt = (seed & 0xFFFF) << 40
+    pmap = PrefixMap(StreamId("bench", 0))
+    key = table_key("GPU", 0)
+    gc.collect()
+    before = _rss_bytes()
+    count = seq = 0
+    while count < blocks:
+        n = min(rng.randint(1, 32), blocks - count)
+        parent = None
+        if count and rng.random() >= RSS_ROOT_P:
+            parent = _mix64(salt + rng.randrange(count))
+        hashes = [_mix64(salt + count + i) for i in range(n)]
+        tokens: list[int] = []
+        for block_hash in hashes:
+            tokens += pool[block_hash % TOKEN_POOL]
+        event = BlocksStored(hashes, parent, tokens, BLOCK_SIZE, key)
+        pmap.apply(Batch(seq, EPOCH + seq * STEP_S, 0, [event]))
+        count += n
+        seq += 1
+    del hashes, tokens, event
+    gc.collect()
+    after = _rss_bytes()
+    totals = pmap.totals()
+    print(json.dumps({"blocks": totals.blocks, "before": before, "after": after}))
+
+
+def measure_rss(blocks: int, seed: int) -> float:
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--rss-child",
+            str(blocks),
+            "--seed",
+            str(seed),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    if result["blocks"] != blocks:
+        raise RuntimeError(f"the RSS map holds {result['blocks']} blocks, not {blocks}")
+    return float(result["after"] - result["before"]) / blocks
+
+
+# --- the report ----------------------------------------------------------------------------------
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _mark(ok: bool) -> str:
+    return "ok" if ok else "MISS"
+
+
+@contextmanager
+def _step(what: str) -> Iterator[None]:
+    _say(f"... {what}")
+    start = time.perf_counter()
+    yield
+    _say(f"    {time.perf_counter() - start:.1f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=2_000_000, help="block-events to send")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cached", type=int, default=100_000, help="steady-state cached blocks")
+    parser.add_argument(
+        "--clear-every", type=int, default=400_000, help="block-events between AllBlocksCleared"
+    )
+    parser.add_argument(
+        "--no-extras",
+        action="store_true",
+        help="skip the informational runs (thread publisher, no socket)",
+    )
+    parser.add_argument("--profile", action="store_true", help="cProfile the socket ingest")
+    parser.add_argument("--rss-child", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rss_child:
+        rss_child(args.rss_child, args.seed)
+        return
+
+    with _step(f"generating {args.events:,} block-events"):
+        payloads, stats = make_stream(args.events, args.seed, args.cached, args.clear_every)
+    gc.collect()
+    n_events = stats.stores + stats.removals + stats.clears
+    print(
+        f"stream: {stats.block_events:,} block-events in {stats.batches:,} batches "
+        f"({n_events / stats.batches:.1f} events, {stats.block_events / stats.batches:.1f} "
+        f"block-events, {stats.payload_bytes / stats.batches:.0f} bytes per batch); "
+        f"{stats.stores:,} stores of {stats.stored_blocks / stats.stores:.1f} blocks on average, "
+        f"{stats.removals:,} single-hash removals, {stats.clears} clears; "
+        f"cache of {args.cached:,} blocks; {os.cpu_count()} CPUs"
+    )
+    with _step("decoding alone"):
+        bound = measure_bound(payloads, stats.block_events)
+    profile = cProfile.Profile() if args.profile else None
+    try:
+        with _step("socket, publisher in a process"):
+            run = measure_socket(payloads, stats, "process", profile)
+    except LossError as exc:
+        sys.exit(f"collector run failed: {exc}")
+    if run.problems:
+        sys.exit("collector run lost or refused data: " + "; ".join(run.problems))
+    gc.collect()
+    extras: list[str] = []
+    if not args.no_extras:
+        with _step("socket, publisher in a thread"):
+            thread_run = measure_socket(payloads, stats, "thread")
+        extras.append(
+            f"  info: publisher in a thread of the same process: {thread_run.rate:,.0f} "
+            f"block-events/s ({'; '.join(thread_run.problems) or 'no loss'})"
+        )
+        del thread_run
+        gc.collect()
+        with _step("no socket"):
+            bare_rate, bare_problems = measure_no_socket(payloads, stats)
+        extras.append(
+            f"  info: same ingest, frames from a list (no socket): {bare_rate:,.0f} "
+            f"block-events/s ({bare_rate / bound:.2f}x the bound; "
+            f"{'; '.join(bare_problems) or 'no loss'})"
+        )
+    del payloads
+    gc.collect()
+    with _step(f"RSS of {RSS_BLOCKS:,} cached blocks (fresh interpreter)"):
+        rss = measure_rss(RSS_BLOCKS, args.seed)
+
+    ratio = run.rate / bound
+    print(f"bound: msgspec decode alone (Decoder(MapBatch)):  {bound:>12,.0f} block-events/s")
+    print(
+        f"collector: ZMQ SUB -> StreamIngest.live_frames:   {run.rate:>12,.0f} block-events/s"
+        f"   target >= {TARGET_RATE:,}  [{_mark(run.rate >= TARGET_RATE)}]"
+        f"   ({run.seconds:.2f} s; publisher process sent at {run.publisher_rate:,.0f}/s;"
+        f" {stats.batches:,} batches applied, no loss, not degraded)"
+    )
+    for line in extras:
+        print(line)
+    print(
+        f"ratio: collector / bound:                         {ratio:>12.2f}x"
+        f"                 target >= {TARGET_RATIO}x  [{_mark(ratio >= TARGET_RATIO)}]"
+    )
+    print(
+        f"memory: RSS per cached block ({RSS_BLOCKS:,} blocks): {rss:>10,.0f} bytes"
+        f"                target <= {TARGET_RSS}  [{_mark(rss <= TARGET_RSS)}]"
+    )
+    if profile is not None:
+        out = io.StringIO()
+        pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(25)
+        _say(out.getvalue())
+    print(
+        json.dumps(
+            {
+                "bound_block_events_per_s": round(bound),
+                "collector_block_events_per_s": round(run.rate),
+                "ratio": round(ratio, 3),
+                "rss_bytes_per_cached_block": round(rss, 1),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
