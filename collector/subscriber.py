@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import zmq
@@ -67,6 +67,10 @@ def recv_message(sock: zmq.Socket[bytes], flags: int = 0) -> list[bytes]:
         frames.append(frame.bytes)
         more = frame.more
     return frames
+
+
+ConnectionObserver = Callable[[StreamId, bool, float], None]
+"""Told (stream, connected, wall-clock time) when a stream's connection goes up or down."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +186,7 @@ class Collector:
         settings: CollectorSettings | None = None,
         observers: Iterable[BatchObserver] = (),
         pre_apply: Iterable[PreApplyHook] = (),
+        connection_observers: Iterable[ConnectionObserver] = (),
     ) -> None:
         self.settings = settings or CollectorSettings()
         self.lock = threading.RLock()
@@ -189,6 +194,7 @@ class Collector:
         self.ingests: dict[StreamId, StreamIngest] = {}
         self._specs = list(endpoints)
         self._listeners = list(listeners)
+        self._connection_observers = list(connection_observers)
         observer_list, pre_apply_list = list(observers), list(pre_apply)
         for spec in self._specs:
             self.ingests[spec.stream] = StreamIngest(
@@ -328,9 +334,17 @@ class Collector:
             if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 stream.handshake_done()
                 logger.info("%s: connected to %s", stream.spec.stream, stream.spec.endpoint)
+                self._tell_connection(stream, True)
                 request = stream.ingest.connected(time.time())
                 if request is not None:
                     stream.send_replay(request)
             elif kind == zmq.EVENT_DISCONNECTED:
                 stream.lost_connection(time.time())
                 logger.warning("%s: disconnected from %s", stream.spec.stream, stream.spec.endpoint)
+                self._tell_connection(stream, False)
+
+    def _tell_connection(self, stream: _Stream, connected: bool) -> None:
+        """Tell the connection observers when a stream goes up (first peer) or down (last)."""
+        if (connected and stream.peers == 1) or (not connected and stream.peers == 0):
+            for observer in self._connection_observers:
+                observer(stream.spec.stream, connected, time.time())

@@ -179,7 +179,12 @@ def collect(
     except ConfigError as exc:
         raise _fail(str(exc)) from exc
     writer = open_writer(store, [s.stream for s in streams], shard)
-    collector = Collector(streams, settings=config.collector, **hooks_of(writer))
+    collector = Collector(
+        streams,
+        settings=config.collector,
+        connection_observers=[writer.connection_changed] if writer else [],
+        **hooks_of(writer),
+    )
     if writer is not None:
         for ingest in collector.ingests.values():
             resume_ingest(writer.engine, ingest)

@@ -160,6 +160,7 @@ class _StreamState:
     clears: int = 0
     gaps: int = 0
     gaps_seen: int = 0
+    connected_since: float | None = None
     degraded_done: int = 0
     """Intervals of the ingest's degraded_history written in their final form."""
     degraded_open_written: bool = False
@@ -280,10 +281,23 @@ class StoreWriter:
             (key, RecoveryTracker.start(cleared.ts, tables, self.settings.recovery_offsets_s))
         ]
 
+    def connection_changed(self, stream: StreamId, connected: bool, ts: float) -> None:
+        """A `Collector` connection observer: each connected stretch becomes an interval."""
+        state = self._state(stream)
+        if connected:
+            state.connected_since = ts
+            self._put_always(_IntervalRow(stream, "connected", None, ts, None, None, None, ""))
+        elif state.connected_since is not None:
+            since, state.connected_since = state.connected_since, None
+            self._put_always(_IntervalRow(stream, "connected", None, since, ts, None, None, ""))
+
     # --- lifecycle ----------------------------------------------------------------------------
     def close(self, timeout: float = 30.0) -> None:
         """Write what is queued (and the recoveries being followed), then stop the writer."""
+        now = time.time()
         for stream, state in self._streams.items():
+            if state.connected_since is not None:
+                self.connection_changed(stream, False, now)
             for key, tracker in state.recoveries:
                 self._put_always(self._recovery_row(stream, key, tracker))
             state.recoveries = []
