@@ -36,7 +36,7 @@ def run_demo(console: Console, speed: float = 0.0, timeout_s: float = 120.0) -> 
     collector = Collector(
         replica_streams(REPLICA, source.endpoint, source.replay_endpoint),
         listeners=[tracker],
-        observers=[tracker],
+        pre_apply=[tracker.before_batch],
     )
     console.print(
         f"[bold]kvscope demo[/]: {len(records)} batches recorded from vLLM "
@@ -97,7 +97,7 @@ def _resets_table(tracker: RecoveryTracker, sidecar: dict[str, Any]) -> Table:
 
         def at(offset: float, r: Recovery = r) -> str:
             got = r.after.get(offset)
-            return "-" if got is None else f"{got[0]} / {got[1]}"
+            return "-" if got is None else f"{got.blocks} / {got.hittable}"
 
         orphans = r.after.get(10.0)
         table.add_row(
@@ -107,6 +107,6 @@ def _resets_table(tracker: RecoveryTracker, sidecar: dict[str, Any]) -> Table:
             at(1.0),
             at(10.0),
             at(60.0),
-            "-" if orphans is None else str(orphans[2]),
+            "-" if orphans is None else str(orphans.orphans),
         )
     return table

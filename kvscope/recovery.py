@@ -1,12 +1,14 @@
-"""How a map refilled after each clear: stored and hittable blocks at fixed offsets after it."""
+"""Each clear's recovery, followed in memory (the demo's report; the store keeps the same)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.prefix_map import ClearedMap
 from kvscope.collector.types import Batch, StreamId
+from kvscope.storage.recovery import RecoveryPoint
+from kvscope.storage.recovery import RecoveryTracker as _Tracker
 
 OFFSETS_S = (1.0, 10.0, 60.0)
 
@@ -20,48 +22,38 @@ class Recovery:
     before_blocks: int
     before_hittable: int
     degraded: bool
-    after: dict[float, tuple[int, int, int]] = field(default_factory=dict)
-    """offset (s) -> (blocks, hittable, orphans) at the first batch at least that long after."""
+    tracker: _Tracker
+
+    @property
+    def after(self) -> dict[float, RecoveryPoint]:
+        """offset (s) -> the map at that instant; absent if the next clear came first."""
+        return {p.offset_s: p for p in self.tracker.points}
 
 
 class RecoveryTracker:
-    """A map listener and batch observer: one `Recovery` per clear, filled as batches arrive.
-
-    Time is the batch `ts` (the engine's clock), so a recorded stream played fast gives the
-    same figures as it did live.
-    """
+    """A map listener and pre-apply hook: one `Recovery` per clear, followed until the next."""
 
     def __init__(self, offsets: tuple[float, ...] = OFFSETS_S) -> None:
         self.offsets = offsets
         self.recoveries: list[Recovery] = []
         self._open: dict[StreamId, Recovery] = {}
-        self._last: dict[StreamId, tuple[int, int, int]] = {}
 
     def map_cleared(self, cleared: ClearedMap) -> None:
+        tables = cleared.tables
         recovery = Recovery(
             stream=cleared.stream,
             reason=cleared.reason.value,
             seq=cleared.seq,
             ts=cleared.ts,
-            before_blocks=sum(len(t) for t in cleared.tables.values()),
-            before_hittable=sum(t.hittable_count for t in cleared.tables.values()),
+            before_blocks=sum(len(t) for t in tables.values()),
+            before_hittable=sum(t.hittable_count for t in tables.values()),
             degraded=cleared.degraded,
+            tracker=_Tracker.start(cleared.ts, tables, self.offsets),
         )
         self.recoveries.append(recovery)
         self._open[cleared.stream] = recovery
-        self._last[cleared.stream] = (0, 0, 0)
 
-    def __call__(self, ingest: StreamIngest, batch: Batch, payload: bytes, recv_ts: float) -> None:
+    def before_batch(self, ingest: StreamIngest, batch: Batch) -> None:
         recovery = self._open.get(ingest.stream)
-        totals = ingest.map.totals()
-        current = (totals.blocks, totals.hittable, totals.orphans)
-        before_this_batch = self._last.get(ingest.stream, current)
-        self._last[ingest.stream] = current
-        if recovery is None or batch.seq == recovery.seq:
-            return
-        for offset in self.offsets:
-            if offset not in recovery.after and batch.ts > recovery.ts + offset:
-                # The map at the instant clear + offset is the one before this batch.
-                recovery.after[offset] = before_this_batch
-        if len(recovery.after) == len(self.offsets):
-            del self._open[ingest.stream]
+        if recovery is not None:
+            recovery.tracker.before_batch(ingest.map, batch.ts)
