@@ -194,22 +194,28 @@ class BlockTable:
         return {h: count[s] for h, s in self._slot_of.items()}
 
     def entries(self) -> Iterator[BlockEntry]:
-        base = self.base_ts
         for block_hash, slot in self._slot_of.items():
-            flags = self._flags[slot]
-            lora, extra = self._extras.get(slot, (None, None))
-            yield BlockEntry(
-                hash=block_hash,
-                count=self._count[slot],
-                parent=self._parent[slot] if flags & HAS_PARENT else None,
-                hittable=bool(flags & HITTABLE),
-                token_ids=self._tokens_of(slot),
-                first_stored=base + self._first_ms[slot] / 1000,
-                last_stored=base + self._last_ms[slot] / 1000,
-                lora_name=lora,
-                extra_keys=extra,
-                raw_hash=self._raw.get(block_hash),
-            )
+            yield self._entry(block_hash, slot)
+
+    def entry(self, block_hash: int) -> BlockEntry:
+        """One cached block (KeyError if it is not cached)."""
+        return self._entry(block_hash, self._slot_of[block_hash])
+
+    def _entry(self, block_hash: int, slot: int) -> BlockEntry:
+        flags = self._flags[slot]
+        lora, extra = self._extras.get(slot, (None, None))
+        return BlockEntry(
+            hash=block_hash,
+            count=self._count[slot],
+            parent=self._parent[slot] if flags & HAS_PARENT else None,
+            hittable=bool(flags & HITTABLE),
+            token_ids=self._tokens_of(slot),
+            first_stored=self.base_ts + self._first_ms[slot] / 1000,
+            last_stored=self.base_ts + self._last_ms[slot] / 1000,
+            lora_name=lora,
+            extra_keys=extra,
+            raw_hash=self._raw.get(block_hash),
+        )
 
     def raw_hash(self, block_hash: int) -> bytes | None:
         return self._raw.get(block_hash)

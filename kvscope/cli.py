@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import signal
 import threading
@@ -19,13 +18,25 @@ from rich.progress import Progress
 
 from kvscope import __version__
 from kvscope.collector.capture import read_capture
-from kvscope.collector.ingest import DEFAULT_MAX_MESSAGE_BYTES, StreamIngest
+from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.playback import play_into
-from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
-from kvscope.config import Config, ConfigError, ReplicaConfig, load_file, parse_replica_flag
-from kvscope.storage.resume import resume_ingest
-from kvscope.storage.retention import Retention
+from kvscope.options import (
+    ConfigOpt,
+    DpRanksOpt,
+    DurationOpt,
+    MaxMessageOpt,
+    MetricsOpt,
+    ReplayOpt,
+    ReplayTimeoutOpt,
+    ReplicaOpt,
+    ShardOpt,
+    TopicOpt,
+    fail,
+    load_config,
+)
+from kvscope.pipeline import running_pipeline
+from kvscope.serve import register as register_serve
 from kvscope.store_commands import (
     DEFAULT_STORE,
     StoreOption,
@@ -33,7 +44,6 @@ from kvscope.store_commands import (
     hooks_of,
     open_writer,
     register,
-    scraping,
 )
 from kvscope.views import stream_table
 
@@ -67,137 +77,27 @@ def main(
     )
 
 
-def _fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/] {message}")
-    return typer.Exit(2)
-
-
-def _build_config(
-    config_file: Path | None,
-    replicas: list[str],
-    replays: list[str],
-    dp_ranks: list[int],
-    topic: str,
-    replay_timeout: float | None,
-    max_message_bytes: int | None,
-    metrics: list[str] | None = None,
-) -> Config:
-    config = load_file(config_file) if config_file else Config()
-    from_flags = []
-    for i, spec in enumerate(replicas):
-        name, endpoint = parse_replica_flag(spec)
-        replay = replays[i] if i < len(replays) else None
-        ranks = dp_ranks[i] if i < len(dp_ranks) else (dp_ranks[0] if dp_ranks else 1)
-        scrape = metrics[i] if metrics and i < len(metrics) else None
-        from_flags.append(ReplicaConfig(name, endpoint, replay, ranks, topic, scrape))
-    if len(replays) > max(len(replicas), 1) or (replays and not replicas):
-        raise ConfigError("--replay is given per --replica, in the same order")
-    settings = config.collector
-    if replay_timeout is not None:
-        settings = dataclasses.replace(settings, replay_timeout_s=replay_timeout)
-    if max_message_bytes is not None:
-        settings = dataclasses.replace(settings, max_message_bytes=max_message_bytes)
-    merged = {r.name: r for r in [*config.replicas, *from_flags]}
-    return Config(list(merged.values()), settings)
-
-
 @app.command()
 def collect(
-    replica: Annotated[
-        list[str],
-        typer.Option(
-            "--replica",
-            "-r",
-            envvar="KVSCOPE_REPLICA",
-            help="NAME=ENDPOINT of a replica's KV event publisher (repeat for several). "
-            "ENDPOINT 'tcp://host:5557' connects; '@tcp://0.0.0.0:5557' binds, for a "
-            "publisher configured with a concrete address (which connects); "
-            "'http://host:8000' asks vLLM's API server (>= 0.31) for every rank's endpoints.",
-        ),
-    ] = [],  # noqa: B006 - typer reads the default
-    replay: Annotated[
-        list[str],
-        typer.Option(help="Replay endpoint (vLLM's replay_endpoint), one per --replica, in order."),
-    ] = [],  # noqa: B006
-    metrics: Annotated[
-        list[str],
-        typer.Option(
-            help="vLLM's /metrics URL, one per --replica, in order: scraped into the store."
-        ),
-    ] = [],  # noqa: B006
-    dp_ranks: Annotated[
-        list[int],
-        typer.Option(help="Data-parallel ranks per replica (ports offset by rank, as vLLM does)."),
-    ] = [],  # noqa: B006
-    topic: Annotated[str, typer.Option(help="Topic prefix to subscribe to.")] = "",
-    config_file: Annotated[
-        Path | None, typer.Option("--config", envvar="KVSCOPE_CONFIG", help="TOML config file.")
-    ] = None,
-    replay_timeout: Annotated[
-        float | None, typer.Option(envvar="KVSCOPE_REPLAY_TIMEOUT", help="Seconds.")
-    ] = None,
-    max_message_bytes: Annotated[
-        int | None,
-        typer.Option(
-            envvar="KVSCOPE_MAX_MESSAGE_BYTES",
-            help="Larger messages are refused at the socket "
-            f"[default: {DEFAULT_MAX_MESSAGE_BYTES}]",
-        ),
-    ] = None,
-    duration: Annotated[
-        float | None, typer.Option(help="Stop after this many seconds (default: run until ^C).")
-    ] = None,
+    replica: ReplicaOpt = [],  # noqa: B006 - typer reads the default
+    replay: ReplayOpt = [],  # noqa: B006
+    metrics: MetricsOpt = [],  # noqa: B006
+    dp_ranks: DpRanksOpt = [],  # noqa: B006
+    topic: TopicOpt = "",
+    config_file: ConfigOpt = None,
+    replay_timeout: ReplayTimeoutOpt = None,
+    max_message_bytes: MaxMessageOpt = None,
+    duration: DurationOpt = None,
     live: Annotated[bool, typer.Option(help="Show the live terminal view.")] = True,
     store: StoreOption = DEFAULT_STORE,
-    shard: Annotated[
-        str | None,
-        typer.Option(
-            envvar="KVSCOPE_SHARD",
-            help="Name of this collector when several share one store, each with its own "
-            "replicas; a replica another shard writes is refused.",
-        ),
-    ] = None,
+    shard: ShardOpt = None,
 ) -> None:
     """Subscribe to replicas' KV event streams and keep each one's prefix-cache map."""
-    try:
-        config = _build_config(
-            config_file,
-            replica,
-            replay,
-            dp_ranks,
-            topic,
-            replay_timeout,
-            max_message_bytes,
-            metrics,
-        )
-    except ConfigError as exc:
-        raise _fail(str(exc)) from exc
-    if not config.replicas:
-        raise _fail("no replica: give --replica NAME=ENDPOINT or a --config file with [[replica]]")
-    try:
-        streams = [s for r in config.replicas for s in r.streams()]
-    except ConfigError as exc:
-        raise _fail(str(exc)) from exc
-    writer = open_writer(store, [s.stream for s in streams], shard)
-    collector = Collector(
-        streams,
-        settings=config.collector,
-        connection_observers=[writer.connection_changed] if writer else [],
-        **hooks_of(writer),
+    config = load_config(
+        config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes, metrics
     )
-    if writer is not None:
-        for ingest in collector.ingests.values():
-            resume_ingest(writer.engine, ingest)
     deadline = None if duration is None else time.monotonic() + duration
-    # Stopping (SIGTERM, SIGINT, --duration) closes the sockets first, then flushes the store.
-    retention = Retention()
-    scrape_targets = {r.name: r.metrics for r in config.replicas if r.metrics}
-    with (
-        stop_on_signals() as stop,
-        closing_writer(writer, retention),
-        scraping(writer, scrape_targets),
-        collector,
-    ):
+    with stop_on_signals() as stop, running_pipeline(config, store, shard) as (collector, _):
 
         def running() -> bool:
             return not stop.wait(0.5) and (deadline is None or time.monotonic() < deadline)
@@ -245,13 +145,13 @@ def replay(
     try:
         seqs = [int(s) for s in dump_at.split(",") if s.strip()] if dump_at else []
     except ValueError as exc:
-        raise _fail(f"--dump-at {dump_at!r}: expected SEQ[,SEQ...] of integers") from exc
+        raise fail(f"--dump-at {dump_at!r}: expected SEQ[,SEQ...] of integers") from exc
     if seqs and dump_dir is None:
-        raise _fail("--dump-at needs --dump-dir")
+        raise fail("--dump-at needs --dump-dir")
     try:
         records = list(read_capture(capture))
     except (OSError, ValueError, EOFError) as exc:
-        raise _fail(f"cannot read capture {capture}: {exc}") from exc
+        raise fail(f"cannot read capture {capture}: {exc}") from exc
     writer = open_writer(store)
     hooks = hooks_of(writer)
     ingest = StreamIngest(StreamId(replica, rank), can_replay=False, **hooks)
@@ -298,6 +198,7 @@ def demo(
 
 
 register(app)
+register_serve(app)
 
 if __name__ == "__main__":
     app()

@@ -41,6 +41,14 @@ class ReplicaConfig:
     topic: str = ""
     metrics: str | None = None
     """vLLM's /metrics URL: scraped into the store (hit rate, TTFT, preemptions...)."""
+    api: str | None = None
+    """vLLM's API server URL (for resets); an http(s) `endpoint` is used when this is unset."""
+
+    @property
+    def api_url(self) -> str | None:
+        if self.api is not None:
+            return self.api
+        return self.endpoint if self.endpoint.startswith(("http://", "https://")) else None
 
     def streams(self) -> list[StreamEndpoint]:
         """Its streams; an http(s) endpoint is vLLM's API server, asked for its event sources."""

@@ -171,3 +171,21 @@ engine_samples = Table(
     # msgpack of [[le, cumulative count], ...] sorted by le (the last le is +inf).
     Column("ttft_buckets", LargeBinary),
 )
+
+reset_requests = Table(
+    "reset_requests",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("replica", String(200), nullable=False),
+    # Wall-clock time of the request: the AllBlocksCleared that follows is linked by time.
+    Column("requested_at", Float, nullable=False),
+    Column("requested_by", String(200), nullable=False),
+    # default / preempt / keep
+    Column("mode", String(20), nullable=False),
+    Column("external", Boolean, nullable=False),
+    # success / refused (vLLM said success false) / http_error / timeout / unreachable
+    Column("outcome", String(20), nullable=False),
+    Column("http_status", Integer),
+    Column("detail", String(400)),
+    Index("ix_reset_requests_replica_at", "replica", "requested_at"),
+)

@@ -1,0 +1,83 @@
+"""The composition root: `create_app` wires data sources, settings, routes and metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from kvscope import __version__
+from kvscope.api import errors
+from kvscope.api.context import ApiContext, ApiSettings
+from kvscope.api.data import ApiData
+from kvscope.api.errors import ErrorBody, error_response
+from kvscope.api.metrics import make_registry
+from kvscope.api.routes_cache import router as cache_router
+from kvscope.api.routes_resets import router as resets_router
+from kvscope.api.schemas import Health
+
+
+def create_app(data: ApiData, settings: ApiSettings | None = None) -> FastAPI:
+    settings = settings or ApiSettings()
+    app = FastAPI(
+        title="kvscope",
+        version=__version__,
+        description="What is in each vLLM replica's prefix cache, now and at any past instant; "
+        "what each reset did to it and how it recovered.",
+    )
+    registry, reset_counter = make_registry(data)
+    app.state.kvscope = ApiContext(data, settings, registry, reset_counter)
+    errors.install(app)
+
+    @app.middleware("http")
+    async def refuse_large_bodies(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > settings.max_body_bytes):
+            return error_response(
+                ErrorBody(
+                    status=413,
+                    code="too_large",
+                    message=f"request bodies are limited to {settings.max_body_bytes} bytes",
+                )
+            )
+        return await call_next(request)
+
+    app.include_router(cache_router)
+    app.include_router(resets_router)
+
+    @app.get("/metrics", tags=["health"], response_class=Response)
+    def metrics() -> Response:
+        """kvscope_* metrics (Prometheus text format)."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz", tags=["health"], response_model=Health)
+    def healthz() -> Health:
+        """The process answers."""
+        return Health(status="ok")
+
+    @app.get("/readyz", tags=["health"], response_model=Health, responses={503: {"model": Health}})
+    def readyz() -> Response | Health:
+        """Ready once the start-up replays have settled and the store answers."""
+        collector = data.collector
+        if collector is not None:
+            with collector.lock:
+                waiting = [
+                    str(s)
+                    for s, ingest in collector.ingests.items()
+                    if ingest.replaying
+                    or (collector.is_connected(s) and ingest.counters.replays_requested == 0
+                        and ingest.can_replay)
+                ]  # fmt: skip
+            if waiting:
+                body = Health(status="starting", detail="replaying: " + ", ".join(waiting))
+                return JSONResponse(body.model_dump(), status_code=503)
+        if not data.store_reachable():
+            body = Health(status="unavailable", detail="the store does not answer")
+            return JSONResponse(body.model_dump(), status_code=503)
+        return Health(status="ok")
+
+    return app

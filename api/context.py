@@ -1,0 +1,35 @@
+"""What every route reads: the data sources and the settings, injected by `create_app`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fastapi import Request
+from prometheus_client import CollectorRegistry, Counter
+
+from kvscope.api.data import ApiData
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    api_token: str | None = None
+    """Bearer token for mutating endpoints; without one they are disabled (403)."""
+    replica_urls: dict[str, str] = field(default_factory=dict)
+    """replica -> its vLLM API server base URL (where POST /reset_prefix_cache lives)."""
+    reset_timeout_s: float = 10.0
+    max_body_bytes: int = 8 * 1024 * 1024
+    link_window_s: float = 120.0
+    """A reset asked for through kvscope is linked to the first clear within this long."""
+
+
+@dataclass
+class ApiContext:
+    data: ApiData
+    settings: ApiSettings
+    registry: CollectorRegistry
+    reset_counter: Counter
+
+
+def context(request: Request) -> ApiContext:
+    ctx: ApiContext = request.app.state.kvscope
+    return ctx

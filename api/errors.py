@@ -1,0 +1,80 @@
+"""One error shape for every error response: `{"error": {status, code, message, field}}`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
+
+from kvscope.storage.history import NotInStore
+
+
+class ErrorBody(BaseModel):
+    status: int
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.body = ErrorBody(status=status, code=code, message=message, field=field)
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` for these error statuses, all with the one error shape."""
+    return {status: {"model": ErrorResponse} for status in statuses}
+
+
+def error_response(body: ErrorBody, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(
+        ErrorResponse(error=body).model_dump(), status_code=body.status, headers=headers
+    )
+
+
+_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+          405: "method_not_allowed", 413: "too_large", 422: "invalid", 502: "upstream_error",
+          504: "upstream_timeout"}  # fmt: skip
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.body.status == 401 else None
+        return error_response(exc.body, headers)
+
+    @app.exception_handler(NotInStore)
+    async def _not_in_store(_request: Request, exc: NotInStore) -> JSONResponse:
+        return error_response(ErrorBody(status=404, code="not_in_store", message=str(exc)))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        location = [str(part) for part in first.get("loc", ()) if part not in ("query", "body")]
+        return error_response(
+            ErrorBody(
+                status=422,
+                code="invalid",
+                message=str(first.get("msg", "invalid request")),
+                field=".".join(location) or None,
+            )
+        )
+
+    @app.exception_handler(HTTPException)
+    async def _http(_request: Request, exc: HTTPException) -> JSONResponse:
+        return error_response(
+            ErrorBody(
+                status=exc.status_code,
+                code=_CODES.get(exc.status_code, "error"),
+                message=str(exc.detail),
+            )
+        )

@@ -1,0 +1,98 @@
+"""GET /metrics: kvscope's state as Prometheus metrics, read from the maps at scrape time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector as PromCollector
+
+from kvscope.api.data import ApiData
+from kvscope.collector.metrics import METRICS, MetricSpec
+
+SPECS = {spec.name: spec for spec in METRICS}
+
+
+def _family(spec: MetricSpec) -> GaugeMetricFamily | CounterMetricFamily:
+    if spec.kind == "counter":
+        # prometheus_client adds `_total` to a counter family's name itself.
+        return CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=spec.labels)
+    return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+
+
+class StateCollector(PromCollector):
+    """Reads the collector's maps and counters and the writer's stats on each scrape."""
+
+    def __init__(self, data: ApiData) -> None:
+        self.data = data
+
+    def collect(self) -> Iterable[Metric]:
+        f = {
+            name: _family(spec)
+            for name, spec in SPECS.items()
+            if not spec.name.startswith("kvscope_resets_")
+        }
+        collector = self.data.collector
+        if collector is not None:
+            now = time.time()
+            with collector.lock:
+                for stream, ingest in collector.ingests.items():
+                    s = [stream.replica, str(stream.rank)]
+                    c, m = ingest.counters, ingest.map.counters
+                    f["kvscope_stream_connected"].add_metric(
+                        s, float(collector.is_connected(stream))
+                    )
+                    f["kvscope_stream_silent"].add_metric(
+                        s, float(collector.is_silent(stream, now))
+                    )
+                    f["kvscope_stream_degraded"].add_metric(s, float(ingest.degraded is not None))
+                    f["kvscope_stream_epoch"].add_metric(s, ingest.epoch)
+                    f["kvscope_stream_last_seq"].add_metric(
+                        s, -1 if ingest.last_seq is None else ingest.last_seq
+                    )
+                    if ingest.last_message_at is not None and m.last_ts is not None:
+                        f["kvscope_stream_lag_seconds"].add_metric(
+                            s, ingest.last_message_at - m.last_ts
+                        )
+                    for key, t in ingest.map.stats().items():
+                        tl = [*s, key.medium, str(key.group)]
+                        f["kvscope_cache_blocks"].add_metric(tl, t.blocks)
+                        f["kvscope_cache_hittable_blocks"].add_metric(tl, t.hittable)
+                        f["kvscope_cache_orphan_blocks"].add_metric(tl, t.orphans)
+                    f["kvscope_ingest_batches_total"].add_metric(s, c.batches_applied)
+                    for kind, n in (
+                        ("BlockStored", m.stored_events),
+                        ("BlockRemoved", m.removed_events),
+                        ("AllBlocksCleared", m.cleared_events),
+                    ):
+                        f["kvscope_ingest_events_total"].add_metric([*s, kind], n)
+                    for kind, n in (("stored", m.stored_blocks), ("removed", m.removed_blocks)):
+                        f["kvscope_ingest_block_events_total"].add_metric([*s, kind], n)
+                    for kind, n in c.malformed.items():
+                        f["kvscope_ingest_malformed_total"].add_metric([*s, kind], n)
+                    f["kvscope_ingest_duplicates_total"].add_metric(s, c.duplicates)
+                    f["kvscope_ingest_gaps_total"].add_metric(s, c.gaps)
+                    f["kvscope_ingest_replays_total"].add_metric([*s, "ok"], c.replays_ok)
+                    f["kvscope_ingest_replays_total"].add_metric([*s, "failed"], c.replays_failed)
+                    f["kvscope_ingest_restarts_total"].add_metric(s, c.restarts)
+                    f["kvscope_ingest_clears_total"].add_metric(s, m.clears)
+        writer = self.data.writer
+        if writer is not None:
+            st = writer.stats
+            f["kvscope_store_queue_rows"].add_metric([], writer.queue_depth)
+            f["kvscope_store_dropped_batches_total"].add_metric([], st.batches_dropped)
+            f["kvscope_store_write_seconds_total"].add_metric([], st.write_seconds_total)
+            f["kvscope_store_transactions_total"].add_metric([], st.transactions)
+            f["kvscope_store_retries_total"].add_metric([], st.retries)
+        yield from f.values()
+
+
+def make_registry(data: ApiData) -> tuple[CollectorRegistry, Counter]:
+    """A registry of its own (never the process-wide one) and the reset-request counter."""
+    registry = CollectorRegistry()
+    registry.register(StateCollector(data))
+    spec = SPECS["kvscope_resets_requested_total"]
+    resets = Counter(spec.name, spec.help, list(spec.labels), registry=registry)
+    return registry, resets

@@ -1,0 +1,184 @@
+"""The cache now and at any instant: replicas, blocks, and the longest cached prefix."""
+
+from __future__ import annotations
+
+import heapq
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Query
+
+from kvscope.api.context import ApiContext, context
+from kvscope.api.data import MapView
+from kvscope.api.errors import ApiError, documented
+from kvscope.api.schemas import (
+    Block,
+    BlockPage,
+    DegradedInfo,
+    LookupMatch,
+    LookupRequest,
+    LookupResponse,
+    RankStatus,
+    ReplicaStatus,
+    TableStatus,
+)
+from kvscope.collector.block_table import BlockTable
+from kvscope.collector.dump import show_hash
+from kvscope.collector.types import StreamId, TableKey
+
+router = APIRouter(tags=["cache"])
+Ctx = Annotated[ApiContext, Depends(context)]
+NOT_FOUND = documented(404, 422)
+
+
+def _streams_of(ctx: ApiContext, replica: str) -> list[StreamId]:
+    streams = ctx.data.replica_streams(replica)
+    if not streams:
+        raise ApiError(404, "unknown_replica", f"no replica named {replica!r}")
+    return streams
+
+
+def _tables(view: MapView) -> list[TableStatus]:
+    return [
+        TableStatus(
+            medium=key.medium, group=key.group, blocks=s.blocks, copies=s.copies,
+            hittable=s.hittable, orphans=s.orphans,
+        )
+        for key, s in sorted(view.map.stats().items(), key=lambda kv: (kv[0].medium, kv[0].group))
+    ]  # fmt: skip
+
+
+def _rank_status(ctx: ApiContext, stream: StreamId) -> RankStatus:
+    collector = ctx.data.collector
+    with ctx.data.lock():
+        view = ctx.data.map_now(stream)
+        totals = view.map.totals()
+        tables = _tables(view)
+        live = collector is not None and stream in collector.ingests
+        if live:
+            assert collector is not None
+            ingest = collector.ingests[stream]
+            c = ingest.counters
+            d = ingest.degraded
+            degraded = (
+                None
+                if d is None
+                else DegradedInfo(
+                    reason=d.reason, from_seq=d.from_seq, to_seq=d.to_seq, since=d.since
+                )
+            )
+            received = ingest.last_message_at
+            batch_ts = ingest.map.counters.last_ts
+            return RankStatus(
+                rank=stream.rank, source="live", connected=collector.is_connected(stream),
+                silent=collector.is_silent(stream), epoch=ingest.epoch, last_seq=ingest.last_seq,
+                last_batch_ts=batch_ts,
+                lag_s=None if received is None or batch_ts is None else received - batch_ts,
+                age_s=0.0, degraded=degraded, degraded_intervals=len(ingest.degraded_history),
+                gaps=c.gaps, replays_ok=c.replays_ok, replays_failed=c.replays_failed,
+                restarts=c.restarts, blocks=totals.blocks, hittable=totals.hittable,
+                orphans=totals.orphans, tables=tables,
+            )  # fmt: skip
+    return RankStatus(
+        rank=stream.rank, source="store", connected=None, silent=None, epoch=view.epoch,
+        last_seq=view.seq, last_batch_ts=view.ts, lag_s=None, age_s=view.age_s,
+        degraded=None, degraded_intervals=len(view.unknown_because), gaps=None, replays_ok=None,
+        replays_failed=None, restarts=None, blocks=totals.blocks, hittable=totals.hittable,
+        orphans=totals.orphans, tables=tables,
+    )  # fmt: skip
+
+
+@router.get("/replicas", response_model=list[ReplicaStatus])
+def list_replicas(ctx: Ctx) -> list[ReplicaStatus]:
+    """Every replica with its ranks: connection, epoch, seq, lag, degraded, blocks per tier."""
+    by_replica: dict[str, list[RankStatus]] = {}
+    for stream in ctx.data.streams():
+        by_replica.setdefault(stream.replica, []).append(_rank_status(ctx, stream))
+    return [ReplicaStatus(replica=r, ranks=ranks) for r, ranks in by_replica.items()]
+
+
+@router.get("/replicas/{replica}", response_model=ReplicaStatus, responses=NOT_FOUND)
+def get_replica(replica: str, ctx: Ctx) -> ReplicaStatus:
+    return ReplicaStatus(
+        replica=replica, ranks=[_rank_status(ctx, s) for s in _streams_of(ctx, replica)]
+    )
+
+
+@router.get("/replicas/{replica}/blocks", response_model=BlockPage, responses=NOT_FOUND)
+def list_blocks(
+    replica: str,
+    ctx: Ctx,
+    rank: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    at: Annotated[
+        float | None, Query(ge=0, le=1e11, description="Unix seconds; omit for now.")
+    ] = None,
+    tier: Annotated[Literal["GPU", "CPU", "STORAGE"] | None, Query()] = None,
+    group: Annotated[int | None, Query(ge=0, le=1_000_000)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    cursor: Annotated[
+        str | None, Query(pattern=r"^[0-9]{1,20}$", description="From the previous page.")
+    ] = None,
+) -> BlockPage:
+    """The map now or at any instant, ordered by hash, a page at a time."""
+    stream = StreamId(replica, rank)
+    if stream not in _streams_of(ctx, replica):
+        raise ApiError(404, "unknown_rank", f"replica {replica!r} has no rank {rank}")
+    after = -1 if cursor is None else int(cursor)
+    with ctx.data.lock():
+        view = ctx.data.map_now(stream) if at is None else ctx.data.map_at(stream, at)
+        signed = view.map.counters.signed_hashes
+        chosen: list[tuple[int, TableKey, BlockTable]] = []
+        for key, table in view.map.tables.items():
+            if (tier is not None and key.medium != tier) or (
+                group is not None and key.group != group
+            ):
+                continue
+            hashes = heapq.nsmallest(limit + 1, (h for h in table.counts() if h > after))
+            chosen.extend((h, key, table) for h in hashes)
+        chosen.sort(key=lambda item: (item[0], item[1].medium, item[1].group))
+        page, more = chosen[:limit], len(chosen) > limit
+        items = []
+        for block_hash, key, table in page:
+            entry = table.entry(block_hash)
+            items.append(
+                Block(
+                    hash=show_hash(entry.hash, entry.raw_hash, signed),
+                    medium=key.medium, group=key.group, count=entry.count,
+                    parent=None if entry.parent is None
+                    else show_hash(entry.parent, table.raw_parent(block_hash), signed),
+                    hittable=entry.hittable, block_size=table.block_size,
+                    token_ids=None if entry.token_ids is None else list(entry.token_ids),
+                    lora_name=entry.lora_name, first_stored=entry.first_stored,
+                    last_stored=entry.last_stored,
+                )
+            )  # fmt: skip
+    return BlockPage(
+        replica=replica, rank=rank, source="live" if view.source == "live" else "store",
+        epoch=view.epoch, seq=view.seq, ts=view.ts, unknown_because=view.unknown_because,
+        items=items, next_cursor=str(page[-1][0]) if more and page else None,
+    )  # fmt: skip
+
+
+@router.post("/lookup", response_model=LookupResponse, responses=NOT_FOUND)
+def lookup(body: LookupRequest, ctx: Ctx) -> LookupResponse:
+    """For each replica, rank and tier: the longest cached prefix of these tokens.
+
+    Found by matching block contents along cached parents from block 0 (vLLM's hash is not
+    recomputed), so a match is what a prefix-cache lookup on that replica would hit.
+    """
+    matches: list[LookupMatch] = []
+    for stream in ctx.data.streams():
+        with ctx.data.lock():
+            try:
+                view = ctx.data.map_now(stream)
+            except LookupError:
+                continue
+            found = view.map.longest_prefix(body.token_ids, body.lora_name)
+        matches.extend(
+            LookupMatch(
+                replica=stream.replica, rank=stream.rank, medium=m.table.medium,
+                group=m.table.group, blocks=m.blocks, tokens=m.tokens, hittable=m.blocks > 0,
+            )
+            for m in found
+        )  # fmt: skip
+    best = max(matches, key=lambda m: (m.tokens, m.medium == "GPU"), default=None)
+    return LookupResponse(matches=matches, best=best if best and best.tokens else None)

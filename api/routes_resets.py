@@ -1,0 +1,215 @@
+"""Resets: what the store kept of each (before and recovery), and asking a replica for one."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+import httpx
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from sqlalchemy import Row, insert, select
+
+from kvscope.api.context import ApiContext, context
+from kvscope.api.errors import ApiError, documented
+from kvscope.api.schemas import (
+    RecoveryPointOut,
+    ResetDetail,
+    ResetOut,
+    ResetRequestOut,
+    TableStatus,
+)
+from kvscope.collector.snapshot import decode_tables
+from kvscope.storage import schema
+
+router = APIRouter(tags=["resets"])
+Ctx = Annotated[ApiContext, Depends(context)]
+ERRORS = documented(400, 401, 403, 404, 422)
+Mode = Literal["default", "preempt", "keep"]
+
+
+def _engine(ctx: ApiContext) -> Any:
+    if ctx.data.engine is None:
+        raise ApiError(404, "no_store", "this API keeps no store: resets are not recorded")
+    return ctx.data.engine
+
+
+def _requests_by_replica(rows: Sequence[Row[Any]]) -> dict[str, list[Row[Any]]]:
+    by: dict[str, list[Row[Any]]] = {}
+    for row in rows:
+        by.setdefault(row.replica, []).append(row)
+    return by
+
+
+def _linked(reset: Row[Any], requests: dict[str, list[Row[Any]]], window: float) -> Row[Any] | None:
+    """The successful request through kvscope that this clear followed, if any."""
+    candidates = [
+        req
+        for req in requests.get(reset.replica, [])
+        if req.outcome == "success" and req.requested_at <= reset.ts <= req.requested_at + window
+    ]
+    return max(candidates, key=lambda req: req.requested_at, default=None)
+
+
+def _request_out(row: Row[Any]) -> ResetRequestOut:
+    return ResetRequestOut(
+        id=row.id, replica=row.replica, requested_at=row.requested_at,
+        requested_by=row.requested_by, mode=row.mode, external=row.external,
+        outcome=row.outcome, http_status=row.http_status, detail=row.detail,
+    )  # fmt: skip
+
+
+def _reset_out(row: Row[Any], request: Row[Any] | None) -> dict[str, Any]:
+    return {
+        "id": row.id, "replica": row.replica, "rank": row.rank, "epoch": row.epoch,
+        "seq": row.seq, "ts": row.ts, "reason": row.reason,
+        "mode": row.mode or (request.mode if request is not None else None),
+        "degraded": row.degraded, "before_blocks": row.before_blocks,
+        "before_hittable": row.before_hittable, "before_orphans": row.before_orphans,
+        "before_tokens": row.before_tokens, "t50_s": row.t50_s, "t90_s": row.t90_s,
+        "peak_orphans": row.peak_orphans,
+        "request": None if request is None else _request_out(request),
+    }  # fmt: skip
+
+
+def _query(ctx: ApiContext) -> Any:
+    r, s = schema.resets, schema.streams
+    columns = [c for c in r.c if c.name != "before"]
+    return select(*columns, s.c.replica, s.c.rank).join(s, s.c.id == r.c.stream_id)
+
+
+@router.get("/resets", response_model=list[ResetOut], responses=ERRORS)
+def list_resets(
+    ctx: Ctx,
+    replica: str | None = None,
+    from_: Annotated[float | None, Query(alias="from", ge=0, le=1e11)] = None,
+    to: Annotated[float | None, Query(ge=0, le=1e11)] = None,
+) -> list[ResetOut]:
+    """Each reset (a clear, or a restart) with its before and recovery summary."""
+    r, s = schema.resets, schema.streams
+    query = _query(ctx).order_by(r.c.ts)
+    if replica is not None:
+        query = query.where(s.c.replica == replica)
+    if from_ is not None:
+        query = query.where(r.c.ts >= from_)
+    if to is not None:
+        query = query.where(r.c.ts <= to)
+    with _engine(ctx).connect() as conn:
+        rows = conn.execute(query).all()
+        requests = _requests_by_replica(conn.execute(select(schema.reset_requests)).all())
+    window = ctx.settings.link_window_s
+    return [ResetOut(**_reset_out(row, _linked(row, requests, window))) for row in rows]
+
+
+@router.get("/resets/{reset_id}", response_model=ResetDetail, responses=ERRORS)
+def get_reset(reset_id: Annotated[int, Path(ge=1, le=2**62)], ctx: Ctx) -> ResetDetail:
+    """One reset: the map just before it, per tier, and its recovery series."""
+    r = schema.resets
+    with _engine(ctx).connect() as conn:
+        row = conn.execute(_query(ctx).where(r.c.id == reset_id)).first()
+        if row is None:
+            raise ApiError(404, "unknown_reset", f"no reset {reset_id}")
+        before = conn.execute(select(r.c.before).where(r.c.id == reset_id)).scalar_one()
+        points = conn.execute(
+            select(schema.reset_recovery)
+            .where(schema.reset_recovery.c.reset_id == reset_id)
+            .order_by(schema.reset_recovery.c.offset_s)
+        ).all()
+        requests = _requests_by_replica(
+            conn.execute(
+                select(schema.reset_requests).where(schema.reset_requests.c.replica == row.replica)
+            ).all()
+        )
+    tables, _ = decode_tables(before)
+    return ResetDetail(
+        **_reset_out(row, _linked(row, requests, ctx.settings.link_window_s)),
+        before_tables=[
+            TableStatus(
+                medium=k.medium, group=k.group, blocks=len(t), copies=t.copies,
+                hittable=t.hittable_count, orphans=t.orphan_count,
+            )
+            for k, t in sorted(tables.items(), key=lambda kv: (kv[0].medium, kv[0].group))
+        ],
+        recovery=[
+            RecoveryPointOut(
+                offset_s=p.offset_s, blocks=p.blocks, hittable=p.hittable, orphans=p.orphans,
+                share_blocks_back=p.share_blocks_back, share_tokens_back=p.share_tokens_back,
+            )
+            for p in points
+        ],
+    )  # fmt: skip
+
+
+def _authorize(ctx: ApiContext, authorization: str | None) -> None:
+    token = ctx.settings.api_token
+    if token is None:
+        raise ApiError(403, "disabled", "mutating endpoints are disabled: no api_token configured")
+    if authorization != f"Bearer {token}":
+        raise ApiError(401, "unauthorized", "a valid bearer token is needed")
+
+
+@router.post("/replicas/{replica}/reset", response_model=ResetRequestOut, responses=ERRORS)
+async def reset_replica(
+    replica: str,
+    request: Request,
+    ctx: Ctx,
+    mode: Annotated[list[Mode], Query(description="default, preempt or keep.")] = ["default"],  # noqa: B006
+    external: bool = False,
+    authorization: Annotated[str | None, Header()] = None,
+) -> ResetRequestOut:
+    """Ask the replica's vLLM (POST /reset_prefix_cache, dev mode) to reset; record it.
+
+    preempt sends `reset_running_requests=true`; keep sends the proposed
+    `keep_running_requests=true`; vLLM rejects the two together, and so does this endpoint.
+    The AllBlocksCleared that follows (at the engine's next step) is linked to this request.
+    """
+    _authorize(ctx, authorization)
+    modes = set(mode)
+    if len(modes) != 1:
+        raise ApiError(
+            400, "bad_request", "one mode at a time: keep with preempt is refused by vLLM", "mode"
+        )
+    chosen = modes.pop()
+    base = ctx.settings.replica_urls.get(replica)
+    if base is None:
+        raise ApiError(404, "unknown_replica", f"no API URL configured for replica {replica!r}")
+    params = {"reset_external": "true"} if external else {}
+    if chosen == "preempt":
+        params["reset_running_requests"] = "true"
+    elif chosen == "keep":
+        params["keep_running_requests"] = "true"
+    requested_at = time.time()
+    outcome, status, detail = await _call(
+        base.rstrip("/") + "/reset_prefix_cache", params, ctx.settings.reset_timeout_s
+    )
+    record = ResetRequestOut(
+        id=0, replica=replica, requested_at=requested_at,
+        requested_by=f"token@{request.client.host if request.client else 'unknown'}",
+        mode=chosen, external=external, outcome=outcome, http_status=status, detail=detail,
+    )  # fmt: skip
+    ctx.reset_counter.labels(replica, chosen, outcome).inc()
+    if ctx.data.engine is not None:
+        with ctx.data.engine.begin() as conn:
+            t = schema.reset_requests
+            values = record.model_dump(exclude={"id"})
+            record.id = int(conn.execute(insert(t).values(**values).returning(t.c.id)).scalar_one())
+    return record
+
+
+async def _call(url: str, params: dict[str, str], timeout: float) -> tuple[str, int | None, str]:
+    try:
+        async with httpx.AsyncClient(timeout=timeout) as client:
+            response = await client.post(url, params=params)
+    except httpx.TimeoutException:
+        return "timeout", None, f"no answer from {url} in {timeout:.0f}s"
+    except httpx.HTTPError as exc:
+        return "unreachable", None, f"{url}: {exc}"[:400]
+    if response.status_code != 200:
+        return "http_error", response.status_code, response.text[:400]
+    if not response.content:
+        return "success", 200, "empty body (vLLM < 0.26 does not say)"
+    try:
+        success = response.json().get("success")
+    except ValueError:
+        return "http_error", 200, "not JSON: " + response.text[:300]
+    return ("success" if success else "refused"), 200, response.text[:400]

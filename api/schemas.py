@@ -1,0 +1,155 @@
+"""Response and request bodies (they are the OpenAPI document's schemas)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+Hash = int | str
+"""A block hash: vLLM's int form, or hex for publishers that send bytes hashes."""
+
+
+class TableStatus(BaseModel):
+    medium: str
+    group: int
+    blocks: int
+    copies: int
+    hittable: int
+    orphans: int
+
+
+class DegradedInfo(BaseModel):
+    reason: str
+    from_seq: int
+    to_seq: int | None
+    since: float
+
+
+class RankStatus(BaseModel):
+    rank: int
+    source: Literal["live", "store"]
+    connected: bool | None = Field(description="None when only the store is known.")
+    silent: bool | None
+    epoch: int
+    last_seq: int | None
+    last_batch_ts: float | None
+    lag_s: float | None = Field(description="Receive time minus batch time of the last batch.")
+    age_s: float | None = Field(description="For a store-only API: how old the state is.")
+    degraded: DegradedInfo | None
+    degraded_intervals: int
+    gaps: int | None
+    replays_ok: int | None
+    replays_failed: int | None
+    restarts: int | None
+    blocks: int
+    hittable: int
+    orphans: int
+    tables: list[TableStatus]
+
+
+class ReplicaStatus(BaseModel):
+    replica: str
+    ranks: list[RankStatus]
+
+
+class Block(BaseModel):
+    hash: Hash
+    medium: str
+    group: int
+    count: int
+    parent: Hash | None
+    hittable: bool
+    block_size: int
+    token_ids: list[int] | None
+    lora_name: str | None
+    first_stored: float
+    last_stored: float
+
+
+class BlockPage(BaseModel):
+    replica: str
+    rank: int
+    source: Literal["live", "store"]
+    epoch: int
+    seq: int | None
+    ts: float | None
+    unknown_because: list[str]
+    items: list[Block]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page.")
+
+
+TokenId = Annotated[int, Field(ge=0, lt=2**32)]
+
+
+class LookupRequest(BaseModel):
+    token_ids: list[TokenId] = Field(
+        max_length=1_000_000, description="The request's prompt tokens."
+    )
+    lora_name: str | None = None
+
+
+class LookupMatch(BaseModel):
+    replica: str
+    rank: int
+    medium: str
+    group: int
+    blocks: int
+    tokens: int
+    hittable: bool = Field(description="Found from block 0 along cached parents: a router's hit.")
+
+
+class LookupResponse(BaseModel):
+    matches: list[LookupMatch]
+    best: LookupMatch | None
+
+
+class RecoveryPointOut(BaseModel):
+    offset_s: float
+    blocks: int
+    hittable: int
+    orphans: int
+    share_blocks_back: float
+    share_tokens_back: float
+
+
+class ResetRequestOut(BaseModel):
+    id: int
+    replica: str
+    requested_at: float
+    requested_by: str
+    mode: str
+    external: bool
+    outcome: str
+    http_status: int | None
+    detail: str | None
+
+
+class ResetOut(BaseModel):
+    id: int
+    replica: str
+    rank: int
+    epoch: int
+    seq: int
+    ts: float
+    reason: str
+    mode: str | None = Field(description="default / preempt / keep, when asked for via kvscope.")
+    degraded: bool
+    before_blocks: int
+    before_hittable: int
+    before_orphans: int
+    before_tokens: int
+    t50_s: float | None
+    t90_s: float | None
+    peak_orphans: int | None
+    request: ResetRequestOut | None
+
+
+class ResetDetail(ResetOut):
+    before_tables: list[TableStatus]
+    recovery: list[RecoveryPointOut]
+
+
+class Health(BaseModel):
+    status: Literal["ok", "starting", "unavailable"]
+    detail: str = ""

@@ -1,0 +1,103 @@
+"""The names of kvscope's Prometheus metrics: one list, read by /metrics and the dashboards.
+
+Names are `kvscope_<subsystem>_<name>_<unit>`, base units only, counters end in `_total`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    name: str
+    kind: Literal["gauge", "counter"]
+    help: str
+    labels: tuple[str, ...]
+
+
+STREAM = ("replica", "rank")
+TABLE = ("replica", "rank", "medium", "group")
+
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "kvscope_stream_connected", "gauge", "1 while the stream's socket is connected.", STREAM
+    ),
+    MetricSpec(
+        "kvscope_stream_silent",
+        "gauge",
+        "1 when no batch arrived for a while (idle engines send nothing).",
+        STREAM,
+    ),
+    MetricSpec(
+        "kvscope_stream_degraded", "gauge", "1 while the map is known to be incomplete.", STREAM
+    ),
+    MetricSpec(
+        "kvscope_stream_epoch", "gauge", "Publisher epoch: +1 at each restart seen.", STREAM
+    ),
+    MetricSpec("kvscope_stream_last_seq", "gauge", "Seq of the last batch applied.", STREAM),
+    MetricSpec(
+        "kvscope_stream_lag_seconds",
+        "gauge",
+        "Receive time minus batch time of the last batch.",
+        STREAM,
+    ),
+    MetricSpec("kvscope_cache_blocks", "gauge", "Distinct cached block hashes.", TABLE),
+    MetricSpec(
+        "kvscope_cache_hittable_blocks",
+        "gauge",
+        "Cached blocks whose every ancestor is cached.",
+        TABLE,
+    ),
+    MetricSpec(
+        "kvscope_cache_orphan_blocks", "gauge", "Cached blocks whose parent is not cached.", TABLE
+    ),
+    MetricSpec("kvscope_ingest_batches_total", "counter", "Batches applied to the map.", STREAM),
+    MetricSpec(
+        "kvscope_ingest_events_total", "counter", "Events applied, by type.", (*STREAM, "type")
+    ),
+    MetricSpec(
+        "kvscope_ingest_block_events_total",
+        "counter",
+        "Block hashes stored and removed, by type.",
+        (*STREAM, "type"),
+    ),
+    MetricSpec(
+        "kvscope_ingest_malformed_total", "counter", "Input refused, by kind.", (*STREAM, "kind")
+    ),
+    MetricSpec(
+        "kvscope_ingest_duplicates_total", "counter", "Batches received twice and dropped.", STREAM
+    ),
+    MetricSpec("kvscope_ingest_gaps_total", "counter", "Seq gaps seen.", STREAM),
+    MetricSpec(
+        "kvscope_ingest_replays_total",
+        "counter",
+        "Replays, by outcome (ok, failed).",
+        (*STREAM, "outcome"),
+    ),
+    MetricSpec("kvscope_ingest_restarts_total", "counter", "Publisher restarts seen.", STREAM),
+    MetricSpec("kvscope_ingest_clears_total", "counter", "AllBlocksCleared applied.", STREAM),
+    MetricSpec(
+        "kvscope_resets_requested_total",
+        "counter",
+        "Resets asked for through kvscope, by mode and outcome.",
+        ("replica", "mode", "outcome"),
+    ),
+    MetricSpec("kvscope_store_queue_rows", "gauge", "Rows waiting for the store.", ()),
+    MetricSpec(
+        "kvscope_store_dropped_batches_total",
+        "counter",
+        "Batches the store could not keep (marked incomplete).",
+        (),
+    ),
+    MetricSpec(
+        "kvscope_store_write_seconds_total", "counter", "Time spent in store transactions.", ()
+    ),
+    MetricSpec("kvscope_store_transactions_total", "counter", "Store transactions committed.", ()),
+    MetricSpec(
+        "kvscope_store_retries_total", "counter", "Store transactions retried after an error.", ()
+    ),
+)
+
+NAMES = frozenset(spec.name for spec in METRICS)

@@ -1,0 +1,127 @@
+"""The command-line options that several commands share, and turning them into a `Config`."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from kvscope.collector.ingest import DEFAULT_MAX_MESSAGE_BYTES
+from kvscope.config import Config, ConfigError, ReplicaConfig, load_file, parse_replica_flag
+
+err = Console(stderr=True)
+
+ReplicaOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--replica",
+        "-r",
+        envvar="KVSCOPE_REPLICA",
+        help="NAME=ENDPOINT of a replica's KV event publisher (repeat for several). "
+        "ENDPOINT 'tcp://host:5557' connects; '@tcp://0.0.0.0:5557' binds, for a "
+        "publisher configured with a concrete address (which connects); "
+        "'http://host:8000' asks vLLM's API server (>= 0.31) for every rank's endpoints.",
+    ),
+]
+ReplayOpt = Annotated[
+    list[str],
+    typer.Option(help="Replay endpoint (vLLM's replay_endpoint), one per --replica, in order."),
+]
+MetricsOpt = Annotated[
+    list[str],
+    typer.Option(help="vLLM's /metrics URL, one per --replica, in order: scraped into the store."),
+]
+ApiUrlOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--api-url",
+        help="vLLM's API server URL, one per --replica, in order: where resets are asked for.",
+    ),
+]
+DpRanksOpt = Annotated[
+    list[int],
+    typer.Option(help="Data-parallel ranks per replica (ports offset by rank, as vLLM does)."),
+]
+TopicOpt = Annotated[str, typer.Option(help="Topic prefix to subscribe to.")]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", envvar="KVSCOPE_CONFIG", help="TOML config file.")
+]
+ReplayTimeoutOpt = Annotated[
+    float | None, typer.Option(envvar="KVSCOPE_REPLAY_TIMEOUT", help="Seconds.")
+]
+MaxMessageOpt = Annotated[
+    int | None,
+    typer.Option(
+        envvar="KVSCOPE_MAX_MESSAGE_BYTES",
+        help=f"Larger messages are refused at the socket [default: {DEFAULT_MAX_MESSAGE_BYTES}]",
+    ),
+]
+DurationOpt = Annotated[
+    float | None, typer.Option(help="Stop after this many seconds (default: run until ^C).")
+]
+ShardOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar="KVSCOPE_SHARD",
+        help="Name of this collector when several share one store, each with its own "
+        "replicas; a replica another shard writes is refused.",
+    ),
+]
+HostOpt = Annotated[str, typer.Option(envvar="KVSCOPE_HOST", help="Address to serve on.")]
+PortOpt = Annotated[int, typer.Option(envvar="KVSCOPE_PORT", help="Port to serve on.")]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar="KVSCOPE_API_TOKEN",
+        help="Bearer token for mutating endpoints (resets); without one they are disabled.",
+    ),
+]
+
+
+def fail(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/] {message}")
+    return typer.Exit(2)
+
+
+def load_config(
+    config_file: Path | None,
+    replicas: list[str],
+    replays: list[str],
+    dp_ranks: list[int],
+    topic: str,
+    replay_timeout: float | None,
+    max_message_bytes: int | None,
+    metrics: list[str] | None = None,
+    api_urls: list[str] | None = None,
+) -> Config:
+    """The file's settings, with the flags' replicas and overrides on top."""
+    try:
+        config = load_file(config_file) if config_file else Config()
+        from_flags = []
+        for i, spec in enumerate(replicas):
+            name, endpoint = parse_replica_flag(spec)
+            from_flags.append(
+                ReplicaConfig(
+                    name,
+                    endpoint,
+                    replay=replays[i] if i < len(replays) else None,
+                    dp_ranks=dp_ranks[i] if i < len(dp_ranks) else (dp_ranks[0] if dp_ranks else 1),
+                    topic=topic,
+                    metrics=metrics[i] if metrics and i < len(metrics) else None,
+                    api=api_urls[i] if api_urls and i < len(api_urls) else None,
+                )
+            )
+        if len(replays) > max(len(replicas), 1) or (replays and not replicas):
+            raise ConfigError("--replay is given per --replica, in the same order")
+    except ConfigError as exc:
+        raise fail(str(exc)) from exc
+    settings = config.collector
+    if replay_timeout is not None:
+        settings = dataclasses.replace(settings, replay_timeout_s=replay_timeout)
+    if max_message_bytes is not None:
+        settings = dataclasses.replace(settings, max_message_bytes=max_message_bytes)
+    merged = {r.name: r for r in [*config.replicas, *from_flags]}
+    return dataclasses.replace(config, replicas=list(merged.values()), collector=settings)

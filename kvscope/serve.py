@@ -1,0 +1,107 @@
+"""`kvscope serve` (collector, store and API in one process) and `kvscope api` (the API alone
+over a store that other collectors write)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+import uvicorn
+from fastapi import FastAPI
+
+from kvscope.api.app import create_app
+from kvscope.api.context import ApiSettings
+from kvscope.api.data import ApiData
+from kvscope.config import Config
+from kvscope.options import (
+    ApiUrlOpt,
+    ConfigOpt,
+    DpRanksOpt,
+    HostOpt,
+    MaxMessageOpt,
+    MetricsOpt,
+    PortOpt,
+    ReplayOpt,
+    ReplayTimeoutOpt,
+    ReplicaOpt,
+    ShardOpt,
+    TokenOpt,
+    TopicOpt,
+    load_config,
+)
+from kvscope.pipeline import running_pipeline
+from kvscope.storage.engine import open_store
+from kvscope.store_commands import DEFAULT_STORE, StoreOption
+
+logger = logging.getLogger(__name__)
+DEFAULT_PORT = 8087
+
+
+def api_settings(config: Config, token: str | None) -> ApiSettings:
+    urls = {r.name: r.api_url for r in config.replicas if r.api_url}
+    return ApiSettings(api_token=token, replica_urls=urls)
+
+
+def run_uvicorn(app: FastAPI, host: str, port: int) -> None:
+    """Serve until SIGTERM or SIGINT (uvicorn handles both and returns)."""
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    )
+    server.run()
+
+
+def serve(
+    replica: ReplicaOpt = [],  # noqa: B006 - typer reads the default
+    replay: ReplayOpt = [],  # noqa: B006
+    metrics: MetricsOpt = [],  # noqa: B006
+    api_url: ApiUrlOpt = [],  # noqa: B006
+    dp_ranks: DpRanksOpt = [],  # noqa: B006
+    topic: TopicOpt = "",
+    config_file: ConfigOpt = None,
+    replay_timeout: ReplayTimeoutOpt = None,
+    max_message_bytes: MaxMessageOpt = None,
+    store: StoreOption = DEFAULT_STORE,
+    shard: ShardOpt = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = DEFAULT_PORT,
+    api_token: TokenOpt = None,
+) -> None:
+    """Collector, store and API in one process: the embedded default (SQLite, 127.0.0.1)."""
+    config = load_config(
+        config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes,
+        metrics, api_url,
+    )  # fmt: skip
+    with running_pipeline(config, store, shard) as (collector, writer):
+        data = ApiData(collector=collector, engine=None if writer is None else writer.engine,
+                       writer=writer)  # fmt: skip
+        app = create_app(data, api_settings(config, api_token))
+        logger.warning("kvscope API on http://%s:%d (docs at /docs)", host, port)
+        run_uvicorn(app, host, port)
+
+
+def api(
+    store: StoreOption = DEFAULT_STORE,
+    config_file: ConfigOpt = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = DEFAULT_PORT,
+    api_token: TokenOpt = None,
+    api_url: Annotated[
+        list[str],
+        typer.Option("--api-url", help="NAME=URL of a replica's vLLM API server (for resets)."),
+    ] = [],  # noqa: B006
+) -> None:
+    """The API alone, over a store written by `kvscope collect` processes."""
+    config = load_config(config_file, [], [], [], "", None, None)
+    settings = api_settings(config, api_token)
+    for spec in api_url:
+        name, _, url = spec.partition("=")
+        settings.replica_urls[name] = url
+    app = create_app(ApiData(engine=open_store(store)), settings)
+    logger.warning("kvscope API on http://%s:%d over %s", host, port, store)
+    run_uvicorn(app, host, port)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(serve)
+    app.command("api")(api)

@@ -1,0 +1,308 @@
+"""The API on a real uvicorn over loopback, while vLLM's real KVCacheManager streams events.
+
+The reset trigger is called against a stdlib HTTP server shaped like vLLM's dev-mode endpoint
+whose resets run vLLM's real `KVCacheManager.reset_prefix_cache` (default mode fails while
+blocks are held) and the keep-running emulation; vLLM's whole API server needs a model.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
+
+from kvscope.api.app import create_app
+from kvscope.api.context import ApiSettings
+from kvscope.api.data import ApiData
+from kvscope.collector.endpoints import replica_streams
+from kvscope.collector.metrics import METRICS
+from kvscope.collector.subscriber import Collector, CollectorSettings
+from kvscope.collector.types import StreamId
+from kvscope.storage.engine import open_store
+from kvscope.storage.writer import StoreSettings, StoreWriter
+from tests.vllm_source import (
+    EventSource,
+    Workload,
+    WorkloadConfig,
+    free_port,
+    make_request,
+    reset_keep_running,
+    truth_counts,
+)
+
+pytestmark = pytest.mark.vllm
+STREAM = StreamId("r1", 0)
+TOKEN = "s3cret"
+
+
+@dataclass
+class Stack:
+    url: str
+    source: EventSource
+    workload: Workload
+    collector: Collector
+    lock: threading.Lock
+    """Held while the workload steps: the fake vLLM server resets between steps."""
+
+    def step(self, n: int = 1) -> None:
+        for _ in range(n):
+            with self.lock:
+                self.workload.step()
+
+    def synced(self) -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with self.collector.lock:
+                ingest = self.collector.ingests[STREAM]
+                if ingest.last_seq == self.source.last_seq and not ingest.replaying:
+                    return
+            time.sleep(0.005)
+        raise AssertionError("collector did not catch up")
+
+
+def fake_vllm(stack: Stack) -> ThreadingHTTPServer:
+    """POST /reset_prefix_cache as vLLM's dev-mode server answers it (>= 0.26)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            url = urlsplit(self.path)
+            query = {k: v[0] for k, v in parse_qs(url.query).items()}
+            if url.path != "/reset_prefix_cache":
+                self.send_error(404)
+                return
+            if (
+                query.get("keep_running_requests") == "true"
+                and query.get("reset_running_requests") == "true"
+            ):
+                self.send_error(400)
+                return
+            with stack.lock:
+                manager = stack.source.manager
+                if query.get("keep_running_requests") == "true":
+                    reset_keep_running(manager)
+                    success = True
+                elif query.get("reset_running_requests") == "true":
+                    stack.workload.reset_preempt(flush=False)
+                    success = True
+                else:
+                    success = bool(manager.reset_prefix_cache())
+                stack.source.flush()  # the engine's next step publishes the clear
+            body = json.dumps({"success": success}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with ExitStack() as exits:
+        port, replay_port = free_port(), free_port()
+        source = EventSource.start(96, port, replay_port)
+        exits.callback(source.close)
+        store = tmp_path_factory.mktemp("api") / "store.sqlite"
+        writer = StoreWriter(open_store(f"sqlite:///{store}"), StoreSettings())
+        exits.callback(writer.close)
+        collector = Collector(
+            replica_streams("r1", f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{replay_port}"),
+            settings=CollectorSettings(replay_timeout_s=2.0),
+            listeners=[writer],
+            observers=[writer.after_batch],
+            pre_apply=[writer.before_batch],
+            connection_observers=[writer.connection_changed],
+        )
+        collector.start()
+        exits.callback(collector.stop)
+        workload = Workload(source.manager, random.Random(21), WorkloadConfig(), flush=source.flush)
+        api_port = free_port()
+        stack = Stack(f"http://127.0.0.1:{api_port}", source, workload, collector, threading.Lock())
+        vllm = fake_vllm(stack)
+        exits.callback(vllm.shutdown)
+        settings = ApiSettings(
+            api_token=TOKEN, replica_urls={"r1": f"http://127.0.0.1:{vllm.server_port}"},
+            link_window_s=30.0,
+        )  # fmt: skip
+        app = create_app(ApiData(collector, writer.engine, writer), settings)
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=api_port, log_level="warning")
+        )
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        exits.callback(thread.join, 10)
+        exits.callback(setattr, server, "should_exit", True)
+        while not server.started:
+            time.sleep(0.01)
+        stack.step(150)
+        stack.synced()
+        yield stack
+
+
+def get(stack: Stack, path: str, **params: object) -> httpx.Response:
+    return httpx.get(stack.url + path, params=params, timeout=30)  # type: ignore[arg-type]
+
+
+def all_blocks(stack: Stack, **params: object) -> dict[int, int]:
+    seen: dict[int, int] = {}
+    cursor = None
+    while True:
+        page = get(
+            stack,
+            "/replicas/r1/blocks",
+            limit=37,
+            **params,
+            **({"cursor": cursor} if cursor else {}),
+        )
+        assert page.status_code == 200, page.text
+        body = page.json()
+        for item in body["items"]:
+            assert item["hash"] not in seen
+            seen[item["hash"]] = item["count"]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            return seen
+
+
+def test_replicas_and_blocks_are_the_live_map(stack: Stack) -> None:
+    stack.step(40)
+    stack.synced()
+    with stack.lock:
+        truth = {h: n for (h, _g), n in truth_counts(stack.source.manager).items()}
+    replicas = get(stack, "/replicas").json()
+    (rank,) = replicas[0]["ranks"]
+    assert replicas[0]["replica"] == "r1" and rank["source"] == "live" and rank["connected"]
+    assert rank["blocks"] == len(truth) and rank["last_seq"] == stack.source.last_seq
+    assert all_blocks(stack) == truth
+
+
+def test_the_past_comes_from_the_store(stack: Stack) -> None:
+    stack.synced()
+    with stack.collector.lock:
+        ingest = stack.collector.ingests[STREAM]
+        then, at = ingest.map.counts(), ingest.map.counters.last_ts
+    stack.step(60)
+    stack.synced()
+    time.sleep(0.3)  # the writer commits within a transaction or two
+    past = all_blocks(stack, at=at)
+    assert past == {h: n for (h, _g), n in then.items()}
+    assert get(stack, "/replicas/r1/blocks", at=1.0).status_code == 404
+
+
+def test_lookup_agrees_with_vllms_own_prefix_cache_lookup(stack: Stack) -> None:
+    """Matching block contents gives what vLLM's hash lookup gives, prompt after prompt."""
+    hits = 0
+    for i in range(12):
+        stack.step(3)
+        stack.synced()
+        with stack.lock:
+            # A recent prompt, plus one token so that vLLM's cap (num_tokens - 1) never bites.
+            prompt = [*stack.workload._prompts[-1 - i % 4], 7]
+            request = make_request(f"lookup-{i}", prompt, max_tokens=1)
+            _, vllm_tokens, _ = stack.source.manager.get_computed_blocks(request)
+            response = httpx.post(stack.url + "/lookup", json={"token_ids": prompt}, timeout=30)
+        assert response.status_code == 200, response.text
+        best = response.json()["best"]
+        assert (best["tokens"] if best else 0) == vllm_tokens, (i, prompt)
+        hits += vllm_tokens > 0
+    assert hits >= 6
+
+
+def test_metrics_expose_every_documented_name(stack: Stack) -> None:
+    text = get(stack, "/metrics").text
+    families = {f.name for f in text_string_to_metric_families(text)}
+    documented = {spec.name.removesuffix("_total") for spec in METRICS}
+    assert documented <= families
+    samples = {
+        s.name: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.labels.get("replica") == "r1" and s.labels.get("medium", "GPU") == "GPU"
+    }
+    assert samples["kvscope_stream_connected"] == 1.0
+    assert samples["kvscope_ingest_batches_total"] > 100
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "status", "field"),
+    [
+        ("/replicas/nope", {}, 404, None),
+        ("/replicas/r1/blocks", {"limit": 0}, 422, "limit"),
+        ("/replicas/r1/blocks", {"tier": "DISK"}, 422, "tier"),
+        ("/replicas/r1/blocks", {"cursor": "abc"}, 422, "cursor"),
+        ("/replicas/r1/blocks", {"rank": 5}, 404, None),
+        ("/resets/999999", {}, 404, None),
+    ],
+)
+def test_errors_have_one_shape(
+    stack: Stack, path: str, params: dict[str, object], status: int, field: str | None
+) -> None:
+    response = get(stack, path, **params)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert set(error) == {"status", "code", "message", "field"} and error["status"] == status
+    assert error["field"] == field
+
+
+def test_oversized_bodies_are_refused(stack: Stack) -> None:
+    body = b'{"token_ids": [' + b"1," * 5_000_000 + b"1]}"
+    response = httpx.post(stack.url + "/lookup", content=body, timeout=30,
+                          headers={"content-type": "application/json"})  # fmt: skip
+    assert response.status_code == 413 and response.json()["error"]["code"] == "too_large"
+
+
+def test_resets_through_kvscope_are_labelled_with_mode_and_outcome(stack: Stack) -> None:
+    def reset(*modes: str, token: str | None = TOKEN) -> httpx.Response:
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        return httpx.post(stack.url + "/replicas/r1/reset", params=[("mode", m) for m in modes],
+                          headers=headers, timeout=30)  # fmt: skip
+
+    assert reset("keep", token=None).status_code == 401
+    assert reset("keep", token="wrong").status_code == 401
+    assert reset("keep", "preempt").status_code == 400
+    stack.step(5)
+    refused = reset("default")  # requests are running: vLLM says no
+    assert refused.status_code == 200 and refused.json()["outcome"] == "refused"
+    kept = reset("keep")
+    assert kept.json()["outcome"] == "success"
+    stack.step(30)
+    stack.synced()
+    time.sleep(0.5)
+    resets = get(stack, "/resets", replica="r1").json()
+    assert resets and resets[-1]["mode"] == "keep"
+    assert resets[-1]["request"]["id"] == kept.json()["id"]
+    detail = get(stack, f"/resets/{resets[-1]['id']}").json()
+    assert detail["before_tables"][0]["blocks"] == resets[-1]["before_blocks"] > 0
+    text = get(stack, "/metrics").text
+    assert 'kvscope_resets_requested_total{mode="keep",outcome="success",replica="r1"} 1.0' in text
+
+
+def test_health_and_readiness(stack: Stack) -> None:
+    assert get(stack, "/healthz").json() == {"status": "ok", "detail": ""}
+    assert get(stack, "/readyz").status_code == 200
+
+
+def test_mutating_endpoints_are_disabled_without_a_token(tmp_path: Path) -> None:
+    app = create_app(ApiData(engine=open_store(f"sqlite:///{tmp_path / 's.sqlite'}")))
+    from fastapi.testclient import TestClient
+
+    client = TestClient(app)
+    response = client.post("/replicas/r1/reset", headers={"authorization": "Bearer x"})
+    assert response.status_code == 403 and response.json()["error"]["code"] == "disabled"
