@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -37,6 +33,7 @@ from kvscope.options import (
 )
 from kvscope.pipeline import running_pipeline
 from kvscope.serve import register as register_serve
+from kvscope.signals import stop_on_signals
 from kvscope.store_commands import (
     DEFAULT_STORE,
     StoreOption,
@@ -110,23 +107,6 @@ def collect(
             while running():
                 pass
     console.print(stream_table(collector))
-
-
-@contextmanager
-def stop_on_signals() -> Iterator[threading.Event]:
-    """An event set by SIGTERM or SIGINT, so both end the command cleanly (exit 0)."""
-    stop = threading.Event()
-
-    def handler(signum: int, _frame: object) -> None:
-        logging.getLogger("kvscope").info("signal %d: stopping", signum)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield stop
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 @app.command()

@@ -31,6 +31,7 @@ from kvscope.options import (
     load_config,
 )
 from kvscope.pipeline import running_pipeline
+from kvscope.signals import stop_on_signals
 from kvscope.storage.engine import open_store
 from kvscope.store_commands import DEFAULT_STORE, StoreOption
 
@@ -44,11 +45,16 @@ def api_settings(config: Config, token: str | None) -> ApiSettings:
 
 
 def run_uvicorn(app: FastAPI, host: str, port: int) -> None:
-    """Serve until SIGTERM or SIGINT (uvicorn handles both and returns)."""
+    """Serve until SIGTERM or SIGINT.
+
+    uvicorn shuts down gracefully on either, then re-raises the signal with the handlers it
+    found in place: ours, so the process still goes on to flush the store and exit 0.
+    """
     server = uvicorn.Server(
         uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     )
-    server.run()
+    with stop_on_signals():
+        server.run()
 
 
 def serve(

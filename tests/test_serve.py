@@ -1,0 +1,55 @@
+"""`kvscope serve` as an operator runs it: a process, a replica, the API, then SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from kvscope.capture_source import CaptureSource
+from kvscope.collector.capture import read_capture
+from kvscope.demo import _bundled
+from tests.vllm_source import free_port
+
+
+def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    records = list(read_capture(_bundled("lab_3rps_180s.msgpack.gz")))
+    source = CaptureSource(records)
+    port = free_port()
+    log = tmp_path / "serve.log"
+    command = [
+        sys.executable, "-m", "kvscope.cli", "serve", "--replica", f"lab={source.endpoint}",
+        "--replay", source.replay_endpoint, "--store", f"sqlite:///{tmp_path / 's.sqlite'}",
+        "--port", str(port),
+    ]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        source.play()
+        last = records[-1].seq
+        while time.monotonic() < deadline:
+            rank = httpx.get(url + "/replicas/lab", timeout=5).json()["ranks"][0]
+            if rank["last_seq"] == last:
+                break
+            time.sleep(0.2)
+        assert rank["last_seq"] == last and rank["degraded"] is None and rank["connected"]
+        assert httpx.get(url + "/docs", timeout=5).status_code == 200
+        assert len(httpx.get(url + "/resets", timeout=5).json()) == 2  # preempt and keep
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+        source.close()
+    assert code == 0, log.read_text()[-2000:]
