@@ -30,7 +30,7 @@ Ctx = Annotated[ApiContext, Depends(context)]
 NOT_FOUND = documented(404, 422)
 
 
-def _streams_of(ctx: ApiContext, replica: str) -> list[StreamId]:
+def streams_of(ctx: ApiContext, replica: str) -> list[StreamId]:
     streams = ctx.data.replica_streams(replica)
     if not streams:
         raise ApiError(404, "unknown_replica", f"no replica named {replica!r}")
@@ -99,7 +99,7 @@ def list_replicas(ctx: Ctx) -> list[ReplicaStatus]:
 @router.get("/replicas/{replica}", response_model=ReplicaStatus, responses=NOT_FOUND)
 def get_replica(replica: str, ctx: Ctx) -> ReplicaStatus:
     return ReplicaStatus(
-        replica=replica, ranks=[_rank_status(ctx, s) for s in _streams_of(ctx, replica)]
+        replica=replica, ranks=[_rank_status(ctx, s) for s in streams_of(ctx, replica)]
     )
 
 
@@ -120,7 +120,7 @@ def list_blocks(
 ) -> BlockPage:
     """The map now or at any instant, ordered by hash, a page at a time."""
     stream = StreamId(replica, rank)
-    if stream not in _streams_of(ctx, replica):
+    if stream not in streams_of(ctx, replica):
         raise ApiError(404, "unknown_rank", f"replica {replica!r} has no rank {rank}")
     after = -1 if cursor is None else int(cursor)
     with ctx.data.lock():

@@ -153,3 +153,63 @@ class ResetDetail(ResetOut):
 class Health(BaseModel):
     status: Literal["ok", "starting", "unavailable"]
     detail: str = ""
+
+
+class Prefix(BaseModel):
+    blocks: int
+    tokens: int
+    first_tokens: list[int] | None = Field(description="The first block's tokens.")
+    leaf: Hash
+
+
+class TableShape(BaseModel):
+    medium: str
+    group: int
+    blocks: int
+    roots: int
+    orphan_chains: int
+    orphan_chain_blocks: int
+    chain_lengths: dict[str, int] = Field(
+        description="Leaves by prefix length in blocks (power-of-two buckets: '1', '2-3', ...)."
+    )
+    largest_prefixes: list[Prefix]
+
+
+class ShapeResponse(BaseModel):
+    replica: str
+    rank: int
+    source: Literal["live", "store"]
+    seq: int | None
+    ts: float | None
+    tables: list[TableShape]
+
+
+class DiffResponse(BaseModel):
+    replica: str
+    rank: int
+    from_seq: int | None
+    to_seq: int | None
+    stored: int
+    removed: int
+    kept: int
+    stored_hashes: list[Hash]
+    removed_hashes: list[Hash]
+
+
+class SeriesPoint(BaseModel):
+    t: float
+    value: float
+
+
+class Series(BaseModel):
+    rank: int
+    medium: str
+    group: int
+    points: list[SeriesPoint]
+
+
+class SeriesResponse(BaseModel):
+    replica: str
+    metric: str
+    step: int
+    series: list[Series]

@@ -50,6 +50,16 @@ class BlockEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class Subtree:
+    head: int
+    orphan: bool
+    """The head's parent is named but not cached (a keep-running reset, a gap, a late join)."""
+    blocks: int
+    leaf_depths: list[int]
+    deepest_leaf: int
+
+
+@dataclass(frozen=True, slots=True)
 class TableStats:
     blocks: int
     """Distinct cached hashes."""
@@ -266,6 +276,30 @@ class BlockTable:
             matched += 1
             candidates = list(self._children(found))
         return matched
+
+    def subtrees(self) -> Iterator[Subtree]:
+        """Each tree of cached blocks, from a head whose parent is not cached (a root, or an
+        orphan): its size and the depth of each of its leaves (a leaf's prefix, in blocks)."""
+        flags, parents, slot_of = self._flags, self._parent, self._slot_of
+        first_child, next_sibling = self._first_child, self._next_sibling
+        hash_of = {slot: h for h, slot in slot_of.items()}
+        for head_hash, head in slot_of.items():
+            has_parent = flags[head] & HAS_PARENT
+            if has_parent and parents[head] in slot_of:
+                continue
+            blocks, leaves, deepest = 0, [], (0, head_hash)
+            stack = [(head, 1)]
+            while stack:
+                slot, depth = stack.pop()
+                blocks += 1
+                child = first_child[slot]
+                if child == NO_SLOT:
+                    leaves.append(depth)
+                    deepest = max(deepest, (depth, hash_of[slot]))
+                while child != NO_SLOT:
+                    stack.append((child, depth + 1))
+                    child = next_sibling[child]
+            yield Subtree(head_hash, bool(has_parent), blocks, leaves, deepest[1])
 
     def _children(self, slot: int) -> Iterator[int]:
         child = self._first_child[slot]

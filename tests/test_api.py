@@ -306,3 +306,27 @@ def test_mutating_endpoints_are_disabled_without_a_token(tmp_path: Path) -> None
     client = TestClient(app)
     response = client.post("/replicas/r1/reset", headers={"authorization": "Bearer x"})
     assert response.status_code == 403 and response.json()["error"]["code"] == "disabled"
+
+
+def test_prefixes_diff_and_series(stack: Stack) -> None:
+    stack.synced()
+    with stack.collector.lock:
+        then = stack.collector.ingests[STREAM].map.counters.last_ts
+        before = {h for h, _ in stack.collector.ingests[STREAM].map.counts()}
+    stack.step(40)
+    stack.synced()
+    time.sleep(0.3)
+    with stack.collector.lock:
+        now = {h for h, _ in stack.collector.ingests[STREAM].map.counts()}
+    shape = get(stack, "/replicas/r1/prefixes").json()
+    gpu = shape["tables"][0]
+    assert gpu["blocks"] == len(now) and gpu["roots"] >= 1
+    assert sum(gpu["chain_lengths"].values()) >= gpu["roots"]
+    assert gpu["largest_prefixes"][0]["tokens"] == 16 * gpu["largest_prefixes"][0]["blocks"]
+    changes = get(stack, "/replicas/r1/diff", **{"from": then, "limit": 10_000}).json()
+    assert set(changes["stored_hashes"]) == now - before
+    assert set(changes["removed_hashes"]) == before - now
+    assert changes["kept"] == len(now & before)
+    series = get(stack, "/replicas/r1/series", metric="stores", step=1).json()
+    assert series["series"] and sum(p["value"] for p in series["series"][0]["points"]) > 0
+    assert get(stack, "/replicas/r1/series", metric="nope").status_code == 422
