@@ -46,6 +46,7 @@ class MapView:
 
 
 CACHED_MAPS = 16
+STREAMS_TTL_S = 5.0
 
 
 class ApiData:
@@ -63,16 +64,21 @@ class ApiData:
         self._cache: dict[tuple[StreamId, int, int, float | None], tuple[PrefixMap, list[str]]] = {}
         """Rebuilt maps are immutable once built (reads only): keep the last few."""
         self._cache_lock = threading.Lock()
+        self._stored_streams: tuple[float, set[StreamId]] | None = None
 
     # --- which streams ------------------------------------------------------------------------
     def streams(self) -> list[StreamId]:
+        """The live streams and those the store knows (that list is re-read every few s)."""
         found: set[StreamId] = set()
         if self.collector is not None:
             found.update(self.collector.ingests)
         if self.engine is not None:
-            with self.engine.connect() as conn:
-                rows = conn.execute(select(schema.streams.c.replica, schema.streams.c.rank))
-                found.update(StreamId(r.replica, r.rank) for r in rows)
+            now = self.clock()
+            if self._stored_streams is None or now - self._stored_streams[0] > STREAMS_TTL_S:
+                with self.engine.connect() as conn:
+                    rows = conn.execute(select(schema.streams.c.replica, schema.streams.c.rank))
+                    self._stored_streams = (now, {StreamId(r.replica, r.rank) for r in rows})
+            found.update(self._stored_streams[1])
         return sorted(found, key=lambda s: (s.replica, s.rank))
 
     def replica_streams(self, replica: str) -> list[StreamId]:

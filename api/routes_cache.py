@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Response
 
 from kvscope.api.context import ApiContext, context
 from kvscope.api.data import MapView
@@ -21,7 +21,7 @@ from kvscope.api.schemas import (
     ReplicaStatus,
     TableStatus,
 )
-from kvscope.collector.block_table import BlockTable
+from kvscope.collector.block_table import BlockTable, TokenQuery
 from kvscope.collector.dump import show_hash
 from kvscope.collector.types import StreamId, TableKey
 
@@ -159,26 +159,31 @@ def list_blocks(
 
 
 @router.post("/lookup", response_model=LookupResponse, responses=NOT_FOUND)
-def lookup(body: LookupRequest, ctx: Ctx) -> LookupResponse:
+def lookup(body: LookupRequest, ctx: Ctx) -> Response:
     """For each replica, rank and tier: the longest cached prefix of these tokens.
 
     Found by matching block contents along cached parents from block 0 (vLLM's hash is not
     recomputed), so a match is what a prefix-cache lookup on that replica would hit.
     """
     matches: list[LookupMatch] = []
+    tokens = TokenQuery(body.token_ids)  # cut into blocks once, not per replica
     for stream in ctx.data.streams():
         with ctx.data.lock():
             try:
                 view = ctx.data.map_now(stream)
             except LookupError:
                 continue
-            found = view.map.longest_prefix(body.token_ids, body.lora_name)
+            found = view.map.longest_prefix(tokens, body.lora_name)
         matches.extend(
-            LookupMatch(
+            LookupMatch.model_construct(
                 replica=stream.replica, rank=stream.rank, medium=m.table.medium,
                 group=m.table.group, blocks=m.blocks, tokens=m.tokens, hittable=m.blocks > 0,
             )
             for m in found
         )  # fmt: skip
     best = max(matches, key=lambda m: (m.tokens, m.medium == "GPU"), default=None)
-    return LookupResponse(matches=matches, best=best if best and best.tokens else None)
+    answer = LookupResponse.model_construct(
+        matches=matches, best=best if best and best.tokens else None
+    )
+    # Built from validated parts: skip FastAPI's second validation on this hot path.
+    return Response(answer.model_dump_json(), media_type="application/json")

@@ -13,7 +13,7 @@ million cached blocks cost a dict entry plus a few dozen bytes of columns each.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,25 @@ FOREIGN_EXTRA = 8
 """Extra hash keys besides a LoRA name (multimodal, cache salt): tokens alone cannot match it."""
 
 _MS_MAX = (1 << 32) - 1
+
+
+class TokenQuery:
+    """A lookup's tokens, cut into blocks once and shared by every table it is run against."""
+
+    def __init__(self, token_ids: Iterable[int]) -> None:
+        self.tokens = token_ids if isinstance(token_ids, array) else array("I", token_ids)
+        self._chunks: dict[int, list[array[int]]] = {}
+
+    def chunks(self, block_size: int) -> list[array[int]]:
+        chunks = self._chunks.get(block_size)
+        if chunks is None:
+            t, n = self.tokens, len(self.tokens) // block_size
+            chunks = self._chunks[block_size] = [
+                t[i * block_size : (i + 1) * block_size] for i in range(n)
+            ]
+        return chunks
+
+
 GROW_MIN = 4096
 """Slots added at least when the columns are full (else 1/16 of the slots there are)."""
 
@@ -246,35 +265,46 @@ class BlockTable:
         return tuple(self._tokens[slot * bs : (slot + 1) * bs])
 
     # --- lookup by tokens ---------------------------------------------------------------------
-    def longest_prefix(self, token_ids: array[int], lora_name: str | None = None) -> int:
-        """How many leading full blocks of `token_ids` are cached here, chained from block 0.
+    def longest_prefix(self, query: TokenQuery, lora_name: str | None = None) -> int:
+        """How many leading full blocks of the query are cached here, chained from block 0.
 
         Matches block contents along the chain instead of recomputing vLLM's hash: the first
         block among the roots, each next block among the children of the previous one.
         """
         bs = self.block_size
-        if not bs or len(token_ids) < bs:
+        chunks = query.chunks(bs) if bs else []
+        if not chunks:
             return 0
-        tokens, flags = self._tokens, self._flags
-        candidates = self._roots.get(token_ids[:bs].tobytes(), [])
+        tokens, flags, extras = self._tokens, self._flags, self._extras
+        first_child, next_sibling = self._first_child, self._next_sibling
+        plain = lora_name is None and not extras  # no LoRA or extra keys anywhere: skip checks
+
+        def fits(slot: int, want: array[int]) -> bool:
+            f = flags[slot]
+            return bool(
+                f & HAS_TOKENS
+                and tokens[slot * bs : (slot + 1) * bs] == want
+                and (
+                    plain
+                    or (not f & FOREIGN_EXTRA and extras.get(slot, (None, None))[0] == lora_name)
+                )
+            )
+
+        want = chunks[0]
+        found = next((s for s in self._roots.get(want.tobytes(), ()) if fits(s, want)), NO_SLOT)
         matched = 0
-        n_blocks = len(token_ids) // bs
-        while matched < n_blocks:
-            want = token_ids[matched * bs : (matched + 1) * bs]
-            found = NO_SLOT
-            for slot in candidates:
-                if (
-                    flags[slot] & HAS_TOKENS
-                    and not flags[slot] & FOREIGN_EXTRA
-                    and self._extras.get(slot, (None, None))[0] == lora_name
-                    and tokens[slot * bs : (slot + 1) * bs] == want
-                ):
-                    found = slot
-                    break
-            if found == NO_SLOT:
-                break
+        while found != NO_SLOT:
             matched += 1
-            candidates = list(self._children(found))
+            if matched == len(chunks):
+                break
+            want = chunks[matched]
+            child = first_child[found]
+            found = NO_SLOT
+            while child != NO_SLOT:
+                if fits(child, want):
+                    found = child
+                    break
+                child = next_sibling[child]
         return matched
 
     def subtrees(self) -> Iterator[Subtree]:

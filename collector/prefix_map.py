@@ -7,13 +7,12 @@ a reset, and listeners are the only way state leaves the collector.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from kvscope.collector.block_table import BlockTable, TableStats
+from kvscope.collector.block_table import BlockTable, TableStats, TokenQuery
 from kvscope.collector.types import (
     AllCleared,
     Batch,
@@ -162,12 +161,12 @@ class PrefixMap:
         }
 
     def longest_prefix(
-        self, token_ids: Iterable[int], lora_name: str | None = None
+        self, token_ids: Iterable[int] | TokenQuery, lora_name: str | None = None
     ) -> list[PrefixMatch]:
         """Per table, the longest cached prefix of `token_ids` reachable from block 0."""
-        tokens = array("I", token_ids)
+        query = token_ids if isinstance(token_ids, TokenQuery) else TokenQuery(token_ids)
         matches = []
         for key, table in sorted(self.tables.items(), key=lambda kv: (kv[0].medium, kv[0].group)):
-            blocks = table.longest_prefix(tokens, lora_name)
+            blocks = table.longest_prefix(query, lora_name)
             matches.append(PrefixMatch(key, blocks, blocks * table.block_size))
         return matches
