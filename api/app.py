@@ -14,6 +14,7 @@ from kvscope.api.context import ApiContext, ApiSettings
 from kvscope.api.data import ApiData
 from kvscope.api.errors import ErrorBody, error_response
 from kvscope.api.metrics import make_registry
+from kvscope.api.page import page_router
 from kvscope.api.routes_cache import router as cache_router
 from kvscope.api.routes_history import router as history_router
 from kvscope.api.routes_resets import router as resets_router
@@ -47,6 +48,7 @@ def create_app(data: ApiData, settings: ApiSettings | None = None) -> FastAPI:
             )
         return await call_next(request)
 
+    app.include_router(page_router)
     app.include_router(cache_router)
     app.include_router(history_router)
     app.include_router(resets_router)

@@ -187,8 +187,8 @@ async function loadReset(id) {
 function table(head, rows) {
   return el("table", {},
     el("thead", {}, el("tr", {}, ...head.map((h, i) => el("th", i ? { class: "num" } : {}, h)))),
-    el("tbody", {}, ...rows.map((row) => el("tr", {},
-      ...row.map((cell, i) => el(i ? "td" : "th", i ? { class: "num" } : { scope: "row" }, cell))))));
+    el("tbody", {}, ...rows.map((row) => el("tr", {}, ...row.map((cell, i) =>
+      el(i ? "td" : "th", i ? { class: "num" } : { scope: "row" }, cell))))));
 }
 
 function renderReset(d) {

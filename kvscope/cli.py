@@ -17,6 +17,8 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.playback import play_into
 from kvscope.collector.types import StreamId
+from kvscope.dashboards.cli import dashboards_app
+from kvscope.lab.cli import register_lab
 from kvscope.options import (
     ConfigOpt,
     DpRanksOpt,
@@ -179,6 +181,8 @@ def demo(
 
 register(app)
 register_serve(app)
+register_lab(app)
+app.add_typer(dashboards_app, name="dashboards")
 
 if __name__ == "__main__":
     app()

@@ -5,6 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tree=.build/typecheck
 rm -rf "$tree" && mkdir -p "$tree/kvscope"
-for f in kvscope/*.py kvscope/py.typed; do ln -s "$PWD/$f" "$tree/kvscope/"; done
+for f in kvscope/*.py kvscope/py.typed kvscope/*/; do ln -s "$PWD/${f%/}" "$tree/kvscope/"; done
 for d in collector storage api dashboards; do ln -s "$PWD/$d" "$tree/kvscope/$d"; done
 cd "$tree" && "$OLDPWD/.venv/bin/mypy" --config-file "$OLDPWD/pyproject.toml" -p kvscope

@@ -1,0 +1,185 @@
+"""Collector health: is kvscope keeping up, and is what it receives well formed?"""
+
+from __future__ import annotations
+
+from kvscope.dashboards.common import (
+    COLLECTOR_HEALTH_UID,
+    RATE,
+    REPLICAS,
+    kv,
+    prometheus_variable,
+    replica_variable,
+)
+from kvscope.dashboards.model import (
+    Json,
+    dashboard,
+    override,
+    prom,
+    row,
+    stat,
+    thresholds,
+    timeseries,
+)
+
+
+def _rate(name: str, by: str = "replica") -> str:
+    return f"sum by ({by}) (rate({kv(name)}{{{REPLICAS}}}[{RATE}]))"
+
+
+def _streams() -> list[Json]:
+    def count(name: str, title: str, bad: bool) -> Json:
+        return stat(
+            title,
+            [prom(f"sum({kv(name)}{{{REPLICAS}}})", title)],
+            w=6,
+            defaults={
+                "color": {"mode": "thresholds"},
+                "thresholds": thresholds((None, "green"), (1, "red"))
+                if bad
+                else thresholds((None, "red"), (1, "green")),
+            },
+        )
+
+    return [
+        row("Streams"),
+        count("kvscope_stream_connected", "Connected streams", False),
+        count("kvscope_stream_silent", "Silent streams", True),
+        count("kvscope_stream_degraded", "Degraded streams", True),
+        stat(
+            "Last seq",
+            [
+                prom(
+                    f"max by (replica, rank) ({kv('kvscope_stream_last_seq')}{{{REPLICAS}}})",
+                    "{{replica}}/{{rank}}",
+                )
+            ],
+            w=6,
+        ),
+    ]
+
+
+def _events() -> list[Json]:
+    malformed = _rate("kvscope_ingest_malformed_total")
+    applied = _rate("kvscope_ingest_batches_total")
+    return [
+        row("What arrives"),
+        timeseries(
+            "Events applied by type",
+            [prom(_rate("kvscope_ingest_events_total", "replica, type"), "{{replica}} {{type}}")],
+            description="BlockStored, BlockRemoved and AllBlocksCleared events applied.",
+            unit="ops",
+            min_value=0,
+        ),
+        timeseries(
+            "Batches by status",
+            [
+                prom(applied, "{{replica}} applied"),
+                prom(_rate("kvscope_ingest_duplicates_total"), "{{replica}} duplicate", "B"),
+                # A stream that never refused anything has no malformed series at all: show 0.
+                prom(f"{malformed} or 0 * {applied}", "{{replica}} malformed", "C"),
+            ],
+            description="Batches applied to the map, received twice and dropped, and refused "
+            "as malformed.",
+            unit="ops",
+            min_value=0,
+        ),
+        timeseries(
+            "Malformed input by kind",
+            [
+                prom(
+                    f"sum by (replica, kind) (increase({kv('kvscope_ingest_malformed_total')}"
+                    f"{{{REPLICAS}}}[{RATE}]))",
+                    "{{replica}} {{kind}}",
+                )
+            ],
+            description="Frames, payloads and events refused: frame_count, seq_length, "
+            "oversize, undecodable_payload, unknown_event_type, bad_event, bad_replay. Empty "
+            "while nothing was ever refused.",
+            unit="short",
+            min_value=0,
+            custom={"drawStyle": "bars", "fillOpacity": 80, "lineWidth": 1},
+        ),
+        timeseries(
+            "Lag",
+            [
+                prom(
+                    f"max by (replica, rank) ({kv('kvscope_stream_lag_seconds')}{{{REPLICAS}}})",
+                    "{{replica}}/{{rank}}",
+                )
+            ],
+            description="Receive time minus the engine's batch time, for the last batch.",
+            unit="s",
+        ),
+        timeseries(
+            "Gaps, replays, restarts, clears",
+            [
+                prom(_rate("kvscope_ingest_gaps_total"), "{{replica}} gaps"),
+                prom(
+                    _rate("kvscope_ingest_replays_total", "replica, outcome"),
+                    "{{replica}} replays {{outcome}}",
+                    "B",
+                ),
+                prom(_rate("kvscope_ingest_restarts_total"), "{{replica}} restarts", "C"),
+                prom(_rate("kvscope_ingest_clears_total"), "{{replica}} clears", "D"),
+            ],
+            unit="ops",
+            min_value=0,
+        ),
+    ]
+
+
+def _store() -> list[Json]:
+    seconds = f"rate({kv('kvscope_store_write_seconds_total')}[{RATE}])"
+    transactions = f"rate({kv('kvscope_store_transactions_total')}[{RATE}])"
+    return [
+        row("The store"),
+        timeseries(
+            "Store queue",
+            [prom(f"max({kv('kvscope_store_queue_rows')})", "rows waiting")],
+            description="Rows waiting for the store's writer thread; past its limit batches "
+            "are dropped (and the log marked incomplete).",
+            unit="short",
+            min_value=0,
+            w=8,
+        ),
+        timeseries(
+            "Store write latency",
+            [
+                prom(f"sum({seconds}) / sum({transactions})", "mean transaction"),
+                prom(f"sum({seconds})", "busy share", "B"),
+            ],
+            description="Mean time per committed transaction, and the share of time the "
+            "writer spends in transactions (100 % = always writing). Empty while idle.",
+            unit="s",
+            min_value=0,
+            w=8,
+            overrides=[override("busy share", unit="percentunit")],
+        ),
+        timeseries(
+            "Transactions, retries, dropped batches",
+            [
+                prom(f"sum({transactions})", "transactions"),
+                prom(f"sum(rate({kv('kvscope_store_retries_total')}[{RATE}]))", "retries", "B"),
+                prom(
+                    f"sum(rate({kv('kvscope_store_dropped_batches_total')}[{RATE}]))",
+                    "dropped batches",
+                    "C",
+                ),
+            ],
+            unit="ops",
+            min_value=0,
+            w=8,
+        ),
+    ]
+
+
+def build() -> Json:
+    return dashboard(
+        uid=COLLECTOR_HEALTH_UID,
+        title="kvscope / Collector health",
+        description="Streams connected, silent and degraded; events by type and status, "
+        "malformed input, lag; the store's queue, write latency and retries.",
+        variables=[prometheus_variable(), replica_variable()],
+        panels=[*_streams(), *_events(), *_store()],
+        time_from="now-1h",
+    )
