@@ -165,22 +165,53 @@ def replay(
 @app.command()
 def demo(
     speed: Annotated[
-        float, typer.Option(help="Playback speed as a multiple of the recording; 0 = flat out.")
+        float,
+        typer.Option(help="Multiple of real time for the replicas; 0 = as fast as possible."),
     ] = 0.0,
+    source: Annotated[
+        str,
+        typer.Option(
+            envvar="KVSCOPE_DEMO_SOURCE",
+            help="lab (vLLM's scheduler; needs vLLM), capture (the bundled recording) or auto.",
+        ),
+    ] = "auto",
+    store: Annotated[
+        str | None, typer.Option(help="Store URL [default: sqlite in --out, made afresh].")
+    ] = None,
+    port: Annotated[int, typer.Option(help="API port on 127.0.0.1; 0 = a free one.")] = 0,
+    out: Annotated[Path, typer.Option(help="Where the report goes.")] = Path("kvscope-demo"),
+    serve: Annotated[
+        bool, typer.Option("--serve", help="Keep everything running until SIGINT/SIGTERM.")
+    ] = False,
 ) -> None:
-    """Play a bundled recording of vLLM's real scheduler through real sockets into the collector.
+    """Two replicas, real sockets, collector + store + API, and what each reset did.
 
-    The recording (vLLM 0.33's Scheduler on CPU, 3 req/s, resets in three modes) is served by a
-    stand-in publisher speaking vLLM's protocol; the collector rebuilds the map and reports
-    what each reset did, then checks the map against vLLM's own BlockPool snapshots.
+    With vLLM installed: two lab replicas (vLLM 0.33's real scheduler, simulated time), reset
+    once in each mode (default, preempt, keep) through kvscope's own POST
+    /replicas/{replica}/reset. Without: the bundled recording of the same scheduler with
+    resets in the three modes, played by two stand-in publishers. Prints a before/after table
+    per reset, checks each map against vLLM's BlockPool, writes a report into --out. Exit 1
+    when a map is not exact.
     """
-    from kvscope.demo import run_demo
+    from kvscope.demo import DemoOptions, run_demo
 
-    raise typer.Exit(run_demo(console, speed))
+    if source not in ("auto", "lab", "capture"):
+        raise fail(f"--source {source!r}: expected auto, lab or capture")
+    options = DemoOptions(speed, source, store, port, out, serve)
+    raise typer.Exit(run_demo(console, options))
+
+
+def _report_commands() -> None:
+    from kvscope.record import record
+    from kvscope.report import report
+
+    app.command("report")(report)
+    app.command("record")(record)
 
 
 register(app)
 register_serve(app)
+_report_commands()
 register_lab(app)
 app.add_typer(dashboards_app, name="dashboards")
 

@@ -1,112 +1,300 @@
-"""`kvscope demo`: a recorded vLLM stream, real sockets, the collector, and what each reset did."""
+"""`kvscope demo`: two replicas, real sockets, the collector, the store, the API, and what each
+reset did.
+
+With vLLM installed the replicas are lab replicas (vLLM's real scheduler, `kvscope.lab`), reset
+through kvscope's own `POST /replicas/{replica}/reset`; without it, the bundled capture (the
+same scheduler, recorded with resets in three modes) is played by two stand-in publishers.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
+import secrets
+import threading
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import httpx
+import uvicorn
 from rich.console import Console
-from rich.table import Table
 
+from kvscope.api.app import create_app
+from kvscope.api.data import ApiData
 from kvscope.capture_source import CaptureSource
 from kvscope.collector.capture import read_capture
-from kvscope.collector.endpoints import replica_streams
 from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
-from kvscope.recovery import Recovery, RecoveryTracker
+from kvscope.config import Config, ReplicaConfig
+from kvscope.demo_table import Asked, link_resets, reset_table
+from kvscope.pipeline import running_pipeline
+from kvscope.report import load_resets, max_reset_id, reset_ids, write_report
+from kvscope.serve import api_settings
+from kvscope.signals import stop_on_signals
+from kvscope.storage.engine import open_store
+from kvscope.storage.scrape import MetricsScraper
+from kvscope.storage.writer import StoreWriter
 
 CAPTURE = "lab_3rps_180s"
-REPLICA = "lab-3rps"
+NAMES = ("lab-a", "lab-b")
+MODES = ("default", "preempt", "keep")
+WARM_S, GAP_S, TAIL_S, SCRAPE_S = 40.0, 70.0, 301.0, 2.0
+"""Lab timeline (simulated s): resets at 40, 110, 180; then the last 300 s window passes."""
 
 
 def _bundled(name: str) -> Path:
     return Path(str(resources.files("kvscope") / "data" / name))
 
 
-def run_demo(console: Console, speed: float = 0.0, timeout_s: float = 120.0) -> int:
-    records = list(read_capture(_bundled(f"{CAPTURE}.msgpack.gz")))
-    sidecar = json.loads(_bundled(f"{CAPTURE}.json").read_text())
-    last_seq = records[-1].seq
-    tracker = RecoveryTracker()
-    source = CaptureSource(records, speed=speed)
-    stream = StreamId(REPLICA, 0)
-    collector = Collector(
-        replica_streams(REPLICA, source.endpoint, source.replay_endpoint),
-        listeners=[tracker],
-        pre_apply=[tracker.before_batch],
+@dataclass
+class DemoOptions:
+    speed: float = 0.0
+    source: str = "auto"
+    store: str | None = None
+    port: int = 0
+    out: Path = Path("kvscope-demo")
+    serve: bool = False
+
+
+@contextmanager
+def serving_api(app: Any, port: int) -> Iterator[str]:
+    """uvicorn on 127.0.0.1 in a thread (signals stay with the caller); yields its URL."""
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
     )
-    console.print(
-        f"[bold]kvscope demo[/]: {len(records)} batches recorded from vLLM "
-        f"{sidecar['versions']['vllm']}'s scheduler ({sidecar['workload']['rate']} req/s, "
-        f"{sidecar['scheduler']['num_gpu_blocks']} blocks), served on {source.endpoint} "
-        f"(replay {source.replay_endpoint})"
-    )
+    thread = threading.Thread(target=server.run, name="kvscope-api", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if not server.started:
+        raise RuntimeError(f"the API did not start on 127.0.0.1:{port}")
+    bound = server.servers[0].sockets[0].getsockname()[1]
     try:
-        with collector:
-            deadline = time.monotonic() + 10
-            while not collector.is_connected(stream) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            source.play()
-            ingest = collector.ingests[stream]
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                with collector.lock:
-                    if ingest.last_seq == last_seq and not ingest.replaying:
-                        break
-                time.sleep(0.05)
-            with collector.lock:
-                counts = ingest.map.counts()
-                totals = ingest.map.totals()
-                counters = ingest.counters
-                degraded = ingest.degraded
+        yield f"http://127.0.0.1:{bound}"
     finally:
-        source.close()
-
-    console.print(_resets_table(tracker, sidecar))
-    truth = max(
-        (s for s in sidecar["snapshots"] if s["pending_events"] == 0),
-        key=lambda s: s["published_through_seq"],
-    )
-    exact = counts == {(h, g): n for h, g, n in truth["hashes"]}
-    console.print(
-        f"final map: {totals.blocks} blocks, {totals.hittable} hittable, {totals.orphans} orphans; "
-        f"{counters.batches_applied} batches applied, {counters.gaps} gaps, "
-        f"{counters.replays_ok} replays"
-        + (f", [red]degraded: {degraded.reason}[/]" if degraded else "")
-    )
-    verdict = "[green]equals[/]" if exact else "[red]DIFFERS FROM[/]"
-    console.print(
-        f"the map {verdict} vLLM's BlockPool.cached_block_hash_to_block at seq "
-        f"{truth['published_through_seq']} ({len(truth['hashes'])} hashes)"
-    )
-    console.print(
-        "Not built yet: the SQLite store, the API and the page (`kvscope serve`); see the README."
-    )
-    return 0 if exact and degraded is None else 1
+        server.should_exit = True
+        thread.join(10)
 
 
-def _resets_table(tracker: RecoveryTracker, sidecar: dict[str, Any]) -> Table:
-    modes = {r["cleared_in_seq"]: r["mode"] for r in sidecar["resets"] if "cleared_in_seq" in r}
-    table = Table(title="what each reset did (blocks / hittable)")
-    for column in ("seq", "mode", "before", "+1 s", "+10 s", "+60 s", "orphans +10 s"):
-        table.add_column(column)
-    for r in tracker.recoveries:
+def _lab_available() -> bool:
+    try:
+        import kvscope.lab.replica  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
-        def at(offset: float, r: Recovery = r) -> str:
-            got = r.after.get(offset)
-            return "-" if got is None else f"{got.blocks} / {got.hittable}"
 
-        orphans = r.after.get(10.0)
-        table.add_row(
-            str(r.seq),
-            str(modes.get(r.seq, r.reason)),
-            f"{r.before_blocks} / {r.before_hittable}",
-            at(1.0),
-            at(10.0),
-            at(60.0),
-            "-" if orphans is None else str(orphans.orphans),
+def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _map_of(collector: Collector, name: str) -> tuple[dict[tuple[int, int], int], Any, Any]:
+    with collector.lock:
+        ingest = collector.ingests[StreamId(name, 0)]
+        return ingest.map.counts(), ingest.map.totals(), ingest.degraded
+
+
+def _sim_clock(replica: Any) -> Callable[[], float]:
+    return lambda: float(replica.ts)
+
+
+class LabDemo:
+    """Two lab replicas, driven in lockstep on this thread, reset through kvscope's API."""
+
+    def __init__(self, stack: ExitStack, speed: float) -> None:
+        from kvscope.lab.replica import LabReplica
+
+        logging.getLogger("vllm").setLevel(logging.ERROR)  # refusals show in the table
+
+        self.replicas = [stack.enter_context(LabReplica(n, speed=speed, stream=i))
+                         for i, n in enumerate(NAMES)]  # fmt: skip
+
+    def config(self) -> Config:
+        return Config([ReplicaConfig(r.name, str(r.http_url)) for r in self.replicas])
+
+    def caught_up(self, collector: Collector) -> bool:
+        with collector.lock:
+            return all(
+                collector.ingests[StreamId(r.name, 0)].last_seq == r.last_seq for r in self.replicas
+            )
+
+    def run(self, collector: Collector, writer: StoreWriter, api: str, token: str) -> list[Asked]:
+        scrapers = [
+            # Stamped with the replica's simulated clock, like its batches.
+            MetricsScraper(writer.engine, {r.name: f"{r.http_url}/metrics"}, clock=_sim_clock(r))
+            for r in self.replicas
+        ]
+        asked: list[Asked] = []
+
+        def advance(until: float) -> None:
+            while (now := min(r.sim_t for r in self.replicas)) < until:
+                target = min(until, (now // SCRAPE_S + 1) * SCRAPE_S)
+                for replica in self.replicas:
+                    replica.run_until_time(target)
+                for scraper in scrapers:
+                    scraper.scrape_once()
+
+        with ThreadPoolExecutor(1) as pool:
+            for i, mode in enumerate(MODES):
+                advance(WARM_S + i * GAP_S)
+                _wait(lambda: self.caught_up(collector), 30, "the collector")
+                for r in self.replicas:
+                    _, totals, _ = _map_of(collector, r.name)
+                    ts = r.ts
+                    future = pool.submit(
+                        httpx.post, f"{api}/replicas/{r.name}/reset", params={"mode": mode},
+                        headers={"Authorization": f"Bearer {token}"}, timeout=30,
+                    )  # fmt: skip
+                    while not future.done():
+                        r.apply_pending(timeout=0.02)
+                    response = future.result()
+                    response.raise_for_status()
+                    outcome = str(response.json()["outcome"])
+                    asked.append(Asked(r.name, mode, outcome, ts, None,
+                                       (totals.blocks, totals.hittable)))  # fmt: skip
+            advance(WARM_S + (len(MODES) - 1) * GAP_S + TAIL_S)
+        for r in self.replicas:
+            if r.pending_events:
+                r.step()
+        _wait(lambda: self.caught_up(collector), 30, "the collector")
+        return asked
+
+    def check(self, collector: Collector, console: Console) -> bool:
+        exact = True
+        for r in self.replicas:
+            counts, _, degraded = _map_of(collector, r.name)
+            truth = r.truth_counts()
+            same = counts == truth and degraded is None
+            exact &= same
+            verdict = "[green]equals[/]" if same else "[red]DIFFERS FROM[/]"
+            console.print(f"{r.name}: the map {verdict} vLLM's BlockPool.cached_block_hash_to_block"
+                          f" at seq {r.last_seq} ({len(truth)} hashes)")  # fmt: skip
+        return exact
+
+
+class CaptureDemo:
+    """The bundled capture, played by two stand-in publishers under two names."""
+
+    def __init__(self, stack: ExitStack, speed: float) -> None:
+        self.records = list(read_capture(_bundled(f"{CAPTURE}.msgpack.gz")))
+        self.sidecar = json.loads(_bundled(f"{CAPTURE}.json").read_text())
+        self.sources = [CaptureSource(self.records, speed=speed) for _ in NAMES]
+        for source in self.sources:
+            stack.callback(source.close)
+
+    def config(self) -> Config:
+        return Config([ReplicaConfig(n, s.endpoint, replay=s.replay_endpoint)
+                       for n, s in zip(NAMES, self.sources, strict=True)])  # fmt: skip
+
+    def run(self, collector: Collector, writer: StoreWriter, api: str, token: str) -> list[Asked]:
+        for source in self.sources:
+            source.play()
+        last = self.records[-1].seq
+
+        def done() -> bool:
+            with collector.lock:
+                return all(
+                    (i := collector.ingests[StreamId(n, 0)]).last_seq == last and not i.replaying
+                    for n in NAMES
+                )
+
+        _wait(done, 120, "the capture to play")
+        return [
+            Asked(
+                n,
+                r["mode"],
+                "success" if r["result"] else "refused",
+                r["ts"],
+                r.get("cleared_in_seq"),
+            )  # fmt: skip
+            for n in NAMES
+            for r in self.sidecar["resets"]
+        ]
+
+    def check(self, collector: Collector, console: Console) -> bool:
+        truth = max(
+            (s for s in self.sidecar["snapshots"] if s["pending_events"] == 0),
+            key=lambda s: s["published_through_seq"],
         )
-    return table
+        expected = {(h, g): n for h, g, n in truth["hashes"]}
+        exact = True
+        for name in NAMES:
+            counts, _, degraded = _map_of(collector, name)
+            same = counts == expected and degraded is None
+            exact &= same
+            verdict = "[green]equals[/]" if same else "[red]DIFFERS FROM[/]"
+            console.print(f"{name}: the map {verdict} vLLM's BlockPool.cached_block_hash_to_block"
+                          f" at seq {truth['published_through_seq']} (recorded, "
+                          f"{len(expected)} hashes)")  # fmt: skip
+        return exact
+
+
+def _finish(console: Console, store: str, base_id: int, asked: list[Asked], out: Path) -> None:
+    engine = open_store(store)
+    ids = [i for n in NAMES for i in reset_ids(engine, n, 0, 1e11) if i > base_id]
+    resets = load_resets(engine, ids)
+    link_resets(asked, resets)
+    console.print(reset_table(asked, {d.id: d for d in resets}))
+    linked = sorted((d for d in resets if d.mode is not None), key=lambda d: d.id)
+    png, page = write_report(linked or resets, out)
+    engine.dispose()
+    console.print(f"report: {page} ({png.name}); store: {store}")
+    console.print(f"again: kvscope report --store {store} --reset "
+                  f"{','.join(str(d.id) for d in linked or resets)} --out {out}")  # fmt: skip
+
+
+def _urls(console: Console, api: str) -> None:
+    console.print(f"API  {api}\npage {api}/\ndocs {api}/docs", soft_wrap=True)
+
+
+def run_demo(console: Console, options: DemoOptions) -> int:
+    lab = options.source == "lab" or (options.source == "auto" and _lab_available())
+    out = options.out
+    out.mkdir(parents=True, exist_ok=True)
+    store = options.store
+    if store is None:
+        for suffix in ("", "-wal", "-shm"):
+            (out / f"demo.sqlite{suffix}").unlink(missing_ok=True)
+        store = f"sqlite:///{(out / 'demo.sqlite').resolve()}"
+    token = secrets.token_urlsafe(16)
+    started = time.monotonic()
+    with ExitStack() as stack:
+        demo: LabDemo | CaptureDemo = (LabDemo if lab else CaptureDemo)(stack, options.speed)
+        what = ("two lab replicas (vLLM's real scheduler, simulated time)" if lab
+                else f"the bundled capture {CAPTURE} played as two replicas")  # fmt: skip
+        console.print(f"[bold]kvscope demo[/]: {what}: {', '.join(NAMES)}")
+        config = demo.config()
+        base_id = max_reset_id(open_store(store))
+        with running_pipeline(config, store, None) as (collector, writer):
+            assert writer is not None
+            app = create_app(ApiData(collector=collector, engine=writer.engine, writer=writer),
+                             api_settings(config, token))  # fmt: skip
+            with serving_api(app, options.port) as api:
+                _urls(console, api)
+                _wait(lambda: all(collector.is_connected(s) for s in collector.ingests), 20,
+                      "the collector to connect")  # fmt: skip
+                asked = demo.run(collector, writer, api, token)
+                exact = demo.check(collector, console)
+                writer.flush()
+                if options.serve:
+                    _finish(console, store, base_id, asked, out)
+                    _urls(console, api)
+                    console.print("serving until Ctrl-C (SIGINT) or SIGTERM")
+                    with stop_on_signals() as stop:
+                        stop.wait()
+        if not options.serve:
+            _finish(console, store, base_id, asked, out)
+            console.print(f"API was {api} (page /, docs /docs); --serve keeps it running")
+    console.print(f"done in {time.monotonic() - started:.1f} s")
+    return 0 if exact else 1

@@ -9,10 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -29,33 +26,14 @@ from kvscope.lab.workload import (
     parse_resets,
     periodic_resets,
 )
+from kvscope.options import fail
+from kvscope.signals import stop_on_signals
 
 if TYPE_CHECKING:
     from kvscope.lab.replica import LabReplica
 
 console = Console()
 err = Console(stderr=True)
-
-
-@contextmanager
-def _stop_on_signals() -> Iterator[threading.Event]:
-    stop = threading.Event()
-
-    def handler(signum: int, _frame: object) -> None:
-        logging.getLogger("kvscope.lab").info("signal %d: stopping", signum)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield stop
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def _fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/] {message}")
-    return typer.Exit(2)
 
 
 def build_schedule(
@@ -150,7 +128,7 @@ def lab(
         run_for = duration or None
         schedule = build_schedule(resets, reset_every, mode, run_for)
     except ValueError as exc:
-        raise _fail(str(exc)) from exc
+        raise fail(str(exc)) from exc
     # vLLM warns about what a CPU-only machine lacks (Triton, vllm._C) and about every failed
     # default reset; keep the lab's output to the lab unless asked otherwise.
     logging.getLogger("vllm").setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "ERROR").upper())
@@ -198,10 +176,10 @@ def lab(
             )
 
     try:
-        with _stop_on_signals() as stop:
+        with stop_on_signals() as stop:
             summaries = run_lab(options, stop=stop, on_ready=ready, linger=linger)
     except (ValueError, RuntimeError, OSError) as exc:
-        raise _fail(str(exc)) from exc
+        raise fail(str(exc)) from exc
     print_report(console, summaries)
     if record is not None:
         from kvscope.lab.replica import sidecar_path_for
