@@ -43,10 +43,12 @@ def _requests_by_replica(rows: Sequence[Row[Any]]) -> dict[str, list[Row[Any]]]:
 
 def _linked(reset: Row[Any], requests: dict[str, list[Row[Any]]], window: float) -> Row[Any] | None:
     """The successful request through kvscope that this clear followed, if any."""
+    # Both on the collector's clock: the engine's `ts` may be simulated (the lab) or skewed.
+    arrived = reset.recv_ts if reset.recv_ts is not None else reset.ts
     candidates = [
         req
         for req in requests.get(reset.replica, [])
-        if req.outcome == "success" and req.requested_at <= reset.ts <= req.requested_at + window
+        if req.outcome == "success" and req.requested_at <= arrived <= req.requested_at + window
     ]
     return max(candidates, key=lambda req: req.requested_at, default=None)
 

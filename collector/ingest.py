@@ -307,7 +307,9 @@ class StreamIngest:
             self.expected,
             self.epoch,
         )
-        self.map.clear(ClearReason.RESTART, seq, now, self.epoch - 1, self.degraded is not None)
+        self.map.clear(
+            ClearReason.RESTART, seq, now, self.epoch - 1, self.degraded is not None, now
+        )
         self._undegrade(None, now)
         self.expected = None
         self._recent.clear()
@@ -335,7 +337,7 @@ class StreamIngest:
             self.counters.rank_mismatches += 1
         for hook in self.pre_apply:
             hook(self, batch)
-        self.map.apply(batch, self.epoch, self.degraded is not None)
+        self.map.apply(batch, self.epoch, self.degraded is not None, now)
         self.counters.batches_applied += 1
         if self.degraded is not None and any(type(e) is AllCleared for e in batch.events):
             self._undegrade(seq, now)

@@ -43,6 +43,9 @@ class ClearedMap:
     tables: Mapping[TableKey, BlockTable]
     degraded: bool
     """Whether the map was known to be incomplete when it was emptied."""
+    recv_ts: float | None = None
+    """The collector's wall clock when the clear arrived (the engine's `ts` may be another
+    clock: a lab's simulated time, or a skewed host)."""
 
 
 class MapListener(Protocol):
@@ -80,7 +83,9 @@ class PrefixMap:
         self.counters = MapCounters()
 
     # --- writes -------------------------------------------------------------------------------
-    def apply(self, batch: Batch, epoch: int = 0, degraded: bool = False) -> None:
+    def apply(
+        self, batch: Batch, epoch: int = 0, degraded: bool = False, recv_ts: float | None = None
+    ) -> None:
         """Apply one batch; `epoch` and `degraded` are passed on to listeners of a clear."""
         c = self.counters
         c.batches += 1
@@ -123,15 +128,23 @@ class PrefixMap:
                 c.removed_blocks += len(event.hashes)
             elif type(event) is AllCleared:
                 c.cleared_events += 1
-                self.clear(ClearReason.ALL_BLOCKS_CLEARED, batch.seq, batch.ts, epoch, degraded)
+                self.clear(
+                    ClearReason.ALL_BLOCKS_CLEARED, batch.seq, batch.ts, epoch, degraded, recv_ts
+                )
                 tables = self.tables  # later events of this batch go to the emptied map
                 key = table = None
 
     def clear(
-        self, reason: ClearReason, seq: int, ts: float, epoch: int, degraded: bool
+        self,
+        reason: ClearReason,
+        seq: int,
+        ts: float,
+        epoch: int,
+        degraded: bool,
+        recv_ts: float | None = None,
     ) -> ClearedMap:
         """Empty every tier and group, handing what was there to the listeners first."""
-        cleared = ClearedMap(self.stream, epoch, reason, seq, ts, self.tables, degraded)
+        cleared = ClearedMap(self.stream, epoch, reason, seq, ts, self.tables, degraded, recv_ts)
         self.tables = {}
         self.counters.clears += 1
         for listener in self.listeners:

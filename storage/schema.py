@@ -75,6 +75,8 @@ resets = Table(
     Column("epoch", Integer, nullable=False),
     Column("seq", BigInteger, nullable=False),
     Column("ts", Float, nullable=False),
+    # The collector's wall clock when the clear arrived: reset requests are linked by it.
+    Column("recv_ts", Float),
     # all_blocks_cleared (the engine emptied its cache) or restart.
     Column("reason", String(40), nullable=False),
     # The map was known to be incomplete when it was emptied.

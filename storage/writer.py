@@ -94,6 +94,7 @@ class _ResetRow:
     key: tuple[int, int, str]
     """(epoch, seq, reason): the reset's identity in the store."""
     ts: float
+    recv_ts: float | None
     degraded: bool
     before_blocks: int
     before_hittable: int
@@ -266,6 +267,7 @@ class StoreWriter:
                 stream=cleared.stream,
                 key=key,
                 ts=cleared.ts,
+                recv_ts=cleared.recv_ts,
                 degraded=cleared.degraded,
                 before_blocks=sum(len(t) for t in tables.values()),
                 before_hittable=sum(t.hittable_count for t in tables.values()),
@@ -619,6 +621,7 @@ class StoreWriter:
                     epoch=epoch,
                     seq=seq,
                     ts=row.ts,
+                    recv_ts=row.recv_ts,
                     reason=reason,
                     degraded=row.degraded,
                     before_blocks=row.before_blocks,

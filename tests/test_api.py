@@ -330,3 +330,33 @@ def test_prefixes_diff_and_series(stack: Stack) -> None:
     series = get(stack, "/replicas/r1/series", metric="stores", step=1).json()
     assert series["series"] and sum(p["value"] for p in series["series"][0]["points"]) > 0
     assert get(stack, "/replicas/r1/series", metric="nope").status_code == 422
+
+
+def test_a_reset_request_links_by_the_collectors_clock_not_the_engines(tmp_path: Path) -> None:
+    """A lab's batches carry simulated time: the clear is matched by when it arrived."""
+    from fastapi.testclient import TestClient
+    from sqlalchemy import insert
+
+    from kvscope.storage import schema
+
+    engine = open_store(f"sqlite:///{tmp_path / 's.sqlite'}")
+    now = time.time()
+    with engine.begin() as conn:
+        sid = conn.execute(
+            insert(schema.streams).values(replica="lab", rank=0)
+        ).inserted_primary_key
+        common = {
+            "stream_id": sid[0], "epoch": 0, "reason": "all_blocks_cleared", "degraded": False,
+            "before_blocks": 5, "before_hittable": 5, "before_orphans": 0, "before_tokens": 80,
+            "before": b"",
+        }  # fmt: skip
+        conn.execute(insert(schema.resets).values(seq=7, ts=now + 5000, recv_ts=now + 1, **common))
+        conn.execute(
+            insert(schema.reset_requests).values(
+                replica="lab", requested_at=now, requested_by="t", mode="keep", external=False,
+                outcome="success", http_status=200, detail="",
+            )
+        )  # fmt: skip
+    client = TestClient(create_app(ApiData(engine=engine)))
+    (reset,) = client.get("/resets").json()
+    assert reset["mode"] == "keep" and reset["request"]["mode"] == "keep"
