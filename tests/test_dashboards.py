@@ -5,9 +5,8 @@
 - Every PromQL query (panels and variables) runs on a real Prometheus server (Debian's
   `prometheus`, started here on a free loopback port) that scrapes a live kvscope API (the
   collector fed by the bundled capture through real ZMQ sockets, its store on the real
-  PostgreSQL) and a stand-in for vLLM's /metrics: a stdlib HTTP server whose text
-  prometheus_client writes with vLLM's exact metric and label names (model_name, engine); its
-  values are synthetic, since no vLLM engine runs here.
+  PostgreSQL) and a lab replica's /metrics: vLLM's real scheduler under load, its metrics
+  written by vLLM's own PrometheusStatLogger (kvscope.lab).
 - Every SQL query (panels, annotations, variables) runs on that PostgreSQL store, filled by the
   live ingest (StoreWriter), with Grafana's variables and macros substituted as Grafana does.
 - No Grafana server can be installed here: `push` is tested against a stdlib HTTP server that
@@ -40,7 +39,6 @@ import pytest
 import uvicorn
 import yaml
 from fastapi import FastAPI
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from sqlalchemy import Engine, create_engine, insert, text
 from sqlalchemy.pool import NullPool
 from typer.testing import CliRunner
@@ -280,7 +278,7 @@ def interpolate(
     return query
 
 
-# --- the stack: PostgreSQL store, live collector + API, stand-in vLLM, Prometheus ---------------
+# --- the stack: PostgreSQL store, live collector + API, a lab replica, Prometheus ---------------
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -317,76 +315,20 @@ def lab_records() -> list[CaptureRecord]:
     ]
 
 
-class StandInVllm:
-    """vLLM's /metrics names and labels (prometheus_client, as vLLM uses it), synthetic values;
-    and POST /reset_prefix_cache answering success, as vLLM's dev-mode server does."""
+class LabVllm:
+    """A lab replica: vLLM's real scheduler under load, so /metrics is vLLM's own (its
+    PrometheusStatLogger) and POST /reset_prefix_cache really resets (here: keep-running)."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        labels = ["model_name", "engine"]
-        r = self.registry
-        self.queries = Counter("vllm:prefix_cache_queries", "Tokens queried.", labels, registry=r)
-        self.hits = Counter("vllm:prefix_cache_hits", "Tokens hit.", labels, registry=r)
-        self.preemptions = Counter("vllm:num_preemptions", "Preemptions.", labels, registry=r)
-        self.running = Gauge("vllm:num_requests_running", "Running.", labels, registry=r)
-        self.waiting = Gauge("vllm:num_requests_waiting", "Waiting.", labels, registry=r)
-        self.usage = Gauge("vllm:kv_cache_usage_perc", "KV usage.", labels, registry=r)
-        self.ttft = Histogram(
-            "vllm:time_to_first_token_seconds", "TTFT.", labels, registry=r,
-            buckets=[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-                     2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0],
-        )  # fmt: skip
-        self.labels = ("stand-in/model", "0")
-        self.text = generate_latest(self.registry)
-        body = self
+        from kvscope.lab.replica import LabReplica
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path != "/metrics":
-                    self.send_error(404)
-                    return
-                content = generate_latest(body.registry)
-                self.send_response(200)
-                self.send_header("content-type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("content-length", str(len(content)))
-                self.end_headers()
-                self.wfile.write(content)
-
-            def do_POST(self) -> None:
-                content = b'{"success": true}'
-                self.send_response(200 if self.path.startswith("/reset_prefix_cache") else 404)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(content)))
-                self.end_headers()
-                self.wfile.write(content)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        self._stop = threading.Event()
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        threading.Thread(target=self._traffic, daemon=True).start()
-
-    def _traffic(self) -> None:
-        tick = 0
-        while not self._stop.wait(0.1):
-            tick += 1
-            lab = self.labels
-            self.queries.labels(*lab).inc(400)
-            self.hits.labels(*lab).inc(100 + 200 * (tick % 50) / 50)
-            self.running.labels(*lab).set(3 + tick % 4)
-            self.waiting.labels(*lab).set(tick % 3)
-            self.usage.labels(*lab).set(0.2 + 0.5 * (tick % 50) / 50)
-            self.ttft.labels(*lab).observe(0.02 + 0.01 * (tick % 7))
-            if tick % 25 == 0:
-                self.preemptions.labels(*lab).inc()
+        self.replica = LabReplica(name=REPLICA, speed=10.0, replay_port=None, http_port=0)
+        self.replica.start()
+        assert self.replica.http_url is not None
+        self.url = self.replica.http_url
 
     def close(self) -> None:
-        self._stop.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.replica.close()
 
 
 def serve_app(app: FastAPI, exits: ExitStack) -> str:
@@ -588,7 +530,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         collector.start()
         stop_collector = once(collector.stop)
         exits.callback(stop_collector)
-        vllm = StandInVllm()
+        vllm = LabVllm()
         exits.callback(vllm.close)
         settings = ApiSettings(api_token=TOKEN, replica_urls={REPLICA: vllm.url})
         api = serve_app(create_app(ApiData(collector, writer.engine, writer), settings), exits)
