@@ -4,6 +4,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,3 +62,19 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'kvscope.sqlite'}"
     return str(request.getfixturevalue("pg_url"))
+
+
+def collector_time(conn: Any, engine_ts: float) -> float:
+    """The collector's receive time of the last stored batch at or before `engine_ts`.
+
+    Reset requests are recorded on the collector's clock and linked to clears by it; a
+    recording's batch `ts` is on the engine's (simulated) clock.
+    """
+    from sqlalchemy import text
+
+    return float(
+        conn.execute(
+            text("SELECT recv_ts FROM batches WHERE ts <= :t ORDER BY ts DESC LIMIT 1"),
+            {"t": engine_ts},
+        ).scalar_one()
+    )

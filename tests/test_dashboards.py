@@ -60,7 +60,7 @@ from kvscope.demo import _bundled
 from kvscope.storage import schema, scrape
 from kvscope.storage.engine import open_store
 from kvscope.storage.writer import StoreSettings, StoreWriter
-from tests.conftest import PG_ADMIN_URL
+from tests.conftest import PG_ADMIN_URL, collector_time
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "dashboards" / "schema" / "dashboard.schema.json").read_text())
@@ -500,7 +500,7 @@ def insert_requests(engine: Engine) -> None:
         for reset in sidecar["resets"]:
             conn.execute(
                 insert(schema.reset_requests).values(
-                    replica=REPLICA, requested_at=reset["ts"] - 0.5,
+                    replica=REPLICA, requested_at=collector_time(conn, reset["ts"]),
                     requested_by="token@127.0.0.1", mode=reset["mode"], external=False,
                     outcome="success" if reset["result"] else "refused", http_status=200,
                     detail=json.dumps({"success": reset["result"]}),

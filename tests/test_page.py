@@ -34,6 +34,7 @@ from kvscope.demo import _bundled
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.writer import StoreSettings, StoreWriter
+from tests.conftest import collector_time
 
 REPLICA = "lab"
 
@@ -63,7 +64,7 @@ def fill_store(url: str) -> None:
         for reset in sidecar["resets"]:
             conn.execute(
                 insert(schema.reset_requests).values(
-                    replica=REPLICA, requested_at=reset["ts"] - 0.5,
+                    replica=REPLICA, requested_at=collector_time(conn, reset["ts"]),
                     requested_by="token@127.0.0.1", mode=reset["mode"], external=False,
                     outcome="success" if reset["result"] else "refused", http_status=200,
                     detail=None,
