@@ -30,7 +30,8 @@ from kvscope.storage.history import (
 )
 from kvscope.storage.retention import DAY, Pruner, Retention, prune
 from kvscope.storage.scrape import MetricsScraper
-from kvscope.storage.writer import ShardConflict, StoreSettings, StoreWriter, claim_streams
+from kvscope.storage.shards import ShardConflict, claim_streams
+from kvscope.storage.writer import StoreSettings, StoreWriter
 
 DEFAULT_STORE = _DEFAULT_STORE
 NO_STORE = "none"

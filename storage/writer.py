@@ -13,16 +13,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from sqlalchemy import Connection, Engine, insert, select, update
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.prefix_map import ClearedMap
-from kvscope.collector.snapshot import compress, encode_map, encode_tables
+from kvscope.collector.snapshot import encode_map, encode_tables
 from kvscope.collector.types import (
     AllCleared,
     Batch,
@@ -32,9 +29,19 @@ from kvscope.collector.types import (
     TableKey,
 )
 from kvscope.collector.wire import table_key
-from kvscope.storage import schema
-from kvscope.storage.recovery import DEFAULT_OFFSETS_S, RecoveryPoint, RecoveryTracker
+from kvscope.storage.recovery import DEFAULT_OFFSETS_S, RecoveryTracker
 from kvscope.storage.rowqueue import RowQueue
+from kvscope.storage.rows import (
+    BatchRow,
+    CheckpointRow,
+    EpochRow,
+    IntervalRow,
+    RecoveryRow,
+    ResetRow,
+    RollupRow,
+    Row,
+)
+from kvscope.storage.sql_writer import RowWriter
 
 logger = logging.getLogger(__name__)
 
@@ -58,90 +65,6 @@ class StoreSettings:
     retry_max_s: float = 5.0
     recovery_offsets_s: tuple[float, ...] = DEFAULT_OFFSETS_S
     shard: str | None = None
-
-
-# --- rows (built on the ingest thread; not frozen: frozen dataclasses are slow to build) -------
-@dataclass(slots=True)
-class _BatchRow:
-    stream: StreamId
-    epoch: int
-    seq: int
-    ts: float
-    recv_ts: float
-    payload: bytes
-
-
-@dataclass(slots=True)
-class _EpochRow:
-    stream: StreamId
-    epoch: int
-    recv_ts: float
-
-
-@dataclass(slots=True)
-class _CheckpointRow:
-    stream: StreamId
-    epoch: int
-    seq: int
-    ts: float
-    blocks: int
-    snapshot: bytes
-
-
-@dataclass(slots=True)
-class _ResetRow:
-    stream: StreamId
-    key: tuple[int, int, str]
-    """(epoch, seq, reason): the reset's identity in the store."""
-    ts: float
-    recv_ts: float | None
-    degraded: bool
-    before_blocks: int
-    before_hittable: int
-    before_orphans: int
-    before_tokens: int
-    before: bytes
-
-
-@dataclass(slots=True)
-class _RecoveryRow:
-    stream: StreamId
-    key: tuple[int, int, str]
-    points: tuple[RecoveryPoint, ...]
-    t50_s: float | None
-    t90_s: float | None
-    peak_orphans: int
-    until_ts: float
-
-
-@dataclass(slots=True)
-class _IntervalRow:
-    stream: StreamId
-    kind: str
-    epoch: int | None
-    from_ts: float
-    to_ts: float | None
-    from_seq: int | None
-    to_seq: int | None
-    detail: str
-
-
-@dataclass(slots=True)
-class _RollupRow:
-    stream: StreamId
-    second: int
-    medium: str
-    group: int
-    stored: int
-    hittable: int
-    orphans: int
-    stores: int
-    removes: int
-    clears: int
-    gaps: int
-
-
-_Row = _BatchRow | _EpochRow | _CheckpointRow | _ResetRow | _RecoveryRow | _IntervalRow | _RollupRow
 
 
 @dataclass
@@ -181,37 +104,6 @@ class WriterStats:
     write_seconds_total: float = 0.0
 
 
-class ShardConflict(RuntimeError):
-    """A stream is already written by another collector (another shard)."""
-
-
-def claim_streams(engine: Engine, streams: list[StreamId], shard: str | None) -> None:
-    """Record `shard` as the writer of `streams`, refusing streams another shard owns.
-
-    Several collectors may share one PostgreSQL, each with its own replicas; two writers on one
-    stream would interleave two logs, so that is refused before anything is written.
-    """
-    t = schema.streams
-    with engine.begin() as conn:
-        for stream in streams:
-            row = conn.execute(
-                select(t.c.id, t.c.shard).where(
-                    t.c.replica == stream.replica, t.c.rank == stream.rank
-                )
-            ).first()
-            if row is None:
-                conn.execute(
-                    insert(t).values(replica=stream.replica, rank=stream.rank, shard=shard)
-                )
-            elif row.shard not in (None, shard):
-                raise ShardConflict(
-                    f"{stream} is written by shard {row.shard!r}; this collector is "
-                    f"{'unsharded' if shard is None else repr(shard)}"
-                )
-            elif row.shard is None and shard is not None:
-                conn.execute(update(t).where(t.c.id == row.id).values(shard=shard))
-
-
 class StoreWriter:
     """Map listener and batch hooks for a `Collector`, writing to one store."""
 
@@ -219,10 +111,9 @@ class StoreWriter:
         self.engine = engine
         self.settings = settings or StoreSettings()
         self.stats = WriterStats()
-        self._queue: RowQueue[_Row] = RowQueue(self.settings.queue_rows)
+        self._queue: RowQueue[Row] = RowQueue(self.settings.queue_rows)
         self._streams: dict[StreamId, _StreamState] = {}
-        self._stream_ids: dict[StreamId, int] = {}
-        self._reset_ids: dict[tuple[StreamId, tuple[int, int, str]], int] = {}
+        self._sql = RowWriter(self.settings.shard, self._checkpoint_written)
         self._thread = threading.Thread(target=self._run, name="kvscope-store-writer", daemon=True)
         self._thread.start()
 
@@ -239,9 +130,9 @@ class StoreWriter:
         state = self._state(stream)
         if state.epoch != ingest.epoch:
             state.epoch = ingest.epoch
-            self._put_always(_EpochRow(stream, ingest.epoch, recv_ts))
+            self._put_always(EpochRow(stream, ingest.epoch, recv_ts))
         self._rollup(ingest, batch, state)
-        if not self._put(_BatchRow(stream, ingest.epoch, batch.seq, batch.ts, recv_ts, payload)):
+        if not self._put(BatchRow(stream, ingest.epoch, batch.seq, batch.ts, recv_ts, payload)):
             self._note_drop(state, ingest.epoch, batch.seq, batch.ts)
         elif state.dropped_from is not None:
             self._close_drop(stream, state)
@@ -263,7 +154,7 @@ class StoreWriter:
         tables = cleared.tables
         key = (cleared.epoch, cleared.seq, cleared.reason.value)
         self._put_always(
-            _ResetRow(
+            ResetRow(
                 stream=cleared.stream,
                 key=key,
                 ts=cleared.ts,
@@ -288,10 +179,10 @@ class StoreWriter:
         state = self._state(stream)
         if connected:
             state.connected_since = ts
-            self._put_always(_IntervalRow(stream, "connected", None, ts, None, None, None, ""))
+            self._put_always(IntervalRow(stream, "connected", None, ts, None, None, None, ""))
         elif state.connected_since is not None:
             since, state.connected_since = state.connected_since, None
-            self._put_always(_IntervalRow(stream, "connected", None, since, ts, None, None, ""))
+            self._put_always(IntervalRow(stream, "connected", None, since, ts, None, None, ""))
 
     # --- lifecycle ----------------------------------------------------------------------------
     def close(self, timeout: float = 30.0) -> None:
@@ -334,11 +225,11 @@ class StoreWriter:
             state = self._streams[stream] = _StreamState()
         return state
 
-    def _put(self, row: _Row) -> bool:
+    def _put(self, row: Row) -> bool:
         """Queue a droppable row; False (dropped) when `queue_rows` of them already wait."""
         return self._queue.put(row, True)
 
-    def _put_always(self, row: _Row) -> None:
+    def _put_always(self, row: Row) -> None:
         """Rare rows (resets, epochs, intervals) are never dropped and never block."""
         self._queue.put(row, False)
 
@@ -356,7 +247,7 @@ class StoreWriter:
         epoch, from_seq, from_ts = state.dropped_from
         to_seq, to_ts = state.dropped_to
         self._put_always(
-            _IntervalRow(
+            IntervalRow(
                 stream,
                 "incomplete",
                 epoch,
@@ -372,7 +263,7 @@ class StoreWriter:
     def _checkpoint(
         self, ingest: StreamIngest, batch: Batch, state: _StreamState, recv_ts: float
     ) -> None:
-        row = _CheckpointRow(
+        row = CheckpointRow(
             ingest.stream,
             ingest.epoch,
             batch.seq,
@@ -396,7 +287,7 @@ class StoreWriter:
             closed = interval.cleared_at is not None  # set by a clear or by a restart
             if closed or not state.degraded_open_written:
                 self._put_always(
-                    _IntervalRow(
+                    IntervalRow(
                         ingest.stream,
                         "degraded",
                         interval.epoch,
@@ -447,7 +338,7 @@ class StoreWriter:
             s = stats.get(key)
             stores, removes = state.events.get(key, (0, 0))
             self._put(
-                _RollupRow(
+                RollupRow(
                     ingest.stream,
                     state.second,
                     key.medium,
@@ -480,9 +371,9 @@ class StoreWriter:
     @staticmethod
     def _recovery_row(
         stream: StreamId, key: tuple[int, int, str], tracker: RecoveryTracker
-    ) -> _RecoveryRow:
+    ) -> RecoveryRow:
         s = tracker.summary()
-        return _RecoveryRow(
+        return RecoveryRow(
             stream, key, tuple(tracker.points), s.t50_s, s.t90_s, s.peak_orphans, s.until_ts
         )
 
@@ -495,7 +386,7 @@ class StoreWriter:
                 started = time.perf_counter()
                 try:
                     with self.engine.begin() as conn:
-                        self._write(conn, rows)
+                        self._sql.write(conn, rows)
                     break
                 except SQLAlchemyError as exc:
                     self.stats.retries += 1
@@ -505,7 +396,7 @@ class StoreWriter:
                         self.stats.last_error,
                         backoff,
                     )
-                    self._forget_ids()
+                    self._sql.forget_ids()
                     time.sleep(backoff)
                     backoff = min(backoff * 2, self.settings.retry_max_s)
             self.stats.write_seconds_total += time.perf_counter() - started
@@ -514,196 +405,7 @@ class StoreWriter:
             self._queue.done(taken)
             backoff = self.settings.retry_initial_s
 
-    def _forget_ids(self) -> None:
-        """A failed transaction may have rolled back ids we cached within it."""
-        self._stream_ids.clear()
-        self._reset_ids.clear()
-
-    def _stream_id(self, conn: Connection, stream: StreamId) -> int:
-        sid = self._stream_ids.get(stream)
-        if sid is None:
-            t = schema.streams
-            found = conn.execute(
-                select(t.c.id).where(t.c.replica == stream.replica, t.c.rank == stream.rank)
-            ).scalar_one_or_none()
-            if found is None:
-                found = conn.execute(
-                    insert(t)
-                    .values(replica=stream.replica, rank=stream.rank, shard=self.settings.shard)
-                    .returning(t.c.id)
-                ).scalar_one()
-            sid = self._stream_ids[stream] = int(found)
-        return sid
-
-    def _write(self, conn: Connection, rows: list[_Row]) -> None:
-        groups: dict[type, list[dict[str, Any]]] = {}
-        ordered: list[_Row] = []
-        for row in rows:
-            if type(row) is _BatchRow:
-                groups.setdefault(_BatchRow, []).append(
-                    {
-                        "stream_id": self._stream_id(conn, row.stream),
-                        "epoch": row.epoch,
-                        "seq": row.seq,
-                        "ts": row.ts,
-                        "recv_ts": row.recv_ts,
-                        "payload": row.payload,
-                    }
-                )
-            elif type(row) is _RollupRow:
-                groups.setdefault(_RollupRow, []).append(
-                    {
-                        "stream_id": self._stream_id(conn, row.stream),
-                        "second": row.second,
-                        "medium": row.medium,
-                        "grp": row.group,
-                        "stored": row.stored,
-                        "hittable": row.hittable,
-                        "orphans": row.orphans,
-                        "stores": row.stores,
-                        "removes": row.removes,
-                        "clears": row.clears,
-                        "gaps": row.gaps,
-                    }
-                )
-            else:
-                ordered.append(row)
-        # Epochs, resets and recoveries keep their order (a recovery needs its reset's id).
-        for row in ordered:
-            self._write_one(conn, row)
-        if _BatchRow in groups:
-            conn.execute(insert(schema.batches), groups[_BatchRow])
-        if _RollupRow in groups:
-            self._upsert_rollups(conn, groups[_RollupRow])
-
-    def _upsert_rollups(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
-        """One statement for them all. A second can come twice (its batches straddle a
-        restart, or a resumed collector goes over it again): the last one wins."""
-        t = schema.rollups
-        dialect = conn.dialect.name
-        upsert = (postgresql_insert if dialect == "postgresql" else sqlite_insert)(t)
-        keys = ("stream_id", "second", "medium", "grp")
-        statement = upsert.on_conflict_do_update(
-            index_elements=[t.c[k] for k in keys],
-            set_={c.name: upsert.excluded[c.name] for c in t.columns if c.name not in keys},
-        )
-        latest = {tuple(row[k] for k in keys): row for row in rows}  # one row per key
-        conn.execute(statement, list(latest.values()))
-
-    def _write_one(self, conn: Connection, row: _Row) -> None:
-        if type(row) is _EpochRow:
-            t = schema.epochs
-            sid = self._stream_id(conn, row.stream)
-            exists = conn.execute(
-                select(t.c.epoch).where(t.c.stream_id == sid, t.c.epoch == row.epoch)
-            ).first()
-            if exists is None:
-                conn.execute(
-                    insert(t).values(stream_id=sid, epoch=row.epoch, started_recv_ts=row.recv_ts)
-                )
-        elif type(row) is _CheckpointRow:
-            conn.execute(
-                insert(schema.checkpoints).values(
-                    stream_id=self._stream_id(conn, row.stream),
-                    epoch=row.epoch,
-                    seq=row.seq,
-                    ts=row.ts,
-                    blocks=row.blocks,
-                    snapshot=self._compressed_checkpoint(row),
-                )
-            )
-        elif type(row) is _ResetRow:
-            epoch, seq, reason = row.key
-            reset_id = conn.execute(
-                insert(schema.resets)
-                .values(
-                    stream_id=self._stream_id(conn, row.stream),
-                    epoch=epoch,
-                    seq=seq,
-                    ts=row.ts,
-                    recv_ts=row.recv_ts,
-                    reason=reason,
-                    degraded=row.degraded,
-                    before_blocks=row.before_blocks,
-                    before_hittable=row.before_hittable,
-                    before_orphans=row.before_orphans,
-                    before_tokens=row.before_tokens,
-                    before=compress(row.before),
-                )
-                .returning(schema.resets.c.id)
-            ).scalar_one()
-            self._reset_ids[(row.stream, row.key)] = int(reset_id)
-        elif type(row) is _RecoveryRow:
-            reset_id = self._reset_id(conn, row.stream, row.key)
-            t = schema.resets
-            conn.execute(
-                update(t)
-                .where(t.c.id == reset_id)
-                .values(
-                    t50_s=row.t50_s,
-                    t90_s=row.t90_s,
-                    peak_orphans=row.peak_orphans,
-                    recovery_until_ts=row.until_ts,
-                )
-            )
-            if row.points:
-                conn.execute(
-                    insert(schema.reset_recovery),
-                    [
-                        {
-                            "reset_id": reset_id,
-                            "offset_s": p.offset_s,
-                            "blocks": p.blocks,
-                            "hittable": p.hittable,
-                            "orphans": p.orphans,
-                            "share_blocks_back": p.share_blocks_back,
-                            "share_tokens_back": p.share_tokens_back,
-                        }
-                        for p in row.points
-                    ],
-                )
-        elif type(row) is _IntervalRow:
-            t = schema.intervals
-            sid = self._stream_id(conn, row.stream)
-            values = {
-                "stream_id": sid,
-                "kind": row.kind,
-                "epoch": row.epoch,
-                "from_ts": row.from_ts,
-                "to_ts": row.to_ts,
-                "from_seq": row.from_seq,
-                "to_seq": row.to_seq,
-                "detail": row.detail,
-            }
-            # An interval is written when it opens and again when it closes.
-            same = (
-                (t.c.stream_id == sid)
-                & (t.c.kind == row.kind)
-                & (t.c.from_ts == row.from_ts)
-                & (t.c.from_seq == row.from_seq)
-            )
-            if conn.execute(update(t).where(same).values(**values)).rowcount == 0:
-                conn.execute(insert(t).values(**values))
-
-    def _compressed_checkpoint(self, row: _CheckpointRow) -> bytes:
-        packed = compress(row.snapshot)
+    def _checkpoint_written(self, row: CheckpointRow, size_on_disk: int) -> None:
         state = self._streams.get(row.stream)
         if state is not None and state.checkpoint_seq == (row.epoch, row.seq):
-            state.last_checkpoint_bytes = len(packed)  # one int, read by the ingest thread
-        return packed
-
-    def _reset_id(self, conn: Connection, stream: StreamId, key: tuple[int, int, str]) -> int:
-        cached = self._reset_ids.get((stream, key))
-        if cached is not None:
-            return cached
-        t = schema.resets
-        epoch, seq, reason = key
-        found = conn.execute(
-            select(t.c.id).where(
-                t.c.stream_id == self._stream_id(conn, stream),
-                t.c.epoch == epoch,
-                t.c.seq == seq,
-                t.c.reason == reason,
-            )
-        ).scalar_one()
-        return int(found)
+            state.last_checkpoint_bytes = size_on_disk  # one int, read by the ingest thread

@@ -1,0 +1,229 @@
+"""The writer thread's side: rows into SQL, a transaction at a time (SQLite or PostgreSQL)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from kvscope.collector.snapshot import compress
+from kvscope.collector.types import StreamId
+from kvscope.storage import schema
+from kvscope.storage.rows import (
+    BatchRow,
+    CheckpointRow,
+    EpochRow,
+    IntervalRow,
+    RecoveryRow,
+    ResetRow,
+    RollupRow,
+    Row,
+)
+
+
+class RowWriter:
+    """Writes rows within a caller's transaction; caches stream and reset ids between them."""
+
+    def __init__(
+        self, shard: str | None, checkpoint_written: Callable[[CheckpointRow, int], None]
+    ) -> None:
+        self.shard = shard
+        self.checkpoint_written = checkpoint_written
+        """Told each checkpoint's size on disk (the ingest side paces checkpoints by it)."""
+        self._stream_ids: dict[StreamId, int] = {}
+        self._reset_ids: dict[tuple[StreamId, tuple[int, int, str]], int] = {}
+
+    def forget_ids(self) -> None:
+        """A failed transaction may have rolled back ids we cached within it."""
+        self._stream_ids.clear()
+        self._reset_ids.clear()
+
+    def _stream_id(self, conn: Connection, stream: StreamId) -> int:
+        sid = self._stream_ids.get(stream)
+        if sid is None:
+            t = schema.streams
+            found = conn.execute(
+                select(t.c.id).where(t.c.replica == stream.replica, t.c.rank == stream.rank)
+            ).scalar_one_or_none()
+            if found is None:
+                found = conn.execute(
+                    insert(t)
+                    .values(replica=stream.replica, rank=stream.rank, shard=self.shard)
+                    .returning(t.c.id)
+                ).scalar_one()
+            sid = self._stream_ids[stream] = int(found)
+        return sid
+
+    def write(self, conn: Connection, rows: list[Row]) -> None:
+        groups: dict[type, list[dict[str, Any]]] = {}
+        ordered: list[Row] = []
+        for row in rows:
+            if type(row) is BatchRow:
+                groups.setdefault(BatchRow, []).append(
+                    {
+                        "stream_id": self._stream_id(conn, row.stream),
+                        "epoch": row.epoch,
+                        "seq": row.seq,
+                        "ts": row.ts,
+                        "recv_ts": row.recv_ts,
+                        "payload": row.payload,
+                    }
+                )
+            elif type(row) is RollupRow:
+                groups.setdefault(RollupRow, []).append(
+                    {
+                        "stream_id": self._stream_id(conn, row.stream),
+                        "second": row.second,
+                        "medium": row.medium,
+                        "grp": row.group,
+                        "stored": row.stored,
+                        "hittable": row.hittable,
+                        "orphans": row.orphans,
+                        "stores": row.stores,
+                        "removes": row.removes,
+                        "clears": row.clears,
+                        "gaps": row.gaps,
+                    }
+                )
+            else:
+                ordered.append(row)
+        # Epochs, resets and recoveries keep their order (a recovery needs its reset's id).
+        for row in ordered:
+            self._write_one(conn, row)
+        if BatchRow in groups:
+            conn.execute(insert(schema.batches), groups[BatchRow])
+        if RollupRow in groups:
+            self._upsert_rollups(conn, groups[RollupRow])
+
+    def _upsert_rollups(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+        """One statement for them all. A second can come twice (its batches straddle a
+        restart, or a resumed collector goes over it again): the last one wins."""
+        t = schema.rollups
+        dialect = conn.dialect.name
+        upsert = (postgresql_insert if dialect == "postgresql" else sqlite_insert)(t)
+        keys = ("stream_id", "second", "medium", "grp")
+        statement = upsert.on_conflict_do_update(
+            index_elements=[t.c[k] for k in keys],
+            set_={c.name: upsert.excluded[c.name] for c in t.columns if c.name not in keys},
+        )
+        latest = {tuple(row[k] for k in keys): row for row in rows}  # one row per key
+        conn.execute(statement, list(latest.values()))
+
+    def _write_one(self, conn: Connection, row: Row) -> None:
+        if type(row) is EpochRow:
+            t = schema.epochs
+            sid = self._stream_id(conn, row.stream)
+            exists = conn.execute(
+                select(t.c.epoch).where(t.c.stream_id == sid, t.c.epoch == row.epoch)
+            ).first()
+            if exists is None:
+                conn.execute(
+                    insert(t).values(stream_id=sid, epoch=row.epoch, started_recv_ts=row.recv_ts)
+                )
+        elif type(row) is CheckpointRow:
+            conn.execute(
+                insert(schema.checkpoints).values(
+                    stream_id=self._stream_id(conn, row.stream),
+                    epoch=row.epoch,
+                    seq=row.seq,
+                    ts=row.ts,
+                    blocks=row.blocks,
+                    snapshot=self._compressed_checkpoint(row),
+                )
+            )
+        elif type(row) is ResetRow:
+            epoch, seq, reason = row.key
+            reset_id = conn.execute(
+                insert(schema.resets)
+                .values(
+                    stream_id=self._stream_id(conn, row.stream),
+                    epoch=epoch,
+                    seq=seq,
+                    ts=row.ts,
+                    recv_ts=row.recv_ts,
+                    reason=reason,
+                    degraded=row.degraded,
+                    before_blocks=row.before_blocks,
+                    before_hittable=row.before_hittable,
+                    before_orphans=row.before_orphans,
+                    before_tokens=row.before_tokens,
+                    before=compress(row.before),
+                )
+                .returning(schema.resets.c.id)
+            ).scalar_one()
+            self._reset_ids[(row.stream, row.key)] = int(reset_id)
+        elif type(row) is RecoveryRow:
+            reset_id = self._reset_id(conn, row.stream, row.key)
+            t = schema.resets
+            conn.execute(
+                update(t)
+                .where(t.c.id == reset_id)
+                .values(
+                    t50_s=row.t50_s,
+                    t90_s=row.t90_s,
+                    peak_orphans=row.peak_orphans,
+                    recovery_until_ts=row.until_ts,
+                )
+            )
+            if row.points:
+                conn.execute(
+                    insert(schema.reset_recovery),
+                    [
+                        {
+                            "reset_id": reset_id,
+                            "offset_s": p.offset_s,
+                            "blocks": p.blocks,
+                            "hittable": p.hittable,
+                            "orphans": p.orphans,
+                            "share_blocks_back": p.share_blocks_back,
+                            "share_tokens_back": p.share_tokens_back,
+                        }
+                        for p in row.points
+                    ],
+                )
+        elif type(row) is IntervalRow:
+            t = schema.intervals
+            sid = self._stream_id(conn, row.stream)
+            values = {
+                "stream_id": sid,
+                "kind": row.kind,
+                "epoch": row.epoch,
+                "from_ts": row.from_ts,
+                "to_ts": row.to_ts,
+                "from_seq": row.from_seq,
+                "to_seq": row.to_seq,
+                "detail": row.detail,
+            }
+            # An interval is written when it opens and again when it closes.
+            same = (
+                (t.c.stream_id == sid)
+                & (t.c.kind == row.kind)
+                & (t.c.from_ts == row.from_ts)
+                & (t.c.from_seq == row.from_seq)
+            )
+            if conn.execute(update(t).where(same).values(**values)).rowcount == 0:
+                conn.execute(insert(t).values(**values))
+
+    def _compressed_checkpoint(self, row: CheckpointRow) -> bytes:
+        packed = compress(row.snapshot)
+        self.checkpoint_written(row, len(packed))
+        return packed
+
+    def _reset_id(self, conn: Connection, stream: StreamId, key: tuple[int, int, str]) -> int:
+        cached = self._reset_ids.get((stream, key))
+        if cached is not None:
+            return cached
+        t = schema.resets
+        epoch, seq, reason = key
+        found = conn.execute(
+            select(t.c.id).where(
+                t.c.stream_id == self._stream_id(conn, stream),
+                t.c.epoch == epoch,
+                t.c.seq == seq,
+                t.c.reason == reason,
+            )
+        ).scalar_one()
+        return int(found)
