@@ -266,18 +266,25 @@ class Collector:
             )
 
     def _loop(self) -> None:
+        poller = zmq.Poller()
+        owners: dict[zmq.Socket[bytes], tuple[_Stream, str]] = {}
+        registered: tuple[zmq.Socket[bytes], ...] = ()
         while not self._stop.is_set():
-            poller = zmq.Poller()
-            owners: dict[zmq.Socket[bytes], tuple[_Stream, str]] = {}
-            for stream in self._streams.values():
+            current = {
+                sock: (stream, role)
+                for stream in self._streams.values()
                 for sock, role in (
                     (stream.sub, "live"),
                     (stream.monitor, "monitor"),
                     (stream.dealer, "replay"),
-                ):
-                    if sock is not None:
-                        poller.register(sock, zmq.POLLIN)
-                        owners[sock] = (stream, role)
+                )
+                if sock is not None
+            }
+            # Sockets change only with replays and reopens: rebuild the poller only then.
+            if tuple(current) != registered:
+                poller, owners, registered = zmq.Poller(), current, tuple(current)
+                for sock in registered:
+                    poller.register(sock, zmq.POLLIN)
             for sock, _ in poller.poll(POLL_MS):
                 stream, role = owners[sock]
                 with self.lock:
