@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Connection, Engine, func, select
 
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.subscriber import Collector
@@ -141,15 +141,17 @@ class ApiData:
         )
 
     @staticmethod
-    def _stored_at(conn: object, position: Position) -> float | None:
+    def _stored_at(conn: Connection, position: Position) -> float | None:
+        """When the batch at `position` was received: how old a store-only "now" is."""
         b = schema.batches
-        return conn.execute(  # type: ignore[attr-defined,no-any-return]
+        received: float | None = conn.execute(
             select(b.c.recv_ts).where(
                 b.c.stream_id == position.stream_id,
                 b.c.epoch == position.epoch,
                 b.c.seq == position.seq,
             )
         ).scalar_one_or_none()
+        return received
 
     def has_store(self) -> bool:
         return self.engine is not None

@@ -74,7 +74,7 @@ def _reset_out(row: Row[Any], request: Row[Any] | None) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _query(ctx: ApiContext) -> Any:
+def _query() -> Any:
     r, s = schema.resets, schema.streams
     columns = [c for c in r.c if c.name != "before"]
     return select(*columns, s.c.replica, s.c.rank).join(s, s.c.id == r.c.stream_id)
@@ -89,7 +89,7 @@ def list_resets(
 ) -> list[ResetOut]:
     """Each reset (a clear, or a restart) with its before and recovery summary."""
     r, s = schema.resets, schema.streams
-    query = _query(ctx).order_by(r.c.ts)
+    query = _query().order_by(r.c.ts)
     if replica is not None:
         query = query.where(s.c.replica == replica)
     if from_ is not None:
@@ -108,7 +108,7 @@ def get_reset(reset_id: Annotated[int, Path(ge=1, le=2**62)], ctx: Ctx) -> Reset
     """One reset: the map just before it, per tier, and its recovery series."""
     r = schema.resets
     with _engine(ctx).connect() as conn:
-        row = conn.execute(_query(ctx).where(r.c.id == reset_id)).first()
+        row = conn.execute(_query().where(r.c.id == reset_id)).first()
         if row is None:
             raise ApiError(404, "unknown_reset", f"no reset {reset_id}")
         before = conn.execute(select(r.c.before).where(r.c.id == reset_id)).scalar_one()

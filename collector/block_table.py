@@ -331,13 +331,6 @@ class BlockTable:
                     child = next_sibling[child]
             yield Subtree(head_hash, bool(has_parent), blocks, leaves, deepest[1])
 
-    def _children(self, slot: int) -> Iterator[int]:
-        child = self._first_child[slot]
-        next_sibling = self._next_sibling
-        while child != NO_SLOT:
-            yield child
-            child = next_sibling[child]
-
     # --- writes -------------------------------------------------------------------------------
     # store_chain and remove are the ingest hot path: the common cases (a new block under a
     # cached parent; dropping a leaf) are inlined, with columns bound to locals.

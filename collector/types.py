@@ -23,7 +23,6 @@ ReplicaName = NewType("ReplicaName", str)
 HASH_MASK = (1 << 64) - 1
 
 MEDIUM_GPU = "GPU"
-MEDIUMS = ("GPU", "CPU", "STORAGE")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,11 @@
-"""What the commands print: the live per-stream table and the before/after of each clear."""
+"""What `collect` prints: the live table of its streams."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from rich.table import Table
 
-from kvscope.collector.prefix_map import ClearedMap
 from kvscope.collector.subscriber import Collector
 
 
@@ -66,43 +64,3 @@ def stream_table(collector: Collector) -> Table:
                 state,
             )
     return table
-
-
-@dataclass(frozen=True)
-class ClearSummary:
-    """One clear as the demo and the live view report it."""
-
-    stream: str
-    reason: str
-    seq: int
-    ts: float
-    blocks: int
-    hittable: int
-    orphans: int
-    degraded: bool
-
-    @classmethod
-    def of(cls, cleared: ClearedMap) -> ClearSummary:
-        blocks = sum(len(t) for t in cleared.tables.values())
-        hittable = sum(t.hittable_count for t in cleared.tables.values())
-        orphans = sum(t.orphan_count for t in cleared.tables.values())
-        return cls(
-            str(cleared.stream),
-            cleared.reason.value,
-            cleared.seq,
-            cleared.ts,
-            blocks,
-            hittable,
-            orphans,
-            cleared.degraded,
-        )
-
-
-class ClearRecorder:
-    """A map listener that keeps a summary of each clear (the full map goes to storage later)."""
-
-    def __init__(self) -> None:
-        self.clears: list[ClearSummary] = []
-
-    def map_cleared(self, cleared: ClearedMap) -> None:
-        self.clears.append(ClearSummary.of(cleared))

@@ -136,7 +136,7 @@ class StoreWriter:
             self._note_drop(state, ingest.epoch, batch.seq, batch.ts)
         elif state.dropped_from is not None:
             self._close_drop(stream, state)
-        self._track_degraded(ingest, state, recv_ts)
+        self._track_degraded(ingest, state)
         self._follow_recoveries(ingest, batch, state)
         state.batches_since_checkpoint += 1
         state.log_bytes_since_checkpoint += len(payload)
@@ -279,7 +279,7 @@ class StoreWriter:
             state.checkpoint_seq = (row.epoch, row.seq)
             state.force_checkpoint = False
 
-    def _track_degraded(self, ingest: StreamIngest, state: _StreamState, recv_ts: float) -> None:
+    def _track_degraded(self, ingest: StreamIngest, state: _StreamState) -> None:
         """Write each degraded interval when first seen, and again (an upsert) when it closes."""
         history = ingest.degraded_history
         while state.degraded_done < len(history):
