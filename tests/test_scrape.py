@@ -34,6 +34,7 @@ from vllm.v1.metrics.loggers import PrometheusStatLogger
 from vllm.v1.metrics.prometheus import unregister_vllm_metrics
 from vllm.v1.metrics.stats import IterationStats, SchedulerStats
 
+from kvscope.lab.replica import TINY_LLAMA
 from kvscope.storage import schema
 from kvscope.storage.engine import make_engine, open_store
 from kvscope.storage.scrape import (
@@ -48,19 +49,6 @@ from tests.vllm_source import free_port
 
 pytestmark = pytest.mark.vllm
 
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "num_hidden_layers": 2,
-    "vocab_size": 1000,
-    "max_position_embeddings": 2048,
-    "rms_norm_eps": 1e-6,
-    "torch_dtype": "float16",
-}
 HTML = "<!DOCTYPE html>\n<html><body>Not Found</body></html>\n"
 
 
