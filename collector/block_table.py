@@ -7,7 +7,8 @@ that `hittable` (every ancestor cached) is maintained incrementally: storing or 
 touches only the subtree whose hittability changes.
 
 Per-block columns live in `array`s indexed by a slot number, not in per-block objects: a
-million cached blocks cost a dict entry plus a few dozen bytes of columns each.
+million cached blocks cost a slot-map entry (collector/slotmap.py) plus a few dozen bytes of
+columns each.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kvscope.collector.slotmap import SlotMap
 from kvscope.collector.types import TableKey
 
 NO_SLOT = -1
@@ -102,7 +104,7 @@ class BlockTable:
         self.orphan_count = 0
         self.copies = 0
         self.unknown_removals = 0
-        self._slot_of: dict[int, int] = {}
+        self._slot_of = SlotMap()
         self._count = array("H")
         self._parent = array("Q")
         self._first_child = array("i")
@@ -176,7 +178,7 @@ class BlockTable:
         hashes, slots = array("Q"), array("i")
         hashes.frombytes(state["hashes"])
         slots.frombytes(state["slots"])
-        table._slot_of = dict(zip(hashes, slots, strict=True))
+        table._slot_of = SlotMap.from_arrays(hashes, slots)
         for name, data in zip(cls._COLUMNS, state["columns"], strict=True):
             column = array(getattr(table, name).typecode)
             column.frombytes(data)

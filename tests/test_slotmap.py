@@ -1,0 +1,81 @@
+"""The compiled hash -> slot map behaves as the dict it replaces (collector/_slotmap.pyx)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvscope.collector import slotmap
+from kvscope.collector.slotmap import SlotMap
+
+# Small keys collide in the table's low bits; large ones cover the whole uint64 range.
+keys = st.one_of(st.integers(0, 40), st.integers(0, 2**64 - 1))
+ops = st.lists(
+    st.tuples(st.sampled_from(["set", "del", "get"]), keys, st.integers(0, 2**31 - 1)),
+    max_size=400,
+)
+
+
+def test_the_build_compiled_it() -> None:
+    # CI installs with the extension built; a silently skipped build would only cost memory,
+    # so say it loudly here instead.
+    if os.environ.get("CI") or slotmap.COMPILED:
+        assert slotmap.COMPILED, "collector/_slotmap.pyx was not compiled by the install"
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops)
+def test_same_answers_as_a_dict(steps: list[tuple[str, int, int]]) -> None:
+    made, model = SlotMap(), dict[int, int]()
+    for op, key, value in steps:
+        if op == "set":
+            made[key] = value
+            model[key] = value
+        elif op == "del":
+            if key in model:
+                del made[key]
+                del model[key]
+            else:
+                with pytest.raises(KeyError):
+                    del made[key]
+        assert made.get(key, -7) == model.get(key, -7)
+        assert (key in made) == (key in model)
+    assert len(made) == len(model)
+    assert dict(made.items()) == model
+    assert sorted(made) == sorted(model)
+    assert sorted(made.values()) == sorted(model.values())
+    rebuilt = SlotMap.from_arrays(list(made.keys()), list(made.values()))
+    assert dict(rebuilt.items()) == model
+
+
+def test_drains_and_refills_through_every_size() -> None:
+    made = SlotMap()
+    for round_ in range(3):
+        for key in range(50_000):
+            made[key * 7919 + round_] = key
+        assert len(made) == 50_000
+        for key in range(50_000):
+            assert made[key * 7919 + round_] == key
+            del made[key * 7919 + round_]
+        assert len(made) == 0
+
+
+def test_keys_out_of_range_are_absent_not_errors() -> None:
+    made = SlotMap()
+    made[5] = 1
+    assert made.get(-1) is None and made.get(2**64, 3) == 3
+    assert -1 not in made and "5" not in made
+    with pytest.raises(KeyError):
+        made[-1]
+
+
+def test_changing_it_while_iterating_raises_as_a_dict_does() -> None:
+    made = SlotMap()
+    for key in range(100):
+        made[key] = key
+    with pytest.raises(RuntimeError):
+        for key in made:
+            made[key + 1000] = 0
