@@ -136,6 +136,9 @@ def stat(title: str, targets: Sequence[Json], **kw: Any) -> Json:
             "textMode": "value_and_name",
             "justifyMode": "auto",
             "orientation": "auto",
+            "wideLayout": True,
+            "showPercentChange": False,
+            "percentChangeColorMode": "standard",
         },
     )
     kw.setdefault("h", 4)
@@ -143,7 +146,7 @@ def stat(title: str, targets: Sequence[Json], **kw: Any) -> Json:
 
 
 def table(title: str, targets: Sequence[Json], **kw: Any) -> Json:
-    kw.setdefault("options", {"showHeader": True, "cellHeight": "sm"})
+    kw.setdefault("options", {"showHeader": True, "cellHeight": "sm", "frameIndex": 0})
     return panel("table", title, targets, **kw)
 
 
@@ -227,9 +230,13 @@ def query_variable(
 
 
 def sql_annotation(name: str, color: str, raw_sql: str, enable: bool = True) -> Json:
-    """Events from the store: columns `time`, optional `timeend`, `text`, `tags`."""
-    target = sql(raw_sql)
-    target["refId"] = "Anno"
+    """Events from the store: columns `time`, optional `timeend`, `text`, `tags`.
+
+    Grafana's schema requires the built-in source's fields in every annotation target (limit,
+    matchAny, tags, type: its defaults here, as Grafana writes them); the SQL source ignores
+    them."""
+    target = {**sql(raw_sql), "refId": "Anno", "limit": 100, "matchAny": False, "tags": [],
+              "type": "dashboard"}  # fmt: skip
     return {
         "name": name, "datasource": POSTGRES, "enable": enable, "hide": False,
         "iconColor": color, "target": target,
