@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import httpx
@@ -21,6 +20,7 @@ from kvscope.api.schemas import (
 )
 from kvscope.collector.snapshot import decode_tables
 from kvscope.storage import schema
+from kvscope.storage.reset_links import linked_mode, linked_request, load_requests, resets_query
 
 router = APIRouter(tags=["resets"])
 Ctx = Annotated[ApiContext, Depends(context)]
@@ -32,25 +32,6 @@ def _engine(ctx: ApiContext) -> Any:
     if ctx.data.engine is None:
         raise ApiError(404, "no_store", "this API keeps no store: resets are not recorded")
     return ctx.data.engine
-
-
-def _requests_by_replica(rows: Sequence[Row[Any]]) -> dict[str, list[Row[Any]]]:
-    by: dict[str, list[Row[Any]]] = {}
-    for row in rows:
-        by.setdefault(row.replica, []).append(row)
-    return by
-
-
-def _linked(reset: Row[Any], requests: dict[str, list[Row[Any]]], window: float) -> Row[Any] | None:
-    """The successful request through kvscope that this clear followed, if any."""
-    # Both on the collector's clock: the engine's `ts` may be simulated (the lab) or skewed.
-    arrived = reset.recv_ts if reset.recv_ts is not None else reset.ts
-    candidates = [
-        req
-        for req in requests.get(reset.replica, [])
-        if req.outcome == "success" and req.requested_at <= arrived <= req.requested_at + window
-    ]
-    return max(candidates, key=lambda req: req.requested_at, default=None)
 
 
 def _request_out(row: Row[Any]) -> ResetRequestOut:
@@ -65,19 +46,13 @@ def _reset_out(row: Row[Any], request: Row[Any] | None) -> dict[str, Any]:
     return {
         "id": row.id, "replica": row.replica, "rank": row.rank, "epoch": row.epoch,
         "seq": row.seq, "ts": row.ts, "reason": row.reason,
-        "mode": row.mode or (request.mode if request is not None else None),
+        "mode": linked_mode(row.mode, request),
         "degraded": row.degraded, "before_blocks": row.before_blocks,
         "before_hittable": row.before_hittable, "before_orphans": row.before_orphans,
         "before_tokens": row.before_tokens, "t50_s": row.t50_s, "t90_s": row.t90_s,
         "peak_orphans": row.peak_orphans,
         "request": None if request is None else _request_out(request),
     }  # fmt: skip
-
-
-def _query() -> Any:
-    r, s = schema.resets, schema.streams
-    columns = [c for c in r.c if c.name != "before"]
-    return select(*columns, s.c.replica, s.c.rank).join(s, s.c.id == r.c.stream_id)
 
 
 @router.get("/resets", response_model=list[ResetOut], responses=ERRORS)
@@ -89,7 +64,7 @@ def list_resets(
 ) -> list[ResetOut]:
     """Each reset (a clear, or a restart) with its before and recovery summary."""
     r, s = schema.resets, schema.streams
-    query = _query().order_by(r.c.ts)
+    query = resets_query().order_by(r.c.ts)
     if replica is not None:
         query = query.where(s.c.replica == replica)
     if from_ is not None:
@@ -98,9 +73,9 @@ def list_resets(
         query = query.where(r.c.ts <= to)
     with _engine(ctx).connect() as conn:
         rows = conn.execute(query).all()
-        requests = _requests_by_replica(conn.execute(select(schema.reset_requests)).all())
+        requests = load_requests(conn)
     window = ctx.settings.link_window_s
-    return [ResetOut(**_reset_out(row, _linked(row, requests, window))) for row in rows]
+    return [ResetOut(**_reset_out(row, linked_request(row, requests, window))) for row in rows]
 
 
 @router.get("/resets/{reset_id}", response_model=ResetDetail, responses=ERRORS)
@@ -108,7 +83,7 @@ def get_reset(reset_id: Annotated[int, Path(ge=1, le=2**62)], ctx: Ctx) -> Reset
     """One reset: the map just before it, per tier, and its recovery series."""
     r = schema.resets
     with _engine(ctx).connect() as conn:
-        row = conn.execute(_query().where(r.c.id == reset_id)).first()
+        row = conn.execute(resets_query().where(r.c.id == reset_id)).first()
         if row is None:
             raise ApiError(404, "unknown_reset", f"no reset {reset_id}")
         before = conn.execute(select(r.c.before).where(r.c.id == reset_id)).scalar_one()
@@ -117,14 +92,10 @@ def get_reset(reset_id: Annotated[int, Path(ge=1, le=2**62)], ctx: Ctx) -> Reset
             .where(schema.reset_recovery.c.reset_id == reset_id)
             .order_by(schema.reset_recovery.c.offset_s)
         ).all()
-        requests = _requests_by_replica(
-            conn.execute(
-                select(schema.reset_requests).where(schema.reset_requests.c.replica == row.replica)
-            ).all()
-        )
+        requests = load_requests(conn, row.replica)
     tables, _ = decode_tables(before)
     return ResetDetail(
-        **_reset_out(row, _linked(row, requests, ctx.settings.link_window_s)),
+        **_reset_out(row, linked_request(row, requests, ctx.settings.link_window_s)),
         before_tables=[
             TableStatus(
                 medium=k.medium, group=k.group, blocks=len(t), copies=t.copies,

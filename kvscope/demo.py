@@ -3,7 +3,9 @@ reset did.
 
 With vLLM installed the replicas are lab replicas (vLLM's real scheduler, `kvscope.lab`), reset
 through kvscope's own `POST /replicas/{replica}/reset`; without it, the bundled capture (the
-same scheduler, recorded with resets in three modes) is played by two stand-in publishers.
+same scheduler, recorded with resets in three modes) is played by two stand-in publishers and
+its resets are stored as reset requests. Either way the table shows, for each reset asked for,
+the clear the API links to it (`kvscope.storage.reset_links`, as `GET /resets` does).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import httpx
 import uvicorn
 from rich.console import Console
+from sqlalchemy import func, insert, select
 
 from kvscope.api.app import create_app
 from kvscope.api.data import ApiData
@@ -32,12 +35,14 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
 from kvscope.config import Config, ReplicaConfig
-from kvscope.demo_table import Asked, link_resets, reset_table
+from kvscope.demo_table import Asked, reset_table
 from kvscope.pipeline import running_pipeline
 from kvscope.report import load_resets, max_reset_id, reset_ids, write_report
 from kvscope.serve import api_settings
 from kvscope.signals import stop_on_signals
+from kvscope.storage import schema
 from kvscope.storage.engine import open_store
+from kvscope.storage.reset_links import clears_by_request, linked_mode, load_requests
 from kvscope.storage.scrape import MetricsScraper
 from kvscope.storage.writer import StoreWriter
 
@@ -151,7 +156,7 @@ class LabDemo:
                 _wait(lambda: self.caught_up(collector), 30, "the collector")
                 for r in self.replicas:
                     _, totals, _ = _map_of(collector, r.name)
-                    ts = r.ts
+                    done = len(r.resets)
                     future = pool.submit(
                         httpx.post, f"{api}/replicas/{r.name}/reset", params={"mode": mode},
                         headers={"Authorization": f"Bearer {token}"}, timeout=30,
@@ -160,9 +165,13 @@ class LabDemo:
                         r.apply_pending(timeout=0.02)
                     response = future.result()
                     response.raise_for_status()
-                    outcome = str(response.json()["outcome"])
-                    asked.append(Asked(r.name, mode, outcome, ts, None,
-                                       (totals.blocks, totals.hittable)))  # fmt: skip
+                    # The engine's own record of the reset, when the request reached it.
+                    record = r.resets[-1] if len(r.resets) > done else None
+                    asked.append(Asked(
+                        int(response.json()["id"]), (totals.blocks, totals.hittable),
+                        None if record is None else record.running_before,
+                        None if record is None else record.held_blocks_before,
+                    ))  # fmt: skip
             advance(WARM_S + (len(MODES) - 1) * GAP_S + TAIL_S)
         for r in self.replicas:
             if r.pending_events:
@@ -210,17 +219,31 @@ class CaptureDemo:
                 )
 
         _wait(done, 120, "the capture to play")
-        return [
-            Asked(
-                n,
-                r["mode"],
-                "success" if r["result"] else "refused",
-                r["ts"],
-                r.get("cleared_in_seq"),
-            )  # fmt: skip
-            for n in NAMES
-            for r in self.sidecar["resets"]
-        ]
+        writer.flush()
+        return [self._record(writer, n, r) for n in NAMES for r in self.sidecar["resets"]]
+
+    def _record(self, writer: StoreWriter, name: str, reset: dict[str, Any]) -> Asked:
+        """A recorded reset, stored as a reset request so the API links it like any other.
+
+        Its time is on the collector's clock, as the API's requests are: when the last batch
+        the engine had published before the reset arrived (the recording's clock is simulated).
+        """
+        b, s, t = schema.batches, schema.streams, schema.reset_requests
+        with writer.engine.begin() as conn:
+            arrived = conn.execute(
+                select(func.max(b.c.recv_ts))
+                .join(s, s.c.id == b.c.stream_id)
+                .where(s.c.replica == name, b.c.seq == reset["published_through_seq_before"])
+            ).scalar_one()
+            request_id = conn.execute(
+                insert(t).values(
+                    replica=name, requested_at=arrived, requested_by=f"recording {CAPTURE}",
+                    mode=reset["mode"], external=bool(reset.get("reset_external", False)),
+                    outcome="success" if reset["result"] else "refused", http_status=None,
+                    detail=f"recorded at {reset['sim_t']:.2f} s (simulated), step {reset['step']}",
+                ).returning(t.c.id)
+            ).scalar_one()  # fmt: skip
+        return Asked(int(request_id), None, reset["running_before"], reset["held_blocks_before"])
 
     def check(self, collector: Collector, console: Console) -> bool:
         truth = max(
@@ -240,12 +263,20 @@ class CaptureDemo:
         return exact
 
 
-def _finish(console: Console, store: str, base_id: int, asked: list[Asked], out: Path) -> None:
+def _finish(
+    console: Console, store: str, base_id: int, asked: list[Asked], out: Path, window: float
+) -> None:
     engine = open_store(store)
     ids = [i for n in NAMES for i in reset_ids(engine, n, 0, 1e11) if i > base_id]
     resets = load_resets(engine, ids)
-    link_resets(asked, resets)
-    console.print(reset_table(asked, {d.id: d for d in resets}))
+    # The links the API gives (GET /resets): the same rule over the same rows.
+    with engine.connect() as conn:
+        clears = clears_by_request(conn, window, base_id)
+        requests = {int(q.id): q for qs in load_requests(conn).values() for q in qs}
+    request_of = {c: requests[i] for i, ids in clears.items() for c in ids}
+    for d in resets:
+        d.mode = linked_mode(d.mode, request_of.get(d.id))
+    console.print(reset_table(asked, requests, clears, {d.id: d for d in resets}, window))
     linked = sorted((d for d in resets if d.mode is not None), key=lambda d: d.id)
     png, page = write_report(linked or resets, out)
     engine.dispose()
@@ -275,11 +306,12 @@ def run_demo(console: Console, options: DemoOptions) -> int:
                 else f"the bundled capture {CAPTURE} played as two replicas")  # fmt: skip
         console.print(f"[bold]kvscope demo[/]: {what}: {', '.join(NAMES)}")
         config = demo.config()
+        settings = api_settings(config, token)
         base_id = max_reset_id(open_store(store))
         with running_pipeline(config, store, None) as (collector, writer):
             assert writer is not None
             app = create_app(ApiData(collector=collector, engine=writer.engine, writer=writer),
-                             api_settings(config, token))  # fmt: skip
+                             settings)  # fmt: skip
             with serving_api(app, options.port) as api:
                 _urls(console, api)
                 _wait(lambda: all(collector.is_connected(s) for s in collector.ingests), 20,
@@ -288,13 +320,13 @@ def run_demo(console: Console, options: DemoOptions) -> int:
                 exact = demo.check(collector, console)
                 writer.flush()
                 if options.serve:
-                    _finish(console, store, base_id, asked, out)
+                    _finish(console, store, base_id, asked, out, settings.link_window_s)
                     _urls(console, api)
                     console.print("serving until Ctrl-C (SIGINT) or SIGTERM")
                     with stop_on_signals() as stop:
                         stop.wait()
         if not options.serve:
-            _finish(console, store, base_id, asked, out)
+            _finish(console, store, base_id, asked, out, settings.link_window_s)
             console.print(f"API was {api} (page /, docs /docs); --serve keeps it running")
     console.print(f"done in {time.monotonic() - started:.1f} s")
     return 0 if exact else 1

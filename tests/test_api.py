@@ -22,6 +22,7 @@ import httpx
 import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import Engine
 
 from kvscope.api.app import create_app
 from kvscope.api.context import ApiSettings
@@ -332,15 +333,17 @@ def test_prefixes_diff_and_series(stack: Stack) -> None:
     assert get(stack, "/replicas/r1/series", metric="nope").status_code == 422
 
 
-def test_a_reset_request_links_by_the_collectors_clock_not_the_engines(tmp_path: Path) -> None:
-    """A lab's batches carry simulated time: the clear is matched by when it arrived."""
-    from fastapi.testclient import TestClient
+def _link_store(
+    path: Path,
+    clears: list[tuple[int, float, float]],
+    requests: list[tuple[float, str, str]],
+) -> Engine:
+    """A store of replica "lab": clears (seq, engine ts, recv_ts), requests (at, mode, outcome)."""
     from sqlalchemy import insert
 
     from kvscope.storage import schema
 
-    engine = open_store(f"sqlite:///{tmp_path / 's.sqlite'}")
-    now = time.time()
+    engine = open_store(f"sqlite:///{path / 's.sqlite'}")
     with engine.begin() as conn:
         sid = conn.execute(
             insert(schema.streams).values(replica="lab", rank=0)
@@ -350,13 +353,48 @@ def test_a_reset_request_links_by_the_collectors_clock_not_the_engines(tmp_path:
             "before_blocks": 5, "before_hittable": 5, "before_orphans": 0, "before_tokens": 80,
             "before": b"",
         }  # fmt: skip
-        conn.execute(insert(schema.resets).values(seq=7, ts=now + 5000, recv_ts=now + 1, **common))
-        conn.execute(
-            insert(schema.reset_requests).values(
-                replica="lab", requested_at=now, requested_by="t", mode="keep", external=False,
-                outcome="success", http_status=200, detail="",
-            )
-        )  # fmt: skip
+        for seq, ts, recv_ts in clears:
+            conn.execute(insert(schema.resets).values(seq=seq, ts=ts, recv_ts=recv_ts, **common))
+        for at, mode, outcome in requests:
+            conn.execute(
+                insert(schema.reset_requests).values(
+                    replica="lab", requested_at=at, requested_by="t", mode=mode, external=False,
+                    outcome=outcome, http_status=200, detail="",
+                )
+            )  # fmt: skip
+    return engine
+
+
+def test_a_reset_request_links_by_the_collectors_clock_not_the_engines(tmp_path: Path) -> None:
+    """A lab's batches carry simulated time: the clear is matched by when it arrived."""
+    from fastapi.testclient import TestClient
+
+    now = time.time()
+    engine = _link_store(tmp_path, [(7, now + 5000, now + 1)], [(now, "keep", "success")])
     client = TestClient(create_app(ApiData(engine=engine)))
     (reset,) = client.get("/resets").json()
     assert reset["mode"] == "keep" and reset["request"]["mode"] == "keep"
+
+
+def test_the_demos_links_are_the_apis(tmp_path: Path) -> None:
+    """`clears_by_request` (the demo's table) and GET /resets link by the same rule."""
+    from fastapi.testclient import TestClient
+
+    from kvscope.storage.reset_links import clears_by_request
+
+    now = time.time()
+    engine = _link_store(
+        tmp_path,
+        [(3, 3, now + 1), (9, 9, now + 12), (20, 20, now + 500)],
+        [(now, "default", "refused"), (now + 0.5, "preempt", "success"),
+         (now + 10, "keep", "success")],
+    )  # fmt: skip
+    with engine.connect() as conn:
+        links = clears_by_request(conn, ApiSettings().link_window_s)
+    client = TestClient(create_app(ApiData(engine=engine)))
+    api: dict[int, list[int]] = {}
+    for reset in client.get("/resets").json():
+        if reset["request"] is not None:
+            api.setdefault(reset["request"]["id"], []).append(reset["id"])
+    # The refused request made no clear; the last clear came long after any request.
+    assert links == api == {2: [1], 3: [2]}

@@ -6,16 +6,73 @@ import re
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
+from kvscope.api.app import create_app
+from kvscope.api.data import ApiData
 from kvscope.cli import app
+from kvscope.storage.engine import open_store
+
+ROW = re.compile(
+    r"#(\d+) (lab-[ab])\s+(default|preempt|keep)\s+(success|refused|http_error|timeout|"
+    r"unreachable)\s+(#\d+|none)\s"
+)
+Link = tuple[str, str, str, int | None]
+"""replica, mode, outcome, the clear's id (None: no clear)."""
+
+
+def _table(output: str) -> dict[int, Link]:
+    """The demo's table: request id -> what it says that request made."""
+    rows: dict[int, Link] = {}
+    for m in ROW.finditer(output):
+        assert int(m[1]) not in rows, output
+        rows[int(m[1])] = (m[2], m[3], m[4], None if m[5] == "none" else int(m[5][1:]))
+    return rows
+
+
+def _api(out: Path) -> dict[int, Link]:
+    """What the API over the demo's store links: request id -> its clear, as GET /resets says."""
+    engine = open_store(f"sqlite:///{out / 'demo.sqlite'}")
+    try:
+        client = TestClient(create_app(ApiData(engine=engine)))
+        links: dict[int, Link] = {}
+        for reset in client.get("/resets").json():
+            request = reset["request"]
+            assert client.get(f"/resets/{reset['id']}").json()["request"] == request
+            if request is not None:
+                assert request["id"] not in links  # one rank: one clear per request
+                links[request["id"]] = (
+                    reset["replica"],
+                    reset["mode"],
+                    request["outcome"],
+                    reset["id"],
+                )
+    finally:
+        engine.dispose()
+    return links
 
 
 def _check(output: str, out: Path, rows: int) -> None:
     assert output.count("the map equals vLLM's BlockPool") == 2, output
-    for mode in ("default", "preempt", "keep"):
-        assert re.search(rf"lab-[ab]\s+{mode}\s+(success|refused)", output), output
-    assert len(re.findall(r"#\d+ lab-[ab]\s+(preempt|keep)\s+success\s+\d+/\d+", output)) == rows
+    table = _table(output)
+    assert {(replica, mode) for replica, mode, _, _ in table.values()} == {
+        (r, m) for r in ("lab-a", "lab-b") for m in ("default", "preempt", "keep")
+    }, output
+    # Each clear in the table is the one the API links to that request, and no other.
+    api = _api(out)
+    assert {i: row for i, row in table.items() if row[3] is not None} == api, output
+    assert len(api) == rows
+    assert (
+        len(re.findall(r"#\d+ lab-[ab]\s+(preempt|keep)\s+success\s+#\d+\s+\d+/\d+", output))
+        == rows
+    )
+    # A refused reset says so, and why (the engine's own count when it was asked).
+    text = " ".join(output.split())
+    for i, (replica, mode, outcome, clear) in table.items():
+        if outcome == "refused":
+            assert clear is None, output
+            assert re.search(rf"#{i} {replica} {mode} refused: \d+ requests running", text), output
     url = re.search(r"API\s+(http://127\.0\.0\.1:\d+)\s+page\s+(\S+)\s+docs\s+(\S+)", output)
     assert url is not None and url.group(2) == url.group(1) + "/"
     assert url.group(3) == url.group(1) + "/docs"
@@ -46,4 +103,5 @@ def test_demo_plays_the_bundled_capture_without_vllm(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "bundled capture" in result.output
     _check(result.output, out, rows=4)
-    assert re.search(r"lab-a\s+default\s+refused", result.output)
+    # The recording's default reset was refused (requests were running): no clear.
+    assert re.search(r"lab-a\s+default\s+refused\s+none", result.output)
