@@ -8,6 +8,8 @@ are no tombstones): about 12 bytes over a load of 0.375 to 0.75. It offers the p
 interface `BlockTable` uses; `collector/slotmap.py` falls back to a dict where it is not built.
 """
 
+import array
+
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, uint64_t
 from libc.string cimport memset
@@ -24,6 +26,14 @@ cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
     x *= <uint64_t>0xC4CEB9FE1A85EC53ULL
     x ^= x >> 33
     return x
+
+
+def _as_uint64(values):
+    return values if isinstance(values, array.array) and values.typecode == "Q" else array.array("Q", values)
+
+
+def _as_int32(values):
+    return values if isinstance(values, array.array) and values.typecode == "i" else array.array("i", values)
 
 
 cdef class SlotMap:
@@ -58,10 +68,30 @@ cdef class SlotMap:
     @classmethod
     def from_arrays(cls, hashes, slots):
         """A map of `hashes[i] -> slots[i]` (the columns a checkpoint keeps)."""
-        cdef SlotMap made = cls(len(hashes))
-        for key, value in zip(hashes, slots, strict=True):
-            made._put(key, value)
+        cdef const uint64_t[:] keys = _as_uint64(hashes)
+        cdef const int32_t[:] values = _as_int32(slots)
+        if keys.shape[0] != values.shape[0]:
+            raise ValueError("as many hashes as slots, please")
+        cdef SlotMap made = cls(keys.shape[0])
+        cdef Py_ssize_t i
+        for i in range(keys.shape[0]):
+            made._put(keys[i], values[i])
         return made
+
+    def to_arrays(self):
+        """(hashes, slots) as `array("Q")` and `array("i")`, in one order: a checkpoint's columns."""
+        cdef Py_ssize_t n = self._size, k = 0
+        cdef size_t i
+        keys = array.array("Q", bytes(n * sizeof(uint64_t)))
+        values = array.array("i", bytes(n * sizeof(int32_t)))
+        cdef uint64_t[:] key_view = keys
+        cdef int32_t[:] value_view = values
+        for i in range(self._mask + 1):
+            if self._vals[i] != EMPTY:
+                key_view[k] = self._keys[i]
+                value_view[k] = self._vals[i]
+                k += 1
+        return keys, values
 
     # --- the table ----------------------------------------------------------------------------
     cdef inline Py_ssize_t _find(self, uint64_t key) noexcept:

@@ -149,14 +149,15 @@ class BlockTable:
 
     def to_state(self) -> dict[str, Any]:
         """Everything this table holds, as plain values (columns as bytes), for checkpoints."""
+        hashes, slots = self._slot_of.to_arrays()
         return {
             "medium": self.key.medium,
             "group": self.key.group,
             "base_ts": self.base_ts,
             "block_size": self.block_size,
             "counts": [self.hittable_count, self.orphan_count, self.copies, self.unknown_removals],
-            "hashes": array("Q", self._slot_of).tobytes(),
-            "slots": array("i", self._slot_of.values()).tobytes(),
+            "hashes": hashes.tobytes(),
+            "slots": slots.tobytes(),
             "columns": [getattr(self, name).tobytes() for name in self._COLUMNS],
             "free": array("i", self._free).tobytes(),
             "high": self._high,

@@ -6,6 +6,7 @@ dict's ~100; both behave the same for everything `BlockTable` asks of them.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable
 
 try:
@@ -24,6 +25,9 @@ except ImportError:  # a source tree that was never built: same behaviour, more 
             made = cls()
             made.update(zip(hashes, slots, strict=True))
             return made  # type: ignore[return-value]
+
+        def to_arrays(self) -> tuple[array[int], array[int]]:
+            return array("Q", self), array("i", self.values())
 
         def nbytes(self) -> int:
             return 0

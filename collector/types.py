@@ -7,7 +7,6 @@ Structs only because one is built per event on the ingest hot path, where a data
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, NewType
 
 import msgspec
@@ -25,9 +24,11 @@ HASH_MASK = (1 << 64) - 1
 MEDIUM_GPU = "GPU"
 
 
-@dataclass(frozen=True, slots=True)
-class StreamId:
-    """One publisher: a replica's data-parallel rank. Each has its own seq counter and map."""
+class StreamId(msgspec.Struct, frozen=True, gc=False):
+    """One publisher: a replica's data-parallel rank. Each has its own seq counter and map.
+
+    A frozen Struct like TableKey: the store's hooks look their state up by it once per batch.
+    """
 
     replica: str
     rank: int

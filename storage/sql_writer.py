@@ -24,6 +24,15 @@ from kvscope.storage.rows import (
 )
 
 
+def _log_insert(conn: Connection) -> str:
+    columns = ("stream_id", "epoch", "seq", "ts", "recv_ts", "payload")
+    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"  # sqlite3; psycopg
+    return (
+        f"INSERT INTO {schema.batches.name} ({', '.join(columns)}) "
+        f"VALUES ({', '.join([mark] * len(columns))})"
+    )
+
+
 class RowWriter:
     """Writes rows within a caller's transaction; caches stream and reset ids between them."""
 
@@ -59,18 +68,19 @@ class RowWriter:
 
     def write(self, conn: Connection, rows: list[Row]) -> None:
         groups: dict[type, list[dict[str, Any]]] = {}
+        log: list[tuple[int, int, int, float, float, bytes]] = []
         ordered: list[Row] = []
         for row in rows:
             if type(row) is BatchRow:
-                groups.setdefault(BatchRow, []).append(
-                    {
-                        "stream_id": self._stream_id(conn, row.stream),
-                        "epoch": row.epoch,
-                        "seq": row.seq,
-                        "ts": row.ts,
-                        "recv_ts": row.recv_ts,
-                        "payload": row.payload,
-                    }
+                log.append(
+                    (
+                        self._stream_id(conn, row.stream),
+                        row.epoch,
+                        row.seq,
+                        row.ts,
+                        row.recv_ts,
+                        row.payload,
+                    )
                 )
             elif type(row) is RollupRow:
                 groups.setdefault(RollupRow, []).append(
@@ -93,8 +103,10 @@ class RowWriter:
         # Epochs, resets and recoveries keep their order (a recovery needs its reset's id).
         for row in ordered:
             self._write_one(conn, row)
-        if BatchRow in groups:
-            conn.execute(insert(schema.batches), groups[BatchRow])
+        if log:
+            # Most of what is written: handed to the driver's executemany as tuples, because
+            # SQLAlchemy's per-row parameter handling holds the GIL the ingest thread needs.
+            conn.exec_driver_sql(_log_insert(conn), log)
         if RollupRow in groups:
             self._upsert_rollups(conn, groups[RollupRow])
 

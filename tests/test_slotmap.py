@@ -47,8 +47,10 @@ def test_same_answers_as_a_dict(steps: list[tuple[str, int, int]]) -> None:
     assert dict(made.items()) == model
     assert sorted(made) == sorted(model)
     assert sorted(made.values()) == sorted(model.values())
-    rebuilt = SlotMap.from_arrays(list(made.keys()), list(made.values()))
-    assert dict(rebuilt.items()) == model
+    hashes, slots = made.to_arrays()
+    assert dict(zip(hashes, slots, strict=True)) == model
+    assert dict(SlotMap.from_arrays(hashes, slots).items()) == model
+    assert dict(SlotMap.from_arrays(list(hashes), list(slots)).items()) == model
 
 
 def test_drains_and_refills_through_every_size() -> None:
