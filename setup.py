@@ -1,7 +1,8 @@
-"""Builds the compiled parts of kvscope; everything else is declared in pyproject.toml.
+"""Builds the compiled part of kvscope; everything else is declared in pyproject.toml.
 
-An extension that fails to compile is skipped (`optional=True`): kvscope then runs on its
-pure-Python fallbacks (collector/slotmap.py), with the same results and more memory.
+collector/_table_core.pyx is the block table's hash map and hot writes (Cython). Installing
+kvscope therefore needs a C compiler and the Python headers, as any package with an extension
+built from source does.
 """
 
 from Cython.Build import cythonize
@@ -9,7 +10,7 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=cythonize(
-        [Extension("kvscope.collector._slotmap", ["collector/_slotmap.pyx"], optional=True)],
+        [Extension("kvscope.collector._table_core", ["collector/_table_core.pyx"])],
         compiler_directives={"language_level": "3"},
     )
 )

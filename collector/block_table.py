@@ -7,8 +7,8 @@ that `hittable` (every ancestor cached) is maintained incrementally: storing or 
 touches only the subtree whose hittability changes.
 
 Per-block columns live in `array`s indexed by a slot number, not in per-block objects: a
-million cached blocks cost a slot-map entry (collector/slotmap.py) plus a few dozen bytes of
-columns each.
+million cached blocks cost a slot-map entry (collector/_table_core.pyx) plus a few dozen bytes
+of columns each.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kvscope.collector.slotmap import SlotMap
+from kvscope.collector import _table_core
+from kvscope.collector._table_core import SlotMap
 from kvscope.collector.types import TableKey
 
 NO_SLOT = -1
@@ -335,156 +336,14 @@ class BlockTable:
             yield Subtree(head_hash, bool(has_parent), blocks, leaves, deepest[1])
 
     # --- writes -------------------------------------------------------------------------------
-    # store_chain and remove are the ingest hot path: the common cases (a new block under a
-    # cached parent; dropping a leaf) are inlined, with columns bound to locals.
-    def store_chain(
-        self,
-        hashes: list[int],
-        parent: int | None,
-        token_ids: list[int],
-        block_size: int,
-        ts: float,
-        lora_name: str | None = None,
-        extra_keys: list[Any] | None = None,
-        raw_hashes: list[bytes] | None = None,
-        raw_parent: bytes | None = None,
-    ) -> None:
-        """Apply one `BlockStored`: block i's parent is block i-1, block 0's is `parent`."""
-        n = len(hashes)
-        ms = self._ms_value if ts == self._ms_ts else self._ms(ts)
-        if self.block_size == 0 and block_size > 0:
-            self._set_block_size(block_size)
-        tokens: array[int] | None = None
-        if block_size and len(token_ids) == n * block_size:
-            try:
-                tokens = array("I", token_ids)
-            except (OverflowError, TypeError):
-                tokens = None
-        same_size = tokens is not None and block_size == self.block_size
-        has_tokens = HAS_TOKENS if same_size else 0
-        slot_of, count, last_ms, flags = self._slot_of, self._count, self._last_ms, self._flags
-        first_ms, parents, free = self._first_ms, self._parent, self._free
-        first_child, next_sibling, prev_sibling = (
-            self._first_child,
-            self._next_sibling,
-            self._prev_sibling,
-        )
-        table_tokens, waiting = self._tokens, self._waiting
-        parent_slot = NO_SLOT if parent is None else slot_of.get(parent, NO_SLOT)
-        hittable_added = 0
-        for i in range(n):
-            block_hash = hashes[i]
-            slot = slot_of.get(block_hash)
-            if slot is not None:
-                # Another physical copy of a cached hash.
-                count[slot] += 1
-                last_ms[slot] = ms
-                parent, parent_slot = block_hash, slot
-                continue
-            if free:
-                slot = free.pop()
-            else:
-                slot = self._high
-                if slot == len(count):
-                    self._grow()
-                self._high = slot + 1
-            slot_of[block_hash] = slot
-            count[slot] = 1
-            first_ms[slot] = last_ms[slot] = ms
-            first_child[slot] = NO_SLOT
-            if parent_slot != NO_SLOT:
-                # Under a cached parent: the common case.
-                parents[slot] = parent  # type: ignore[assignment]
-                hittable = flags[parent_slot] & HITTABLE
-                flags[slot] = HAS_PARENT | hittable | has_tokens
-                hittable_added += hittable
-                head = first_child[parent_slot]
-                next_sibling[slot] = head
-                prev_sibling[slot] = NO_SLOT
-                if head != NO_SLOT:
-                    prev_sibling[head] = slot
-                first_child[parent_slot] = slot
-            elif parent is None:
-                parents[slot] = 0
-                flags[slot] = HITTABLE | has_tokens
-                hittable_added += 1
-                next_sibling[slot] = prev_sibling[slot] = NO_SLOT
-            else:
-                parents[slot] = parent
-                flags[slot] = HAS_PARENT | has_tokens
-                next_sibling[slot] = prev_sibling[slot] = NO_SLOT
-                waiting.setdefault(parent, []).append(slot)
-                self.orphan_count += 1
-            if tokens is not None:
-                chunk = tokens[i * block_size : (i + 1) * block_size]
-                if same_size:
-                    table_tokens[slot * block_size : (slot + 1) * block_size] = chunk
-                else:
-                    self._odd_tokens[slot] = tuple(chunk)
-                if parent is None:
-                    self._roots.setdefault(chunk.tobytes(), []).append(slot)
-            if lora_name is not None or extra_keys is not None:
-                extra = extra_keys[i] if extra_keys and i < len(extra_keys) else None
-                if lora_name is not None or extra is not None:
-                    self._set_extras(slot, lora_name, extra)
-            if raw_hashes is not None:
-                self._raw[block_hash] = raw_hashes[i]
-                if i == 0 and raw_parent is not None:
-                    self._raw_parent[slot] = raw_parent
-            if waiting and block_hash in waiting:
-                self.hittable_count += hittable_added
-                hittable_added = 0
-                self._adopt(block_hash, slot)
-            parent, parent_slot = block_hash, slot
-        self.copies += n
-        self.hittable_count += hittable_added
-
-    def remove(self, block_hashes: list[int]) -> None:
-        """Apply one `BlockRemoved`: one copy of each hash is gone."""
-        slot_of, count, flags, parents = self._slot_of, self._count, self._flags, self._parent
-        first_child, next_sibling, prev_sibling = (
-            self._first_child,
-            self._next_sibling,
-            self._prev_sibling,
-        )
-        free = self._free
-        for block_hash in block_hashes:
-            slot = slot_of.get(block_hash)
-            if slot is None:
-                self.unknown_removals += 1
-                continue
-            self.copies -= 1
-            left = count[slot] - 1
-            if left:
-                count[slot] = left
-                continue
-            slot_flags = flags[slot]
-            parent_slot = (
-                slot_of.get(parents[slot], NO_SLOT) if slot_flags & HAS_PARENT else NO_SLOT
-            )
-            if (
-                parent_slot != NO_SLOT
-                and parent_slot != slot
-                and first_child[slot] == NO_SLOT
-                and not slot_flags & ~(HAS_PARENT | HITTABLE | HAS_TOKENS)
-            ):
-                # A leaf under a cached parent: the common case (vLLM evicts tails first).
-                del slot_of[block_hash]
-                prev, following = prev_sibling[slot], next_sibling[slot]
-                if prev == NO_SLOT:
-                    first_child[parent_slot] = following
-                else:
-                    next_sibling[prev] = following
-                if following != NO_SLOT:
-                    prev_sibling[following] = prev
-                if slot_flags & HITTABLE:
-                    self.hittable_count -= 1
-                flags[slot] = 0
-                if self._raw:
-                    self._raw.pop(block_hash, None)
-                free.append(slot)
-            else:
-                self._drop_block(block_hash, slot, parent_slot)
+    # The ingest hot path, compiled (collector/_table_core.pyx) and bound as methods (no Python
+    # frame between): `store_chain(hashes, parent, token_ids, block_size, ts, lora_name=None,
+    # extra_keys=None, raw_hashes=None, raw_parent=None)` applies one `BlockStored` (block i's
+    # parent is block i-1, block 0's is `parent`); `remove(hashes)` one `BlockRemoved` (one copy
+    # of each hash is gone). The common cases run in C on the columns' buffers; the rare ones
+    # call back into the methods below.
+    store_chain = _table_core.store_chain
+    remove = _table_core.remove
 
     # --- the tree -----------------------------------------------------------------------------
     def _adopt(self, block_hash: int, slot: int) -> None:
@@ -543,22 +402,8 @@ class BlockTable:
             if not roots:
                 del self._roots[key]
 
-    def _link(self, parent_slot: int, child: int) -> None:
-        head = self._first_child[parent_slot]
-        self._next_sibling[child] = head
-        self._prev_sibling[child] = NO_SLOT
-        if head != NO_SLOT:
-            self._prev_sibling[head] = child
-        self._first_child[parent_slot] = child
-
-    def _unlink(self, parent_slot: int, child: int) -> None:
-        prev, following = self._prev_sibling[child], self._next_sibling[child]
-        if prev == NO_SLOT:
-            self._first_child[parent_slot] = following
-        else:
-            self._next_sibling[prev] = following
-        if following != NO_SLOT:
-            self._prev_sibling[following] = prev
+    _link = _table_core.link
+    _unlink = _table_core.unlink
 
     def _mark_subtree(self, top: int, hittable: bool) -> None:
         """Set `hittable` on `top` and every descendant whose flag differs (they all do)."""

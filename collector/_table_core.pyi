@@ -1,6 +1,6 @@
 from array import array
-from collections.abc import Iterable, Iterator
-from typing import TypeVar, overload
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar, overload
 
 _T = TypeVar("_T")
 
@@ -23,3 +23,19 @@ class SlotMap:
     def items(self) -> Iterator[tuple[int, int]]: ...
     def to_arrays(self) -> tuple[array[int], array[int]]: ...
     def nbytes(self) -> int: ...
+
+def store_chain(
+    table: Any,
+    hashes: list[int],
+    parent: int | None,
+    token_ids: Sequence[int],
+    block_size: int,
+    ts: float,
+    lora_name: str | None = None,
+    extra_keys: list[Any] | None = None,
+    raw_hashes: list[bytes] | None = None,
+    raw_parent: bytes | None = None,
+) -> None: ...
+def remove(table: Any, block_hashes: list[int]) -> None: ...
+def link(table: Any, parent_slot: int, child: int) -> None: ...
+def unlink(table: Any, parent_slot: int, child: int) -> None: ...

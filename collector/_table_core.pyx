@@ -1,0 +1,476 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The compiled core of `BlockTable` (collector/block_table.py): its slot map and its two writes.
+
+`SlotMap` maps 64-bit block hashes to table slots in two flat C arrays. A Python
+`dict[int, int]` costs about 100 bytes an entry once its int objects are counted; a million
+cached blocks made it the largest part of a map. Here an entry is a uint64 key and an int32
+value in an open-addressed table (linear probing, deletion by backward shift, so there are no
+tombstones): about 12 bytes over a load of 0.375 to 0.75. It offers the part of dict's
+interface `BlockTable` uses.
+
+`store_chain` and `remove` are the ingest hot path: every BlockStored and BlockRemoved. They
+work on the table's `array` columns through their buffers and do the common cases (a new block
+under a cached parent; dropping a leaf) in C; the rare ones (orphans rejoining, dropping an
+inner block, LoRA and extra keys, bytes hashes) call back into `BlockTable`'s Python methods.
+"""
+
+import array
+
+from cpython cimport array as carray
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy, memset
+
+cdef int32_t EMPTY = -1
+cdef size_t MIN_CAPACITY = 8
+
+
+cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
+    # murmur3's finaliser: tests and bytes-derived hashes are not uniformly spread.
+    x ^= x >> 33
+    x *= <uint64_t>0xFF51AFD7ED558CCDULL
+    x ^= x >> 33
+    x *= <uint64_t>0xC4CEB9FE1A85EC53ULL
+    x ^= x >> 33
+    return x
+
+
+def _as_uint64(values):
+    return values if isinstance(values, array.array) and values.typecode == "Q" else array.array("Q", values)
+
+
+def _as_int32(values):
+    return values if isinstance(values, array.array) and values.typecode == "i" else array.array("i", values)
+
+
+cdef class SlotMap:
+    cdef uint64_t* _keys
+    cdef int32_t* _vals
+    cdef size_t _mask
+    cdef Py_ssize_t _size
+    cdef size_t _changes
+    """Bumped whenever an entry is added or removed: iterators check it, as dict's do."""
+
+    def __cinit__(self, Py_ssize_t capacity=0):
+        cdef size_t cap = MIN_CAPACITY
+        while cap * 3 < <size_t>capacity * 4:
+            cap <<= 1
+        self._allocate(cap)
+
+    def __dealloc__(self):
+        PyMem_Free(self._keys)
+        PyMem_Free(self._vals)
+
+    cdef int _allocate(self, size_t cap) except -1:
+        keys = <uint64_t*>PyMem_Malloc(cap * sizeof(uint64_t))
+        vals = <int32_t*>PyMem_Malloc(cap * sizeof(int32_t))
+        if keys == NULL or vals == NULL:
+            PyMem_Free(keys)
+            PyMem_Free(vals)
+            raise MemoryError()
+        memset(vals, 0xFF, cap * sizeof(int32_t))  # every value EMPTY
+        self._keys, self._vals, self._mask, self._size = keys, vals, cap - 1, 0
+        return 0
+
+    @classmethod
+    def from_arrays(cls, hashes, slots):
+        """A map of `hashes[i] -> slots[i]` (the columns a checkpoint keeps)."""
+        cdef const uint64_t[:] keys = _as_uint64(hashes)
+        cdef const int32_t[:] values = _as_int32(slots)
+        if keys.shape[0] != values.shape[0]:
+            raise ValueError("as many hashes as slots, please")
+        cdef SlotMap made = cls(keys.shape[0])
+        cdef Py_ssize_t i
+        for i in range(keys.shape[0]):
+            made._put(keys[i], values[i])
+        return made
+
+    def to_arrays(self):
+        """(hashes, slots) as `array("Q")` and `array("i")`, in one order: a checkpoint's columns."""
+        cdef Py_ssize_t n = self._size, k = 0
+        cdef size_t i
+        keys = array.array("Q", bytes(n * sizeof(uint64_t)))
+        values = array.array("i", bytes(n * sizeof(int32_t)))
+        cdef uint64_t[:] key_view = keys
+        cdef int32_t[:] value_view = values
+        for i in range(self._mask + 1):
+            if self._vals[i] != EMPTY:
+                key_view[k] = self._keys[i]
+                value_view[k] = self._vals[i]
+                k += 1
+        return keys, values
+
+    # --- the table ----------------------------------------------------------------------------
+    cdef inline Py_ssize_t _find(self, uint64_t key) noexcept:
+        cdef size_t i = _mix(key) & self._mask
+        while self._vals[i] != EMPTY:
+            if self._keys[i] == key:
+                return <Py_ssize_t>i
+            i = (i + 1) & self._mask
+        return -1
+
+    cdef int _put(self, uint64_t key, int32_t value) except -1:
+        if value < 0:
+            raise ValueError("slots are non-negative")
+        cdef size_t i = _mix(key) & self._mask
+        while self._vals[i] != EMPTY:
+            if self._keys[i] == key:
+                self._vals[i] = value
+                return 0
+            i = (i + 1) & self._mask
+        self._keys[i] = key
+        self._vals[i] = value
+        self._size += 1
+        self._changes += 1
+        if <size_t>self._size * 4 > (self._mask + 1) * 3:
+            self._resize((self._mask + 1) * 2)
+        return 0
+
+    cdef int _resize(self, size_t cap) except -1:
+        cdef uint64_t* old_keys = self._keys
+        cdef int32_t* old_vals = self._vals
+        cdef size_t old_cap = self._mask + 1, i, j
+        self._allocate(cap)
+        for i in range(old_cap):
+            if old_vals[i] != EMPTY:
+                j = _mix(old_keys[i]) & self._mask
+                while self._vals[j] != EMPTY:
+                    j = (j + 1) & self._mask
+                self._keys[j] = old_keys[i]
+                self._vals[j] = old_vals[i]
+                self._size += 1
+        PyMem_Free(old_keys)
+        PyMem_Free(old_vals)
+        return 0
+
+    cdef void _remove_at(self, size_t i) noexcept:
+        # Backward shift: pull later entries of the probe run into the hole, so that every
+        # entry stays reachable from its home without tombstones.
+        cdef size_t j = i, home
+        while True:
+            j = (j + 1) & self._mask
+            if self._vals[j] == EMPTY:
+                break
+            home = _mix(self._keys[j]) & self._mask
+            if (i <= j and i < home <= j) or (i > j and (home > i or home <= j)):
+                continue  # j's home lies after the hole: it stays
+            self._keys[i] = self._keys[j]
+            self._vals[i] = self._vals[j]
+            i = j
+        self._vals[i] = EMPTY
+        self._size -= 1
+        self._changes += 1
+
+    cdef int _delete_at(self, size_t i) except -1:
+        self._remove_at(i)
+        if self._mask + 1 > MIN_CAPACITY and <size_t>self._size * 8 < self._mask + 1:
+            self._resize((self._mask + 1) // 2)  # give memory back after a clear-like drain
+        return 0
+
+    # --- dict's interface ---------------------------------------------------------------------
+    cdef Py_ssize_t _index_of(self, key) noexcept:
+        """Where `key` is, or -1: also for what no uint64 can be (negative, too big, not int)."""
+        try:
+            return self._find(<uint64_t>key)
+        except (OverflowError, TypeError):
+            return -1
+
+    def get(self, key, default=None):
+        cdef Py_ssize_t i = self._index_of(key)
+        return default if i < 0 else self._vals[i]
+
+    def __getitem__(self, key):
+        cdef Py_ssize_t i = self._index_of(key)
+        if i < 0:
+            raise KeyError(key)
+        return self._vals[i]
+
+    def __setitem__(self, key, value):
+        self._put(key, value)
+
+    def __delitem__(self, key):
+        cdef Py_ssize_t i = self._index_of(key)
+        if i < 0:
+            raise KeyError(key)
+        self._delete_at(i)
+
+    def __contains__(self, key):
+        return self._index_of(key) >= 0
+
+    def __len__(self):
+        return self._size
+
+    def __iter__(self):
+        return self.keys()
+
+    def keys(self):
+        return self._walk(0)
+
+    def values(self):
+        return self._walk(1)
+
+    def items(self):
+        return self._walk(2)
+
+    def _walk(self, int what):
+        cdef size_t i, changes = self._changes
+        for i in range(self._mask + 1):
+            # Re-read through self each step: a change may have moved the arrays.
+            if changes != self._changes:
+                raise RuntimeError("SlotMap changed size during iteration")
+            if self._vals[i] != EMPTY:
+                if what == 0:
+                    yield self._keys[i]
+                elif what == 1:
+                    yield self._vals[i]
+                else:
+                    yield self._keys[i], self._vals[i]
+
+    def nbytes(self):
+        """Bytes held by the two arrays."""
+        return (self._mask + 1) * (sizeof(uint64_t) + sizeof(int32_t))
+
+
+# --- BlockTable's hot writes ------------------------------------------------------------------
+# These mirror block_table.py's constants and columns; tests/test_prefix_map.py checks the
+# table against a reference model through them.
+cdef int32_t NO_SLOT = -1
+cdef uint8_t HITTABLE = 1
+cdef uint8_t HAS_PARENT = 2
+cdef uint8_t HAS_TOKENS = 4
+
+
+cdef class _Columns:
+    """Raw pointers into a table's columns; taken again whenever Python code may have grown them."""
+
+    cdef uint16_t* count
+    cdef uint64_t* parent
+    cdef int32_t* first_child
+    cdef int32_t* next_sibling
+    cdef int32_t* prev_sibling
+    cdef uint8_t* flags
+    cdef uint32_t* first_ms
+    cdef uint32_t* last_ms
+    cdef uint32_t* tokens
+    cdef Py_ssize_t slots
+
+    cdef void take(self, table):
+        self.slots = len(table._count)
+        self.count = <uint16_t*>_buffer(table._count)
+        self.parent = <uint64_t*>_buffer(table._parent)
+        self.first_child = <int32_t*>_buffer(table._first_child)
+        self.next_sibling = <int32_t*>_buffer(table._next_sibling)
+        self.prev_sibling = <int32_t*>_buffer(table._prev_sibling)
+        self.flags = <uint8_t*>_buffer(table._flags)
+        self.first_ms = <uint32_t*>_buffer(table._first_ms)
+        self.last_ms = <uint32_t*>_buffer(table._last_ms)
+        self.tokens = <uint32_t*>_buffer(table._tokens)
+
+    cdef inline void link(self, int32_t parent_slot, int32_t child) noexcept:
+        """Make `child` the first of `parent_slot`'s children."""
+        cdef int32_t head = self.first_child[parent_slot]
+        self.next_sibling[child] = head
+        self.prev_sibling[child] = NO_SLOT
+        if head != NO_SLOT:
+            self.prev_sibling[head] = child
+        self.first_child[parent_slot] = child
+
+    cdef inline void unlink(self, int32_t parent_slot, int32_t child) noexcept:
+        cdef int32_t prev = self.prev_sibling[child], following = self.next_sibling[child]
+        if prev == NO_SLOT:
+            self.first_child[parent_slot] = following
+        else:
+            self.next_sibling[prev] = following
+        if following != NO_SLOT:
+            self.prev_sibling[following] = prev
+
+
+cdef inline void* _buffer(carray.array column) noexcept:
+    return column.data.as_voidptr
+
+
+def link(table, int32_t parent_slot, int32_t child):
+    """`BlockTable._link`: make `child` the first of `parent_slot`'s children."""
+    cdef _Columns c = _Columns()
+    c.take(table)
+    c.link(parent_slot, child)
+
+
+def unlink(table, int32_t parent_slot, int32_t child):
+    """`BlockTable._unlink`: take `child` out of `parent_slot`'s children."""
+    cdef _Columns c = _Columns()
+    c.take(table)
+    c.unlink(parent_slot, child)
+
+
+def store_chain(
+    table,
+    list hashes,
+    parent,
+    token_ids,
+    Py_ssize_t block_size,
+    double ts,
+    lora_name=None,
+    extra_keys=None,
+    raw_hashes=None,
+    raw_parent=None,
+):
+    """`BlockTable.store_chain`: apply one `BlockStored` (block i's parent is block i-1)."""
+    cdef Py_ssize_t n = len(hashes), i, bs
+    cdef uint32_t ms = table._ms_value if ts == table._ms_ts else table._ms(ts)
+    if table.block_size == 0 and block_size > 0:
+        table._set_block_size(block_size)
+    tokens = None
+    if block_size and len(token_ids) == n * block_size:
+        try:
+            tokens = token_ids if isinstance(token_ids, array.array) and token_ids.typecode == "I" \
+                else array.array("I", token_ids)
+        except (OverflowError, TypeError):
+            tokens = None
+    cdef bint same_size = tokens is not None and block_size == table.block_size
+    cdef uint8_t has_tokens = HAS_TOKENS if same_size else 0
+    cdef uint32_t* chunk_tokens = NULL
+    cdef carray.array tokens_array
+    if tokens is not None:
+        tokens_array = tokens
+        chunk_tokens = tokens_array.data.as_uints
+    bs = table.block_size
+    cdef SlotMap slot_of = table._slot_of
+    cdef _Columns c = _Columns()
+    c.take(table)
+    cdef list free = table._free
+    cdef dict waiting = table._waiting
+    cdef bint has_parent = parent is not None
+    cdef uint64_t parent_hash = parent if has_parent else 0
+    cdef int32_t parent_slot = NO_SLOT
+    cdef Py_ssize_t found
+    if has_parent:
+        found = slot_of._find(parent_hash)
+        if found >= 0:
+            parent_slot = slot_of._vals[found]
+    cdef Py_ssize_t hittable_added = 0, orphans_added = 0
+    cdef int32_t slot
+    cdef uint64_t block_hash
+    cdef uint8_t hittable
+    cdef bint extras = lora_name is not None or extra_keys is not None
+    for i in range(n):
+        block_hash = hashes[i]
+        found = slot_of._find(block_hash)
+        if found >= 0:
+            # Another physical copy of a cached hash.
+            slot = slot_of._vals[found]
+            c.count[slot] += 1
+            c.last_ms[slot] = ms
+            has_parent, parent_hash, parent_slot = True, block_hash, slot
+            continue
+        if free:
+            slot = free.pop()
+        else:
+            slot = table._high
+            if slot == c.slots:
+                table._grow()
+                c.take(table)
+            table._high = slot + 1
+        slot_of._put(block_hash, slot)
+        c.count[slot] = 1
+        c.first_ms[slot] = c.last_ms[slot] = ms
+        c.first_child[slot] = NO_SLOT
+        if parent_slot != NO_SLOT:
+            # Under a cached parent: the common case.
+            c.parent[slot] = parent_hash
+            hittable = c.flags[parent_slot] & HITTABLE
+            c.flags[slot] = HAS_PARENT | hittable | has_tokens
+            hittable_added += hittable
+            c.link(parent_slot, slot)
+        elif not has_parent:
+            c.parent[slot] = 0
+            c.flags[slot] = HITTABLE | has_tokens
+            hittable_added += 1
+            c.next_sibling[slot] = c.prev_sibling[slot] = NO_SLOT
+        else:
+            c.parent[slot] = parent_hash
+            c.flags[slot] = HAS_PARENT | has_tokens
+            c.next_sibling[slot] = c.prev_sibling[slot] = NO_SLOT
+            waiting.setdefault(parent_hash, []).append(slot)
+            orphans_added += 1
+        if chunk_tokens != NULL:
+            if same_size:
+                memcpy(&c.tokens[slot * bs], &chunk_tokens[i * block_size], block_size * 4)
+            else:
+                table._odd_tokens[slot] = tuple(tokens[i * block_size : (i + 1) * block_size])
+            if not has_parent:
+                table._roots.setdefault(
+                    (<char*>&chunk_tokens[i * block_size])[: block_size * 4], []
+                ).append(slot)
+        if extras:
+            extra = extra_keys[i] if extra_keys and i < len(extra_keys) else None
+            if lora_name is not None or extra is not None:
+                table._set_extras(slot, lora_name, extra)
+        if raw_hashes is not None:
+            table._raw[hashes[i]] = raw_hashes[i]
+            if i == 0 and raw_parent is not None:
+                table._raw_parent[slot] = raw_parent
+        if waiting and hashes[i] in waiting:
+            # Earlier orphans named this block as parent: Python rejoins them (rare).
+            table.hittable_count += hittable_added
+            table.orphan_count += orphans_added
+            hittable_added = orphans_added = 0
+            table._adopt(hashes[i], slot)
+        has_parent, parent_hash, parent_slot = True, block_hash, slot
+    table.copies += n
+    table.hittable_count += hittable_added
+    table.orphan_count += orphans_added
+
+
+def remove(table, list block_hashes):
+    """`BlockTable.remove`: apply one `BlockRemoved` (one copy of each hash is gone)."""
+    cdef SlotMap slot_of = table._slot_of
+    cdef _Columns c = _Columns()
+    c.take(table)
+    cdef list free = table._free
+    cdef Py_ssize_t unknown = 0, copies_gone = 0, hittable_gone = 0, found, parent_found
+    cdef int32_t slot, parent_slot
+    cdef uint16_t left
+    cdef uint8_t slot_flags
+    cdef uint64_t block_hash
+    for key in block_hashes:
+        block_hash = key
+        found = slot_of._find(block_hash)
+        if found < 0:
+            unknown += 1
+            continue
+        slot = slot_of._vals[found]
+        copies_gone += 1
+        left = c.count[slot] - 1
+        if left:
+            c.count[slot] = left
+            continue
+        slot_flags = c.flags[slot]
+        parent_slot = NO_SLOT
+        if slot_flags & HAS_PARENT:
+            parent_found = slot_of._find(c.parent[slot])
+            if parent_found >= 0:
+                parent_slot = slot_of._vals[parent_found]
+        if (
+            parent_slot != NO_SLOT
+            and parent_slot != slot
+            and c.first_child[slot] == NO_SLOT
+            and not slot_flags & ~(HAS_PARENT | HITTABLE | HAS_TOKENS)
+        ):
+            # A leaf under a cached parent: the common case (vLLM evicts tails first).
+            slot_of._delete_at(found)
+            c.unlink(parent_slot, slot)
+            if slot_flags & HITTABLE:
+                hittable_gone += 1
+            c.flags[slot] = 0
+            if table._raw:
+                table._raw.pop(key, None)
+            free.append(slot)
+        else:
+            # An inner block, a root or an orphan: Python relinks what hangs from it (rare).
+            table.hittable_count -= hittable_gone
+            hittable_gone = 0
+            table._drop_block(key, slot, parent_slot)
+    table.unknown_removals += unknown
+    table.copies -= copies_gone
+    table.hittable_count -= hittable_gone
