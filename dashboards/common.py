@@ -12,6 +12,7 @@ from kvscope.dashboards.model import (
     query_variable,
     sql_annotation,
 )
+from kvscope.storage.reset_links import linked_request_sql
 
 FLEET_UID = "kvscope-fleet"
 RESET_EXPLORER_UID = "kvscope-reset-explorer"
@@ -55,7 +56,7 @@ SQL_REPLICAS = "s.replica IN ($replica)"
 
 LINK_WINDOW_S = ApiSettings().link_window_s
 """A clear within this long after a successful request through kvscope is that request's
-reset: the API's own rule (`GET /resets`), repeated in SQL below."""
+reset: the API's own setting (`GET /resets` links by it), read here, not repeated."""
 
 
 def prometheus_variable() -> Json:
@@ -75,16 +76,9 @@ def replica_variable() -> Json:
 
 
 def linked_request(reset: str = "r", stream: str = "s") -> str:
-    """A LATERAL subquery: the successful request through kvscope this reset followed, if any."""
-    return f"""
-    LEFT JOIN LATERAL (
-      SELECT q.mode, q.outcome, q.requested_by
-      FROM reset_requests q
-      WHERE q.replica = {stream}.replica AND q.outcome = 'success'
-        AND q.requested_at <= {reset}.ts AND {reset}.ts <= q.requested_at + {LINK_WINDOW_S:g}
-      ORDER BY q.requested_at DESC
-      LIMIT 1
-    ) q ON true"""
+    """A join of `reset_requests q`: the successful request through kvscope this reset followed,
+    if any, by the API's own rule (`storage/reset_links.py`)."""
+    return linked_request_sql(LINK_WINDOW_S, reset, stream)
 
 
 def reset_text(reset: str = "r", stream: str = "s") -> str:

@@ -33,13 +33,13 @@ from kvscope.dashboards.model import (
     trend,
 )
 
-RESET_CHOICES = """
+RESET_CHOICES = f"""
     SELECT r.id AS __value,
            format('#%s %s/%s %s UTC, %s%s', r.id, s.replica, s.rank,
                   to_char(to_timestamp(r.ts) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),
-                  r.reason, COALESCE(', ' || r.mode, '')) AS __text
+                  r.reason, COALESCE(', ' || COALESCE(r.mode, q.mode), '')) AS __text
     FROM resets r
-    JOIN streams s ON s.id = r.stream_id
+    JOIN streams s ON s.id = r.stream_id{linked_request()}
     ORDER BY r.ts DESC
     LIMIT 1000
 """

@@ -20,11 +20,13 @@ import matplotlib.pyplot as plt
 import typer
 from matplotlib.figure import Figure
 from rich.console import Console
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, Row, func, select
 
+from kvscope.api.context import ApiSettings
 from kvscope.options import fail
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
+from kvscope.storage.reset_links import linked_modes, resets_query
 from kvscope.storage.scrape import HitRatePoint, hit_rate_series
 
 BEFORE_S = 30.0
@@ -76,26 +78,28 @@ def max_reset_id(engine: Engine) -> int:
         return int(conn.execute(select(func.max(schema.resets.c.id))).scalar() or 0)
 
 
-def load_resets(engine: Engine, ids: list[int]) -> list[ResetData]:
-    """Each reset with its recovery, rollups and scraped engine figures around it."""
-    r, s, rr, ro = schema.resets, schema.streams, schema.reset_recovery, schema.rollups
-    columns = [c for c in r.c if c.name != "before"]
+def load_resets(
+    engine: Engine, ids: list[int], window: float = ApiSettings().link_window_s
+) -> list[ResetData]:
+    """Each reset with its recovery, rollups and scraped engine figures around it; its mode is
+    the one GET /resets gives (the store keeps none: it is the linked request's)."""
+    r, rr, ro = schema.resets, schema.reset_recovery, schema.rollups
     out = []
     with engine.connect() as conn:
+        rows: list[Row[Any]] = []
         for reset_id in ids:
-            row = conn.execute(
-                select(*columns, s.c.replica, s.c.rank)
-                .join(s, s.c.id == r.c.stream_id)
-                .where(r.c.id == reset_id)
-            ).first()
+            row = conn.execute(resets_query().where(r.c.id == reset_id)).first()
             if row is None:
                 raise KeyError(reset_id)
+            rows.append(row)
+        modes = linked_modes(conn, rows, window)
+        for row in rows:
             data = ResetData(
-                row.id, row.replica, row.rank, row.seq, row.ts, row.reason, row.mode,
+                row.id, row.replica, row.rank, row.seq, row.ts, row.reason, modes[row.id],
                 row.before_blocks, row.before_hittable, row.t50_s, row.t90_s,
             )  # fmt: skip
             data.points = list(
-                conn.execute(select(rr).where(rr.c.reset_id == reset_id).order_by(rr.c.offset_s))
+                conn.execute(select(rr).where(rr.c.reset_id == row.id).order_by(rr.c.offset_s))
             )
             # Up to where the recovery was followed (the next reset ends it).
             end = min(row.ts + AFTER_S, row.recovery_until_ts or row.ts + AFTER_S)

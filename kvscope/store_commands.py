@@ -16,6 +16,7 @@ from rich.table import Table
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
+from kvscope.api.context import ApiSettings
 from kvscope.collector.dump import map_lines
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
@@ -28,6 +29,7 @@ from kvscope.storage.history import (
     rebuild,
     stream_id,
 )
+from kvscope.storage.reset_links import linked_modes, resets_query
 from kvscope.storage.retention import DAY, Pruner, Retention, prune
 from kvscope.storage.scrape import MetricsScraper
 from kvscope.storage.shards import ShardConflict, claim_streams
@@ -179,7 +181,7 @@ def resets(
     """List the stored resets with their before and recovery."""
     engine = open_store(store)
     r, s, rr = schema.resets, schema.streams, schema.reset_recovery
-    query = select(r, s.c.replica, s.c.rank).join(s, s.c.id == r.c.stream_id).order_by(r.c.ts)
+    query = resets_query().order_by(r.c.ts)
     if replica is not None:
         query = query.where(s.c.replica == replica)
     table = Table(title="resets (blocks / hittable)")
@@ -199,6 +201,8 @@ def resets(
         table.add_column(column)
     with engine.connect() as conn:
         rows = conn.execute(query).all()
+        # The store keeps no mode with a clear: it is the linked request's, as GET /resets says.
+        modes = linked_modes(conn, rows, ApiSettings().link_window_s)
         points: dict[int, dict[float, Any]] = {}
         for p in conn.execute(select(rr)):
             points.setdefault(p.reset_id, {})[p.offset_s] = p
@@ -216,7 +220,7 @@ def resets(
                 datetime.fromtimestamp(row.ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S"),
                 f"{row.replica}/dp{row.rank}",
                 row.reason,
-                row.mode or "-",
+                modes[row.id] or "-",
                 f"{row.before_blocks} / {row.before_hittable}",
                 at(row.id, 1.0),
                 at(row.id, 10.0),

@@ -337,8 +337,10 @@ def _link_store(
     path: Path,
     clears: list[tuple[int, float, float]],
     requests: list[tuple[float, str, str]],
+    restarts: frozenset[int] = frozenset(),
 ) -> Engine:
-    """A store of replica "lab": clears (seq, engine ts, recv_ts), requests (at, mode, outcome)."""
+    """A store of replica "lab": clears (seq, engine ts, recv_ts), requests (at, mode, outcome);
+    the clears whose seq is in `restarts` are engine restarts."""
     from sqlalchemy import insert
 
     from kvscope.storage import schema
@@ -349,12 +351,16 @@ def _link_store(
             insert(schema.streams).values(replica="lab", rank=0)
         ).inserted_primary_key
         common = {
-            "stream_id": sid[0], "epoch": 0, "reason": "all_blocks_cleared", "degraded": False,
-            "before_blocks": 5, "before_hittable": 5, "before_orphans": 0, "before_tokens": 80,
-            "before": b"",
+            "stream_id": sid[0], "epoch": 0, "degraded": False, "before_blocks": 5,
+            "before_hittable": 5, "before_orphans": 0, "before_tokens": 80, "before": b"",
         }  # fmt: skip
         for seq, ts, recv_ts in clears:
-            conn.execute(insert(schema.resets).values(seq=seq, ts=ts, recv_ts=recv_ts, **common))
+            reason = "restart" if seq in restarts else "all_blocks_cleared"
+            conn.execute(
+                insert(schema.resets).values(
+                    seq=seq, ts=ts, recv_ts=recv_ts, reason=reason, **common
+                )
+            )
         for at, mode, outcome in requests:
             conn.execute(
                 insert(schema.reset_requests).values(
@@ -398,3 +404,26 @@ def test_the_demos_links_are_the_apis(tmp_path: Path) -> None:
             api.setdefault(reset["request"]["id"], []).append(reset["id"])
     # The refused request made no clear; the last clear came long after any request.
     assert links == api == {2: [1], 3: [2]}
+
+
+def test_a_restart_soon_after_a_request_is_not_its_reset(tmp_path: Path) -> None:
+    """Only an AllBlocksCleared is what a reset request made; a restart empties the cache too,
+    but of its own accord."""
+    from fastapi.testclient import TestClient
+
+    from kvscope.storage.reset_links import clears_by_request
+
+    now = time.time()
+    engine = _link_store(
+        tmp_path,
+        [(4, 4, now + 1), (1, 5, now + 2)],
+        [(now, "keep", "success"), (now + 1.5, "preempt", "success")],
+        restarts=frozenset({1}),
+    )
+    with engine.connect() as conn:
+        links = clears_by_request(conn, ApiSettings().link_window_s)
+    assert links == {1: [1]}  # the restart (reset 2) follows request 2 closely, yet is no link
+    client = TestClient(create_app(ApiData(engine=engine)))
+    by_reason = {reset["reason"]: reset for reset in client.get("/resets").json()}
+    assert by_reason["restart"]["request"] is None and by_reason["restart"]["mode"] is None
+    assert by_reason["all_blocks_cleared"]["request"]["id"] == 1

@@ -55,13 +55,14 @@ from kvscope.collector.endpoints import replica_streams
 from kvscope.collector.metrics import NAMES
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.dashboards.cli import dashboards_app
-from kvscope.dashboards.common import VLLM_METRICS
+from kvscope.dashboards.common import LINK_WINDOW_S, VLLM_METRICS, linked_request
 from kvscope.dashboards.generate import JSON_DIR, PROVISIONING_FILE, build_all, rendered
 from kvscope.dashboards.model import Json
 from kvscope.dashboards.push import push
 from kvscope.demo import _bundled
 from kvscope.storage import schema, scrape
 from kvscope.storage.engine import open_store
+from kvscope.storage.reset_links import clears_by_request
 from kvscope.storage.writer import StoreSettings, StoreWriter
 from tests.conftest import PG_ADMIN_URL, collector_time
 
@@ -333,6 +334,71 @@ def test_links_name_real_variables_and_dashboards() -> None:
             assert name in variables[uid.group(1)], url
         for name in re.findall(r"\$\{(\w+)(?::\w+)?\}", url):
             assert name in set().union(*variables.values()), url
+
+
+# --- which request a reset followed: the API's rule, in SQL ------------------------------------
+def test_the_dashboards_link_resets_to_requests_as_the_api_does(store_url: str) -> None:
+    """The dashboards' join (`linked_request`) picks, for every clear, the request that
+    `storage/reset_links.py` (GET /resets, the demo, the report) picks, here where the engine's
+    clock (`ts`) and the collector's (`recv_ts`) disagree, as a lab's simulated clock does."""
+    t, window = 1_800_000_000.0, LINK_WINDOW_S
+    engine = open_store(store_url)
+    with engine.begin() as conn:
+        lab, other = (
+            conn.execute(insert(schema.streams).values(replica=n, rank=0)).inserted_primary_key[0]
+            for n in ("lab", "other")
+        )
+        for replica, at, outcome in [
+            ("lab", t, "success"),  # 1
+            ("lab", t + 1000, "success"),  # 2
+            ("lab", t + 1000, "success"),  # 3: at the same instant as 2, recorded after it
+            ("lab", t + 1005, "refused"),  # 4: made no clear
+            ("lab", t + 3000, "success"),  # 5
+            ("other", t + 5000, "success"),  # 6
+        ]:
+            conn.execute(
+                insert(schema.reset_requests).values(
+                    replica=replica, requested_at=at, requested_by="t", mode="keep",
+                    external=False, outcome=outcome, http_status=200, detail="",
+                )
+            )  # fmt: skip
+        for stream, seq, ts, recv_ts, reason in [
+            (lab, 1, t + 1, t + window + 400, "all_blocks_cleared"),  # arrived too late
+            (lab, 2, t + 9999, t + 1010, "all_blocks_cleared"),  # engine clock far ahead
+            (lab, 3, t + 1000 + window, None, "all_blocks_cleared"),  # by ts, at the window's end
+            (lab, 4, t + 3001, t + 3002, "restart"),  # not what a request made
+            (lab, 5, t + 3010, t + 2999, "all_blocks_cleared"),  # arrived before request 5
+            (other, 6, t + 5001, t + 5001, "all_blocks_cleared"),
+            (lab, 7, t + 5001, t + 5001, "all_blocks_cleared"),  # request 6 is other's
+        ]:
+            conn.execute(
+                insert(schema.resets).values(
+                    stream_id=stream, epoch=0, seq=seq, ts=ts, recv_ts=recv_ts, reason=reason,
+                    degraded=False, before_blocks=1, before_hittable=1, before_orphans=0,
+                    before_tokens=16, before=b"",
+                )
+            )  # fmt: skip
+    with engine.connect() as conn:
+        join = f"FROM resets r JOIN streams s ON s.id = r.stream_id{linked_request()}"
+        query = f"SELECT r.id, q.id {join}"
+        dashboards = {c: q for c, q in conn.execute(text(query))}
+        api = {c: q for q, cs in clears_by_request(conn, window).items() for c in cs}
+    engine.dispose()
+    expected = {1: None, 2: 3, 3: 3, 4: None, 5: None, 6: 6, 7: None}
+    assert dashboards == {c: api.get(c) for c in dashboards} == expected
+
+
+def test_the_dashboards_read_requests_only_through_the_link() -> None:
+    """No panel repeats the rule in its own words: a query reads `reset_requests` through
+    `linked_request`, or lists the requests themselves (the requests annotation)."""
+    link = " ".join(linked_request().split())
+    for query in SQL_QUERIES:
+        words = " ".join(query.text.split())
+        if (
+            "reset_requests" in words
+            and "FROM reset_requests q WHERE $__unixEpochFilter" not in words
+        ):
+            assert link in words, query.id
 
 
 # --- Grafana's interpolation, as far as these dashboards use it ---------------------------------

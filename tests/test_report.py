@@ -16,6 +16,7 @@ from kvscope.demo import _bundled
 from kvscope.record import record_streams
 from kvscope.report import build_figure, load_resets, reset_ids
 from kvscope.storage.engine import open_store
+from tests.test_dashboards import insert_requests
 
 CAPTURE = _bundled("lab_3rps_180s.msgpack.gz")
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -60,6 +61,32 @@ def test_report_charts_blocks_and_prefixes_back_per_reset(tmp_path: Path) -> Non
     assert by_range.exit_code == 0 and "2 resets" in by_range.output
     missing = CliRunner().invoke(app, ["report", "--store", store, "--reset", "99", "--out", "x"])
     assert missing.exit_code == 2
+
+
+def test_report_labels_each_reset_with_the_mode_of_its_request(tmp_path: Path) -> None:
+    """The store keeps no mode with a clear: it is the mode of the request through kvscope the
+    clear followed (`storage/reset_links.py`, as GET /resets links them)."""
+    store = _store(tmp_path)
+    engine = open_store(store)
+    insert_requests(engine)
+    ids = reset_ids(engine, "lab", 0, 1e11)
+    resets = load_resets(engine, ids)
+    assert [d.mode for d in resets] == ["preempt", "keep"]  # vLLM refused the default one
+    fig = build_figure(resets)
+    labels = {line.get_label() for line in fig.axes[0].get_lines()}
+    plt.close(fig)
+    assert {f"#{ids[0]} lab preempt stored", f"#{ids[1]} lab keep stored"} <= labels
+    out = tmp_path / "report"
+    result = CliRunner().invoke(
+        app, ["report", "--store", store, "--reset", ",".join(map(str, ids)), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    page = (out / "report.html").read_text()
+    assert "<td>preempt</td>" in page and "<td>keep</td>" in page
+    listed = CliRunner().invoke(app, ["resets", "--store", store], env={"COLUMNS": "200"})
+    assert listed.exit_code == 0, listed.output
+    assert [line.split("│")[5].strip() for line in listed.output.splitlines()
+            if "all_blocks_cleared" in line] == ["preempt", "keep"]  # fmt: skip
 
 
 def test_record_then_replay_gives_the_same_stream(tmp_path: Path) -> None:
