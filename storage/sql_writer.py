@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
+from itertools import chain
 from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
@@ -23,14 +25,30 @@ from kvscope.storage.rows import (
     Row,
 )
 
+LOG_COLUMNS = ("stream_id", "epoch", "seq", "ts", "recv_ts", "payload")
+LOG_ROWS_PER_STATEMENT = 1000
+"""Batch-log rows per INSERT. The drivers let go of the GIL for each statement they execute,
+and taking it back while the ingest thread runs waits out its switch interval: with one row
+per statement (executemany) the writer starved until ingest paused."""
 
-def _log_insert(conn: Connection) -> str:
-    columns = ("stream_id", "epoch", "seq", "ts", "recv_ts", "payload")
-    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"  # sqlite3; psycopg
+
+@lru_cache(maxsize=16)
+def _log_insert(paramstyle: str, rows: int) -> str:
+    mark = "?" if paramstyle == "qmark" else "%s"  # sqlite3; psycopg
+    row = f"({', '.join([mark] * len(LOG_COLUMNS))})"
     return (
-        f"INSERT INTO {schema.batches.name} ({', '.join(columns)}) "
-        f"VALUES ({', '.join([mark] * len(columns))})"
+        f"INSERT INTO {schema.batches.name} ({', '.join(LOG_COLUMNS)}) "
+        f"VALUES {', '.join([row] * rows)}"
     )
+
+
+def _insert_log(conn: Connection, rows: list[tuple[int, int, int, float, float, bytes]]) -> None:
+    """The log's rows as multi-row INSERTs of plain tuples (SQLAlchemy's per-row parameter
+    handling would hold the GIL too)."""
+    for start in range(0, len(rows), LOG_ROWS_PER_STATEMENT):
+        chunk = rows[start : start + LOG_ROWS_PER_STATEMENT]
+        sql = _log_insert(conn.dialect.paramstyle, len(chunk))
+        conn.exec_driver_sql(sql, tuple(chain.from_iterable(chunk)))
 
 
 class RowWriter:
@@ -104,9 +122,7 @@ class RowWriter:
         for row in ordered:
             self._write_one(conn, row)
         if log:
-            # Most of what is written: handed to the driver's executemany as tuples, because
-            # SQLAlchemy's per-row parameter handling holds the GIL the ingest thread needs.
-            conn.exec_driver_sql(_log_insert(conn), log)
+            _insert_log(conn, log)
         if RollupRow in groups:
             self._upsert_rollups(conn, groups[RollupRow])
 
