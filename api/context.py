@@ -19,7 +19,9 @@ class ApiSettings:
     reset_timeout_s: float = 10.0
     max_body_bytes: int = 8 * 1024 * 1024
     link_window_s: float = 120.0
-    """A reset asked for through kvscope is linked to the first clear within this long."""
+    """How long before a clear arrives a successful reset request may be and still be its cause
+    (storage/reset_links.py: the latest such request is linked). Dashboards and reports use it
+    too."""
 
 
 @dataclass

@@ -42,7 +42,7 @@ from kvscope.serve import api_settings
 from kvscope.signals import stop_on_signals
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
-from kvscope.storage.reset_links import clears_by_request, linked_mode, load_requests
+from kvscope.storage.reset_links import clears_by_request, load_requests
 from kvscope.storage.scrape import MetricsScraper
 from kvscope.storage.writer import StoreWriter
 
@@ -268,14 +268,11 @@ def _finish(
 ) -> None:
     engine = open_store(store)
     ids = [i for n in NAMES for i in reset_ids(engine, n, 0, 1e11) if i > base_id]
-    resets = load_resets(engine, ids)
+    resets = load_resets(engine, ids, window)  # each with the mode of its linked request
     # The links the API gives (GET /resets): the same rule over the same rows.
     with engine.connect() as conn:
         clears = clears_by_request(conn, window, base_id)
         requests = {int(q.id): q for qs in load_requests(conn).values() for q in qs}
-    request_of = {c: requests[i] for i, ids in clears.items() for c in ids}
-    for d in resets:
-        d.mode = linked_mode(d.mode, request_of.get(d.id))
     console.print(reset_table(asked, requests, clears, {d.id: d for d in resets}, window))
     linked = sorted((d for d in resets if d.mode is not None), key=lambda d: d.id)
     png, page = write_report(linked or resets, out)
