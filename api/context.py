@@ -32,6 +32,8 @@ class ApiContext:
     reset_counter: Counter
 
 
-def context(request: Request) -> ApiContext:
+async def context(request: Request) -> ApiContext:
+    # async: FastAPI runs a plain-def dependency in its threadpool, a hop to a worker thread
+    # and back (two GIL hand-offs) on every request for one attribute read.
     ctx: ApiContext = request.app.state.kvscope
     return ctx

@@ -65,34 +65,88 @@ class ApiData:
         """Rebuilt maps are immutable once built (reads only): keep the last few."""
         self._cache_lock = threading.Lock()
         self._stored_streams: tuple[float, set[StreamId]] | None = None
+        self._reading_streams = threading.Lock()
+        self._sorted_streams: (
+            tuple[int, tuple[float, set[StreamId]] | None, list[StreamId]] | None
+        ) = None
 
     # --- which streams ------------------------------------------------------------------------
     def streams(self) -> list[StreamId]:
         """The live streams and those the store knows (that list is re-read every few s)."""
-        found: set[StreamId] = set()
-        if self.collector is not None:
-            found.update(self.collector.ingests)
-        if self.engine is not None:
-            now = self.clock()
-            if self._stored_streams is None or now - self._stored_streams[0] > STREAMS_TTL_S:
-                with self.engine.connect() as conn:
-                    rows = conn.execute(select(schema.streams.c.replica, schema.streams.c.rank))
-                    self._stored_streams = (now, {StreamId(r.replica, r.rank) for r in rows})
-            found.update(self._stored_streams[1])
-        return sorted(found, key=lambda s: (s.replica, s.rank))
+        # One caller re-reads the store's list; the others go on with the one it replaces (a
+        # few seconds old) instead of all reading it at once, except before the first read.
+        if (
+            self.engine is not None
+            and self._stored_streams_due()
+            and self._reading_streams.acquire(blocking=self._stored_streams is None)
+        ):
+            try:
+                if self._stored_streams_due():
+                    with self.engine.connect() as conn:
+                        rows = conn.execute(select(schema.streams.c.replica, schema.streams.c.rank))
+                        read = {StreamId(r.replica, r.rank) for r in rows}
+                    self._stored_streams = (self.clock(), read)
+            finally:
+                self._reading_streams.release()
+        return self._known_streams()
+
+    def streams_unless_due(self) -> list[StreamId] | None:
+        """`streams()` without reading the store (a route in the event loop must not wait for
+        it): None where `streams()` would read it now."""
+        due = self._stored_streams_due() and (
+            self._stored_streams is None or not self._reading_streams.locked()
+        )
+        return None if due else self._known_streams()
+
+    def _stored_streams_due(self) -> bool:
+        cached = self._stored_streams
+        return self.engine is not None and (
+            cached is None or self.clock() - cached[0] > STREAMS_TTL_S
+        )
+
+    def _known_streams(self) -> list[StreamId]:
+        # Sorted again only when either list changed, not per request (100 streams: ~60 us).
+        stored = self._stored_streams
+        live = 0 if self.collector is None else len(self.collector.ingests)
+        cached = self._sorted_streams
+        if cached is None or cached[0] != live or cached[1] is not stored:
+            found: set[StreamId] = set()
+            if self.collector is not None:
+                found.update(self.collector.ingests)
+            if stored is not None:
+                found.update(stored[1])
+            cached = self._sorted_streams = (
+                live,
+                stored,
+                sorted(found, key=lambda s: (s.replica, s.rank)),
+            )
+        return list(cached[2])
 
     def replica_streams(self, replica: str) -> list[StreamId]:
         return [s for s in self.streams() if s.replica == replica]
 
     # --- maps ---------------------------------------------------------------------------------
     @contextmanager
-    def lock(self) -> Iterator[None]:
-        """Held while a live map is read (the collector's loop writes it)."""
+    def lock(self, wait: bool = True) -> Iterator[bool]:
+        """Held while a live map is read (the collector's loop writes it); yields True.
+
+        With `wait=False` it is taken only if it is free now, and yields whether it was: an
+        async route must not stall its event loop (every request) while ingest holds it.
+        """
         if self.collector is None:
-            yield
+            yield True
+        elif self.collector.lock.acquire(blocking=wait):
+            try:
+                yield True
+            finally:
+                self.collector.lock.release()
         else:
-            with self.collector.lock:
-                yield
+            yield False
+
+    def live_map(self, stream: StreamId) -> PrefixMap | None:
+        """The collector's map of `stream`, if it follows it; call with `lock()` held."""
+        ingest = None if self.collector is None else self.collector.ingests.get(stream)
+        return None if ingest is None else ingest.map
 
     def map_now(self, stream: StreamId) -> MapView:
         """Call with `lock()` held."""

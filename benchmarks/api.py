@@ -2,12 +2,15 @@
 
     python benchmarks/api.py [--replicas 100] [--rate 500] [--seconds 10]
 
-A real uvicorn on loopback serves `create_app` over a collector of `--replicas` streams (their
-maps built from the bundled recording of vLLM's real scheduler, each replica under its own
-name) and a SQLite store; a thread keeps feeding batches into the maps while requests arrive
-open-loop at `--rate` per second. Printed, each beside the baseline of the same run (GET
-/healthz, the server's floor): p50 and p99 latency of POST /lookup (target p99 <= 10 ms),
-GET /replicas/{replica} and GET /resets/{id}. The last line is one JSON object.
+A real uvicorn on loopback, started as `kvscope serve` starts it, serves `create_app` over a
+collector of `--replicas` streams (their maps built from the bundled recording of vLLM's real
+scheduler, each replica under its own name and at its own point of the recording) and a SQLite
+store; a thread keeps feeding batches into the maps (each replica at the recording's pace, the
+fleet out of step) while requests arrive open-loop at `--rate` per second from another process.
+Lookups vary: each replica's longest cached prompt plus a new turn, in turn. Printed, each
+beside the baseline of the same run (GET /healthz, the server's floor): p50 and p99 latency of
+POST /lookup (target p99 <= 10 ms), GET /replicas/{replica} and GET /resets/{id}. The last line
+is one JSON object.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import random
 import statistics
 import tempfile
 import threading
@@ -24,41 +28,45 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import httpx
-import uvicorn
 
 from kvscope.api.app import create_app
 from kvscope.api.context import ApiSettings
 from kvscope.api.data import ApiData
+from kvscope.collector.block_table import BlockTable
 from kvscope.collector.capture import CaptureRecord, read_capture
 from kvscope.collector.endpoints import replica_streams
 from kvscope.collector.subscriber import Collector
 from kvscope.demo import _bundled
+from kvscope.serve import api_server
 from kvscope.storage.engine import open_store
 from kvscope.storage.writer import StoreSettings, StoreWriter
 
 
-def build(replicas: int, store: str) -> tuple[Collector, StoreWriter, list[CaptureRecord]]:
+def build(replicas: int, store: str) -> tuple[Collector, StoreWriter, list[list[CaptureRecord]]]:
+    """The collector and, per replica, the records it has yet to receive."""
     records = list(read_capture(_bundled("lab_3rps_180s.msgpack.gz")))
     streams = [s for i in range(replicas) for s in replica_streams(f"r{i}", "tcp://127.0.0.1:9")]
     writer = StoreWriter(open_store(store), StoreSettings(queue_rows=10_000_000))
     # The collector is never started: its maps are fed directly, through the same ingest code.
     collector = Collector(streams, listeners=[writer], observers=[writer.after_batch],
                           pre_apply=[writer.before_batch])  # fmt: skip
-    warm = len(records) * 2 // 3
-    for ingest in collector.ingests.values():
+    # Each replica at its own point of the recording (a third to two thirds in), as a fleet's
+    # replicas are: in lockstep, all of them would checkpoint in the same millisecond.
+    third, rests = len(records) // 3, []
+    for i, ingest in enumerate(collector.ingests.values()):
+        warm = third + third * i // replicas
         for r in records[:warm]:
             ingest.live_frames(r.frames, r.recv_ts)
-    return collector, writer, records[warm:]
+        rests.append(records[warm:])
+    return collector, writer, rests
 
 
 BATCHES_PER_S = 12.0
 """Per replica: the recording's pace (vLLM's scheduler at 3 req/s publishes ~12 batches/s)."""
 
 
-def longest_cached_prompt(collector: Collector) -> list[int]:
-    """The tokens of the longest cached chain of one replica: a prompt that hits everywhere."""
-    ingest = next(iter(collector.ingests.values()))
-    table = ingest.map.tables[next(iter(ingest.map.tables))]
+def longest_cached_prompt(table: BlockTable) -> list[int]:
+    """The tokens of the table's longest cached chain: a prompt that hits all the way."""
     tree = max((t for t in table.subtrees() if not t.orphan), key=lambda t: max(t.leaf_depths))
     chain, block = [], table.parent_of(tree.deepest_leaf)
     chain.append(tree.deepest_leaf)
@@ -68,44 +76,71 @@ def longest_cached_prompt(collector: Collector) -> list[int]:
     return [t for b in reversed(chain) for t in table.entry(b).token_ids or ()]
 
 
-def feed(collector: Collector, rest: list[CaptureRecord], stop: threading.Event) -> int:
+def prompts(collector: Collector, count: int) -> list[list[int]]:
+    """Lookups that vary as a router's do: the longest cached prompt of each of `count`
+    replicas, each followed by a new turn of 1 to 40 tokens (up to two blocks that hit
+    nowhere). Each hits deep on some replicas and shallow or not at all on others."""
+    rng = random.Random(4)
+    found = []
+    for ingest in list(collector.ingests.values())[:count]:
+        tables = [t for t in ingest.map.tables.values() if t.hittable_count]
+        if tables:
+            turn = [rng.randrange(32_000) for _ in range(rng.randrange(1, 41))]
+            found.append(longest_cached_prompt(tables[0]) + turn)
+    return found
+
+
+PHASES = 12
+"""Replicas publish out of step: each batch period, the fleet's batches arrive in this many
+waves (as the collector's poll loop finds a few sockets ready at a time), not all at once."""
+
+
+def feed(collector: Collector, rests: list[list[CaptureRecord]], stop: threading.Event) -> int:
     """Ingest while the API is loaded: every replica at the recording's pace, so the collector
     works as it would for a fleet this size."""
     applied = 0
-    ingests = list(collector.ingests.values())
+    fleet = list(zip(collector.ingests.values(), rests, strict=True))
+    waves = [fleet[phase::PHASES] for phase in range(PHASES)]
     start = time.monotonic()
-    for i, r in enumerate(rest):
-        while (wait := start + i / BATCHES_PER_S - time.monotonic()) > 0:
-            if stop.wait(min(wait, 0.05)):
-                return applied
-        for ingest in ingests:
-            if stop.is_set():
-                return applied
-            with collector.lock:
-                ingest.live_frames(r.frames, r.recv_ts)
-            applied += 1
+    for i in range(max(len(rest) for rest in rests)):
+        for phase, wave in enumerate(waves):
+            due = start + (i + phase / PHASES) / BATCHES_PER_S
+            while (wait := due - time.monotonic()) > 0:
+                if stop.wait(min(wait, 0.05)):
+                    return applied
+            for ingest, rest in wave:
+                if i < len(rest):
+                    with collector.lock:
+                        ingest.live_frames(rest[i].frames, rest[i].recv_ts)
+                    applied += 1
     return applied
 
 
 async def load(
-    port: int, method: str, path: str, body: object, rate: float, seconds: float
+    port: int, method: str, path: str, bodies: list[object], rate: float, seconds: float
 ) -> list[float]:
-    """Open-loop: a request every 1/rate s whatever the answers; latencies in ms.
+    """Open-loop: a request every 1/rate s whatever the answers, each body in turn; latencies in
+    ms.
 
     A bare HTTP/1.1 client over asyncio streams (a pool of keep-alive connections): a Python
     HTTP library would spend more CPU than the server it measures on a small machine.
     """
-    payload = b"" if body is None else json.dumps(body).encode()
-    request = (
-        f"{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(payload)}\r\n\r\n"
-    ).encode() + payload
+    requests = []
+    for body in bodies:
+        payload = b"" if body is None else json.dumps(body).encode()
+        requests.append(
+            (
+                f"{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+                f"content-type: application/json\r\ncontent-length: {len(payload)}\r\n\r\n"
+            ).encode()
+            + payload
+        )
     idle: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Queue()
     for _ in range(64):
         idle.put_nowait(await asyncio.open_connection("127.0.0.1", port))
     latencies: list[float] = []
 
-    async def one(due: float) -> None:
+    async def one(due: float, request: bytes) -> None:
         reader, writer = await idle.get()
         writer.write(request)
         await writer.drain()
@@ -129,15 +164,15 @@ async def load(
         due = start + i / rate
         if (delay := due - time.perf_counter()) > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(due)))
+        tasks.append(asyncio.create_task(one(due, requests[i % len(requests)])))
     await asyncio.gather(*tasks)
     return latencies
 
 
 def run_load(
-    port: int, method: str, path: str, body: object, rate: float, seconds: float
+    port: int, method: str, path: str, bodies: list[object], rate: float, seconds: float
 ) -> list[float]:
-    return asyncio.run(load(port, method, path, body, rate, seconds))
+    return asyncio.run(load(port, method, path, bodies, rate, seconds))
 
 
 def pcts(latencies: list[float]) -> tuple[float, float]:
@@ -154,38 +189,35 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        collector, writer, rest = build(args.replicas, f"sqlite:///{Path(tmp) / 'b.sqlite'}")
+        collector, writer, rests = build(args.replicas, f"sqlite:///{Path(tmp) / 'b.sqlite'}")
         writer.flush(120)
         app = create_app(ApiData(collector, writer.engine, writer), ApiSettings())
-        server = uvicorn.Server(
-            uvicorn.Config(
-                app, port=args.port, log_level="warning", access_log=False,
-                http="httptools", loop="uvloop",
-            )
-        )  # fmt: skip
+        server = api_server(app, "127.0.0.1", args.port)  # as `kvscope serve` runs it
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         while not server.started:
             time.sleep(0.01)
         url = f"http://127.0.0.1:{args.port}"
-        tokens = longest_cached_prompt(collector)
+        lookups: list[object] = [{"token_ids": p} for p in prompts(collector, 16)]
         reset_id = httpx.get(url + "/resets").json()[0]["id"]
 
         stop = threading.Event()
         fed: list[int] = []
-        feeder = threading.Thread(target=lambda: fed.append(feed(collector, rest, stop)))
+        feeder = threading.Thread(target=lambda: fed.append(feed(collector, rests, stop)))
         feeder.start()
         results = {}
-        for name, method, path, body, rate in (
-            ("healthz (baseline)", "GET", "/healthz", None, args.rate),
-            ("POST /lookup", "POST", "/lookup", {"token_ids": tokens}, args.rate),
-            ("GET /replicas/{replica}", "GET", "/replicas/r7", None, args.rate / 5),
-            ("GET /resets/{id}", "GET", f"/resets/{reset_id}", None, args.rate / 5),
+        for name, method, path, bodies, rate in (
+            ("healthz (baseline)", "GET", "/healthz", [None], args.rate),
+            ("POST /lookup", "POST", "/lookup", lookups, args.rate),
+            ("GET /replicas/{replica}", "GET", "/replicas/r7", [None], args.rate / 5),
+            ("GET /resets/{id}", "GET", f"/resets/{reset_id}", [None], args.rate / 5),
         ):
+            # One request first, not measured: a route's first call builds what it caches.
+            httpx.request(method, url + path, json=bodies[0], timeout=30).raise_for_status()
             # The load comes from another process: it must not share the server's GIL.
             with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
                 latencies = pool.submit(
-                    run_load, args.port, method, path, body, rate, args.seconds
+                    run_load, args.port, method, path, bodies, rate, args.seconds
                 ).result()
             results[name] = pcts(latencies)
             p50, p99 = results[name]

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kvscope.collector import _table_core
+from kvscope.collector import _lookup, _table_core
 from kvscope.collector._table_core import SlotMap
 from kvscope.collector.types import TableKey
 
@@ -35,20 +35,23 @@ _MS_MAX = (1 << 32) - 1
 
 
 class TokenQuery:
-    """A lookup's tokens, cut into blocks once and shared by every table it is run against."""
+    """A lookup's tokens, shared by every table it is run against (`longest_prefix` reads them in
+    place, a block at a time)."""
 
     def __init__(self, token_ids: Iterable[int]) -> None:
-        self.tokens = token_ids if isinstance(token_ids, array) else array("I", token_ids)
-        self._chunks: dict[int, list[array[int]]] = {}
+        self.tokens = (
+            token_ids
+            if isinstance(token_ids, array) and token_ids.typecode == "I"
+            else array("I", token_ids)
+        )
+        self._first: dict[int, bytes] = {}
 
-    def chunks(self, block_size: int) -> list[array[int]]:
-        chunks = self._chunks.get(block_size)
-        if chunks is None:
-            t, n = self.tokens, len(self.tokens) // block_size
-            chunks = self._chunks[block_size] = [
-                t[i * block_size : (i + 1) * block_size] for i in range(n)
-            ]
-        return chunks
+    def first_block(self, block_size: int) -> bytes:
+        """The first block's tokens as `_roots` keys them (computed once per block size)."""
+        first = self._first.get(block_size)
+        if first is None:
+            first = self._first[block_size] = self.tokens[:block_size].tobytes()
+        return first
 
 
 GROW_MIN = 4096
@@ -269,47 +272,11 @@ class BlockTable:
         return tuple(self._tokens[slot * bs : (slot + 1) * bs])
 
     # --- lookup by tokens ---------------------------------------------------------------------
-    def longest_prefix(self, query: TokenQuery, lora_name: str | None = None) -> int:
-        """How many leading full blocks of the query are cached here, chained from block 0.
-
-        Matches block contents along the chain instead of recomputing vLLM's hash: the first
-        block among the roots, each next block among the children of the previous one.
-        """
-        bs = self.block_size
-        chunks = query.chunks(bs) if bs else []
-        if not chunks:
-            return 0
-        tokens, flags, extras = self._tokens, self._flags, self._extras
-        first_child, next_sibling = self._first_child, self._next_sibling
-        plain = lora_name is None and not extras  # no LoRA or extra keys anywhere: skip checks
-
-        def fits(slot: int, want: array[int]) -> bool:
-            f = flags[slot]
-            return bool(
-                f & HAS_TOKENS
-                and tokens[slot * bs : (slot + 1) * bs] == want
-                and (
-                    plain
-                    or (not f & FOREIGN_EXTRA and extras.get(slot, (None, None))[0] == lora_name)
-                )
-            )
-
-        want = chunks[0]
-        found = next((s for s in self._roots.get(want.tobytes(), ()) if fits(s, want)), NO_SLOT)
-        matched = 0
-        while found != NO_SLOT:
-            matched += 1
-            if matched == len(chunks):
-                break
-            want = chunks[matched]
-            child = first_child[found]
-            found = NO_SLOT
-            while child != NO_SLOT:
-                if fits(child, want):
-                    found = child
-                    break
-                child = next_sibling[child]
-        return matched
+    # How many leading full blocks of a `TokenQuery` are cached here, chained from block 0:
+    # block contents are matched along the chain (vLLM's hash is not recomputed), the first block
+    # among the roots, each next one among the children of the one before. Compiled
+    # (collector/_lookup.pyx): the API runs it on every table of every replica per request.
+    longest_prefix = _lookup.longest_prefix
 
     def subtrees(self) -> Iterator[Subtree]:
         """Each tree of cached blocks, from a head whose parent is not cached (a root, or an

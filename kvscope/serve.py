@@ -3,6 +3,7 @@ over a store that other collectors write)."""
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Annotated
 
@@ -44,15 +45,27 @@ def api_settings(config: Config, token: str | None) -> ApiSettings:
     return ApiSettings(api_token=token, replica_urls=urls)
 
 
+def api_server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
+    """uvicorn as `kvscope serve` and `kvscope api` run it (benchmarks/api.py measures it).
+
+    What start-up allocated (imports, the collector, the app) lives as long as the process:
+    `gc.freeze` keeps the cyclic GC off it. Each full collection walked it all, holding the GIL
+    ~90 ms (once every several seconds under load) while every request in flight waited.
+    """
+    gc.collect()
+    gc.freeze()
+    return uvicorn.Server(
+        uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    )
+
+
 def run_uvicorn(app: FastAPI, host: str, port: int) -> None:
     """Serve until SIGTERM or SIGINT.
 
     uvicorn shuts down gracefully on either, then re-raises the signal with the handlers it
     found in place: ours, so the process still goes on to flush the store and exit 0.
     """
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
-    )
+    server = api_server(app, host, port)
     with stop_on_signals():
         server.run()
 

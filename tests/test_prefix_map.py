@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvscope.collector.block_table import BlockTable
+from kvscope.collector.block_table import BlockTable, TokenQuery
 from kvscope.collector.prefix_map import ClearedMap, ClearReason, PrefixMap
 from kvscope.collector.types import (
     AllCleared,
@@ -110,15 +111,21 @@ events = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.lists(st.lists(events, min_size=1, max_size=6), max_size=30))
-def test_map_agrees_with_the_reference_model(batches: list[list[KVEvent]]) -> None:
+def applied(batches: list[list[KVEvent]], ref: Reference) -> Iterator[PrefixMap]:
+    """The map after each batch, with `ref` given the same events."""
     prefix_map = PrefixMap(StreamId("r", 0))
-    ref = Reference()
     for seq, batch_events in enumerate(batches):
         prefix_map.apply(Batch(seq, 1000.0 + seq, 0, batch_events))
         for event in batch_events:
             ref.apply(event)
+        yield prefix_map
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(events, min_size=1, max_size=6), max_size=30))
+def test_map_agrees_with_the_reference_model(batches: list[list[KVEvent]]) -> None:
+    ref = Reference()
+    for prefix_map in applied(batches, ref):
         check_against(prefix_map, ref)
 
 
@@ -189,3 +196,104 @@ def test_longest_prefix_matches_block_contents_along_the_chain() -> None:
     prefix_map.apply(Batch(1, 2.0, 0, [lora]))
     by_table = {m.table: m.blocks for m in prefix_map.longest_prefix(tokens_of(1), "adapter")}
     assert by_table[GPU1] == 1 and by_table[GPU0] == 0
+
+
+@dataclass
+class LookupReference(Reference):
+    """Also which cached hashes were stored without tokens: no lookup can match those."""
+
+    bare: dict[TableKey, set[int]] = field(default_factory=dict)
+
+    def apply(self, event: KVEvent) -> None:
+        if isinstance(event, AllCleared):
+            self.bare.clear()
+        elif isinstance(event, BlocksStored):
+            table, bare = self.tables.get(event.table, {}), self.bare.setdefault(event.table, set())
+            for h in event.hashes:
+                if h not in table:
+                    (bare.add if not event.token_ids else bare.discard)(h)
+        super().apply(event)
+
+    def prefix(self, key: TableKey, query: list[int]) -> int:
+        """Blocks of `query` (hashes, tokens_of each) cached as one chain from a root."""
+        table, bare, parent = self.tables.get(key, {}), self.bare.get(key, set()), None
+        for depth, h in enumerate(query):
+            if h not in table or table[h][1] != parent or h in bare:
+                return depth
+            parent = h
+        return len(query)
+
+
+def chains(table: dict[int, list[int | None]]) -> list[list[int]]:
+    """Every cached block's chain from its root, where it has one: queries that hit deep."""
+    found = []
+    for h in table:
+        chain, node, seen = [], h, set()
+        while node is not None and node in table and node not in seen:
+            seen.add(node)
+            chain.append(node)
+            node = table[node][1]  # type: ignore[assignment]
+        if node is None:
+            found.append(chain[::-1])
+    return found
+
+
+def bare(hashes: list[int], parent: int | None, table: TableKey) -> BlocksStored:
+    """Stored without tokens: its slot may still hold an earlier block's tokens."""
+    return BlocksStored(list(hashes), parent, [], BS, table)
+
+
+# Many blocks under few parents: long sibling lists, as after a shared system prompt. Few
+# hashes: slots are freed and reused often.
+few = st.integers(min_value=0, max_value=5)
+few_parents = st.sampled_from([None, 0, 1, 2])
+fan_out = st.one_of(
+    st.builds(stored, st.lists(few, min_size=1, max_size=3), few_parents, st.just(GPU0)),
+    st.builds(bare, st.lists(few, min_size=1, max_size=2), few_parents, st.just(GPU0)),
+    st.builds(BlocksRemoved, st.lists(few, min_size=1, max_size=3), st.just(GPU0)),
+)
+# A child dropped and its slot taken at once by a block stored without tokens.
+reuse = st.builds(
+    lambda h, g, p: [stored([h], p), BlocksRemoved([h], GPU0), bare([g], p, GPU0)],
+    few,
+    few,
+    few_parents,
+)
+
+
+def check_lookups(prefix_map: PrefixMap, ref: LookupReference, queries: list[list[int]]) -> None:
+    for query in queries:
+        # A partial last block is never matched: vLLM caches full blocks only.
+        tokens = [t for h in query for t in tokens_of(h)] + [7] * (len(query) % BS)
+        got = {m.table: (m.blocks, m.tokens) for m in prefix_map.longest_prefix(tokens)}
+        want = {key: ref.prefix(key, query) for key in prefix_map.tables}
+        assert got == {key: (n, n * BS) for key, n in want.items()}, query
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.lists(st.one_of(fan_out, events), min_size=1, max_size=6), reuse), max_size=25
+    ),
+    st.lists(st.lists(hashes, max_size=6), max_size=4),
+    st.lists(hashes, min_size=1, max_size=2),
+)
+def test_longest_prefix_agrees_with_the_reference_model(
+    batches: list[list[KVEvent]], queries: list[list[int]], tail: list[int]
+) -> None:
+    ref = LookupReference()
+    for prefix_map in applied(batches, ref):
+        # Each cached chain, longer, and with each block in place of its last one: siblings,
+        # blocks stored elsewhere, blocks stored without tokens over a slot that held others.
+        cached = [c for t in ref.tables.values() for c in chains(t)]
+        others = [c[:-1] + [h] for c in cached for h in range(6)]
+        check_lookups(prefix_map, ref, queries + [c + tail for c in cached] + others)
+
+
+def test_a_block_stored_without_tokens_never_matches_what_its_slot_held_before() -> None:
+    table = BlockTable(GPU0, 0.0)
+    table.store_chain([5], None, tokens_of(5), BS, 1.0)
+    table.store_chain([6], 5, tokens_of(6), BS, 1.0)
+    table.remove([6])
+    table.store_chain([7], 5, [], BS, 2.0)  # reuses 6's slot, whose tokens are still there
+    assert table.longest_prefix(TokenQuery(tokens_of(5) + tokens_of(6))) == 1
