@@ -1,7 +1,7 @@
 """Builds the compiled part of kvscope; everything else is declared in pyproject.toml.
 
-collector/_table_core.pyx is the block table's hash map and hot writes, collector/_lookup.pyx
-its lookup by tokens (Cython). Installing kvscope therefore needs a C compiler and the Python
+collector/_table_core.pyx is the block table's hash map, hot writes and lookup by tokens
+(Cython). Installing kvscope therefore needs a C compiler and the Python
 headers, as any package with an extension built from source does.
 """
 
@@ -10,10 +10,7 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=cythonize(
-        [
-            Extension("kvscope.collector._table_core", ["collector/_table_core.pyx"]),
-            Extension("kvscope.collector._lookup", ["collector/_lookup.pyx"]),
-        ],
+        [Extension("kvscope.collector._table_core", ["collector/_table_core.pyx"])],
         compiler_directives={"language_level": "3"},
     )
 )

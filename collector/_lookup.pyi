@@ -1,3 +1,0 @@
-from kvscope.collector.block_table import BlockTable, TokenQuery
-
-def longest_prefix(table: BlockTable, query: TokenQuery, lora_name: str | None = None) -> int: ...
