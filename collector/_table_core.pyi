@@ -2,6 +2,8 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar, overload
 
+from kvscope.collector.types import TableKey
+
 _T = TypeVar("_T")
 
 class SlotMap:
@@ -24,19 +26,54 @@ class SlotMap:
     def to_arrays(self) -> tuple[array[int], array[int]]: ...
     def nbytes(self) -> int: ...
 
-def store_chain(
-    table: Any,
-    hashes: list[int],
-    parent: int | None,
-    token_ids: Sequence[int],
-    block_size: int,
-    ts: float,
-    lora_name: str | None = None,
-    extra_keys: list[Any] | None = None,
-    raw_hashes: list[bytes] | None = None,
-    raw_parent: bytes | None = None,
-) -> None: ...
-def remove(table: Any, block_hashes: list[int]) -> None: ...
-def link(table: Any, parent_slot: int, child: int) -> None: ...
-def unlink(table: Any, parent_slot: int, child: int) -> None: ...
-def longest_prefix(table: Any, query: Any, lora_name: str | None = None) -> int: ...
+class TableCore:
+    key: TableKey
+    base_ts: float
+    block_size: int
+    hittable_count: int
+    orphan_count: int
+    copies: int
+    unknown_removals: int
+    _slot_of: SlotMap
+    _count: array[int]
+    _parent: array[int]
+    _first_child: array[int]
+    _next_sibling: array[int]
+    _prev_sibling: array[int]
+    _flags: array[int]
+    _first_ms: array[int]
+    _last_ms: array[int]
+    _tokens: array[int]
+    _free: list[int]
+    _high: int
+    _waiting: dict[int, list[int]]
+    _roots: dict[bytes, dict[int, None]]
+    _odd_tokens: dict[int, tuple[int, ...]]
+    _extras: dict[int, tuple[str | None, Any]]
+    _raw: dict[int, bytes]
+    _raw_parent: dict[int, bytes]
+    def __init__(self, key: TableKey, base_ts: float) -> None: ...
+    def store_chain(
+        self,
+        hashes: list[int],
+        parent: int | None,
+        token_ids: Sequence[int],
+        block_size: int,
+        ts: float,
+        lora_name: str | None = None,
+        extra_keys: list[Any] | None = None,
+        raw_hashes: list[bytes] | None = None,
+        raw_parent: bytes | None = None,
+    ) -> None: ...
+    def remove(self, block_hashes: list[int]) -> None: ...
+    def _forget_root(self, slot: int) -> None: ...
+    def _link(self, parent_slot: int, child: int) -> None: ...
+    def _unlink(self, parent_slot: int, child: int) -> None: ...
+    # Called back for the rare cases; BlockTable defines them.
+    def _grow(self) -> None: ...
+    def _set_block_size(self, block_size: int) -> None: ...
+    def _set_extras(self, slot: int, lora_name: str | None, extra: Any) -> None: ...
+    def _adopt(self, block_hash: int, slot: int) -> None: ...
+    def _drop_block(self, block_hash: int, slot: int, parent_slot: int) -> None: ...
+
+def longest_prefix(table: TableCore, query: Any, lora_name: str | None = None) -> int: ...

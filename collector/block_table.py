@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvscope.collector import _table_core
-from kvscope.collector._table_core import SlotMap
+from kvscope.collector._table_core import SlotMap, TableCore
 from kvscope.collector.types import TableKey
 
 NO_SLOT = -1
@@ -30,8 +30,6 @@ HAS_PARENT = 2
 HAS_TOKENS = 4
 FOREIGN_EXTRA = 8
 """Extra hash keys besides a LoRA name (multimodal, cache salt): tokens alone cannot match it."""
-
-_MS_MAX = (1 << 32) - 1
 
 
 class TokenQuery:
@@ -95,48 +93,16 @@ class TableStats:
     """Blocks whose parent is not cached (the heads of unreachable chains)."""
 
 
-class BlockTable:
-    """The cached blocks of one (medium, group) of one publisher."""
+class BlockTable(TableCore):
+    """The cached blocks of one (medium, group) of one publisher.
 
-    def __init__(self, key: TableKey, base_ts: float) -> None:
-        self.key = key
-        self.base_ts = base_ts
-        """Timestamps are kept as milliseconds since this instant."""
-        self.block_size = 0
-        """Tokens per block, learnt from the first store that carries tokens."""
-        self.hittable_count = 0
-        self.orphan_count = 0
-        self.copies = 0
-        self.unknown_removals = 0
-        self._slot_of = SlotMap()
-        self._count = array("H")
-        self._parent = array("Q")
-        self._first_child = array("i")
-        self._next_sibling = array("i")
-        self._prev_sibling = array("i")
-        self._flags = array("B")
-        self._first_ms = array("I")
-        self._last_ms = array("I")
-        self._tokens = array("I")
-        self._free: list[int] = []
-        """Slots freed by removals, reused first (last freed, first reused)."""
-        self._high = 0
-        """Slots below this have been handed out; those from it to the columns' end never."""
-        self._ms_ts: float | None = None
-        self._ms_value = 0
-        """`_ms` of `_ms_ts`: the stores of a batch share its ts."""
-        self._waiting: dict[int, list[int]] = {}
-        """Missing parent hash -> the orphan slots that name it."""
-        self._roots: dict[bytes, list[int]] = {}
-        """First-block token bytes -> root slots (parent None), for lookups by tokens."""
-        self._odd_tokens: dict[int, tuple[int, ...]] = {}
-        """Tokens of blocks whose size differs from the table's (partial or placeholder)."""
-        self._extras: dict[int, tuple[str | None, Any]] = {}
-        """slot -> (lora_name, extra_keys) for the rare blocks that have them."""
-        self._raw: dict[int, bytes] = {}
-        """hash -> the bytes it travelled as, for publishers that send bytes hashes."""
-        self._raw_parent: dict[int, bytes] = {}
-        """slot -> its parent's bytes, for chain heads of publishers that send bytes hashes."""
+    `TableCore(key, base_ts)` (collector/_table_core.pyx) holds the state as C fields and does
+    the ingest hot path: `store_chain(hashes, parent, token_ids, block_size, ts, lora_name=None,
+    extra_keys=None, raw_hashes=None, raw_parent=None)` applies one `BlockStored` (block i's
+    parent is block i-1, block 0's is `parent`); `remove(hashes)` one `BlockRemoved` (one copy
+    of each hash is gone). The common cases run in C; the rare ones call back into the methods
+    below.
+    """
 
     # --- checkpoints --------------------------------------------------------------------------
     _COLUMNS = (
@@ -166,7 +132,7 @@ class BlockTable:
             "free": array("i", self._free).tobytes(),
             "high": self._high,
             "waiting": list(self._waiting.items()),
-            "roots": list(self._roots.items()),
+            "roots": [(key, list(slots)) for key, slots in self._roots.items()],
             "odd_tokens": list(self._odd_tokens.items()),
             "extras": [(slot, lora, extra) for slot, (lora, extra) in self._extras.items()],
             "raw": list(self._raw.items()),
@@ -195,7 +161,7 @@ class BlockTable:
         # free list holds every slot never used as well: none is left above the columns' end.
         table._high = state.get("high", len(table._count))
         table._waiting = {parent: list(slots) for parent, slots in state["waiting"]}
-        table._roots = {bytes(key): list(slots) for key, slots in state["roots"]}
+        table._roots = {bytes(key): dict.fromkeys(slots) for key, slots in state["roots"]}
         table._odd_tokens = {slot: tuple(tokens) for slot, tokens in state["odd_tokens"]}
         table._extras = {slot: (lora, extra) for slot, lora, extra in state["extras"]}
         table._raw = {h: bytes(raw) for h, raw in state["raw"]}
@@ -302,16 +268,6 @@ class BlockTable:
                     child = next_sibling[child]
             yield Subtree(head_hash, bool(has_parent), blocks, leaves, deepest[1])
 
-    # --- writes -------------------------------------------------------------------------------
-    # The ingest hot path, compiled (collector/_table_core.pyx) and bound as methods (no Python
-    # frame between): `store_chain(hashes, parent, token_ids, block_size, ts, lora_name=None,
-    # extra_keys=None, raw_hashes=None, raw_parent=None)` applies one `BlockStored` (block i's
-    # parent is block i-1, block 0's is `parent`); `remove(hashes)` one `BlockRemoved` (one copy
-    # of each hash is gone). The common cases run in C on the columns' buffers; the rare ones
-    # call back into the methods below.
-    store_chain = _table_core.store_chain
-    remove = _table_core.remove
-
     # --- the tree -----------------------------------------------------------------------------
     def _adopt(self, block_hash: int, slot: int) -> None:
         """`block_hash` was the missing ancestor of earlier orphans: they rejoin the tree."""
@@ -357,20 +313,6 @@ class BlockTable:
             self._raw.pop(block_hash, None)
             self._raw_parent.pop(slot, None)
         self._free.append(slot)
-
-    def _forget_root(self, slot: int) -> None:
-        tokens = self._tokens_of(slot)
-        if tokens is None:
-            return
-        key = array("I", tokens).tobytes()
-        roots = self._roots.get(key)
-        if roots is not None and slot in roots:
-            roots.remove(slot)
-            if not roots:
-                del self._roots[key]
-
-    _link = _table_core.link
-    _unlink = _table_core.unlink
 
     def _mark_subtree(self, top: int, hittable: bool) -> None:
         """Set `hittable` on `top` and every descendant whose flag differs (they all do)."""
@@ -419,9 +361,3 @@ class BlockTable:
         )
         if foreign:
             self._flags[slot] |= FOREIGN_EXTRA
-
-    def _ms(self, ts: float) -> int:
-        ms = int((ts - self.base_ts) * 1000)
-        ms = 0 if ms < 0 else min(ms, _MS_MAX)
-        self._ms_ts, self._ms_value = ts, ms
-        return ms

@@ -1,0 +1,96 @@
+"""Receiving whole messages straight from libzmq (collector/_zmq_recv.pyx), over real sockets.
+
+The compiled receiver must hand over exactly what pyzmq's `recv_message` would, for every frame
+count, and must never wait.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import zmq
+
+from kvscope.collector import _zmq_recv, subscriber
+from kvscope.collector.subscriber import message_reader, recv_message
+
+MESSAGES = [
+    [b"", (7).to_bytes(8, "big"), b"\x93\xcb" + bytes(900)],
+    [b"only one frame"],
+    [b"kv", b"two"],
+    [b"a", b"b", b"c", b"d", b"e"],
+    [b"", b"", b""],
+    [b"big", bytes(3 * 1024 * 1024)],
+]
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]]:
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(f"tcp://127.0.0.1:{port}")
+    # Slow joiner: publish until the subscription has reached the publisher.
+    while not sub.poll(20):
+        pub.send(b"warm-up")
+    while sub.poll(50):
+        sub.recv_multipart()
+    yield pub, sub
+    pub.close(linger=0)
+    sub.close(linger=0)
+    ctx.term()
+
+
+def _arrive(sub: zmq.Socket[bytes]) -> None:
+    assert sub.poll(5000), "the message did not arrive"
+    time.sleep(0.02)  # the rest of a batch sent at once
+
+
+def test_libzmq_is_found_here() -> None:
+    # CI installs pyzmq's wheel, whose libzmq the receiver finds: the fast path is what runs.
+    assert _zmq_recv.available()
+
+
+def test_receives_every_frame_count_as_pyzmq_does(
+    pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]],
+) -> None:
+    pub, sub = pair
+    read = _zmq_recv.MessageReceiver(sub)
+    for message in MESSAGES:
+        pub.send_multipart(message)
+    _arrive(sub)
+    got = [read() for _ in MESSAGES]
+    assert got == MESSAGES
+    assert read() is None  # nothing waiting: returns at once
+
+    for message in MESSAGES:
+        pub.send_multipart(message)
+    _arrive(sub)
+    assert [recv_message(sub) for _ in MESSAGES] == got
+
+
+def test_a_closed_socket_raises_instead_of_crashing(
+    pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]],
+) -> None:
+    _pub, sub = pair
+    read = _zmq_recv.MessageReceiver(sub)
+    sub.close(linger=0)
+    with pytest.raises(zmq.ZMQError):
+        read()
+
+
+def test_pyzmq_fallback_when_libzmq_is_not_found(
+    pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pub, sub = pair
+    monkeypatch.setattr(subscriber._zmq_recv, "available", lambda: False)
+    read = message_reader(sub)
+    assert not isinstance(read, _zmq_recv.MessageReceiver)
+    assert read() is None
+    for message in MESSAGES:
+        pub.send_multipart(message)
+    _arrive(sub)
+    assert [read() for _ in MESSAGES] == MESSAGES
