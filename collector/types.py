@@ -7,6 +7,7 @@ Structs only because one is built per event on the ingest hot path, where a data
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NewType
 
 import msgspec
@@ -53,7 +54,8 @@ class BlocksStored(msgspec.Struct, gc=False):
 
     hashes: list[int]
     parent: int | None
-    token_ids: list[int]
+    token_ids: Sequence[int]
+    """A list, or an `array("I")` from the compiled decoder (what the block table keeps)."""
     block_size: int
     table: TableKey
     lora_name: str | None = None

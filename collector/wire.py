@@ -7,6 +7,9 @@ and tagged maps (`{"type": "BlockStored", ...}`, vLLM >= 0.24). A typed decoder 
 the other, so each is tried in turn (the one that worked last first). When neither typed decoder
 accepts a batch (an unknown event type, a field of the wrong type), the batch is decoded
 generically and converted event by event, so one bad event costs only itself.
+
+Before all that, `_wire_fast.decode_map_batch` (compiled) tries the common case, a vLLM >= 0.24
+map-layout batch of well-typed fields, and declines anything else to the path above.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from kvscope.collector._wire_fast import decode_map_batch
 from kvscope.collector.errors import MalformedKind, MalformedPayload
 from kvscope.collector.types import (
     HASH_MASK,
@@ -92,6 +96,7 @@ _TYPED_DECODERS: tuple[msgspec.msgpack.Decoder[Any], ...] = (
     msgspec.msgpack.Decoder(MapBatch),
     msgspec.msgpack.Decoder(ArrayBatch),
 )
+_MAP_DECODER = _TYPED_DECODERS[0]
 _GENERIC_DECODER = msgspec.msgpack.Decoder()
 
 _table_keys: dict[tuple[str, int], TableKey] = {}
@@ -356,6 +361,18 @@ class BatchDecoder:
     def decode(
         self, payload: bytes, seq: int, errors: list[MalformedPayload] | None = None
     ) -> Batch:
+        batch = decode_map_batch(payload, seq)
+        if batch is None:
+            return self._decode_slow(payload, seq, errors)
+        if self._order[0] is not _MAP_DECODER:  # the stream speaks the map layout (again)
+            self._order.remove(_MAP_DECODER)
+            self._order.insert(0, _MAP_DECODER)
+        return batch
+
+    def _decode_slow(
+        self, payload: bytes, seq: int, errors: list[MalformedPayload] | None = None
+    ) -> Batch:
+        """Every layout and every error: what the compiled fast path declines."""
         for i, decoder in enumerate(self._order):
             try:
                 wire = decoder.decode(payload)
