@@ -1,6 +1,6 @@
 """What the ingest thread hands the store's writer thread: one small object per row to write.
 
-Not frozen: frozen dataclasses are slow to build, and one is built per batch on the hot path.
+Not frozen: frozen dataclasses are slow to build.
 """
 
 from __future__ import annotations
@@ -10,15 +10,9 @@ from dataclasses import dataclass
 from kvscope.collector.types import StreamId
 from kvscope.storage.recovery import RecoveryPoint
 
-
-@dataclass(slots=True)
-class BatchRow:
-    stream: StreamId
-    epoch: int
-    seq: int
-    ts: float
-    recv_ts: float
-    payload: bytes
+LogRow = tuple[StreamId, int, int, float, float, bytes]
+"""A batch for the log: (stream, epoch, seq, ts, recv_ts, payload). A plain tuple, one per batch:
+the cheapest object to build on the ingest thread, and laid out as the log's columns."""
 
 
 @dataclass(slots=True)
@@ -91,6 +85,6 @@ class RollupRow:
     gaps: int
 
 
-Row = BatchRow | EpochRow | CheckpointRow | ResetRow | RecoveryRow | IntervalRow | RollupRow
+Row = LogRow | EpochRow | CheckpointRow | ResetRow | RecoveryRow | IntervalRow | RollupRow
 
 # Batches, rollups and checkpoints may be dropped when the queue is full; the rest never are.

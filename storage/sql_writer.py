@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from functools import lru_cache
 from itertools import chain
@@ -15,10 +16,10 @@ from kvscope.collector.snapshot import compress
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.rows import (
-    BatchRow,
     CheckpointRow,
     EpochRow,
     IntervalRow,
+    LogRow,
     RecoveryRow,
     ResetRow,
     RollupRow,
@@ -26,10 +27,11 @@ from kvscope.storage.rows import (
 )
 
 LOG_COLUMNS = ("stream_id", "epoch", "seq", "ts", "recv_ts", "payload")
-LOG_ROWS_PER_STATEMENT = 1000
-"""Batch-log rows per INSERT. The drivers let go of the GIL for each statement they execute,
-and taking it back while the ingest thread runs waits out its switch interval: with one row
-per statement (executemany) the writer starved until ingest paused."""
+LOG_ROWS_PER_STATEMENT = 5000
+"""Batch-log rows per INSERT (at most; SQLite's limit on parameters may allow fewer). The
+drivers let go of the GIL for each statement they execute, and taking it back while the ingest
+thread runs waits out its switch interval: with one row per statement (executemany) the writer
+starved until ingest paused."""
 
 
 @lru_cache(maxsize=16)
@@ -42,21 +44,37 @@ def _log_insert(paramstyle: str, rows: int) -> str:
     )
 
 
-def _insert_log(conn: Connection, rows: list[tuple[int, int, int, float, float, bytes]]) -> None:
-    """The log's rows as plain tuples (SQLAlchemy's per-row parameter handling would hold the
-    GIL too): PostgreSQL takes them by COPY, in this transaction; SQLite as multi-row INSERTs
-    (benchmarks/store.py: 1000-row INSERTs ran PostgreSQL at 0.15x the baseline, COPY 0.25x)."""
+def _insert_log(conn: Connection, rows: list[LogRow], stream_id: Callable[[StreamId], int]) -> None:
+    """The log's rows as the tuples the ingest thread made, their stream put as its id, straight
+    to the driver (SQLAlchemy's per-row parameter handling would hold the GIL too): PostgreSQL
+    takes them by COPY, in this transaction; SQLite as multi-row INSERTs (benchmarks/store.py:
+    1000-row INSERTs ran PostgreSQL at 0.15x the baseline, COPY 0.25x)."""
+    width = len(LOG_COLUMNS)
+    params: list[Any] = list(chain.from_iterable(rows))
+    streams = params[::width]
+    if streams.count(streams[0]) == len(streams):  # one stream: the usual transaction
+        params[::width] = [stream_id(streams[0])] * len(streams)
+    else:
+        params[::width] = [stream_id(s) for s in streams]  # before COPY: ids may need a query
     if conn.dialect.name == "postgresql":
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         copy_sql = f"COPY {schema.batches.name} ({', '.join(LOG_COLUMNS)}) FROM STDIN"
         with cursor.copy(copy_sql) as copy:
-            for row in rows:
-                copy.write_row(row)
+            for start in range(0, len(params), width):
+                copy.write_row(params[start : start + width])
         return
-    for start in range(0, len(rows), LOG_ROWS_PER_STATEMENT):
-        chunk = rows[start : start + LOG_ROWS_PER_STATEMENT]
-        sql = _log_insert(conn.dialect.paramstyle, len(chunk))
-        conn.exec_driver_sql(sql, tuple(chain.from_iterable(chunk)))
+    per_statement = min(LOG_ROWS_PER_STATEMENT, _max_parameters(conn) // width)
+    step = per_statement * width
+    for start in range(0, len(params), step):
+        chunk = tuple(params[start : start + step])
+        conn.exec_driver_sql(_log_insert(conn.dialect.paramstyle, len(chunk) // width), chunk)
+
+
+def _max_parameters(conn: Connection) -> int:
+    """SQLite's limit on a statement's parameters: 32766 since 3.32, 999 before."""
+    dbapi = conn.connection.dbapi_connection
+    getlimit = getattr(dbapi, "getlimit", None)  # sqlite3 on Python >= 3.11
+    return 999 if getlimit is None else int(getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
 
 
 class RowWriter:
@@ -94,20 +112,11 @@ class RowWriter:
 
     def write(self, conn: Connection, rows: list[Row]) -> None:
         groups: dict[type, list[dict[str, Any]]] = {}
-        log: list[tuple[int, int, int, float, float, bytes]] = []
+        log: list[LogRow] = []
         ordered: list[Row] = []
         for row in rows:
-            if type(row) is BatchRow:
-                log.append(
-                    (
-                        self._stream_id(conn, row.stream),
-                        row.epoch,
-                        row.seq,
-                        row.ts,
-                        row.recv_ts,
-                        row.payload,
-                    )
-                )
+            if type(row) is tuple:
+                log.append(row)
             elif type(row) is RollupRow:
                 groups.setdefault(RollupRow, []).append(
                     {
@@ -130,7 +139,7 @@ class RowWriter:
         for row in ordered:
             self._write_one(conn, row)
         if log:
-            _insert_log(conn, log)
+            _insert_log(conn, log, lambda stream: self._stream_id(conn, stream))
         if RollupRow in groups:
             self._upsert_rollups(conn, groups[RollupRow])
 

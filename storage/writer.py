@@ -1,7 +1,9 @@
 """The store's single writer: batches, checkpoints, resets, intervals, rollups, off the ingest loop.
 
-The ingest thread only builds small row objects and puts them on a bounded queue (hooks below);
-one writer thread drains the queue into batched transactions. If the store is slow or down,
+The ingest thread only builds small row objects and puts them on a bounded queue (hooks below:
+per batch a tuple for the log and a few counter updates; rollups come from the map's counters,
+checkpoints are encoded without compression); one writer thread drains the queue into batched
+transactions and compresses. If the store is slow or down,
 rows wait and are retried; if the queue overflows, dropped batches are counted and their
 interval is written to the store as `incomplete` once it has room, followed by a fresh
 checkpoint so that instants after the hole rebuild exactly again. Nothing is lost silently.
@@ -20,19 +22,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.prefix_map import ClearedMap
 from kvscope.collector.snapshot import encode_map, encode_tables
-from kvscope.collector.types import (
-    AllCleared,
-    Batch,
-    BlocksRemoved,
-    BlocksStored,
-    StreamId,
-    TableKey,
-)
-from kvscope.collector.wire import table_key
+from kvscope.collector.types import Batch, StreamId
 from kvscope.storage.recovery import DEFAULT_OFFSETS_S, RecoveryTracker
+from kvscope.storage.rollups import SecondRollup
 from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.rows import (
-    BatchRow,
     CheckpointRow,
     EpochRow,
     IntervalRow,
@@ -45,6 +39,9 @@ from kvscope.storage.sql_writer import RowWriter
 
 logger = logging.getLogger(__name__)
 
+_DROPPABLE = (tuple, RollupRow, CheckpointRow)
+"""Row types dropped when the queue is full (a tuple is a batch for the log)."""
+
 
 @dataclass(frozen=True)
 class StoreSettings:
@@ -52,7 +49,7 @@ class StoreSettings:
     """Batch, rollup and checkpoint rows that may wait for the store; past this they are
     dropped (counted; dropped batches are marked incomplete in the store). The rare rows
     (epochs, resets, recoveries, intervals) always wait: dropping them would lose what matters."""
-    rows_per_transaction: int = 2_000
+    rows_per_transaction: int = 5_000
     checkpoint_log_ratio: float = 1.0
     """Checkpoint once the log written since the last checkpoint is this many times its size
     on disk.
@@ -71,19 +68,15 @@ class StoreSettings:
 class _StreamState:
     """What the hooks remember per stream between batches (ingest thread only)."""
 
+    rollup: SecondRollup
     epoch: int | None = None
     batches_since_checkpoint: int = 0
     log_bytes_since_checkpoint: int = 0
-    last_checkpoint_bytes: int = 0
-    """Size on disk of the last checkpoint (compressed), as the writer thread reports it."""
+    checkpoint_due_bytes: float = 0.0
+    """Log bytes after which the next checkpoint is due: `checkpoint_log_ratio` times the last
+    checkpoint's size on disk (compressed), as the writer thread reports it."""
     checkpoint_seq: tuple[int, int] | None = None
     force_checkpoint: bool = False
-    second: int | None = None
-    events: dict[TableKey, list[int]] = field(default_factory=dict)
-    """Blocks stored and removed per table in the current second."""
-    clears: int = 0
-    gaps: int = 0
-    gaps_seen: int = 0
     connected_since: float | None = None
     degraded_done: int = 0
     """Intervals of the ingest's degraded_history written in their final form."""
@@ -118,36 +111,41 @@ class StoreWriter:
         self._thread.start()
 
     # --- hooks (ingest thread) ----------------------------------------------------------------
+    # Both run for every batch: each test is the cheapest that says there is nothing to do.
     def before_batch(self, ingest: StreamIngest, batch: Batch) -> None:
-        state = self._state(ingest.stream)
+        state = self._streams.get(ingest.stream) or self._state(ingest.stream)
         for _, tracker in state.recoveries:
             tracker.before_batch(ingest.map, batch.ts)
+        if int(batch.ts) != state.rollup.second:
+            for row in state.rollup.before_batch(ingest.map, batch.ts):
+                self._put(row)
 
     def after_batch(
         self, ingest: StreamIngest, batch: Batch, payload: bytes, recv_ts: float
     ) -> None:
         stream = ingest.stream
-        state = self._state(stream)
-        if state.epoch != ingest.epoch:
-            state.epoch = ingest.epoch
-            self._put_always(EpochRow(stream, ingest.epoch, recv_ts))
-        self._rollup(ingest, batch, state)
-        if not self._put(BatchRow(stream, ingest.epoch, batch.seq, batch.ts, recv_ts, payload)):
-            self._note_drop(state, ingest.epoch, batch.seq, batch.ts)
+        state = self._streams.get(stream) or self._state(stream)
+        epoch = ingest.epoch
+        if state.epoch != epoch:
+            state.epoch = epoch
+            self._put_always(EpochRow(stream, epoch, recv_ts))
+        state.rollup.after_batch(ingest, batch)
+        if not self._queue.put((stream, epoch, batch.seq, batch.ts, recv_ts, payload), True):
+            self._note_drop(state, epoch, batch.seq, batch.ts)
         elif state.dropped_from is not None:
             self._close_drop(stream, state)
-        self._track_degraded(ingest, state)
-        self._follow_recoveries(ingest, batch, state)
+        if len(ingest.degraded_history) != state.degraded_done:
+            self._track_degraded(ingest, state)
+        if state.recoveries:
+            self._follow_recoveries(ingest, batch, state)
         state.batches_since_checkpoint += 1
         state.log_bytes_since_checkpoint += len(payload)
-        due = (
-            state.force_checkpoint
-            or state.log_bytes_since_checkpoint
-            >= self.settings.checkpoint_log_ratio * state.last_checkpoint_bytes
+        if (
+            state.log_bytes_since_checkpoint >= state.checkpoint_due_bytes
             or state.batches_since_checkpoint >= self.settings.checkpoint_every_batches
-        )
-        if due and state.dropped_from is None:
-            self._checkpoint(ingest, batch, state, recv_ts)
+            or state.force_checkpoint
+        ) and state.dropped_from is None:
+            self._checkpoint(ingest, batch, state)
 
     def map_cleared(self, cleared: ClearedMap) -> None:
         state = self._state(cleared.stream)
@@ -189,6 +187,8 @@ class StoreWriter:
         """Write what is queued (and the recoveries being followed), then stop the writer."""
         now = time.time()
         for stream, state in self._streams.items():
+            for row in state.rollup.close():
+                self._put(row)
             if state.connected_since is not None:
                 self.connection_changed(stream, False, now)
             for key, tracker in state.recoveries:
@@ -222,7 +222,7 @@ class StoreWriter:
     def _state(self, stream: StreamId) -> _StreamState:
         state = self._streams.get(stream)
         if state is None:
-            state = self._streams[stream] = _StreamState()
+            state = self._streams[stream] = _StreamState(SecondRollup(stream))
         return state
 
     def _put(self, row: Row) -> bool:
@@ -260,9 +260,7 @@ class StoreWriter:
         )
         state.dropped_from = state.dropped_to = None
 
-    def _checkpoint(
-        self, ingest: StreamIngest, batch: Batch, state: _StreamState, recv_ts: float
-    ) -> None:
+    def _checkpoint(self, ingest: StreamIngest, batch: Batch, state: _StreamState) -> None:
         row = CheckpointRow(
             ingest.stream,
             ingest.epoch,
@@ -275,7 +273,8 @@ class StoreWriter:
             state.batches_since_checkpoint = 0
             state.log_bytes_since_checkpoint = 0
             # Until the writer reports the size on disk, assume zstd's usual 40 %.
-            state.last_checkpoint_bytes = len(row.snapshot) * 2 // 5
+            on_disk = len(row.snapshot) * 0.4
+            state.checkpoint_due_bytes = self.settings.checkpoint_log_ratio * on_disk
             state.checkpoint_seq = (row.epoch, row.seq)
             state.force_checkpoint = False
 
@@ -304,57 +303,6 @@ class StoreWriter:
             state.degraded_done += 1
             state.degraded_open_written = False
 
-    def _rollup(self, ingest: StreamIngest, batch: Batch, state: _StreamState) -> None:
-        second = int(batch.ts)
-        if state.second is not None and second != state.second:
-            self._flush_rollup(ingest, state)
-        state.second = second
-        per_table = state.events
-        for event in batch.events:
-            if type(event) is BlocksStored:
-                counts = per_table.get(event.table)
-                if counts is None:
-                    counts = per_table[event.table] = [0, 0]
-                counts[0] += len(event.hashes)
-            elif type(event) is BlocksRemoved:
-                counts = per_table.get(event.table)
-                if counts is None:
-                    counts = per_table[event.table] = [0, 0]
-                counts[1] += len(event.hashes)
-            elif type(event) is AllCleared:
-                state.clears += 1
-        state.gaps += ingest.counters.gaps - state.gaps_seen
-        state.gaps_seen = ingest.counters.gaps
-
-    def _flush_rollup(self, ingest: StreamIngest, state: _StreamState) -> None:
-        """The second that just ended: the map as it stood after its last batch.
-
-        Stores and removes are per table; clears and gaps belong to the stream and are
-        repeated on each of its rows (take the max over tiers, not the sum)."""
-        assert state.second is not None
-        stats = ingest.map.stats()
-        keys = set(stats) | set(state.events) or {table_key("GPU", 0)}
-        for key in keys:
-            s = stats.get(key)
-            stores, removes = state.events.get(key, (0, 0))
-            self._put(
-                RollupRow(
-                    ingest.stream,
-                    state.second,
-                    key.medium,
-                    key.group,
-                    0 if s is None else s.blocks,
-                    0 if s is None else s.hittable,
-                    0 if s is None else s.orphans,
-                    stores,
-                    removes,
-                    state.clears,
-                    state.gaps,
-                )
-            )
-        state.events = {}
-        state.clears = state.gaps = 0
-
     def _follow_recoveries(self, ingest: StreamIngest, batch: Batch, state: _StreamState) -> None:
         still = []
         for key, tracker in state.recoveries:
@@ -380,8 +328,7 @@ class StoreWriter:
     # --- the writer thread --------------------------------------------------------------------
     def _run(self) -> None:
         backoff = self.settings.retry_initial_s
-        while (taken := self._queue.take(self.settings.rows_per_transaction)) is not None:
-            rows = [row for row, _ in taken]
+        while (rows := self._queue.take(self.settings.rows_per_transaction)) is not None:
             while True:
                 started = time.perf_counter()
                 try:
@@ -402,10 +349,11 @@ class StoreWriter:
             self.stats.write_seconds_total += time.perf_counter() - started
             self.stats.rows_written += len(rows)
             self.stats.transactions += 1
-            self._queue.done(taken)
+            self._queue.done(sum(1 for row in rows if type(row) in _DROPPABLE))
             backoff = self.settings.retry_initial_s
 
     def _checkpoint_written(self, row: CheckpointRow, size_on_disk: int) -> None:
         state = self._streams.get(row.stream)
         if state is not None and state.checkpoint_seq == (row.epoch, row.seq):
-            state.last_checkpoint_bytes = size_on_disk  # one int, read by the ingest thread
+            # One float, read by the ingest thread.
+            state.checkpoint_due_bytes = self.settings.checkpoint_log_ratio * size_on_disk

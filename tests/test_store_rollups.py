@@ -1,0 +1,83 @@
+"""Per-second rollups: what each tier held at the end of each second, and what changed in it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from kvscope.collector.block_table import TableStats
+from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.types import StreamId
+from kvscope.storage import schema
+from kvscope.storage.engine import open_store
+from kvscope.storage.writer import StoreSettings, StoreWriter
+from tests.test_ingest import CLEAR, frames, payload, remove, store
+
+STREAM = StreamId("roll", 0)
+
+
+def cpu(event: dict[str, Any]) -> dict[str, Any]:
+    return {**event, "medium": "CPU"}
+
+
+# (seq, ts, events): one table, then two, a clear in the middle of a second, a gap (seq 7).
+BATCHES: list[tuple[int, float, list[dict[str, Any]]]] = [
+    (0, 10.1, [store(1, 2)]),
+    (1, 10.5, [store(3, parent=2), remove(1)]),
+    (2, 11.2, [cpu(store(100, 101)), store(4, parent=3)]),
+    (3, 11.7, [cpu(remove(100))]),
+    (4, 12.0, [store(5, parent=4), CLEAR, store(7)]),
+    (5, 12.5, [store(8, parent=7), store(9, parent=8)]),
+    (6, 12.9, [remove(9)]),
+    (8, 13.3, [store(10, parent=8)]),
+    (9, 14.0, [store(11, parent=10)]),
+]
+
+# Blocks stored and removed per (second, medium), clears and gaps per second.
+CHANGES = {
+    (10, "GPU"): (3, 1),
+    (11, "GPU"): (1, 0),
+    (11, "CPU"): (2, 1),
+    (12, "GPU"): (4, 1),
+    (13, "GPU"): (1, 0),
+    (14, "GPU"): (1, 0),
+}
+CLEARS = {12: 1}
+GAPS = {13: 1}
+
+
+def test_each_second_holds_the_map_after_its_last_batch_and_its_changes(store_url: str) -> None:
+    writer = StoreWriter(open_store(store_url), StoreSettings())
+    live = StreamIngest(
+        STREAM,
+        can_replay=False,
+        listeners=[writer],
+        observers=[writer.after_batch],
+        pre_apply=[writer.before_batch],
+    )
+    plain = StreamIngest(STREAM, can_replay=False)
+    at_end_of: dict[int, dict[str, TableStats]] = {}
+    for seq, ts, events in BATCHES:
+        body = payload(*events, ts=ts)
+        live.live_frames(frames(seq, body), ts)
+        plain.live_frames(frames(seq, body), ts)
+        at_end_of[int(ts)] = {k.medium: s for k, s in plain.map.stats().items()}
+    writer.close()
+
+    with writer.engine.connect() as conn:
+        rows = conn.execute(
+            select(schema.rollups).order_by(schema.rollups.c.second, schema.rollups.c.medium)
+        ).all()
+    # The last second too: closing the writer writes the second still open.
+    got = {(r.second, r.medium): r for r in rows}
+    expected_keys = {(s, m) for s in range(10, 15) for m in at_end_of[s]} | set(CHANGES)
+    assert set(got) == expected_keys
+    for (second, medium), row in got.items():
+        held = at_end_of[second].get(medium)
+        assert (row.stored, row.hittable, row.orphans) == (
+            (held.blocks, held.hittable, held.orphans) if held else (0, 0, 0)
+        ), (second, medium)
+        assert (row.stores, row.removes) == CHANGES.get((second, medium), (0, 0)), (second, medium)
+        assert (row.clears, row.gaps) == (CLEARS.get(second, 0), GAPS.get(second, 0))
+        assert row.grp == 0
