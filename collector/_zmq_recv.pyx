@@ -74,12 +74,14 @@ cdef bint _bind(void* lib) noexcept:
 
 cdef bint _find() noexcept:
     cdef void* lib
-    for path in _loaded_libzmq_paths():
-        encoded = path.encode()
-        lib = dlopen(encoded, RTLD_NOW | RTLD_NOLOAD)  # only one already loaded
-        if lib != NULL and _bind(lib):
-            return True
-    return False
+    paths = _loaded_libzmq_paths()
+    if len(paths) != 1:
+        # None: not Linux, or pyzmq is linked statically. Two: which one made pyzmq's sockets
+        # cannot be told, and the other's functions on them would be undefined behaviour.
+        return False
+    encoded = paths[0].encode()
+    lib = dlopen(encoded, RTLD_NOW | RTLD_NOLOAD)  # the one already loaded, never another
+    return lib != NULL and _bind(lib)
 
 
 # Importing zmq loaded pyzmq's backend, and with it libzmq.
