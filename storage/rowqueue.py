@@ -1,8 +1,9 @@
 """The hand-off between the ingest thread and the store's writer thread.
 
 A deque: putting a row costs an append and no signal (the ingest thread must not wait): the
-writer looks again every `poll_s` when it finds the queue empty, so that it takes rows by the
-thousand, not each as it comes at the price of a thread switch. Only the rows that may be
+writer looks again every `poll_s` when it finds the queue empty, and gives a short queue that
+long to fill, so that it takes rows by the thousand, not each as it comes at the price of a
+thread switch and a transaction. Only the rows that may be
 dropped count towards the bound; the rare ones always get in.
 """
 
@@ -45,6 +46,9 @@ class RowQueue(Generic[Row]):
         rows = self._rows
         while True:
             if rows:
+                if len(rows) < max_rows and not self._closing.is_set():
+                    # A moment for more: one transaction of many rows costs less than many.
+                    self._closing.wait(self.poll_s)
                 n = self._taken = min(max_rows, len(rows))
                 return [rows.popleft() for _ in range(n)]
             if self._closing.is_set():

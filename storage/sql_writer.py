@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
-from functools import lru_cache
-from itertools import chain
-from typing import Any
+from functools import partial
 
 from sqlalchemy import Connection, insert, select, update
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from kvscope.collector.snapshot import compress
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
+from kvscope.storage.bulk_sql import insert_log, upsert_rollups
 from kvscope.storage.rows import (
     CheckpointRow,
     EpochRow,
@@ -25,56 +21,6 @@ from kvscope.storage.rows import (
     RollupRow,
     Row,
 )
-
-LOG_COLUMNS = ("stream_id", "epoch", "seq", "ts", "recv_ts", "payload")
-LOG_ROWS_PER_STATEMENT = 5000
-"""Batch-log rows per INSERT (at most; SQLite's limit on parameters may allow fewer). The
-drivers let go of the GIL for each statement they execute, and taking it back while the ingest
-thread runs waits out its switch interval: with one row per statement (executemany) the writer
-starved until ingest paused."""
-
-
-@lru_cache(maxsize=16)
-def _log_insert(paramstyle: str, rows: int) -> str:
-    mark = "?" if paramstyle == "qmark" else "%s"  # sqlite3; psycopg
-    row = f"({', '.join([mark] * len(LOG_COLUMNS))})"
-    return (
-        f"INSERT INTO {schema.batches.name} ({', '.join(LOG_COLUMNS)}) "
-        f"VALUES {', '.join([row] * rows)}"
-    )
-
-
-def _insert_log(conn: Connection, rows: list[LogRow], stream_id: Callable[[StreamId], int]) -> None:
-    """The log's rows as the tuples the ingest thread made, their stream put as its id, straight
-    to the driver (SQLAlchemy's per-row parameter handling would hold the GIL too): PostgreSQL
-    takes them by COPY, in this transaction; SQLite as multi-row INSERTs (benchmarks/store.py:
-    1000-row INSERTs ran PostgreSQL at 0.15x the baseline, COPY 0.25x)."""
-    width = len(LOG_COLUMNS)
-    params: list[Any] = list(chain.from_iterable(rows))
-    streams = params[::width]
-    if streams.count(streams[0]) == len(streams):  # one stream: the usual transaction
-        params[::width] = [stream_id(streams[0])] * len(streams)
-    else:
-        params[::width] = [stream_id(s) for s in streams]  # before COPY: ids may need a query
-    if conn.dialect.name == "postgresql":
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        copy_sql = f"COPY {schema.batches.name} ({', '.join(LOG_COLUMNS)}) FROM STDIN"
-        with cursor.copy(copy_sql) as copy:
-            for start in range(0, len(params), width):
-                copy.write_row(params[start : start + width])
-        return
-    per_statement = min(LOG_ROWS_PER_STATEMENT, _max_parameters(conn) // width)
-    step = per_statement * width
-    for start in range(0, len(params), step):
-        chunk = tuple(params[start : start + step])
-        conn.exec_driver_sql(_log_insert(conn.dialect.paramstyle, len(chunk) // width), chunk)
-
-
-def _max_parameters(conn: Connection) -> int:
-    """SQLite's limit on a statement's parameters: 32766 since 3.32, 999 before."""
-    dbapi = conn.connection.dbapi_connection
-    getlimit = getattr(dbapi, "getlimit", None)  # sqlite3 on Python >= 3.11
-    return 999 if getlimit is None else int(getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
 
 
 class RowWriter:
@@ -111,51 +57,24 @@ class RowWriter:
         return sid
 
     def write(self, conn: Connection, rows: list[Row]) -> None:
-        groups: dict[type, list[dict[str, Any]]] = {}
         log: list[LogRow] = []
+        rollups: list[RollupRow] = []
         ordered: list[Row] = []
         for row in rows:
             if type(row) is tuple:
                 log.append(row)
             elif type(row) is RollupRow:
-                groups.setdefault(RollupRow, []).append(
-                    {
-                        "stream_id": self._stream_id(conn, row.stream),
-                        "second": row.second,
-                        "medium": row.medium,
-                        "grp": row.group,
-                        "stored": row.stored,
-                        "hittable": row.hittable,
-                        "orphans": row.orphans,
-                        "stores": row.stores,
-                        "removes": row.removes,
-                        "clears": row.clears,
-                        "gaps": row.gaps,
-                    }
-                )
+                rollups.append(row)
             else:
                 ordered.append(row)
         # Epochs, resets and recoveries keep their order (a recovery needs its reset's id).
         for row in ordered:
             self._write_one(conn, row)
+        stream_id = partial(self._stream_id, conn)
         if log:
-            _insert_log(conn, log, lambda stream: self._stream_id(conn, stream))
-        if RollupRow in groups:
-            self._upsert_rollups(conn, groups[RollupRow])
-
-    def _upsert_rollups(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
-        """One statement for them all. A second can come twice (its batches straddle a
-        restart, or a resumed collector goes over it again): the last one wins."""
-        t = schema.rollups
-        dialect = conn.dialect.name
-        upsert = (postgresql_insert if dialect == "postgresql" else sqlite_insert)(t)
-        keys = ("stream_id", "second", "medium", "grp")
-        statement = upsert.on_conflict_do_update(
-            index_elements=[t.c[k] for k in keys],
-            set_={c.name: upsert.excluded[c.name] for c in t.columns if c.name not in keys},
-        )
-        latest = {tuple(row[k] for k in keys): row for row in rows}  # one row per key
-        conn.execute(statement, list(latest.values()))
+            insert_log(conn, log, stream_id)
+        if rollups:
+            upsert_rollups(conn, rollups, stream_id)
 
     def _write_one(self, conn: Connection, row: Row) -> None:
         if type(row) is EpochRow:

@@ -1,0 +1,111 @@
+"""The writer's many-row statements, straight to the driver: the log and the rollups.
+
+Rows go as plain tuples in multi-row VALUES (or COPY): SQLAlchemy's per-row parameter handling,
+and its compiling of a multi-row insert, would hold the GIL for as long as the writing itself.
+The drivers let go of the GIL for each statement they execute, and taking it back while the
+ingest thread runs waits out its switch interval: one row per statement (executemany, which
+sqlite3 steps row by row) starved the writer until ingest paused.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from functools import lru_cache
+from itertools import chain
+from typing import Any
+
+from sqlalchemy import Connection
+
+from kvscope.collector.types import StreamId
+from kvscope.storage import schema
+from kvscope.storage.rows import LogRow, RollupRow
+
+LOG_COLUMNS = ("stream_id", "epoch", "seq", "ts", "recv_ts", "payload")
+LOG_ROWS_PER_STATEMENT = 5000
+"""At most; SQLite's limit on parameters may allow fewer."""
+ROLLUP_COLUMNS = tuple(c.name for c in schema.rollups.columns)
+ROLLUP_KEY = ("stream_id", "second", "medium", "grp")
+
+
+@lru_cache(maxsize=32)
+def _insert_sql(
+    table: str, columns: tuple[str, ...], key: tuple[str, ...], paramstyle: str, rows: int
+) -> str:
+    """INSERT of `rows` rows; with a `key`, a row already there under it is overwritten (the
+    same syntax in SQLite and PostgreSQL)."""
+    mark = "?" if paramstyle == "qmark" else "%s"  # sqlite3; psycopg
+    row = f"({', '.join([mark] * len(columns))})"
+    sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([row] * rows)}"
+    if key:
+        updated = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
+        sql += f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updated}"
+    return sql
+
+
+def _rows_per_statement(conn: Connection, width: int) -> int:
+    """Rows of `width` parameters one statement may carry: SQLite allows 32766 parameters since
+    3.32 (999 before), PostgreSQL 65535."""
+    if conn.dialect.name == "postgresql":
+        return 65535 // width
+    getlimit = getattr(conn.connection.dbapi_connection, "getlimit", None)  # Python >= 3.11
+    limit = 999 if getlimit is None else getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    return max(1, int(limit) // width)
+
+
+def _flat_with_ids(rows: list[Any], width: int, stream_id: Callable[[StreamId], int]) -> list[Any]:
+    """The rows' values in one list, each row's first value (its stream) put as the id."""
+    params: list[Any] = list(chain.from_iterable(rows))
+    streams = params[::width]
+    if streams.count(streams[0]) == len(streams):  # one stream: the usual transaction
+        params[::width] = [stream_id(streams[0])] * len(streams)
+    else:
+        params[::width] = [stream_id(s) for s in streams]
+    return params
+
+
+def _execute_in_chunks(
+    conn: Connection,
+    table: str,
+    columns: tuple[str, ...],
+    key: tuple[str, ...],
+    params: list[Any],
+    most: int,
+) -> None:
+    width = len(columns)
+    step = min(most, _rows_per_statement(conn, width)) * width
+    for start in range(0, len(params), step):
+        chunk = tuple(params[start : start + step])
+        sql = _insert_sql(table, columns, key, conn.dialect.paramstyle, len(chunk) // width)
+        conn.exec_driver_sql(sql, chunk)
+
+
+def insert_log(conn: Connection, rows: list[LogRow], stream_id: Callable[[StreamId], int]) -> None:
+    """The log's rows as the tuples the ingest thread made: PostgreSQL takes them by COPY, in
+    this transaction; SQLite as multi-row INSERTs (benchmarks/store.py: 1000-row INSERTs ran
+    PostgreSQL at 0.15x the baseline, COPY 0.25x)."""
+    width = len(LOG_COLUMNS)
+    params = _flat_with_ids(rows, width, stream_id)  # before COPY: an id may need a query
+    if conn.dialect.name == "postgresql":
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        copy_sql = f"COPY {schema.batches.name} ({', '.join(LOG_COLUMNS)}) FROM STDIN"
+        with cursor.copy(copy_sql) as copy:
+            for start in range(0, len(params), width):
+                copy.write_row(params[start : start + width])
+        return
+    _execute_in_chunks(conn, schema.batches.name, LOG_COLUMNS, (), params, LOG_ROWS_PER_STATEMENT)
+
+
+def upsert_rollups(
+    conn: Connection, rows: list[RollupRow], stream_id: Callable[[StreamId], int]
+) -> None:
+    """A second can come twice (its batches straddle a restart, or a resumed collector goes over
+    it again): the last one wins."""
+    latest = {(r.stream, r.second, r.medium, r.group): r for r in rows}  # once per statement
+    values = [
+        (r.stream, r.second, r.medium, r.group, r.stored, r.hittable, r.orphans)
+        + (r.stores, r.removes, r.clears, r.gaps)
+        for r in latest.values()
+    ]
+    params = _flat_with_ids(values, len(ROLLUP_COLUMNS), stream_id)
+    _execute_in_chunks(conn, schema.rollups.name, ROLLUP_COLUMNS, ROLLUP_KEY, params, 5000)
