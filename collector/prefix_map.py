@@ -16,7 +16,6 @@ from kvscope.collector.block_table import BlockTable, TableStats, TokenQuery
 from kvscope.collector.types import (
     AllCleared,
     Batch,
-    BlocksRemoved,
     BlocksStored,
     StreamId,
     TableKey,
@@ -73,6 +72,9 @@ class MapCounters:
     last_ts: float | None = None
     signed_hashes: bool = field(default=False)
     """The publisher sent negative ints (vLLM < 0.10.2): show hashes signed."""
+    per_table: dict[TableKey, list[int]] = field(default_factory=dict)
+    """[stored_blocks, removed_blocks] per table since this map was made (clears keep them):
+    per-second rollups take their differences instead of walking every batch."""
 
 
 class PrefixMap:
@@ -94,16 +96,27 @@ class PrefixMap:
         ts = c.last_ts = batch.ts
         tables = self.tables
         # The last table used: a batch's events mostly share one (and its key object). `table`
-        # is set whenever `key` is, which mypy cannot see.
+        # and `counts` are set whenever `key` is, which mypy cannot see.
         key: TableKey | None = None
         table: BlockTable | None = None
+        counts: list[int] = []
         for event in batch.events:
+            if isinstance(event, AllCleared):
+                c.cleared_events += 1
+                self.clear(
+                    ClearReason.ALL_BLOCKS_CLEARED, batch.seq, batch.ts, epoch, degraded, recv_ts
+                )
+                tables = self.tables  # later events of this batch go to the emptied map
+                key = table = None
+                continue
+            if event.table is not key:
+                key = event.table
+                table = tables.get(key)
+                if table is None:
+                    table = tables[key] = BlockTable(key, ts)
+                counts = c.per_table.setdefault(key, [0, 0])
+            n = len(event.hashes)
             if type(event) is BlocksStored:
-                if event.table is not key:
-                    key = event.table
-                    table = tables.get(key)
-                    if table is None:
-                        table = tables[key] = BlockTable(key, ts)
                 table.store_chain(  # type: ignore[union-attr]
                     event.hashes,
                     event.parent,
@@ -118,23 +131,13 @@ class PrefixMap:
                 if event.signed_hashes:
                     c.signed_hashes = True
                 c.stored_events += 1
-                c.stored_blocks += len(event.hashes)
-            elif type(event) is BlocksRemoved:
-                if event.table is not key:
-                    key = event.table
-                    table = tables.get(key)
-                    if table is None:
-                        table = tables[key] = BlockTable(key, ts)
+                c.stored_blocks += n
+                counts[0] += n
+            else:
                 table.remove(event.hashes)  # type: ignore[union-attr]
                 c.removed_events += 1
-                c.removed_blocks += len(event.hashes)
-            elif type(event) is AllCleared:
-                c.cleared_events += 1
-                self.clear(
-                    ClearReason.ALL_BLOCKS_CLEARED, batch.seq, batch.ts, epoch, degraded, recv_ts
-                )
-                tables = self.tables  # later events of this batch go to the emptied map
-                key = table = None
+                c.removed_blocks += n
+                counts[1] += n
 
     def clear(
         self,
