@@ -47,15 +47,19 @@ CLEARS = {12: 1}
 GAPS = {13: 1}
 
 
-def test_each_second_holds_the_map_after_its_last_batch_and_its_changes(store_url: str) -> None:
-    writer = StoreWriter(open_store(store_url), StoreSettings())
-    live = StreamIngest(
+def _ingest_into(writer: StoreWriter) -> StreamIngest:
+    return StreamIngest(
         STREAM,
         can_replay=False,
         listeners=[writer],
         observers=[writer.after_batch],
         pre_apply=[writer.before_batch],
     )
+
+
+def test_each_second_holds_the_map_after_its_last_batch_and_its_changes(store_url: str) -> None:
+    writer = StoreWriter(open_store(store_url), StoreSettings())
+    live = _ingest_into(writer)
     plain = StreamIngest(STREAM, can_replay=False)
     at_end_of: dict[int, dict[str, TableStats]] = {}
     for seq, ts, events in BATCHES:
@@ -90,13 +94,7 @@ def test_a_map_loaded_after_a_crash_counts_only_what_comes_after(store_url: str)
     for seq, ts, events in BATCHES[:4]:
         before.live_frames(frames(seq, payload(*events, ts=ts)), ts)
     writer = StoreWriter(open_store(store_url), StoreSettings())
-    live = StreamIngest(
-        STREAM,
-        can_replay=False,
-        listeners=[writer],
-        observers=[writer.after_batch],
-        pre_apply=[writer.before_batch],
-    )
+    live = _ingest_into(writer)
     live.resume(before.map, 0, 3, payload(*BATCHES[3][2], ts=BATCHES[3][1]))
     for seq, ts, events in BATCHES[4:]:
         live.live_frames(frames(seq, payload(*events, ts=ts)), ts)
