@@ -270,16 +270,24 @@ cdef inline bint is_(const uint8_t* s, Py_ssize_t n, const char* name,
 
 cdef int field_of(const uint8_t* s, Py_ssize_t n) noexcept nogil:
     """The known field a key names, or -1 for a key msgspec would skip."""
-    if is_(s, n, b"type", 4): return F_TYPE
-    if is_(s, n, b"block_hashes", 12): return F_HASHES
-    if is_(s, n, b"parent_block_hash", 17): return F_PARENT
-    if is_(s, n, b"token_ids", 9): return F_TOKENS
-    if is_(s, n, b"block_size", 10): return F_BLOCK_SIZE
-    if is_(s, n, b"lora_id", 7): return F_LORA_ID
-    if is_(s, n, b"medium", 6): return F_MEDIUM
-    if is_(s, n, b"lora_name", 9): return F_LORA_NAME
-    if is_(s, n, b"extra_keys", 10): return F_EXTRA_KEYS
-    if is_(s, n, b"group_idx", 9): return F_GROUP
+    # By length first: one compare (a switch) picks the one or few names a key can be.
+    if n == 4:
+        if is_(s, n, b"type", 4): return F_TYPE
+    elif n == 9:
+        if is_(s, n, b"token_ids", 9): return F_TOKENS
+        if is_(s, n, b"lora_name", 9): return F_LORA_NAME
+        if is_(s, n, b"group_idx", 9): return F_GROUP
+    elif n == 10:
+        if is_(s, n, b"block_size", 10): return F_BLOCK_SIZE
+        if is_(s, n, b"extra_keys", 10): return F_EXTRA_KEYS
+    elif n == 12:
+        if is_(s, n, b"block_hashes", 12): return F_HASHES
+    elif n == 17:
+        if is_(s, n, b"parent_block_hash", 17): return F_PARENT
+    elif n == 7:
+        if is_(s, n, b"lora_id", 7): return F_LORA_ID
+    elif n == 6:
+        if is_(s, n, b"medium", 6): return F_MEDIUM
     return -1
 
 
@@ -287,9 +295,84 @@ cdef enum:
     STORED, REMOVED, CLEARED
 
 
+# token_ids and block_hashes are read once, by the scan, into the event's buffers; an array
+# longer than its buffer (none in vLLM's usual chunks) is stepped over and read where it is used.
+cdef enum:
+    TOKENS_CAP = 2048
+    HASHES_CAP = 256
+
+cdef enum:  # what the scan made of a token_ids or block_hashes value
+    HELD,  # its items are in the event's buffer
+    DECLINED,  # not an array of ints >= 0 (token ids: that fit 32 bits): not ours, if it counts
+    UNREAD,  # longer than the buffer: read at `at`
+
+
 cdef struct Event:
     int kind
     Py_ssize_t at[N_FIELDS]  # where each known field's value starts, -1 when absent
+    int tokens_state, hashes_state
+    Py_ssize_t n_tokens, n_hashes
+    uint32_t tokens[TOKENS_CAP]
+    uint64_t hashes[HASHES_CAP]
+
+
+cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
+                           Py_ssize_t* count) noexcept nogil:
+    """Steps over the value of a token_ids or block_hashes key as skip() does, keeping its items
+    in `buf` on the way (each as read_uint64 reads it): HELD, DECLINED or UNREAD, or -1 where
+    skip() fails. Anything but an array of ints >= 0 is left to skip(), from the value's start:
+    the scan must step over what it steps over (the tag, which decides if the field matters, may
+    come later)."""
+    cdef Py_ssize_t start = r.pos, n, k
+    cdef uint8_t b
+    cdef uint64_t v
+    cdef int state = HELD
+    if read_array(r, &n) < 0:
+        state = DECLINED
+    elif n > cap:
+        state = UNREAD
+    else:
+        for k in range(n):
+            if r.pos >= r.end:
+                return -1
+            b = r.p[r.pos]
+            r.pos += 1
+            # A constant width per branch: each read_be unrolls.
+            if b <= 0x7F:
+                v = b
+            elif b == 0xCC:
+                if read_be(r, 1, &v) < 0:
+                    return -1
+            elif b == 0xCD:
+                if read_be(r, 2, &v) < 0:
+                    return -1
+            elif b == 0xCE:
+                if read_be(r, 4, &v) < 0:
+                    return -1
+            elif b == 0xCF:
+                if read_be(r, 8, &v) < 0:
+                    return -1
+            elif 0xD0 <= b <= 0xD3:  # int8..int64: read_uint64 takes one without its sign bit
+                if read_be(r, 1 << (b - 0xD0), &v) < 0:
+                    return -1
+                if v >> ((8 << (b - 0xD0)) - 1):
+                    state = DECLINED
+                    break
+            else:
+                state = DECLINED
+                break
+            if tokens:
+                if v >> 32:  # (a literal 0xFFFFFFFF here is a Python int)
+                    state = DECLINED
+                    break
+                (<uint32_t*>buf)[k] = <uint32_t>v
+            else:
+                (<uint64_t*>buf)[k] = v
+        if state == HELD:
+            count[0] = n
+            return HELD
+    r.pos = start
+    return state if skip(r, 3) == 0 else -1
 
 
 cdef int scan_event(Reader* r, Event* e) noexcept nogil:
@@ -299,6 +382,7 @@ cdef int scan_event(Reader* r, Event* e) noexcept nogil:
     cdef int f
     for f in range(N_FIELDS):
         e.at[f] = -1
+    e.tokens_state = e.hashes_state = DECLINED  # (read only when the field is there)
     if read_map(r, &n) < 0:
         return -1
     for k in range(n):
@@ -309,7 +393,15 @@ cdef int scan_event(Reader* r, Event* e) noexcept nogil:
             if e.at[f] >= 0:
                 return -1  # a duplicate: msgspec keeps the last, we leave it to msgspec
             e.at[f] = r.pos
-        if skip(r, 3) < 0:
+        if f == F_TOKENS:
+            e.tokens_state = scan_uints(r, True, e.tokens, TOKENS_CAP, &e.n_tokens)
+            if e.tokens_state < 0:
+                return -1
+        elif f == F_HASHES:
+            e.hashes_state = scan_uints(r, False, e.hashes, HASHES_CAP, &e.n_hashes)
+            if e.hashes_state < 0:
+                return -1
+        elif skip(r, 3) < 0:
             return -1
     if e.at[F_TYPE] < 0:
         return -1
@@ -361,6 +453,30 @@ cdef object read_tokens(Reader* r, Py_ssize_t pos):
             return None
         data[k] = <unsigned int>t
     return tokens
+
+
+cdef int take_hashes(Reader* r, Event* e, list out) except -2:
+    """Appends event `e`'s hashes to `out`: 0, or -1 if one is not an unsigned 64-bit int."""
+    cdef Py_ssize_t k
+    if e.hashes_state == HELD:
+        for k in range(e.n_hashes):
+            out.append(PyLong_FromUnsignedLongLong(e.hashes[k]))
+        return 0
+    if e.hashes_state == UNREAD:
+        return read_hashes(r, e.at[F_HASHES], out)
+    return -1
+
+
+cdef object take_tokens(Reader* r, Event* e):
+    """Event `e`'s token ids as an array("I"), or None if one does not fit 32 bits."""
+    cdef array tokens
+    if e.tokens_state == HELD:
+        tokens = clone(_UINT32, e.n_tokens, False)
+        memcpy(tokens.data.as_uints, e.tokens, e.n_tokens * sizeof(uint32_t))
+        return tokens
+    if e.tokens_state == UNREAD:
+        return read_tokens(r, e.at[F_TOKENS])
+    return None
 
 
 cdef inline int check_optional_int(Reader* r, Py_ssize_t pos, int64_t* out,
@@ -476,7 +592,7 @@ cdef object stored(Reader* r, Event* e, object key):
     cdef int64_t block_size = 0
     cdef Reader f
     cdef object parent = None, tokens, lora_name
-    if read_hashes(r, e.at[F_HASHES], hashes) < 0 or check_stored_extras(r, e) < 0:
+    if take_hashes(r, e, hashes) < 0 or check_stored_extras(r, e) < 0:
         return None
     if e.at[F_PARENT] >= 0:
         f = at(r, e.at[F_PARENT])
@@ -489,7 +605,7 @@ cdef object stored(Reader* r, Event* e, object key):
         if read_int64(&f, &block_size) < 0:
             return None
     if e.at[F_TOKENS] >= 0:
-        tokens = read_tokens(r, e.at[F_TOKENS])
+        tokens = take_tokens(r, e)
         if tokens is None:
             return None
     else:
@@ -532,11 +648,11 @@ cdef object decode(Reader* r, object seq):
             removal = None
         elif removal is not None and removal.table is key:
             # Consecutive removals from one table are one event, as `_from_typed` makes them.
-            if read_hashes(r, e.at[F_HASHES], removal.hashes) < 0:
+            if take_hashes(r, &e, removal.hashes) < 0:
                 return None
         else:
             removal = BlocksRemoved([], key)
-            if read_hashes(r, e.at[F_HASHES], removal.hashes) < 0:
+            if take_hashes(r, &e, removal.hashes) < 0:
                 return None
             events.append(removal)
     if n_top >= 3 and not read_nil(r):

@@ -297,6 +297,39 @@ def test_float32_ts_and_wide_ints() -> None:
     assert list(stored.token_ids) == [2**32 - 1]
 
 
+def test_long_token_and_hash_arrays_are_read_where_they_are() -> None:
+    # Longer than the scan's buffers (2048 token ids, 256 hashes): read at use instead.
+    tokens = [(k * 2654435761) % 2**32 for k in range(5000)]
+    hashes = [(k * 0x9E3779B97F4A7C15) % 2**64 for k in range(300)]
+    for n_tokens, n_hashes in ((2048, 256), (2049, 257), (5000, 300)):
+        event = dict(STORED, block_hashes=hashes[:n_hashes], token_ids=tokens[:n_tokens])
+        removed = {"type": "BlockRemoved", "block_hashes": hashes[:n_hashes]}
+        fast = check(E([1.0, [event, removed, removed], 0]))
+        assert fast is not None
+        assert list(fast.events[0].token_ids) == tokens[:n_tokens]
+        assert fast.events[1].hashes == hashes[:n_hashes] * 2
+    for bad in (2**32, -1, "x"):
+        assert check(E([1.0, [dict(STORED, token_ids=[*tokens, bad])], 0])) is None
+        assert check(E([1.0, [dict(STORED, token_ids=[*tokens[:40], bad])], 0])) is None
+    for bad in (-1, "x", None):
+        assert check(E([1.0, [dict(STORED, block_hashes=[*hashes, bad])], 0])) is None
+        assert check(E([1.0, [dict(STORED, block_hashes=[1, bad])], 0])) is None
+
+
+def test_token_ids_and_hashes_only_matter_where_the_event_has_them() -> None:
+    # The scan reads them before the tag may say whether they count: it must still step over
+    # whatever they are, and decline only for an event that takes them.
+    for value in ([2**32, -1, "x", [1]], [5] * 3000, "x", None, {"a": [1.5]}):
+        cleared = {"token_ids": value, "type": "AllBlocksCleared", "block_hashes": value}
+        assert check(E([1.0, [cleared], 0])) is not None
+        removed = {"token_ids": value, "type": "BlockRemoved", "block_hashes": [9]}
+        assert check(E([1.0, [removed], 0])) is not None
+    deep: Any = None
+    for _ in range(100):
+        deep = [deep]
+    assert check(E([1.0, [{"type": "AllBlocksCleared", "token_ids": [deep]}], 0])) is None
+
+
 def test_removals_of_one_table_merge_like_today() -> None:
     def removed(h: int, medium: str | None, group: int | None) -> dict[str, Any]:
         return {"type": "BlockRemoved", "block_hashes": [h], "medium": medium, "group_idx": group}
