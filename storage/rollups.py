@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.prefix_map import MapCounters, PrefixMap
-from kvscope.collector.types import AllCleared, Batch, BlocksStored, StreamId, TableKey
+from kvscope.collector.types import StreamId, TableKey
 from kvscope.collector.wire import table_key
 from kvscope.storage.rows import RollupRow
 
@@ -25,7 +25,7 @@ class SecondRollup:
         self.second: int | None = None
         self._map: PrefixMap | None = None
         """The map of the last batch (what a second still open at close is read from)."""
-        self._counters: MapCounters | None = None
+        self.counters: MapCounters | None = None
         """The counters `_marks` refer to: a map loaded after a crash brings new ones."""
         self._marks: dict[TableKey, tuple[int, int]] = {}
         """Each table's (stored, removed) counters as far as counted into `_changes`."""
@@ -38,8 +38,11 @@ class SecondRollup:
 
     def before_batch(self, prefix_map: PrefixMap, ts: float) -> list[RollupRow]:
         """Before a batch stamped `ts`: if it opens a new second, the rows of the one before
-        (the map now is the map after that second's last batch)."""
+        (the map now is the map after that second's last batch). Call it too whenever the map's
+        counters are not `counters`: the first map, or one loaded after a crash."""
         self._map = prefix_map
+        if prefix_map.counters is not self.counters:
+            self._follow(prefix_map.counters)
         second = int(ts)
         if second == self.second:
             return []
@@ -47,10 +50,8 @@ class SecondRollup:
         self.second = second
         return rows
 
-    def after_batch(self, ingest: StreamIngest, batch: Batch) -> None:
+    def after_batch(self, ingest: StreamIngest) -> None:
         self._map = ingest.map
-        if ingest.map.counters is not self._counters:
-            self._adopt(ingest.map.counters, batch)
         gaps = ingest.counters.gaps
         if gaps != self._gaps_seen:
             self._gaps += gaps - self._gaps_seen
@@ -65,29 +66,17 @@ class SecondRollup:
         return rows
 
     # --- internals ----------------------------------------------------------------------------
-    def _adopt(self, counters: MapCounters, batch: Batch) -> None:
-        """Follow another map's counters (the first map, or one loaded after a crash, whose
-        counters already hold the batches replayed into it): count from their values before
-        `batch`, the one batch applied since the map came."""
+    def _follow(self, counters: MapCounters) -> None:
+        """Count from here on from another map's counters. Before a batch they hold only what
+        came before (a loaded map's: the batches replayed into it, rolled up before the crash)."""
         self._count()
-        self._counters = counters
-        in_batch: dict[TableKey, list[int]] = {}
-        for event in batch.events:
-            if not isinstance(event, AllCleared):
-                counts = in_batch.setdefault(event.table, [0, 0])
-                counts[0 if isinstance(event, BlocksStored) else 1] += len(event.hashes)
-        self._marks = {}
-        for key, (stored, removed) in counters.per_table.items():
-            s, r = in_batch.get(key, (0, 0))
-            self._marks[key] = (stored - s, removed - r)
-        self._clears_mark = counters.cleared_events - sum(
-            isinstance(event, AllCleared) for event in batch.events
-        )
-        self._count()
+        self.counters = counters
+        self._marks = {key: (s, r) for key, (s, r) in counters.per_table.items()}
+        self._clears_mark = counters.cleared_events
 
     def _count(self) -> None:
         """Move what the counters grew by since the marks into this second's changes."""
-        counters = self._counters
+        counters = self.counters
         if counters is None:
             return
         marks, changes = self._marks, self._changes

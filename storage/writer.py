@@ -118,8 +118,9 @@ class StoreWriter:
         state = self._streams.get(ingest.stream) or self._state(ingest.stream)
         for _, tracker in state.recoveries:
             tracker.before_batch(ingest.map, batch.ts)
-        if int(batch.ts) != state.rollup.second:
-            for row in state.rollup.before_batch(ingest.map, batch.ts):
+        rollup = state.rollup
+        if int(batch.ts) != rollup.second or ingest.map.counters is not rollup.counters:
+            for row in rollup.before_batch(ingest.map, batch.ts):
                 self._put(row)
 
     def after_batch(
@@ -131,7 +132,7 @@ class StoreWriter:
         if state.epoch != epoch:
             state.epoch = epoch
             self._put_always(EpochRow(stream, epoch, recv_ts))
-        state.rollup.after_batch(ingest, batch)
+        state.rollup.after_batch(ingest)
         if not self._queue.put((stream, epoch, batch.seq, batch.ts, recv_ts, payload), True):
             self._note_drop(state, epoch, batch.seq, batch.ts)
         elif state.dropped_from is not None:
