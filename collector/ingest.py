@@ -183,19 +183,17 @@ class StreamIngest:
         seq = self._seq_of(seq_frame)
         if seq is None:
             return None
-        if self._replay is None and seq == self.expected:
-            self._apply(seq, payload, now)  # in order: nearly every batch
-        elif self._replay is None:
-            self._accept(seq, payload, now)
-        elif len(self._replay.held) < MAX_HELD_LIVE:
-            self._replay.held.append((seq, payload))
-            return None
-        else:
+        if self._replay is not None:
+            if len(self._replay.held) < MAX_HELD_LIVE:
+                self._replay.held.append((seq, payload))
+                return None
             self._replay_failed("too many live batches held during replay", now)
-            if self._replay is not None:
-                self._replay.held.append((seq, payload))  # a replay asked for while releasing
-            else:
-                self._accept(seq, payload, now)
+        if self._replay is not None:
+            self._replay.held.append((seq, payload))  # a replay asked for while releasing
+        elif seq == self.expected:
+            self._apply(seq, payload, now)  # in order, nearly every batch: no rules to weigh
+        else:
+            self._accept(seq, payload, now)
         return self.take_replay_request()
 
     def replay_frames(self, frames: list[bytes], now: float) -> bool:

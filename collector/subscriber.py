@@ -124,10 +124,10 @@ class _Stream:
         self.reopen_at: float | None = None
         """When to replace a SUB whose connection libzmq will not re-establish by itself."""
         self._backoff_s = RECONNECT_IVL_MS / 1000
-        self.sub, self.monitor = self._open_sub()
-        self.read = message_reader(self.sub)
+        self.sub, self.monitor, self.read = self._open_sub()
 
-    def _open_sub(self) -> tuple[zmq.Socket[bytes], zmq.Socket[bytes]]:
+    def _open_sub(self) -> tuple[zmq.Socket[bytes], zmq.Socket[bytes], MessageReader]:
+        """A new SUB socket, its monitor and its reader."""
         sub = self.ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.SUBSCRIBE, self.spec.topic)
         sub.setsockopt(zmq.MAXMSGSIZE, self.settings.max_message_bytes)
@@ -140,7 +140,7 @@ class _Stream:
             sub.bind(self.spec.endpoint)
         else:
             sub.connect(self.spec.endpoint)
-        return sub, monitor
+        return sub, monitor, message_reader(sub)
 
     def lost_connection(self, now: float) -> None:
         """libzmq does not reconnect after some errors (an oversize message is a protocol
@@ -162,8 +162,7 @@ class _Stream:
             return False
         self.reopen_at = None
         self._close_sub()
-        self.sub, self.monitor = self._open_sub()
-        self.read = message_reader(self.sub)
+        self.sub, self.monitor, self.read = self._open_sub()
         return True
 
     def _close_sub(self) -> None:
