@@ -3,8 +3,8 @@
 A deque: putting a row costs an append and no signal (the ingest thread must not wait): the
 writer looks again every `poll_s` when it finds the queue empty, and gives a short queue that
 long to fill, so that it takes rows by the thousand, not each as it comes at the price of a
-thread switch and a transaction. Only the rows that may be
-dropped count towards the bound; the rare ones always get in.
+thread switch and a transaction. Only the rows that may be dropped count towards the bound; the
+rare ones always get in.
 """
 
 from __future__ import annotations

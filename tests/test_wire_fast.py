@@ -17,7 +17,13 @@ from msgspec.msgpack import Ext
 from kvscope.collector._wire_fast import decode_map_batch
 from kvscope.collector.capture import read_capture
 from kvscope.collector.types import AllCleared, Batch, BlocksRemoved, BlocksStored
-from kvscope.collector.wire import _TYPED_DECODERS, BatchDecoder, MapBatch, _from_typed
+from kvscope.collector.wire import (
+    _TYPED_DECODERS,
+    BatchDecoder,
+    MapBatch,
+    MapBlockStored,
+    _from_typed,
+)
 from tests.conftest import shared_capture
 
 _TYPED = msgspec.msgpack.Decoder(MapBatch)
@@ -134,18 +140,7 @@ U64 = _widths(64)
 U32 = _widths(32)
 I64 = st.one_of(_widths(63), st.integers(-(1 << 63), -1))
 ANY_INT = st.integers(-(1 << 63), (1 << 64) - 1)
-KNOWN = {
-    "type",
-    "block_hashes",
-    "parent_block_hash",
-    "token_ids",
-    "block_size",
-    "lora_id",
-    "medium",
-    "lora_name",
-    "extra_keys",
-    "group_idx",
-}
+KNOWN = {"type", *MapBlockStored.__struct_fields__}
 ANYTHING = st.recursive(
     st.none()
     | st.booleans()
