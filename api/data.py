@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine, func, select
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
-from kvscope.storage import schema
+from kvscope.storage import batch_log, schema
 from kvscope.storage.history import (
     NotInStore,
     Position,
@@ -169,6 +169,10 @@ class ApiData:
     def _stored(self, stream: StreamId, at: float | None) -> MapView:
         if self.engine is None:
             raise NotInStore("this API keeps no store: only the live map is known")
+        if self.writer is not None:
+            # The batches up to now may still wait in the writer's queue: an instant they
+            # belong to would be rebuilt without them.
+            self.writer.written_through_now()
         with self.engine.connect() as conn:
             sid = stream_id(conn, stream.replica, stream.rank)
             position = position_at_time(conn, sid, at if at is not None else float("inf"))
@@ -197,15 +201,8 @@ class ApiData:
     @staticmethod
     def _stored_at(conn: Connection, position: Position) -> float | None:
         """When the batch at `position` was received: how old a store-only "now" is."""
-        b = schema.batches
-        received: float | None = conn.execute(
-            select(b.c.recv_ts).where(
-                b.c.stream_id == position.stream_id,
-                b.c.epoch == position.epoch,
-                b.c.seq == position.seq,
-            )
-        ).scalar_one_or_none()
-        return received
+        found = batch_log.batch_at(conn, position.stream_id, position.epoch, position.seq)
+        return None if found is None else found.recv_ts
 
     def has_store(self) -> bool:
         return self.engine is not None

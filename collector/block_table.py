@@ -118,7 +118,8 @@ class BlockTable(TableCore):
     )
 
     def to_state(self) -> dict[str, Any]:
-        """Everything this table holds, as plain values (columns as bytes), for checkpoints."""
+        """Everything this table holds, as plain values, for checkpoints: columns as memoryviews
+        of the live arrays, to be encoded (copied once) before the table changes again."""
         hashes, slots = self._slot_of.to_arrays()
         return {
             "medium": self.key.medium,
@@ -126,10 +127,10 @@ class BlockTable(TableCore):
             "base_ts": self.base_ts,
             "block_size": self.block_size,
             "counts": [self.hittable_count, self.orphan_count, self.copies, self.unknown_removals],
-            "hashes": hashes.tobytes(),
-            "slots": slots.tobytes(),
-            "columns": [getattr(self, name).tobytes() for name in self._COLUMNS],
-            "free": array("i", self._free).tobytes(),
+            "hashes": memoryview(hashes),
+            "slots": memoryview(slots),
+            "columns": [memoryview(getattr(self, name)) for name in self._COLUMNS],
+            "free": memoryview(array("i", self._free)),
             "high": self._high,
             "waiting": list(self._waiting.items()),
             "roots": [(key, list(slots)) for key, slots in self._roots.items()],

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import uvicorn
 from rich.console import Console
-from sqlalchemy import func, insert, select
+from sqlalchemy import insert
 
 from kvscope.api.app import create_app
 from kvscope.api.data import ApiData
@@ -40,8 +40,9 @@ from kvscope.pipeline import running_pipeline
 from kvscope.report import load_resets, max_reset_id, reset_ids, write_report
 from kvscope.serve import api_settings
 from kvscope.signals import stop_on_signals
-from kvscope.storage import schema
+from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
+from kvscope.storage.history import stream_id
 from kvscope.storage.reset_links import clears_by_request, load_requests
 from kvscope.storage.scrape import MetricsScraper
 from kvscope.storage.writer import StoreWriter
@@ -228,13 +229,15 @@ class CaptureDemo:
         Its time is on the collector's clock, as the API's requests are: when the last batch
         the engine had published before the reset arrived (the recording's clock is simulated).
         """
-        b, s, t = schema.batches, schema.streams, schema.reset_requests
+        t = schema.reset_requests
+        seq = reset["published_through_seq_before"]
         with writer.engine.begin() as conn:
-            arrived = conn.execute(
-                select(func.max(b.c.recv_ts))
-                .join(s, s.c.id == b.c.stream_id)
-                .where(s.c.replica == name, b.c.seq == reset["published_through_seq_before"])
-            ).scalar_one()
+            sid = stream_id(conn, name)
+            arrived = max(
+                batch.recv_ts
+                for epoch in batch_log.epochs_holding(conn, sid, seq)
+                if (batch := batch_log.batch_at(conn, sid, epoch, seq)) is not None
+            )
             request_id = conn.execute(
                 insert(t).values(
                     replica=name, requested_at=arrived, requested_by=f"recording {CAPTURE}",

@@ -1,6 +1,6 @@
-"""The writer's many-row statements, straight to the driver: the log and the rollups.
+"""The writer's many-row statements, straight to the driver: log chunks and rollups.
 
-Rows go as plain tuples in multi-row VALUES (or COPY): SQLAlchemy's per-row parameter handling,
+Rows go as plain tuples in multi-row VALUES: SQLAlchemy's per-row parameter handling,
 and its compiling of a multi-row insert, would hold the GIL for as long as the writing itself.
 The drivers let go of the GIL for each statement they execute, and taking it back while the
 ingest thread runs waits out its switch interval: one row per statement (executemany, which
@@ -19,11 +19,10 @@ from sqlalchemy import Connection
 
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
-from kvscope.storage.rows import LogRow, RollupRow
+from kvscope.storage.log_chunks import COLUMNS as CHUNK_COLUMNS
+from kvscope.storage.log_chunks import ChunkRow
+from kvscope.storage.rows import RollupRow
 
-LOG_COLUMNS = ("stream_id", "epoch", "seq", "ts", "recv_ts", "payload")
-LOG_ROWS_PER_STATEMENT = 5000
-"""At most; SQLite's limit on parameters may allow fewer."""
 ROLLUP_COLUMNS = tuple(c.name for c in schema.rollups.columns)
 ROLLUP_KEY = ("stream_id", "second", "medium", "grp")
 
@@ -80,20 +79,13 @@ def _execute_in_chunks(
         conn.exec_driver_sql(sql, chunk)
 
 
-def insert_log(conn: Connection, rows: list[LogRow], stream_id: Callable[[StreamId], int]) -> None:
-    """The log's rows as the tuples the ingest thread made: PostgreSQL takes them by COPY, in
-    this transaction; SQLite as multi-row INSERTs (benchmarks/store.py: 1000-row INSERTs ran
-    PostgreSQL at 0.15x the baseline, COPY 0.25x)."""
-    width = len(LOG_COLUMNS)
-    params = _flat_with_ids(rows, width, stream_id)  # before COPY: an id may need a query
-    if conn.dialect.name == "postgresql":
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        copy_sql = f"COPY {schema.batches.name} ({', '.join(LOG_COLUMNS)}) FROM STDIN"
-        with cursor.copy(copy_sql) as copy:
-            for start in range(0, len(params), width):
-                copy.write_row(params[start : start + width])
-        return
-    _execute_in_chunks(conn, schema.batches.name, LOG_COLUMNS, (), params, LOG_ROWS_PER_STATEMENT)
+def insert_chunks(
+    conn: Connection, chunks: list[ChunkRow], stream_id: Callable[[StreamId], int]
+) -> None:
+    """One statement for the transaction's chunks (sqlite3's executemany lets go of the GIL and
+    takes it back for every row)."""
+    params = _flat_with_ids(chunks, len(CHUNK_COLUMNS), stream_id)
+    _execute_in_chunks(conn, schema.log_chunks.name, CHUNK_COLUMNS, (), params, 1000)
 
 
 def upsert_rollups(

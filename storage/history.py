@@ -16,7 +16,7 @@ from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.snapshot import decode_map
 from kvscope.collector.types import StreamId
 from kvscope.collector.wire import BatchDecoder
-from kvscope.storage import schema
+from kvscope.storage import batch_log, schema
 
 
 class NotInStore(LookupError):
@@ -57,19 +57,15 @@ def stream_id(conn: Connection, replica: str, rank: int = 0) -> int:
 
 def position_at_seq(conn: Connection, sid: int, seq: int, epoch: int | None = None) -> Position:
     """After batch `seq` (of `epoch`, default the latest epoch that has it)."""
-    t = schema.batches
-    query = select(t.c.epoch, t.c.seq, t.c.ts).where(t.c.stream_id == sid, t.c.seq <= seq)
-    if epoch is not None:
-        query = query.where(t.c.epoch == epoch)
-    else:
-        latest = select(t.c.epoch).where(t.c.stream_id == sid, t.c.seq == seq)
-        query = query.where(
-            t.c.epoch == latest.order_by(t.c.epoch.desc()).limit(1).scalar_subquery()
-        )
-    row = conn.execute(query.order_by(t.c.seq.desc()).limit(1)).first()
-    if row is None:
+    if epoch is None:
+        holding = batch_log.epochs_holding(conn, sid, seq)
+        if not holding:
+            raise NotInStore(f"seq {seq} is not in the stored log")
+        epoch = holding[0]
+    found = batch_log.batch_at_or_before(conn, sid, epoch, seq)
+    if found is None:
         raise NotInStore(f"seq {seq} is not in the stored log")
-    return Position(sid, row.epoch, row.seq, row.ts)
+    return Position(sid, epoch, found.seq, found.ts)
 
 
 def position_at_time(conn: Connection, sid: int, at: float) -> Position:
@@ -77,29 +73,29 @@ def position_at_time(conn: Connection, sid: int, at: float) -> Position:
 
     Checkpoints count as batches here: retention may have pruned the log up to one.
     """
-    candidates = [
-        conn.execute(
-            select(t.c.epoch, t.c.seq, t.c.ts)
-            .where(t.c.stream_id == sid, t.c.ts <= at)
-            .order_by(t.c.ts.desc(), t.c.epoch.desc(), t.c.seq.desc())
-            .limit(1)
-        ).first()
-        for t in (schema.batches, schema.checkpoints)
-    ]
-    found = [c for c in candidates if c is not None]
-    row = max(found, key=lambda r: (r.ts, r.epoch, r.seq)) if found else None
-    if row is None:
-        t = schema.batches
-        first = conn.execute(
-            select(t.c.ts).where(t.c.stream_id == sid).order_by(t.c.ts).limit(1)
-        ).scalar_one_or_none()
+    candidates = []
+    logged = batch_log.stamped_last_before(conn, sid, at)
+    if logged is not None:
+        candidates.append((logged.batch.ts, logged.epoch, logged.batch.seq))
+    c = schema.checkpoints
+    checkpoint = conn.execute(
+        select(c.c.ts, c.c.epoch, c.c.seq)
+        .where(c.c.stream_id == sid, c.c.ts <= at)
+        .order_by(c.c.ts.desc(), c.c.epoch.desc(), c.c.seq.desc())
+        .limit(1)
+    ).first()
+    if checkpoint is not None:
+        candidates.append(tuple(checkpoint))
+    if not candidates:
+        first = batch_log.first_ts(conn, sid)
         retained = "nothing is stored" if first is None else f"the log starts at ts {first:.3f}"
         raise NotInStore(f"no batch at or before ts {at:.3f}: {retained}")
-    return Position(sid, row.epoch, row.seq, row.ts, at)
+    ts, epoch, seq = max(candidates)
+    return Position(sid, epoch, seq, ts, at)
 
 
 def rebuild(conn: Connection, position: Position, stream: StreamId) -> RebuiltMap:
-    c, b = schema.checkpoints, schema.batches
+    c = schema.checkpoints
     checkpoint = conn.execute(
         select(c.c.seq, c.c.snapshot)
         .where(c.c.stream_id == position.stream_id, c.c.epoch == position.epoch)
@@ -115,14 +111,10 @@ def rebuild(conn: Connection, position: Position, stream: StreamId) -> RebuiltMa
         after = -1
     decoder = BatchDecoder()
     replayed = 0
-    rows = conn.execute(
-        select(b.c.seq, b.c.payload)
-        .where(b.c.stream_id == position.stream_id, b.c.epoch == position.epoch)
-        .where(b.c.seq > after, b.c.seq <= position.seq)
-        .order_by(b.c.seq)
-    )
-    for row in rows:
-        prefix_map.apply(decoder.decode(row.payload, row.seq), position.epoch)
+    for batch in batch_log.batches_between(
+        conn, position.stream_id, position.epoch, after, position.seq
+    ):
+        prefix_map.apply(decoder.decode(batch.payload, batch.seq), position.epoch)
         replayed += 1
     return RebuiltMap(
         map=prefix_map,

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, select
 
 from kvscope.collector.ingest import DegradedInterval, StreamIngest
-from kvscope.storage import schema
+from kvscope.storage import batch_log, schema
 from kvscope.storage.history import NotInStore, Position, rebuild, stream_id
 
 logger = logging.getLogger(__name__)
@@ -21,21 +21,16 @@ logger = logging.getLogger(__name__)
 def resume_ingest(engine: Engine, ingest: StreamIngest) -> Position | None:
     """Load the stream's last stored state into `ingest`; None when the store has none."""
     stream = ingest.stream
-    b, i = schema.batches, schema.intervals
+    i = schema.intervals
     with engine.connect() as conn:
         try:
             sid = stream_id(conn, stream.replica, stream.rank)
         except NotInStore:
             return None
-        epoch = conn.execute(select(func.max(b.c.epoch)).where(b.c.stream_id == sid)).scalar()
-        if epoch is None:
+        epoch = batch_log.last_epoch(conn, sid)
+        last = None if epoch is None else batch_log.last_batch(conn, sid, epoch)
+        if epoch is None or last is None:
             return None
-        last = conn.execute(
-            select(b.c.seq, b.c.ts, b.c.payload)
-            .where(b.c.stream_id == sid, b.c.epoch == epoch)
-            .order_by(b.c.seq.desc())
-            .limit(1)
-        ).one()
         position = Position(sid, epoch, last.seq, last.ts)
         rebuilt = rebuild(conn, position, stream)
         open_degraded = conn.execute(

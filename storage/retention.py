@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, and_, delete, func, select
+from sqlalchemy import ColumnElement, Connection, Engine, and_, delete, func, select
 
 from kvscope.storage import schema
 
@@ -67,7 +67,7 @@ def prune(engine: Engine, retention: Retention, now: float) -> Pruned:
 def _prune_log(
     conn: Connection, cutoff: float, retention: Retention, now: float, pruned: Pruned
 ) -> None:
-    b, c = schema.batches, schema.checkpoints
+    b, c = schema.log_chunks, schema.checkpoints
     epochs = conn.execute(select(b.c.stream_id, b.c.epoch).distinct()).all()
     for stream_id, epoch in epochs:
         in_epoch = and_(b.c.stream_id == stream_id, b.c.epoch == epoch)
@@ -79,8 +79,9 @@ def _prune_log(
         ).first()
         if anchor is None:
             continue  # nothing to rebuild the cutoff instant from: keep this epoch's log
-        # The anchor checkpoint holds the map after its seq: the log up to it is not needed.
-        pruned.batches += _deleted(conn, delete(b).where(in_epoch, b.c.seq <= anchor.seq))
+        # The anchor checkpoint holds the map after its seq: the log up to it is not needed
+        # (a chunk that reaches past it stays whole).
+        pruned.batches += _deleted_batches(conn, and_(in_epoch, b.c.last_seq <= anchor.seq))
         checkpoint_cutoff = min(
             anchor.ts, now - retention.checkpoints_s if retention.checkpoints_s else anchor.ts
         )
@@ -96,14 +97,22 @@ def _prune_log(
         newer_epoch = conn.execute(
             select(func.count())
             .select_from(b)
-            .where(b.c.stream_id == stream_id, b.c.epoch > epoch, b.c.ts <= cutoff)
+            .where(b.c.stream_id == stream_id, b.c.epoch > epoch, b.c.min_ts <= cutoff)
         ).scalar()
         if newer_epoch:
             # A later epoch began before the cutoff: this one lies wholly outside the window.
-            pruned.batches += _deleted(conn, delete(b).where(in_epoch))
+            pruned.batches += _deleted_batches(conn, in_epoch)
             pruned.checkpoints += _deleted(
                 conn, delete(c).where(c.c.stream_id == stream_id, c.c.epoch == epoch)
             )
+
+
+def _deleted_batches(conn: Connection, where: ColumnElement[bool]) -> int:
+    """Delete the log chunks `where` selects; the batches they held."""
+    b = schema.log_chunks
+    held = conn.execute(select(func.coalesce(func.sum(b.c.batches), 0)).where(where)).scalar()
+    conn.execute(delete(b).where(where))
+    return int(held or 0)
 
 
 def _deleted(conn: Connection, statement: object) -> int:

@@ -1,16 +1,18 @@
 """The hand-off between the ingest thread and the store's writer thread.
 
 A deque: putting a row costs an append and no signal (the ingest thread must not wait): the
-writer looks again every `poll_s` when it finds the queue empty, and gives a short queue that
-long to fill, so that it takes rows by the thousand, not each as it comes at the price of a
-thread switch and a transaction. Only the rows that may be dropped count towards the bound; the
-rare ones always get in.
+writer looks again every `poll_s` when it finds the queue empty, and gives a short queue up to
+`linger_s` to fill, so that it takes rows by the thousand, not each as it comes at the price of
+a thread switch, a transaction and a log chunk of its own. Only the rows that may be dropped
+count towards the bound; the rare ones always get in.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
+from itertools import islice
 from typing import Generic, TypeVar
 
 Row = TypeVar("Row")
@@ -19,14 +21,19 @@ Row = TypeVar("Row")
 class RowQueue(Generic[Row]):
     """One producer (the ingest thread), one consumer (the writer thread)."""
 
-    def __init__(self, droppable_limit: int, poll_s: float = 0.02) -> None:
+    def __init__(self, droppable_limit: int, poll_s: float = 0.02, linger_s: float = 0.02) -> None:
         self.droppable_limit = droppable_limit
         self.poll_s = poll_s
+        self.linger_s = linger_s
         self._rows: deque[Row] = deque()
         self._closing = threading.Event()
+        self._hurry = threading.Event()
         self._droppable_in = 0
         self._droppable_out = 0
         self._taken = 0
+        self.put_total = 0
+        """Rows ever queued (a mark for `written_total` to reach)."""
+        self.written_total = 0
 
     def put(self, row: Row, droppable: bool) -> bool:
         """Queue `row`; a droppable one is refused (False) when the bound is reached."""
@@ -35,31 +42,43 @@ class RowQueue(Generic[Row]):
                 return False
             self._droppable_in += 1
         self._rows.append(row)
+        self.put_total += 1
         return True
 
     def close(self) -> None:
         """No more rows: `take` returns None once the queue is empty."""
         self._closing.set()
+        self._hurry.set()
+
+    def hurry(self) -> None:
+        """Take what is queued without lingering, until the queue is next found empty."""
+        self._hurry.set()
 
     def take(self, max_rows: int) -> list[Row] | None:
         """Up to `max_rows` rows, waiting for one; None once closed and drained."""
         rows = self._rows
         while True:
             if rows:
-                if len(rows) < max_rows and not self._closing.is_set():
-                    # A moment for more: one transaction of many rows costs less than many.
-                    self._closing.wait(self.poll_s)
+                # A moment for more: one transaction of many rows costs less than many.
+                deadline = time.monotonic() + self.linger_s
+                while len(rows) < max_rows and not self._hurry.is_set():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._hurry.wait(min(self.poll_s, left))
                 n = self._taken = min(max_rows, len(rows))
-                return [rows.popleft() for _ in range(n)]
+                return list(islice(iter(rows.popleft, None), n))  # popleft n times, in C
             if self._closing.is_set():
                 if rows:  # put just before the close
                     continue
                 return None
-            self._closing.wait(self.poll_s)
+            self._hurry.clear()
+            self._hurry.wait(self.poll_s)
 
     def done(self, droppable: int) -> None:
         """The rows last taken are in the store, `droppable` of them droppable: free their room."""
         self._droppable_out += droppable
+        self.written_total += self._taken
         self._taken = 0
 
     @property

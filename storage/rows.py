@@ -30,6 +30,8 @@ class CheckpointRow:
     ts: float
     blocks: int
     snapshot: bytes
+    packed: bytes = b""
+    """The snapshot compressed, by the writer thread."""
 
 
 @dataclass(slots=True)

@@ -42,17 +42,24 @@ epochs = Table(
     Column("started_recv_ts", Float, nullable=False),
 )
 
-batches = Table(
-    "batches",
+log_chunks = Table(
+    "log_chunks",
     metadata,
+    # The log that rebuilds any instant: every KVEventBatch exactly as received, with its seq,
+    # engine ts and receive time, in runs of one epoch's consecutive batches (storage/log_chunks).
     Column("stream_id", Integer, ForeignKey("streams.id"), primary_key=True),
     Column("epoch", Integer, primary_key=True),
-    Column("seq", BigInteger, primary_key=True),
-    Column("ts", Float, nullable=False),
-    Column("recv_ts", Float, nullable=False),
-    # The KVEventBatch msgpack exactly as received: the log that rebuilds any instant.
-    Column("payload", LargeBinary, nullable=False),
-    Index("ix_batches_stream_ts", "stream_id", "ts"),
+    Column("first_seq", BigInteger, primary_key=True),
+    Column("last_seq", BigInteger, nullable=False),
+    # Engine time of the chunk's earliest and latest batch (at most MAX_CHUNK_SPAN_S apart).
+    Column("min_ts", Float, nullable=False),
+    Column("max_ts", Float, nullable=False),
+    Column("batches", Integer, nullable=False),
+    # Size before compression.
+    Column("raw_bytes", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    Index("ix_log_chunks_stream_min_ts", "stream_id", "min_ts"),
+    Index("ix_log_chunks_stream_max_ts", "stream_id", "max_ts"),
 )
 
 checkpoints = Table(

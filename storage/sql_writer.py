@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 
 from sqlalchemy import Connection, insert, select, update
@@ -10,7 +11,8 @@ from sqlalchemy import Connection, insert, select, update
 from kvscope.collector.snapshot import compress
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
-from kvscope.storage.bulk_sql import insert_log, upsert_rollups
+from kvscope.storage.bulk_sql import insert_chunks, upsert_rollups
+from kvscope.storage.log_chunks import ChunkRow, pack
 from kvscope.storage.rows import (
     CheckpointRow,
     EpochRow,
@@ -21,6 +23,19 @@ from kvscope.storage.rows import (
     RollupRow,
     Row,
 )
+
+
+@dataclass
+class Prepared:
+    """Rows taken from the queue, made ready outside the transaction: the log packed into
+    chunks, checkpoints compressed (zstd runs without the GIL, and a retry redoes neither)."""
+
+    ordered: list[Row] = field(default_factory=list)
+    chunks: list[ChunkRow] = field(default_factory=list)
+    rollups: list[RollupRow] = field(default_factory=list)
+    checkpoints: int = 0
+    droppable: int = 0
+    """Rows of the kinds the queue may drop (they count towards its bound)."""
 
 
 class RowWriter:
@@ -56,25 +71,35 @@ class RowWriter:
             sid = self._stream_ids[stream] = int(found)
         return sid
 
-    def write(self, conn: Connection, rows: list[Row]) -> None:
-        log: list[LogRow] = []
-        rollups: list[RollupRow] = []
-        ordered: list[Row] = []
-        for row in rows:
-            if type(row) is tuple:
-                log.append(row)
-            elif type(row) is RollupRow:
-                rollups.append(row)
-            else:
-                ordered.append(row)
+    def prepare(self, rows: list[Row]) -> Prepared:
+        prepared = Prepared()
+        # Nearly every row is a batch for the log: those are picked out in one pass.
+        log: list[LogRow] = [row for row in rows if type(row) is tuple]
+        if len(log) < len(rows):
+            for row in rows:
+                if type(row) is tuple:
+                    continue
+                if type(row) is RollupRow:
+                    prepared.rollups.append(row)
+                    continue
+                if type(row) is CheckpointRow:
+                    row.packed = compress(row.snapshot)
+                    self.checkpoint_written(row, len(row.packed))
+                    prepared.checkpoints += 1
+                prepared.ordered.append(row)
+        prepared.chunks = pack(log)
+        prepared.droppable = len(log) + len(prepared.rollups) + prepared.checkpoints
+        return prepared
+
+    def write(self, conn: Connection, prepared: Prepared) -> None:
         # Epochs, resets and recoveries keep their order (a recovery needs its reset's id).
-        for row in ordered:
+        for row in prepared.ordered:
             self._write_one(conn, row)
         stream_id = partial(self._stream_id, conn)
-        if log:
-            insert_log(conn, log, stream_id)
-        if rollups:
-            upsert_rollups(conn, rollups, stream_id)
+        if prepared.chunks:
+            insert_chunks(conn, prepared.chunks, stream_id)
+        if prepared.rollups:
+            upsert_rollups(conn, prepared.rollups, stream_id)
 
     def _write_one(self, conn: Connection, row: Row) -> None:
         if type(row) is EpochRow:
@@ -95,7 +120,7 @@ class RowWriter:
                     seq=row.seq,
                     ts=row.ts,
                     blocks=row.blocks,
-                    snapshot=self._compressed_checkpoint(row),
+                    snapshot=row.packed,
                 )
             )
         elif type(row) is ResetRow:
@@ -170,11 +195,6 @@ class RowWriter:
             )
             if conn.execute(update(t).where(same).values(**values)).rowcount == 0:
                 conn.execute(insert(t).values(**values))
-
-    def _compressed_checkpoint(self, row: CheckpointRow) -> bytes:
-        packed = compress(row.snapshot)
-        self.checkpoint_written(row, len(packed))
-        return packed
 
     def _reset_id(self, conn: Connection, stream: StreamId, key: tuple[int, int, str]) -> int:
         cached = self._reset_ids.get((stream, key))

@@ -3,7 +3,8 @@
 The ingest thread only builds small row objects and puts them on a bounded queue (hooks below:
 per batch a tuple for the log and a few counter updates; rollups come from the map's counters,
 checkpoints are encoded without compression); one writer thread drains the queue into batched
-transactions and compresses. If the store is slow or down,
+transactions, packing the log into compressed chunks (storage/log_chunks) and compressing
+checkpoints. If the store is slow or down,
 rows wait and are retried; if the queue overflows, dropped batches are counted and their
 interval is written to the store as `incomplete` once it has room, followed by a fresh
 checkpoint so that instants after the hole rebuild exactly again. Nothing is lost silently.
@@ -12,6 +13,7 @@ checkpoint so that instants after the hole rebuild exactly again. Nothing is los
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,15 +34,11 @@ from kvscope.storage.rows import (
     IntervalRow,
     RecoveryRow,
     ResetRow,
-    RollupRow,
     Row,
 )
 from kvscope.storage.sql_writer import RowWriter
 
 logger = logging.getLogger(__name__)
-
-_DROPPABLE = (tuple, RollupRow, CheckpointRow)
-"""Row types dropped when the queue is full (a tuple is a batch for the log)."""
 
 
 @dataclass(frozen=True)
@@ -50,16 +48,26 @@ class StoreSettings:
     dropped (counted; dropped batches are marked incomplete in the store). The rare rows
     (epochs, resets, recoveries, intervals) always wait: dropping them would lose what matters."""
     rows_per_transaction: int = 5_000
-    checkpoint_log_ratio: float = 2.0
-    """Checkpoint once the log written since the last checkpoint is this many times its size
-    on disk.
+    linger_s: float = 1.0
+    """How long the writer lets fewer than `rows_per_transaction` rows wait for more: a
+    transaction and a log chunk per second, not per few batches, at a replica's usual rates
+    (small chunks compress poorly). What waits is lost by a crash only until the restart asks
+    the replay socket for it."""
+    checkpoint_log_ratio: float = 3.0
+    """Checkpoint once the log received since the last checkpoint (its payloads' bytes as
+    received) is this many times that checkpoint's size on disk.
 
-    This bounds both costs: checkpoints take at most about half as much disk as the log, and
-    rebuilding an instant replays at most about two checkpoints' worth of log (a 100k-block
-    map: ~90k block-events, median rebuild 45-60 ms in benchmarks/store.py; at 1.0 ~35 ms,
-    but checkpoints were half of all the store's work)."""
+    This bounds both costs: rebuilding an instant replays at most this many checkpoints' worth
+    of log, and checkpoints take a known share of the writer's work. In benchmarks/store.py (a
+    100k-block map): 3.0 rebuilds in a median of 57-65 ms and keeps the store at 0.54-0.58x
+    memory-only ingest; 2.0 rebuilds in ~43 ms at 0.45-0.49x; 4.0 takes ~95 ms."""
     checkpoint_every_batches: int = 20_000
     """A checkpoint at least this often (in batches), whatever the sizes."""
+    gil_switch_interval_s: float | None = 0.0005
+    """Set as the process's GIL switch interval (`sys.setswitchinterval`) unless it is already
+    shorter; None leaves it. The writer thread lets go of the GIL for each compression and SQL
+    call; taking it back from a busy ingest thread waits out the interval (CPython's default 5
+    ms), which cost the writer about as much as its own work (benchmarks/store.py)."""
     retry_initial_s: float = 0.2
     retry_max_s: float = 5.0
     recovery_offsets_s: tuple[float, ...] = DEFAULT_OFFSETS_S
@@ -106,9 +114,14 @@ class StoreWriter:
         self.engine = engine
         self.settings = settings or StoreSettings()
         self.stats = WriterStats()
-        self._queue: RowQueue[Row] = RowQueue(self.settings.queue_rows)
+        self._queue: RowQueue[Row] = RowQueue(
+            self.settings.queue_rows, linger_s=self.settings.linger_s
+        )
         self._streams: dict[StreamId, _StreamState] = {}
         self._sql = RowWriter(self.settings.shard, self._checkpoint_written)
+        switch = self.settings.gil_switch_interval_s
+        if switch is not None and switch < sys.getswitchinterval():
+            sys.setswitchinterval(switch)
         self._thread = threading.Thread(target=self._run, name="kvscope-store-writer", daemon=True)
         self._thread.start()
 
@@ -213,8 +226,22 @@ class StoreWriter:
         while time.monotonic() < deadline:
             if self._queue.pending == 0:
                 return True
+            self._queue.hurry()
             time.sleep(0.01)
         return False
+
+    def written_through_now(self, timeout: float = 10.0) -> bool:
+        """Wait until every row queued before this call is written (rows queued meanwhile may
+        wait); False on timeout. A reader of the store that must not miss the latest batches
+        calls this first: the writer lingers up to `linger_s`."""
+        mark = self._queue.put_total
+        deadline = time.monotonic() + timeout
+        while self._queue.written_total < mark:
+            if time.monotonic() >= deadline or not self._thread.is_alive():
+                return False
+            self._queue.hurry()
+            time.sleep(0.005)
+        return True
 
     @property
     def queue_depth(self) -> int:
@@ -233,8 +260,10 @@ class StoreWriter:
         return self._queue.put(row, True)
 
     def _put_always(self, row: Row) -> None:
-        """Rare rows (resets, epochs, intervals) are never dropped and never block."""
+        """Rare rows (resets, epochs, intervals) are never dropped and never block, and go out
+        without lingering: a reset is asked for as soon as it happened."""
         self._queue.put(row, False)
+        self._queue.hurry()
 
     def _note_drop(self, state: _StreamState, epoch: int, seq: int, ts: float) -> None:
         """Batch times (engine clock) bound the hole: instants are asked for in that clock."""
@@ -332,11 +361,12 @@ class StoreWriter:
     def _run(self) -> None:
         backoff = self.settings.retry_initial_s
         while (rows := self._queue.take(self.settings.rows_per_transaction)) is not None:
+            started = time.perf_counter()
+            prepared = self._sql.prepare(rows)
             while True:
-                started = time.perf_counter()
                 try:
                     with self.engine.begin() as conn:
-                        self._sql.write(conn, rows)
+                        self._sql.write(conn, prepared)
                     break
                 except SQLAlchemyError as exc:
                     self.stats.retries += 1
@@ -352,7 +382,7 @@ class StoreWriter:
             self.stats.write_seconds_total += time.perf_counter() - started
             self.stats.rows_written += len(rows)
             self.stats.transactions += 1
-            self._queue.done(sum(1 for row in rows if type(row) in _DROPPABLE))
+            self._queue.done(prepared.droppable)
             backoff = self.settings.retry_initial_s
 
     def _checkpoint_written(self, row: CheckpointRow, size_on_disk: int) -> None:

@@ -70,11 +70,11 @@ def collector_time(conn: Any, engine_ts: float) -> float:
     Reset requests are recorded on the collector's clock and linked to clears by it; a
     recording's batch `ts` is on the engine's (simulated) clock.
     """
-    from sqlalchemy import text
+    from sqlalchemy import select
 
-    return float(
-        conn.execute(
-            text("SELECT recv_ts FROM batches WHERE ts <= :t ORDER BY ts DESC LIMIT 1"),
-            {"t": engine_ts},
-        ).scalar_one()
-    )
+    from kvscope.storage import batch_log, schema
+
+    sid = conn.execute(select(schema.streams.c.id)).scalar_one()  # the one replica
+    found = batch_log.stamped_last_before(conn, sid, engine_ts)
+    assert found is not None
+    return found.batch.recv_ts

@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import func, select
 
 from kvscope.collector.types import StreamId
-from kvscope.storage import schema
+from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from tests.vllm_source import EventSource, Workload, WorkloadConfig, free_port, truth_counts
@@ -47,7 +47,7 @@ def start_collect(store: str, port: int, replay_port: int, log: Path) -> subproc
 
 def stored_last_seq(store: str) -> int | None:
     with open_store(store).connect() as conn:
-        value = conn.execute(select(func.max(schema.batches.c.seq))).scalar()
+        value = conn.execute(select(func.max(schema.log_chunks.c.last_seq))).scalar()
         return None if value is None else int(value)
 
 
@@ -104,8 +104,6 @@ def test_kill_9_then_restart_ends_with_the_exact_map(stack: ExitStack, tmp_path:
         rebuilt = rebuild(conn, position_at_seq(conn, sid, last), StreamId("r", 0))
         assert rebuilt.map.counts() == truth_counts(source.manager)
         assert rebuilt.unknown_because == []
-        stored = conn.execute(
-            select(func.count()).select_from(schema.batches).where(schema.batches.c.epoch == 0)
-        ).scalar()
+        stored = batch_log.count_batches(conn, epoch=0)
         assert stored == source.batches  # every batch exactly once: none lost, none twice
     assert "resumed from the store" in log.read_text()

@@ -726,7 +726,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         close_writer()
         insert_requests(writer.engine)
         with writer.engine.connect() as conn:
-            first = conn.execute(text("SELECT min(ts) FROM batches")).scalar_one()
+            first = conn.execute(text("SELECT min(min_ts) FROM log_chunks")).scalar_one()
         span = (int(first) - 600, int(time.time()) + 600)
         yield Stack(prom_url, api, writer.engine, start, end, span)
 

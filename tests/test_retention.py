@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from kvscope.storage import schema
+from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import NotInStore, position_at_time, rebuild, stream_id
 from kvscope.storage.retention import Retention, prune
@@ -23,8 +23,9 @@ def test_every_instant_inside_the_window_still_rebuilds(store_url: str) -> None:
     engine = open_store(store_url)
     with engine.connect() as conn:
         sid = stream_id(conn, "lab")
-        ts_of = dict(conn.execute(select(schema.batches.c.seq, schema.batches.c.ts)).all())
-        batches_before, resets_before = count(conn, schema.batches), count(conn, schema.resets)
+        ts_of = {b.batch.seq: b.batch.ts for b in batch_log.all_batches(conn, sid)}
+        batches_before = batch_log.count_batches(conn)
+        resets_before = count(conn, schema.resets)
     last_ts = max(ts_of.values())
     first_ts = min(ts_of.values())
     cutoff = first_ts + (last_ts - first_ts) / 2

@@ -16,7 +16,7 @@ from kvscope.capture_source import CaptureSource
 from kvscope.cli import app
 from kvscope.collector.capture import read_capture
 from kvscope.collector.types import StreamId
-from kvscope.storage import schema
+from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from tests.conftest import shared_capture
@@ -35,9 +35,11 @@ def collect(store: str, shard: str, source: CaptureSource, log: Path) -> subproc
 
 def stored_last(store: str, replica: str) -> int | None:
     with open_store(store).connect() as conn:
-        b, s = schema.batches, schema.streams
+        b, s = schema.log_chunks, schema.streams
         value = conn.execute(
-            select(func.max(b.c.seq)).join(s, s.c.id == b.c.stream_id).where(s.c.replica == replica)
+            select(func.max(b.c.last_seq))
+            .join(s, s.c.id == b.c.stream_id)
+            .where(s.c.replica == replica)
         ).scalar()
     return None if value is None else int(value)
 
@@ -87,9 +89,5 @@ def test_two_collectors_share_one_postgres(pg_url: str, tmp_path: Path) -> None:
             sid = stream_id(conn, shard)
             rebuilt = rebuild(conn, position_at_seq(conn, sid, seq), StreamId(shard, 0))
             assert rebuilt.map.counts() == {(h, g): n for h, g, n in hashes}
-            stored = conn.execute(
-                select(func.count())
-                .select_from(schema.batches)
-                .where(schema.batches.c.stream_id == sid)
-            ).scalar()
+            stored = batch_log.count_batches(conn, sid)
             assert stored == len(sources[shard].records)

@@ -15,7 +15,7 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.snapshot import decode_tables
 from kvscope.collector.types import Batch, StreamId
-from kvscope.storage import schema
+from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, position_at_time, rebuild, stream_id
 from kvscope.storage.writer import StoreSettings, StoreWriter
@@ -67,7 +67,7 @@ def test_any_instant_rebuilds_to_the_live_map(store_url: str) -> None:
     engine = open_store(store_url)
     with engine.connect() as conn:
         sid = stream_id(conn, "lab")
-        assert conn.execute(select(func.count()).select_from(schema.batches)).scalar() == 7724
+        assert batch_log.count_batches(conn) == 7724
         assert conn.execute(select(func.count()).select_from(schema.checkpoints)).scalar() >= 10
         for seq, live in samples.items():
             rebuilt = rebuild(conn, position_at_seq(conn, sid, seq), STREAM)
@@ -75,13 +75,7 @@ def test_any_instant_rebuilds_to_the_live_map(store_url: str) -> None:
             assert rebuilt.unknown_because == []
             assert rebuilt.batches_replayed < 700
         # By time: the vLLM BlockPool's own snapshots, at their batch timestamps.
-        ts_of = dict(
-            conn.execute(
-                select(schema.batches.c.seq, schema.batches.c.ts).where(
-                    schema.batches.c.stream_id == sid
-                )
-            ).all()
-        )
+        ts_of = {b.batch.seq: b.batch.ts for b in batch_log.all_batches(conn, sid)}
         for snap in sidecar["snapshots"]:
             if snap["pending_events"]:
                 continue

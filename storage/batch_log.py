@@ -1,0 +1,146 @@
+"""Finding batches in the stored log (its rows are chunks of batches: see log_chunks)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, func, select
+
+from kvscope.storage import schema
+from kvscope.storage.log_chunks import MAX_CHUNK_SPAN_S, Chunk, LoggedBatch
+
+_t = schema.log_chunks
+
+
+@dataclass(frozen=True, slots=True)
+class EpochBatch:
+    epoch: int
+    batch: LoggedBatch
+
+
+def _chunk_at_or_before(conn: Connection, sid: int, epoch: int, seq: int) -> Chunk | None:
+    data = conn.execute(
+        select(_t.c.data)
+        .where(_t.c.stream_id == sid, _t.c.epoch == epoch, _t.c.first_seq <= seq)
+        .order_by(_t.c.first_seq.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+    return None if data is None else Chunk(data)
+
+
+def batch_at_or_before(conn: Connection, sid: int, epoch: int, seq: int) -> LoggedBatch | None:
+    """The last stored batch of `epoch` with a seq <= `seq`."""
+    chunk = _chunk_at_or_before(conn, sid, epoch, seq)
+    return None if chunk is None else chunk.at_or_before(seq)
+
+
+def batch_at(conn: Connection, sid: int, epoch: int, seq: int) -> LoggedBatch | None:
+    """Batch `seq` of `epoch`, if stored."""
+    found = batch_at_or_before(conn, sid, epoch, seq)
+    return found if found is not None and found.seq == seq else None
+
+
+def epochs_holding(conn: Connection, sid: int, seq: int) -> list[int]:
+    """Epochs whose stored log holds batch `seq`, latest first."""
+    epochs = conn.execute(
+        select(_t.c.epoch)
+        .where(_t.c.stream_id == sid, _t.c.first_seq <= seq, _t.c.last_seq >= seq)
+        .order_by(_t.c.epoch.desc())
+    ).scalars()
+    return [e for e in epochs if batch_at(conn, sid, e, seq) is not None]
+
+
+def last_epoch(conn: Connection, sid: int) -> int | None:
+    epoch: int | None = conn.execute(
+        select(func.max(_t.c.epoch)).where(_t.c.stream_id == sid)
+    ).scalar()
+    return epoch
+
+
+def last_batch(conn: Connection, sid: int, epoch: int) -> LoggedBatch | None:
+    last_seq = conn.execute(
+        select(func.max(_t.c.last_seq)).where(_t.c.stream_id == sid, _t.c.epoch == epoch)
+    ).scalar()
+    return None if last_seq is None else batch_at_or_before(conn, sid, epoch, last_seq)
+
+
+def batches_between(
+    conn: Connection, sid: int, epoch: int, after: int, upto: int
+) -> Iterator[LoggedBatch]:
+    """The stored batches of `epoch` with after < seq <= upto, in order."""
+    # From the chunk holding seq after + 1: the chunks' first seqs bound an indexed range.
+    start = conn.execute(
+        select(_t.c.first_seq)
+        .where(_t.c.stream_id == sid, _t.c.epoch == epoch, _t.c.first_seq <= after + 1)
+        .order_by(_t.c.first_seq.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+    rows = conn.execute(
+        select(_t.c.data)
+        .where(_t.c.stream_id == sid, _t.c.epoch == epoch)
+        .where(_t.c.first_seq >= (after + 1 if start is None else start))
+        .where(_t.c.first_seq <= upto)
+        .order_by(_t.c.first_seq)
+    ).scalars()
+    for data in rows:
+        yield from Chunk(data).between(after, upto)
+
+
+def stamped_last_before(conn: Connection, sid: int, at: float) -> EpochBatch | None:
+    """The batch with the greatest (ts, epoch, seq) among those stamped at or before `at`.
+
+    Exact whatever the engine's clock did: the chunks that may hold it are those whose latest
+    batch is the latest at or before `at`, and those that straddle `at`, which start within
+    `MAX_CHUNK_SPAN_S` before it.
+    """
+    ends_before = conn.execute(
+        select(func.max(_t.c.max_ts)).where(_t.c.stream_id == sid, _t.c.max_ts <= at)
+    ).scalar()
+    # A second's margin: the span is checked on floats where they were written.
+    starts_near = _t.c.min_ts > at - MAX_CHUNK_SPAN_S - 1.0
+    which = starts_near & (_t.c.min_ts <= at) & (_t.c.max_ts > at)
+    if ends_before is not None:
+        which = which | (_t.c.max_ts == ends_before)
+    rows = conn.execute(
+        select(_t.c.epoch, _t.c.data).where(_t.c.stream_id == sid).where(which)
+    ).all()
+    best: EpochBatch | None = None
+    for epoch, data in rows:
+        chunk = Chunk(data)
+        for i, ts in enumerate(chunk.ts):
+            if ts <= at and (
+                best is None
+                or (ts, epoch, chunk.seqs[i]) > (best.batch.ts, best.epoch, best.batch.seq)
+            ):
+                best = EpochBatch(epoch, chunk.batch(i))
+    return best
+
+
+def first_ts(conn: Connection, sid: int) -> float | None:
+    ts: float | None = conn.execute(
+        select(func.min(_t.c.min_ts)).where(_t.c.stream_id == sid)
+    ).scalar()
+    return ts
+
+
+def count_batches(conn: Connection, sid: int | None = None, epoch: int | None = None) -> int:
+    query = select(func.coalesce(func.sum(_t.c.batches), 0))
+    if sid is not None:
+        query = query.where(_t.c.stream_id == sid)
+    if epoch is not None:
+        query = query.where(_t.c.epoch == epoch)
+    return int(conn.execute(query).scalar_one())
+
+
+def all_batches(conn: Connection, sid: int) -> Iterator[EpochBatch]:
+    """Every stored batch of the stream, in (epoch, seq) order."""
+    rows = conn.execute(
+        select(_t.c.epoch, _t.c.data)
+        .where(_t.c.stream_id == sid)
+        .order_by(_t.c.epoch, _t.c.first_seq)
+    ).all()
+    for epoch, data in rows:
+        chunk = Chunk(data)
+        for i in range(len(chunk)):
+            yield EpochBatch(epoch, chunk.batch(i))
