@@ -74,7 +74,7 @@ class StoreSettings:
     shard: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _StreamState:
     """What the hooks remember per stream between batches (ingest thread only)."""
 
