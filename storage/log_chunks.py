@@ -15,7 +15,6 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, NamedTuple
 
@@ -39,8 +38,9 @@ class ChunkError(ValueError):
     """Bytes that are not a log chunk this version can read."""
 
 
-@dataclass(frozen=True, slots=True)
-class LoggedBatch:
+class LoggedBatch(NamedTuple):
+    """A NamedTuple: a rebuild makes one per batch it replays."""
+
     seq: int
     ts: float
     recv_ts: float
