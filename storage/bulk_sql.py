@@ -83,9 +83,11 @@ def insert_chunks(
     conn: Connection, chunks: list[ChunkRow], stream_id: Callable[[StreamId], int]
 ) -> None:
     """One statement for the transaction's chunks (sqlite3's executemany lets go of the GIL and
-    takes it back for every row)."""
+    takes it back for every row). A chunk already there is overwritten with itself: the
+    transaction is being retried after a commit whose answer was lost."""
     params = _flat_with_ids(chunks, len(CHUNK_COLUMNS), stream_id)
-    _execute_in_chunks(conn, schema.log_chunks.name, CHUNK_COLUMNS, (), params, 1000)
+    key = ("stream_id", "epoch", "first_seq")
+    _execute_in_chunks(conn, schema.log_chunks.name, CHUNK_COLUMNS, key, params, 1000)
 
 
 def upsert_rollups(

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, Insert, Table, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from kvscope.collector.snapshot import compress
 from kvscope.collector.types import StreamId
@@ -113,35 +114,34 @@ class RowWriter:
                     insert(t).values(stream_id=sid, epoch=row.epoch, started_recv_ts=row.recv_ts)
                 )
         elif type(row) is CheckpointRow:
-            conn.execute(
-                insert(schema.checkpoints).values(
-                    stream_id=self._stream_id(conn, row.stream),
-                    epoch=row.epoch,
-                    seq=row.seq,
-                    ts=row.ts,
-                    blocks=row.blocks,
-                    snapshot=row.packed,
-                )
-            )
+            values = {
+                "stream_id": self._stream_id(conn, row.stream),
+                "epoch": row.epoch,
+                "seq": row.seq,
+                "ts": row.ts,
+                "blocks": row.blocks,
+                "snapshot": row.packed,
+            }
+            conn.execute(_upsert(conn, schema.checkpoints, ("stream_id", "epoch", "seq")), values)
         elif type(row) is ResetRow:
             epoch, seq, reason = row.key
+            key = ("stream_id", "epoch", "seq", "reason")
             reset_id = conn.execute(
-                insert(schema.resets)
-                .values(
-                    stream_id=self._stream_id(conn, row.stream),
-                    epoch=epoch,
-                    seq=seq,
-                    ts=row.ts,
-                    recv_ts=row.recv_ts,
-                    reason=reason,
-                    degraded=row.degraded,
-                    before_blocks=row.before_blocks,
-                    before_hittable=row.before_hittable,
-                    before_orphans=row.before_orphans,
-                    before_tokens=row.before_tokens,
-                    before=compress(row.before),
-                )
-                .returning(schema.resets.c.id)
+                _upsert(conn, schema.resets, key).returning(schema.resets.c.id),
+                {
+                    "stream_id": self._stream_id(conn, row.stream),
+                    "epoch": epoch,
+                    "seq": seq,
+                    "ts": row.ts,
+                    "recv_ts": row.recv_ts,
+                    "reason": reason,
+                    "degraded": row.degraded,
+                    "before_blocks": row.before_blocks,
+                    "before_hittable": row.before_hittable,
+                    "before_orphans": row.before_orphans,
+                    "before_tokens": row.before_tokens,
+                    "before": compress(row.before),
+                },
             ).scalar_one()
             self._reset_ids[(row.stream, row.key)] = int(reset_id)
         elif type(row) is RecoveryRow:
@@ -159,7 +159,7 @@ class RowWriter:
             )
             if row.points:
                 conn.execute(
-                    insert(schema.reset_recovery),
+                    _upsert(conn, schema.reset_recovery, ("reset_id", "offset_s")),
                     [
                         {
                             "reset_id": reset_id,
@@ -211,3 +211,15 @@ class RowWriter:
             )
         ).scalar_one()
         return int(found)
+
+
+def _upsert(conn: Connection, table: Table, key: tuple[str, ...]) -> Insert:
+    """An INSERT that overwrites the row already under `key`: a transaction retried after its
+    commit landed but the answer was lost (the connection dropped) writes the same rows again,
+    and must not fail on them forever."""
+    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    statement = dialect_insert(table)
+    return statement.on_conflict_do_update(
+        index_elements=list(key),
+        set_={c.name: statement.excluded[c.name] for c in table.columns if c.name not in key},
+    )
