@@ -4,10 +4,10 @@ The ingest thread only builds small row objects and puts them on a bounded queue
 per batch a tuple for the log and a few counter updates; rollups come from the map's counters,
 checkpoints are encoded without compression); one writer thread drains the queue into batched
 transactions, packing the log into compressed chunks (storage/log_chunks) and compressing
-checkpoints. If the store is slow or down,
-rows wait and are retried; if the queue overflows, dropped batches are counted and their
-interval is written to the store as `incomplete` once it has room, followed by a fresh
-checkpoint so that instants after the hole rebuild exactly again. Nothing is lost silently.
+checkpoints. If the store is slow or down, rows wait and are retried; if the queue overflows,
+dropped batches are counted and their interval is written to the store as `incomplete` once it
+has room, followed by a fresh checkpoint so that instants after the hole rebuild exactly again.
+Nothing is lost silently.
 """
 
 from __future__ import annotations
