@@ -28,6 +28,13 @@ from kvscope.storage.history import (
 )
 from kvscope.storage.writer import StoreWriter
 
+WRITER_WAIT_S = 2.0
+"""How long a store read waits for the writer to store what was queued before it."""
+WRITER_BEHIND = (
+    "the store's writer is behind (the store is slow or refuses writes): batches of this "
+    "instant may not be stored yet"
+)
+
 
 @dataclass
 class MapView:
@@ -169,13 +176,13 @@ class ApiData:
     def _stored(self, stream: StreamId, at: float | None) -> MapView:
         if self.engine is None:
             raise NotInStore("this API keeps no store: only the live map is known")
-        if self.writer is not None:
-            # The batches up to now may still wait in the writer's queue: an instant they
-            # belong to would be rebuilt without them.
-            self.writer.written_through_now()
+        # The batches up to now may still wait in the writer's queue: an instant they belong
+        # to would be rebuilt without them.
+        caught_up = self.writer is None or self.writer.written_through_now(WRITER_WAIT_S)
+        instant = at if at is not None else float("inf")
         with self.engine.connect() as conn:
             sid = stream_id(conn, stream.replica, stream.rank)
-            position = position_at_time(conn, sid, at if at is not None else float("inf"))
+            position = position_at_time(conn, sid, instant)
             stored_at = self._stored_at(conn, position) if at is None else None
             key = (stream, position.epoch, position.seq, at)
             with self._cache_lock:
@@ -187,7 +194,10 @@ class ApiData:
                     if len(self._cache) >= CACHED_MAPS:
                         self._cache.pop(next(iter(self._cache)))
                     self._cache[key] = cached
-        prefix_map, unknown = cached
+            prefix_map, unknown = cached
+            if not caught_up and not batch_log.holds_later(conn, sid, instant):
+                # Not cached: once the writer catches up, the same position is whole again.
+                unknown = [*unknown, WRITER_BEHIND]
         return MapView(
             map=prefix_map,
             source="store",

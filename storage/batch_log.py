@@ -117,6 +117,15 @@ def stamped_last_before(conn: Connection, sid: int, at: float) -> EpochBatch | N
     return best
 
 
+def holds_later(conn: Connection, sid: int, at: float) -> bool:
+    """Whether a batch stamped after `at` is stored (then every batch up to `at` is too: the
+    writer stores them in the order applied)."""
+    later = conn.execute(
+        select(_t.c.first_seq).where(_t.c.stream_id == sid, _t.c.max_ts > at).limit(1)
+    ).first()
+    return later is not None
+
+
 def first_ts(conn: Connection, sid: int) -> float | None:
     ts: float | None = conn.execute(
         select(func.min(_t.c.min_ts)).where(_t.c.stream_id == sid)

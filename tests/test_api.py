@@ -24,17 +24,21 @@ import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
 
 from kvscope.api.app import create_app
 from kvscope.api.context import ApiSettings
 from kvscope.api.data import ApiData
 from kvscope.api.schemas import LookupResponse
+from kvscope.collector.capture import read_capture
 from kvscope.collector.endpoints import replica_streams
+from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.metrics import METRICS
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
 from kvscope.storage.engine import open_store
 from kvscope.storage.writer import StoreSettings, StoreWriter
+from tests.conftest import shared_capture
 from tests.vllm_source import (
     EventSource,
     Workload,
@@ -447,3 +451,54 @@ def test_a_restart_soon_after_a_request_is_not_its_reset(tmp_path: Path) -> None
     by_reason = {reset["reason"]: reset for reset in client.get("/resets").json()}
     assert by_reason["restart"]["request"] is None and by_reason["restart"]["mode"] is None
     assert by_reason["all_blocks_cleared"]["request"]["id"] == 1
+
+
+class StoreRefusesWrites:
+    """The writer's engine while the store takes no writes (reads still work)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def begin(self) -> object:
+        raise OperationalError("BEGIN", {}, ConnectionError("store unreachable"))
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.engine, name)
+
+
+def test_an_instant_the_lagging_writer_may_not_have_stored_is_said_to_be_unknown(
+    tmp_path: Path,
+) -> None:
+    records = list(read_capture(shared_capture("lab_3rps_180s.msgpack.gz")))
+    engine = open_store(f"sqlite:///{tmp_path / 's.sqlite'}")
+    writer = StoreWriter(engine, StoreSettings(retry_initial_s=0.05, retry_max_s=0.05))
+    lab = StreamId("lab", 0)
+    ingest = StreamIngest(
+        lab,
+        can_replay=False,
+        listeners=[writer],
+        observers=[writer.after_batch],
+        pre_apply=[writer.before_batch],
+    )
+    half = len(records) // 2
+    for record in records[:half]:
+        ingest.live_frames(record.frames, record.recv_ts)
+    assert writer.written_through_now()
+    early_ts, early = ingest.map.counters.last_ts, ingest.map.counts()
+    writer.engine = StoreRefusesWrites(engine)  # type: ignore[assignment]
+    for record in records[half:]:
+        ingest.live_frames(record.frames, record.recv_ts)
+    data = ApiData(engine=engine, writer=writer)
+    try:
+        lagging = data.map_at(lab, ingest.map.counters.last_ts)
+        assert any("writer is behind" in reason for reason in lagging.unknown_because)
+        assert lagging.seq < ingest.last_seq  # what the store holds, and it says so
+        # Batches stamped after an instant are stored: that instant is whole.
+        past = data.map_at(lab, early_ts - 5)
+        assert not past.unknown_because
+    finally:
+        writer.engine = engine
+    caught_up = data.map_at(lab, ingest.map.counters.last_ts)
+    assert caught_up.unknown_because == [] and caught_up.map.counts() == ingest.map.counts()
+    assert data.map_at(lab, early_ts).map.counts() == early
+    writer.close()
