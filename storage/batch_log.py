@@ -43,12 +43,24 @@ def batch_at(conn: Connection, sid: int, epoch: int, seq: int) -> LoggedBatch | 
 
 def epochs_holding(conn: Connection, sid: int, seq: int) -> list[int]:
     """Epochs whose stored log holds batch `seq`, latest first."""
-    epochs = conn.execute(
-        select(_t.c.epoch)
-        .where(_t.c.stream_id == sid, _t.c.first_seq <= seq, _t.c.last_seq >= seq)
-        .order_by(_t.c.epoch.desc())
-    ).scalars()
-    return [e for e in epochs if batch_at(conn, sid, e, seq) is not None]
+    return [e for e in reversed(epochs(conn, sid)) if batch_at(conn, sid, e, seq) is not None]
+
+
+def epochs(conn: Connection, sid: int) -> list[int]:
+    """The epochs in the stream's log, ascending.
+
+    One indexed lookup per epoch: a DISTINCT, or a query on the chunks' seq bounds across
+    epochs, would read every chunk's key (a week of a replica's log is ~600k chunks).
+    """
+    found: list[int] = []
+    while True:
+        query = select(func.min(_t.c.epoch)).where(_t.c.stream_id == sid)
+        if found:
+            query = query.where(_t.c.epoch > found[-1])
+        epoch = conn.execute(query).scalar()
+        if epoch is None:
+            return found
+        found.append(int(epoch))
 
 
 def last_epoch(conn: Connection, sid: int) -> int | None:
@@ -59,10 +71,17 @@ def last_epoch(conn: Connection, sid: int) -> int | None:
 
 
 def last_batch(conn: Connection, sid: int, epoch: int) -> LoggedBatch | None:
-    last_seq = conn.execute(
-        select(func.max(_t.c.last_seq)).where(_t.c.stream_id == sid, _t.c.epoch == epoch)
-    ).scalar()
-    return None if last_seq is None else batch_at_or_before(conn, sid, epoch, last_seq)
+    # Within an epoch the chunks' seqs ascend: the last chunk by its first seq holds it.
+    data = conn.execute(
+        select(_t.c.data)
+        .where(_t.c.stream_id == sid, _t.c.epoch == epoch)
+        .order_by(_t.c.first_seq.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+    if data is None:
+        return None
+    chunk = Chunk(data)
+    return chunk.batch(len(chunk) - 1)
 
 
 def batches_between(
@@ -97,14 +116,20 @@ def stamped_last_before(conn: Connection, sid: int, at: float) -> EpochBatch | N
     ends_before = conn.execute(
         select(func.max(_t.c.max_ts)).where(_t.c.stream_id == sid, _t.c.max_ts <= at)
     ).scalar()
+    # Two queries, each along one index (an OR of the two would read every chunk).
     # A second's margin: the span is checked on floats where they were written.
-    starts_near = _t.c.min_ts > at - MAX_CHUNK_SPAN_S - 1.0
-    which = starts_near & (_t.c.min_ts <= at) & (_t.c.max_ts > at)
+    straddling = select(_t.c.epoch, _t.c.data).where(
+        _t.c.stream_id == sid,
+        _t.c.min_ts > at - MAX_CHUNK_SPAN_S - 1.0,
+        _t.c.min_ts <= at,
+        _t.c.max_ts > at,
+    )
+    rows = list(conn.execute(straddling).all())
     if ends_before is not None:
-        which = which | (_t.c.max_ts == ends_before)
-    rows = conn.execute(
-        select(_t.c.epoch, _t.c.data).where(_t.c.stream_id == sid).where(which)
-    ).all()
+        ending = select(_t.c.epoch, _t.c.data).where(
+            _t.c.stream_id == sid, _t.c.max_ts == ends_before
+        )
+        rows.extend(conn.execute(ending).all())
     best: EpochBatch | None = None
     for epoch, data in rows:
         chunk = Chunk(data)
