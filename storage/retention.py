@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, Connection, Engine, and_, delete, func, select
 
-from kvscope.storage import schema
+from kvscope.storage import batch_log, schema
 
 logger = logging.getLogger(__name__)
 DAY = 86_400.0
@@ -68,7 +68,8 @@ def _prune_log(
     conn: Connection, cutoff: float, retention: Retention, now: float, pruned: Pruned
 ) -> None:
     b, c = schema.log_chunks, schema.checkpoints
-    epochs = conn.execute(select(b.c.stream_id, b.c.epoch).distinct()).all()
+    streams = conn.execute(select(schema.streams.c.id)).scalars().all()
+    epochs = [(sid, epoch) for sid in streams for epoch in batch_log.epochs(conn, sid)]
     for stream_id, epoch in epochs:
         in_epoch = and_(b.c.stream_id == stream_id, b.c.epoch == epoch)
         anchor = conn.execute(
