@@ -178,7 +178,7 @@ class ApiData:
             raise NotInStore("this API keeps no store: only the live map is known")
         # The batches up to now may still wait in the writer's queue: an instant they belong
         # to would be rebuilt without them.
-        caught_up = self.writer is None or self.writer.written_through_now(WRITER_WAIT_S)
+        caught_up = self.writer is None or self.writer.flush(WRITER_WAIT_S)
         instant = at if at is not None else float("inf")
         with self.engine.connect() as conn:
             sid = stream_id(conn, stream.replica, stream.rank)

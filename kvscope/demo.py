@@ -233,11 +233,7 @@ class CaptureDemo:
         seq = reset["published_through_seq_before"]
         with writer.engine.begin() as conn:
             sid = stream_id(conn, name)
-            arrived = max(
-                batch.recv_ts
-                for epoch in batch_log.epochs_holding(conn, sid, seq)
-                if (batch := batch_log.batch_at(conn, sid, epoch, seq)) is not None
-            )
+            arrived = max(held.batch.recv_ts for held in batch_log.held_at(conn, sid, seq))
             request_id = conn.execute(
                 insert(t).values(
                     replica=name, requested_at=arrived, requested_by=f"recording {CAPTURE}",

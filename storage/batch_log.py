@@ -41,9 +41,14 @@ def batch_at(conn: Connection, sid: int, epoch: int, seq: int) -> LoggedBatch | 
     return found if found is not None and found.seq == seq else None
 
 
-def epochs_holding(conn: Connection, sid: int, seq: int) -> list[int]:
-    """Epochs whose stored log holds batch `seq`, latest first."""
-    return [e for e in reversed(epochs(conn, sid)) if batch_at(conn, sid, e, seq) is not None]
+def held_at(conn: Connection, sid: int, seq: int) -> list[EpochBatch]:
+    """Batch `seq` of each epoch whose stored log holds it, latest epoch first."""
+    held = []
+    for epoch in reversed(epochs(conn, sid)):
+        batch = batch_at(conn, sid, epoch, seq)
+        if batch is not None:
+            held.append(EpochBatch(epoch, batch))
+    return held
 
 
 def epochs(conn: Connection, sid: int) -> list[int]:

@@ -58,10 +58,10 @@ def stream_id(conn: Connection, replica: str, rank: int = 0) -> int:
 def position_at_seq(conn: Connection, sid: int, seq: int, epoch: int | None = None) -> Position:
     """After batch `seq` (of `epoch`, default the latest epoch that has it)."""
     if epoch is None:
-        holding = batch_log.epochs_holding(conn, sid, seq)
-        if not holding:
+        held = batch_log.held_at(conn, sid, seq)
+        if not held:
             raise NotInStore(f"seq {seq} is not in the stored log")
-        epoch = holding[0]
+        return Position(sid, held[0].epoch, seq, held[0].batch.ts)
     found = batch_log.batch_at_or_before(conn, sid, epoch, seq)
     if found is None:
         raise NotInStore(f"seq {seq} is not in the stored log")

@@ -34,7 +34,6 @@ class Prepared:
     ordered: list[Row] = field(default_factory=list)
     chunks: list[ChunkRow] = field(default_factory=list)
     rollups: list[RollupRow] = field(default_factory=list)
-    checkpoints: int = 0
     droppable: int = 0
     """Rows of the kinds the queue may drop (they count towards its bound)."""
 
@@ -76,6 +75,7 @@ class RowWriter:
         prepared = Prepared()
         # Nearly every row is a batch for the log: those are picked out in one pass.
         log: list[LogRow] = [row for row in rows if type(row) is tuple]
+        checkpoints = 0
         if len(log) < len(rows):
             for row in rows:
                 if type(row) is tuple:
@@ -86,10 +86,10 @@ class RowWriter:
                 if type(row) is CheckpointRow:
                     row.packed = compress(row.snapshot)
                     self.checkpoint_written(row, len(row.packed))
-                    prepared.checkpoints += 1
+                    checkpoints += 1
                 prepared.ordered.append(row)
         prepared.chunks = pack(log)
-        prepared.droppable = len(log) + len(prepared.rollups) + prepared.checkpoints
+        prepared.droppable = len(log) + len(prepared.rollups) + checkpoints
         return prepared
 
     def write(self, conn: Connection, prepared: Prepared) -> None:

@@ -59,7 +59,7 @@ class StoreSettings:
 
     This bounds both costs: rebuilding an instant replays at most this many checkpoints' worth
     of log, and checkpoints take a known share of the writer's work. In benchmarks/store.py (a
-    100k-block map): 3.0 rebuilds in a median of 57-65 ms and keeps the store at 0.54-0.58x
+    100k-block map): 3.0 rebuilds in a median of 63-70 ms and keeps the store at 0.50-0.59x
     memory-only ingest; 2.0 rebuilds in ~43 ms at 0.45-0.49x; 4.0 takes ~95 ms."""
     checkpoint_every_batches: int = 20_000
     """A checkpoint at least this often (in batches), whatever the sizes."""
@@ -221,19 +221,10 @@ class StoreWriter:
             )
 
     def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until every queued row is written; False on timeout."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._queue.pending == 0:
-                return True
-            self._queue.hurry()
-            time.sleep(0.01)
-        return False
-
-    def written_through_now(self, timeout: float = 10.0) -> bool:
         """Wait until every row queued before this call is written (rows queued meanwhile may
-        wait); False on timeout. A reader of the store that must not miss the latest batches
-        calls this first: the writer lingers up to `linger_s`."""
+        wait); False on timeout or when the writer has stopped. A reader of the store that
+        must not miss the latest batches calls this first: the writer lingers up to
+        `linger_s`."""
         mark = self._queue.put_total
         deadline = time.monotonic() + timeout
         while self._queue.written_total < mark:

@@ -141,7 +141,9 @@ def test_lookups_agree_with_the_plain_log(store_url: str) -> None:
             assert (found and found.seq) == (before[-1][2] if before else None)
             assert (batch_log.batch_at(conn, sid, epoch, seq) is not None) == (seq in seqs)
             holding = [e for e, batches in by_epoch.items() if seq in {r[2] for r in batches}]
-            assert batch_log.epochs_holding(conn, sid, seq) == sorted(holding, reverse=True)
+            held = batch_log.held_at(conn, sid, seq)
+            assert [h.epoch for h in held] == sorted(holding, reverse=True)
+            assert all(h.batch.seq == seq for h in held)
             after, upto = sorted(rng.sample(range(-1, seqs[-1] + 2), 2))
             between = batch_log.batches_between(conn, sid, epoch, after, upto)
             assert [b.seq for b in between] == [s for s in seqs if after < s <= upto]
