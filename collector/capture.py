@@ -1,4 +1,4 @@
-"""Recorded streams: the capture format of `shared/captures/FORMAT.md`.
+"""Recorded streams: the capture format of `kvscope/data/FORMAT.md`.
 
 A capture is a gzip of msgpack records, one per message a SUB socket received:
 `[recv_ts: float, topic: bin, seq: bin (8 bytes, big-endian), payload: bin]`.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Everything the tests need, in ./.venv: kvscope (editable) with its test extras, and vLLM's
-# scheduler on CPU torch as the integration tests' event source.
+# Everything the tests need: in ./.venv, kvscope (editable) with its test extras and vLLM's
+# scheduler on CPU torch (the integration tests' event source); on the machine, a Prometheus
+# server and headless Chromium (Debian packages; scripts/install-test-services.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
@@ -11,3 +12,4 @@ export URLLIB3_NO_OVERRIDE=true
 .venv/bin/python -m pip install -q --no-binary urllib3-future urllib3-future
 .venv/bin/python -m pip install -q -e '.[test]'
 PYTHON=.venv/bin/python bash scripts/install-vllm.sh
+bash scripts/install-test-services.sh

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# What tests/test_dashboards.py and tests/test_page.py need beside Python: a real Prometheus
-# server (the dashboards' PromQL runs against it) and headless Chromium (the page's screenshot
-# and DOM). Both are Debian packages; nothing is installed when both are already there.
+# What the tests need beside Python: a real Prometheus server (the dashboards' PromQL runs
+# against it) and headless Chromium (the page's screenshot and DOM), both Debian packages
+# (nothing is installed when both are there), and the machine's PostgreSQL answering on
+# 127.0.0.1:5432 (started when it is installed but down; KVSCOPE_TEST_PG names another).
 set -euo pipefail
+if [ -z "${KVSCOPE_TEST_PG:-}" ] && command -v pg_isready >/dev/null \
+    && ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
+fi
 missing=()
 command -v prometheus >/dev/null || missing+=(prometheus)
 command -v chromium >/dev/null || missing+=(chromium)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Record lab captures like those in shared/captures/ (vLLM's real v1 Scheduler, no model):
+# Record lab captures like those in tests/data/ and kvscope/data/ (vLLM's real v1 Scheduler, no model):
 # the stream as a SUB socket received it, plus a sidecar with BlockPool ground truth.
 #   bash scripts/make-capture.sh [OUT_DIR]          (default: ./captures)
 # Needs vLLM on CPU torch in .venv (scripts/install-vllm.sh). About 2 s per capture.

@@ -1,24 +1,32 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
-SHARED_CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
+REPO = Path(__file__).resolve().parents[1]
+
+# Hypothesis keeps no example database in the checkout (.hypothesis/): no test writes there.
+settings.register_profile("kvscope", database=None)
+settings.load_profile("kvscope")
+
+TEST_DATA = Path(__file__).resolve().parent / "data"
+BUNDLED_DATA = REPO / "kvscope" / "data"
 
 
-def shared_capture(name: str) -> Path:
-    """A capture from shared/captures beside the checkout; CI always has it, so never skip there."""
-    path = SHARED_CAPTURES / name
-    if not path.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{path} is missing: CI must have shared/captures beside the checkout")
-        pytest.skip(f"{path} not present (it lies beside the checkout in CI)")
-    return path
+def capture_path(name: str) -> Path:
+    """A recorded vLLM stream (or its sidecar) kept in the repository: tests/data, or the one
+    the package bundles for the demo (kvscope/data). Format: kvscope/data/FORMAT.md."""
+    for folder in (TEST_DATA, BUNDLED_DATA):
+        if (folder / name).exists():
+            return folder / name
+    raise FileNotFoundError(f"no capture {name} in {TEST_DATA} or {BUNDLED_DATA}")
 
 
 PG_ADMIN_URL = os.environ.get(
@@ -78,3 +86,42 @@ def collector_time(conn: Any, engine_ts: float) -> float:
     found = batch_log.stamped_last_before(conn, sid, engine_ts)
     assert found is not None
     return found.batch.recv_ts
+
+
+# --- the suite's own rules: nothing skipped, nothing written into the checkout ----------------
+# Files the tooling writes (bytecode, the compiled extensions, the type checker's tree).
+_BEFORE = pytest.StashKey[set[str] | None]()
+_TOOLING = ("__pycache__/", ".venv/", ".build/", ".mypy_cache/", ".ruff_cache/", "build/")
+
+
+def _checkout_files() -> set[str] | None:
+    """Every untracked or changed path of the checkout, ignored ones included; None outside git."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--ignored", "--untracked-files=all"],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    paths = {line[3:] for line in out.splitlines()}
+    return {p for p in paths if not any(part in p for part in _TOOLING) and not p.endswith(".so")}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_BEFORE] = _checkout_files()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    problems = []
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
+    if skipped:
+        problems.append(f"{len(skipped)} tests skipped: every test must run (scripts/dev-setup.sh)")
+    before = session.config.stash.get(_BEFORE, None)
+    after = _checkout_files() if before is not None else None
+    if before is not None and after is not None and after - before:
+        problems.append(f"tests wrote into the checkout: {sorted(after - before)[:10]}")
+    if problems and session.exitstatus == 0:
+        for problem in problems:
+            print(f"\nkvscope test rules: {problem}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -39,7 +39,7 @@ from kvscope.collector.types import StreamId
 from kvscope.storage.engine import open_store
 from kvscope.storage.writer import StoreSettings, StoreWriter
 from kvscope.store_commands import hooks_of
-from tests.conftest import shared_capture
+from tests.conftest import capture_path
 from tests.vllm_source import (
     EventSource,
     Workload,
@@ -470,7 +470,7 @@ class StoreRefusesWrites:
 def test_an_instant_the_lagging_writer_may_not_have_stored_is_said_to_be_unknown(
     tmp_path: Path,
 ) -> None:
-    records = list(read_capture(shared_capture("lab_3rps_180s.msgpack.gz")))
+    records = list(read_capture(capture_path("lab_3rps_180s.msgpack.gz")))
     engine = open_store(f"sqlite:///{tmp_path / 's.sqlite'}")
     writer = StoreWriter(engine, StoreSettings(retry_initial_s=0.05, retry_max_s=0.05))
     lab = StreamId("lab", 0)

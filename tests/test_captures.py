@@ -13,7 +13,7 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.prefix_map import ClearedMap, ClearReason
 from kvscope.collector.types import StreamId
-from tests.conftest import shared_capture
+from tests.conftest import capture_path
 
 CAPTURES = ["lab_3rps_180s", "lab_10rps_300s"]
 
@@ -25,7 +25,7 @@ def settled_snapshots(sidecar: dict[str, object]) -> list[dict[str, object]]:
 
 @pytest.mark.parametrize("name", CAPTURES)
 def test_map_equals_every_blockpool_snapshot(name: str) -> None:
-    capture = shared_capture(f"{name}.msgpack.gz")
+    capture = capture_path(f"{name}.msgpack.gz")
     sidecar = json.loads(capture.with_name(f"{name}.json").read_text())
     snapshots = settled_snapshots(sidecar)
     cleared: list[ClearedMap] = []
@@ -64,7 +64,7 @@ def test_map_equals_every_blockpool_snapshot(name: str) -> None:
 
 
 def test_keep_resets_make_orphans_that_rejoin_or_leave() -> None:
-    capture = shared_capture("lab_10rps_300s.msgpack.gz")
+    capture = capture_path("lab_10rps_300s.msgpack.gz")
     ingest = StreamIngest(StreamId("lab", 0), can_replay=False)
     max_orphans = 0
     for record in read_capture(capture):
@@ -76,7 +76,7 @@ def test_keep_resets_make_orphans_that_rejoin_or_leave() -> None:
 
 
 def test_replay_command_dumps_the_map_at_chosen_seqs(tmp_path: Path) -> None:
-    capture = shared_capture("lab_3rps_180s.msgpack.gz")
+    capture = capture_path("lab_3rps_180s.msgpack.gz")
     sidecar = json.loads(capture.with_name("lab_3rps_180s.json").read_text())
     snaps = settled_snapshots(sidecar)[:3]
     seqs = [int(s["published_through_seq"]) for s in snaps]  # type: ignore[call-overload]
@@ -115,7 +115,7 @@ def test_replay_command_dumps_the_map_at_chosen_seqs(tmp_path: Path) -> None:
 
 
 def test_replay_command_refuses_bad_flags(tmp_path: Path) -> None:
-    capture = shared_capture("lab_3rps_180s.msgpack.gz")
+    capture = capture_path("lab_3rps_180s.msgpack.gz")
     runner = CliRunner()
     bad = runner.invoke(app, ["replay", str(capture), "--dump-at", "x,1", "--dump-dir", "d"])
     assert bad.exit_code == 2 and "--dump-at" in bad.output

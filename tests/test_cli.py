@@ -25,8 +25,8 @@ def test_every_command_has_help_and_is_in_the_readme(command: str) -> None:
     assert f"kvscope {command}" in README
 
 
-def test_demo_rebuilds_the_exact_map_through_real_sockets() -> None:
-    result = CliRunner().invoke(app, ["demo"])
+def test_demo_rebuilds_the_exact_map_through_real_sockets(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "demo")])
     assert result.exit_code == 0, result.output
     assert "equals" in result.output
     assert "preempt" in result.output and "keep" in result.output

@@ -19,7 +19,7 @@ from kvscope.collector.types import StreamId
 from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
-from tests.conftest import shared_capture
+from tests.conftest import capture_path
 
 CAPTURES = {"a": "lab_3rps_180s", "b": "lab_10rps_300s"}
 
@@ -49,7 +49,7 @@ def test_two_collectors_share_one_postgres(pg_url: str, tmp_path: Path) -> None:
     sources, procs, truth = {}, {}, {}
     try:
         for shard, name in CAPTURES.items():
-            capture = shared_capture(f"{name}.msgpack.gz")
+            capture = capture_path(f"{name}.msgpack.gz")
             sidecar = json.loads(capture.with_name(f"{name}.json").read_text())
             last = max(
                 (s for s in sidecar["snapshots"] if s["pending_events"] == 0),

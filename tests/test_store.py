@@ -19,7 +19,7 @@ from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, position_at_time, rebuild, stream_id
 from kvscope.storage.writer import StoreSettings, StoreWriter
-from tests.conftest import shared_capture
+from tests.conftest import capture_path
 
 STREAM = StreamId("lab", 0)
 
@@ -36,7 +36,7 @@ def ingest_capture(
     store_url: str, name: str, settings: StoreSettings, sample_every: int = 0
 ) -> tuple[StoreWriter, dict[int, dict[tuple[int, int], int]], dict[str, Any]]:
     """Feed a capture through the live path with the store attached; sample the live map."""
-    capture = shared_capture(f"{name}.msgpack.gz")
+    capture = capture_path(f"{name}.msgpack.gz")
     sidecar = json.loads(capture.with_name(f"{name}.json").read_text())
     writer = StoreWriter(open_store(store_url), settings)
     samples: dict[int, dict[tuple[int, int], int]] = {}

@@ -20,7 +20,7 @@ from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, position_at_time, rebuild, stream_id
 from kvscope.storage.writer import StoreSettings, StoreWriter
-from tests.conftest import shared_capture
+from tests.conftest import capture_path
 from tests.test_store import STREAM
 
 OUTAGE_S = 30.0
@@ -60,7 +60,7 @@ def test_postgres_down_for_30_seconds(new_pg_database: Callable[[], str]) -> Non
         observers=[w.after_batch for w in writers] + [sample],
         pre_apply=[w.before_batch for w in writers],
     )
-    records = list(read_capture(shared_capture("lab_10rps_300s.msgpack.gz")))
+    records = list(read_capture(capture_path("lab_10rps_300s.msgpack.gz")))
     third = len(records) // 3
 
     def feed_at_a_pace_the_store_keeps(part: list[CaptureRecord]) -> None:

@@ -24,7 +24,7 @@ from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.writer import StoreSettings, StoreWriter
 from kvscope.store_commands import hooks_of
-from tests.conftest import shared_capture
+from tests.conftest import capture_path
 
 STREAM = StreamId("lab", 0)
 
@@ -53,7 +53,7 @@ class AnswerLostAfterCommit:
 
 def test_a_commit_whose_answer_was_lost_is_retried_without_writing_twice(store_url: str) -> None:
     name = "lab_10rps_300s"
-    capture = shared_capture(f"{name}.msgpack.gz")
+    capture = capture_path(f"{name}.msgpack.gz")
     sidecar = json.loads(capture.with_name(f"{name}.json").read_text())
     # Small transactions, so that every kind of row lands in one that is retried.
     settings = StoreSettings(

@@ -24,7 +24,7 @@ from kvscope.collector.wire import (
     MapBlockStored,
     _from_typed,
 )
-from tests.conftest import shared_capture
+from tests.conftest import capture_path
 
 _TYPED = msgspec.msgpack.Decoder(MapBatch)
 
@@ -417,7 +417,7 @@ def test_batch_decoder_takes_the_fast_path_and_keeps_the_layout() -> None:
 @pytest.mark.parametrize("name", ["lab_3rps_180s", "lab_10rps_300s"])
 def test_every_captured_payload_decodes_fast_to_todays_batch(name: str) -> None:
     rnd = random.Random(name)
-    for i, record in enumerate(read_capture(shared_capture(f"{name}.msgpack.gz"))):
+    for i, record in enumerate(read_capture(capture_path(f"{name}.msgpack.gz"))):
         assert check(record.payload, record.seq) is not None
         if i % 20 == 0:  # and a few corrupted copies of it
             for _ in range(10):

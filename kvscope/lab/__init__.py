@@ -4,7 +4,7 @@ Each `LabReplica` (in `kvscope.lab.replica`) drives vLLM's own `Scheduler`, `KVC
 `BlockPool` and `ZmqEventPublisher` (prefix caching on) with a fake model runner, open-loop
 Poisson arrivals over shared system prompts, and resets in three modes; it serves an HTTP API
 shaped like vLLM's (`/reset_prefix_cache`, `/metrics`, `/kv_event_sources`) and can record its
-stream in the capture format of `shared/captures/FORMAT.md`, with BlockPool ground truth.
+stream in the capture format of `kvscope/data/FORMAT.md`, with BlockPool ground truth.
 
 Only this package imports vLLM, and only in the modules the `lab` command loads
 (`replica`, `metrics`, `runner`): importing `kvscope.lab`, `kvscope.lab.cli`,

@@ -1,6 +1,6 @@
 """Records a publisher's stream exactly as a ZMQ SUB socket receives it (no vLLM here).
 
-The recording is the capture format of `shared/captures/FORMAT.md`: one
+The recording is the capture format of `kvscope/data/FORMAT.md`: one
 `[recv_ts, topic, seq, payload]` record per received message, gzip'ed msgpack.
 """
 

@@ -978,7 +978,7 @@ class LabReplica:
         }
 
     def sidecar(self) -> dict[str, Any]:
-        """The JSON beside a recording (see shared/captures/FORMAT.md)."""
+        """The JSON beside a recording (see kvscope/data/FORMAT.md)."""
         e, w = self.engine, self.workload_spec
         data: dict[str, Any] = {}
         if self.record_path is not None:
