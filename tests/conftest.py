@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -9,10 +11,14 @@ from typing import Any
 
 import pytest
 from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Hypothesis keeps no example database in the checkout (.hypothesis/): no test writes there.
+# Hypothesis keeps nothing in the checkout (.hypothesis/: examples, constants): no test writes
+# there.
+_HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="kvscope-hypothesis-")
+set_hypothesis_home_dir(_HYPOTHESIS_HOME)
 settings.register_profile("kvscope", database=None)
 settings.load_profile("kvscope")
 
@@ -112,6 +118,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_HYPOTHESIS_HOME, ignore_errors=True)
     problems = []
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = reporter.stats.get("skipped", []) if reporter is not None else []
