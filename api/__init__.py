@@ -1,1 +1,1 @@
-"""The REST API and Prometheus metrics (FastAPI). Not built yet: see issue 4."""
+"""The REST API, Prometheus metrics and the page (FastAPI): `app.create_app` wires them."""
