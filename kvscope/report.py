@@ -25,9 +25,9 @@ from sqlalchemy import Engine, Row, func, select
 from kvscope.api.context import ApiSettings
 from kvscope.options import fail
 from kvscope.storage import schema
-from kvscope.storage.engine import open_store
 from kvscope.storage.reset_links import linked_modes, resets_query
 from kvscope.storage.scrape import HitRatePoint, hit_rate_series
+from kvscope.store_commands import open_for_reading
 
 BEFORE_S = 30.0
 """Seconds before the reset that the charts show."""
@@ -206,7 +206,7 @@ def report(
 ) -> None:
     """Chart what resets did: blocks, prefixes back, hit rate and TTFT (PNG + HTML)."""
     console = Console()
-    engine = open_store(store)
+    engine = open_for_reading(store)
     if reset is not None:
         try:
             ids = [int(x) for x in reset.split(",") if x.strip()]

@@ -13,7 +13,7 @@ import msgspec
 import typer
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from kvscope.api.context import ApiSettings
@@ -21,7 +21,7 @@ from kvscope.collector.dump import map_lines
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.engine import DEFAULT_STORE as _DEFAULT_STORE
-from kvscope.storage.engine import open_store
+from kvscope.storage.engine import StoreError, open_store, redact
 from kvscope.storage.history import (
     NotInStore,
     position_at_seq,
@@ -52,6 +52,15 @@ err = Console(stderr=True)
 def _fail(message: str) -> typer.Exit:
     err.print(f"[red]error:[/] {message}")
     return typer.Exit(2)
+
+
+def open_for_reading(url: str) -> Engine:
+    """The store at `url` for a command that only reads it: never migrated or created, opened
+    read-only where this process may not write it; a store that cannot be read is one line."""
+    try:
+        return open_store(url, read_only=True)
+    except StoreError as exc:
+        raise _fail(f"{redact(url)}: {exc}") from exc
 
 
 def open_writer(
@@ -148,7 +157,7 @@ def dump(
     """Print a stored map, after a seq or at an instant, as jsonl (one line per block)."""
     if (seq is None) == (at is None):
         raise _fail("give exactly one of --seq and --at")
-    engine = open_store(store)
+    engine = open_for_reading(store)
     try:
         with engine.connect() as conn:
             sid = stream_id(conn, replica, rank)
@@ -179,7 +188,7 @@ def resets(
     replica: Annotated[str | None, typer.Option(help="Only this replica.")] = None,
 ) -> None:
     """List the stored resets with their before and recovery."""
-    engine = open_store(store)
+    engine = open_for_reading(store)
     r, s, rr = schema.resets, schema.streams, schema.reset_recovery
     query = resets_query().order_by(r.c.ts)
     if replica is not None:

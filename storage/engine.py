@@ -1,23 +1,85 @@
-"""Opening a store: SQLite (a file in WAL mode, the default) or PostgreSQL, migrated to head."""
+"""Opening a store: SQLite (a file in WAL mode, the default) or PostgreSQL, migrated to head.
+
+A store opened only to be read (`dump`, `resets`, `report`, and the API when it cannot write)
+is never migrated and never changed: a SQLite file that this process may not write (a backup, a
+read-only mount, another user's file) is opened read-only.
+"""
 
 from __future__ import annotations
 
+import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import SQLAlchemyError
 
 DEFAULT_STORE = "sqlite:///kvscope.sqlite"
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_PAGE_SIZE = 16384
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for `url`; SQLite files get WAL, a busy timeout and foreign keys."""
+class StoreError(RuntimeError):
+    """A store that cannot be opened as asked (missing, unreadable, or at another schema)."""
+
+
+def redact(url: str) -> str:
+    """`url` with its password hidden, for logs and messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy can parse: show none of it
+        return "<store url>"
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The file of a SQLite URL; None for another backend or an in-memory database."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return Path(url.database)
+
+
+def writable(path: Path) -> bool:
+    """Whether this process may change the SQLite file (and make its -wal and -shm beside it)."""
+    folder = path.parent if str(path.parent) else Path(".")
+    return os.access(path, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)
+
+
+def _read_only_sqlite(path: Path) -> Engine:
+    """A file this process may not write, opened read-only. Without a -wal file beside it no
+    writer has it open, and a read-only folder cannot take the -shm a WAL reader makes: the file
+    is then read as immutable."""
+    immutable = "" if path.with_name(path.name + "-wal").exists() else "&immutable=1"
+    return create_engine(
+        "sqlite://",
+        creator=_connect_uri(f"file:{path.resolve()}?mode=ro{immutable}"),
+    )
+
+
+def _connect_uri(uri: str) -> Any:
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
+
+    return connect
+
+
+def make_engine(url: str, read_only: bool = False) -> Engine:
+    """An engine for `url`; SQLite files get WAL, a busy timeout and foreign keys.
+
+    With `read_only`, a SQLite file this process may not write is opened read-only (a missing
+    one is a `StoreError`, not a new empty store)."""
     parsed = make_url(url)
+    path = sqlite_path(parsed)
+    if read_only and path is not None:
+        if not path.exists():
+            raise StoreError(f"no store at {path}")
+        if not writable(path):
+            return _read_only_sqlite(path)
     if parsed.get_backend_name() == "sqlite":
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
@@ -50,7 +112,33 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(config, revision)
 
 
-def open_store(url: str = DEFAULT_STORE) -> Engine:
-    engine = make_engine(url)
-    upgrade(engine)
+def schema_revisions(engine: Engine) -> tuple[str | None, str]:
+    """(the store's schema revision, the one this kvscope writes)."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision(), head
+
+
+def open_store(url: str = DEFAULT_STORE, read_only: bool = False) -> Engine:
+    """An engine on the store at `url`, its schema migrated to head.
+
+    `read_only`: the caller only reads. Nothing is migrated or created: a store at another
+    revision, or none at all, is a `StoreError` that says what to do.
+    """
+    engine = make_engine(url, read_only)
+    if not read_only:
+        upgrade(engine)
+        return engine
+    try:
+        current, head = schema_revisions(engine)
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot read the store: {str(exc).splitlines()[0]}") from exc
+    if current is None:
+        raise StoreError("no kvscope store there (no schema: `kvscope db upgrade` makes one)")
+    if current != head:
+        raise StoreError(
+            f"the store's schema is at revision {current}, this kvscope reads {head}: "
+            "run `kvscope db upgrade` with write access"
+        )
     return engine

@@ -60,12 +60,46 @@ def position_at_seq(conn: Connection, sid: int, seq: int, epoch: int | None = No
     if epoch is None:
         held = batch_log.held_at(conn, sid, seq)
         if not held:
-            raise NotInStore(f"seq {seq} is not in the stored log")
+            raise NotInStore(_not_stored(conn, sid, None, seq))
         return Position(sid, held[0].epoch, seq, held[0].batch.ts)
-    found = batch_log.batch_at_or_before(conn, sid, epoch, seq)
-    if found is None:
-        raise NotInStore(f"seq {seq} is not in the stored log")
-    return Position(sid, epoch, found.seq, found.ts)
+    found = batch_log.batch_at(conn, sid, epoch, seq)
+    if found is not None:
+        return Position(sid, epoch, seq, found.ts)
+    checkpoint = _checkpoint_at(conn, sid, epoch, seq)
+    if checkpoint is not None:  # the log before it pruned, the checkpoint kept
+        return Position(sid, epoch, seq, checkpoint)
+    raise NotInStore(_not_stored(conn, sid, epoch, seq))
+
+
+def _checkpoint_at(conn: Connection, sid: int, epoch: int, seq: int) -> float | None:
+    c = schema.checkpoints
+    return conn.execute(
+        select(c.c.ts).where(c.c.stream_id == sid, c.c.epoch == epoch, c.c.seq == seq)
+    ).scalar_one_or_none()
+
+
+def _not_stored(conn: Connection, sid: int, epoch: int | None, seq: int) -> str:
+    """Why batch `seq` is not in the store: a hole the store recorded (a gap not recovered, an
+    overflow), or simply outside what it holds. The map after it is unknown either way."""
+    t = schema.intervals
+    query = select(t.c.kind, t.c.to_seq, t.c.detail).where(
+        t.c.stream_id == sid,
+        t.c.kind.in_(("degraded", "incomplete")),
+        t.c.from_seq <= seq,
+    )
+    if epoch is not None:
+        query = query.where(t.c.epoch == epoch)
+    holes = [
+        f"{row.kind}: {row.detail}"
+        for row in conn.execute(query.order_by(t.c.from_ts.desc()))
+        # incomplete: the batches from_seq..to_seq were dropped; degraded: the map is unknown
+        # from from_seq until the clear at to_seq
+        if row.to_seq is None
+        or (seq <= row.to_seq if row.kind == "incomplete" else seq < row.to_seq)
+    ]
+    where = "" if epoch is None else f" of epoch {epoch}"
+    because = f" (a hole: {holes[0]})" if holes else ""
+    return f"seq {seq}{where} is not stored{because}: the map after it is unknown"
 
 
 def position_at_time(conn: Connection, sid: int, at: float) -> Position:
