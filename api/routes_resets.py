@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import time
 from typing import Annotated, Any, Literal
 
@@ -117,7 +118,10 @@ def _authorize(ctx: ApiContext, authorization: str | None) -> None:
     token = ctx.settings.api_token
     if token is None:
         raise ApiError(403, "disabled", "mutating endpoints are disabled: no api_token configured")
-    if authorization != f"Bearer {token}":
+    scheme, _, given = (authorization or "").partition(" ")
+    # In constant time: how long a refusal takes says nothing of how much of the token matched.
+    matches = hmac.compare_digest(given.encode(), token.encode())
+    if scheme.lower() != "bearer" or not given or not matches:
         raise ApiError(401, "unauthorized", "a valid bearer token is needed")
 
 

@@ -79,14 +79,19 @@ class BlockPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page.")
 
 
-TokenId = Annotated[int, Field(ge=0, lt=2**32)]
+# Strict: a JSON true, "1" or 1.0 is no token id. The lookup keeps them as unsigned 32-bit.
+TokenId = Annotated[int, Field(ge=0, lt=2**32, strict=True)]
+MAX_LOOKUP_TOKENS = 1_000_000
+"""A prompt's length bound: a longer list is refused (422) before any lookup."""
 
 
 class LookupRequest(BaseModel):
     token_ids: list[TokenId] = Field(
-        max_length=1_000_000, description="The request's prompt tokens."
+        max_length=MAX_LOOKUP_TOKENS,
+        description=f"The request's prompt tokens: integers in [0, 2**32), at most "
+        f"{MAX_LOOKUP_TOKENS}.",
     )
-    lora_name: str | None = None
+    lora_name: str | None = Field(default=None, max_length=1024)
 
 
 class LookupMatch(BaseModel):
@@ -151,7 +156,7 @@ class ResetDetail(ResetOut):
 
 
 class Health(BaseModel):
-    status: Literal["ok", "starting", "unavailable"]
+    status: Literal["ok"]
     detail: str = ""
 
 

@@ -29,6 +29,7 @@ from kvscope.options import (
     ShardOpt,
     TokenOpt,
     TopicOpt,
+    checked_token,
     load_config,
 )
 from kvscope.pipeline import running_pipeline
@@ -87,6 +88,7 @@ def serve(
     api_token: TokenOpt = None,
 ) -> None:
     """Collector, store and API in one process: the embedded default (SQLite, 127.0.0.1)."""
+    api_token = checked_token(api_token)
     config = load_config(
         config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes,
         metrics, api_url,
@@ -111,6 +113,7 @@ def api(
     ] = [],  # noqa: B006
 ) -> None:
     """The API alone, over a store written by `kvscope collect` processes."""
+    api_token = checked_token(api_token)
     config = load_config(config_file, [], [], [], "", None, None)
     settings = api_settings(config, api_token)
     for spec in api_url:
