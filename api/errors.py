@@ -24,6 +24,7 @@ from kvscope.storage.history import NotInStore
 
 STORE_DOWN = "the store does not answer; try again later"
 INTERNAL = "an unexpected error; it is logged on the server"
+ONLY_IN_STORE = "known only to the store, which does not answer"
 
 
 class ErrorBody(BaseModel):

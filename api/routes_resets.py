@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import logging
 import time
 from typing import Annotated, Any, Literal
 
@@ -11,7 +12,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from sqlalchemy import Row, insert, select
 
 from kvscope.api.context import ApiContext, context
-from kvscope.api.errors import ApiError, documented
+from kvscope.api.errors import ApiError, documented, store_down
 from kvscope.api.schemas import (
     RecoveryPointOut,
     ResetDetail,
@@ -19,10 +20,13 @@ from kvscope.api.schemas import (
     ResetRequestOut,
     TableStatus,
 )
+from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.snapshot import decode_tables
 from kvscope.storage import schema
 from kvscope.storage.reset_links import linked_mode, linked_request, load_requests, resets_query
 
+logger = logging.getLogger(__name__)
+_log = RateLimitedLog(logger, interval_s=60.0)
 router = APIRouter(tags=["resets"])
 Ctx = Annotated[ApiContext, Depends(context)]
 ERRORS = documented(400, 401, 403, 404, 422)
@@ -166,10 +170,22 @@ async def reset_replica(
     )  # fmt: skip
     ctx.reset_counter.labels(replica, chosen, outcome).inc()
     if ctx.data.engine is not None:
-        with ctx.data.engine.begin() as conn:
-            t = schema.reset_requests
-            values = record.model_dump(exclude={"id"})
-            record.id = int(conn.execute(insert(t).values(**values).returning(t.c.id)).scalar_one())
+        try:
+            with ctx.data.engine.begin() as conn:
+                t = schema.reset_requests
+                values = record.model_dump(exclude={"id", "recorded"})
+                inserted = conn.execute(insert(t).values(**values).returning(t.c.id))
+                record.id = int(inserted.scalar_one())
+        except Exception as exc:
+            # The replica was asked all the same: its answer is the answer (a 503 would invite
+            # a retry, a second reset), said to be unrecorded.
+            if not store_down(exc):
+                raise
+            kind = type(exc).__name__
+            _log.warning(
+                "record", "reset request not recorded: the store does not answer (%s)", kind
+            )
+            record.recorded = False
     return record
 
 

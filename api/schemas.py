@@ -48,9 +48,18 @@ class RankStatus(BaseModel):
     tables: list[TableStatus]
 
 
+class UnavailableRank(BaseModel):
+    rank: int
+    reason: str
+
+
 class ReplicaStatus(BaseModel):
     replica: str
     ranks: list[RankStatus]
+    unavailable: list[UnavailableRank] = Field(
+        default_factory=list,
+        description="Ranks known only to the store, left out while the store does not answer.",
+    )
 
 
 class Block(BaseModel):
@@ -104,9 +113,19 @@ class LookupMatch(BaseModel):
     hittable: bool = Field(description="Found from block 0 along cached parents: a router's hit.")
 
 
+class UnavailableStream(BaseModel):
+    replica: str
+    rank: int
+    reason: str
+
+
 class LookupResponse(BaseModel):
     matches: list[LookupMatch]
     best: LookupMatch | None
+    unavailable: list[UnavailableStream] = Field(
+        default_factory=list,
+        description="Streams not searched: known only to the store, which does not answer.",
+    )
 
 
 class RecoveryPointOut(BaseModel):
@@ -128,6 +147,11 @@ class ResetRequestOut(BaseModel):
     outcome: str
     http_status: int | None
     detail: str | None
+    recorded: bool = Field(
+        default=True,
+        description="False when the store could not record the request (it was still sent; "
+        "`id` is then 0).",
+    )
 
 
 class ResetOut(BaseModel):

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 import uvicorn
 from fastapi import FastAPI
+from sqlalchemy.exc import SQLAlchemyError
 
 from kvscope.api.app import create_app
 from kvscope.api.context import ApiSettings
@@ -44,6 +45,16 @@ DEFAULT_PORT = 8087
 def api_settings(config: Config, token: str | None) -> ApiSettings:
     urls = {r.name: r.api_url for r in config.replicas if r.api_url}
     return ApiSettings(api_token=token, replica_urls=urls)
+
+
+def primed(data: ApiData) -> ApiData:
+    """`data` with the store's list of streams read now, while the store answers: the list the
+    API keeps answering with through a later outage."""
+    try:
+        data.streams()
+    except SQLAlchemyError as exc:
+        logger.warning("the store does not answer yet (%s): 503 until it does", type(exc).__name__)
+    return data
 
 
 def api_server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
@@ -96,7 +107,7 @@ def serve(
     with running_pipeline(config, store, shard) as (collector, writer):
         data = ApiData(collector=collector, engine=None if writer is None else writer.engine,
                        writer=writer)  # fmt: skip
-        app = create_app(data, api_settings(config, api_token))
+        app = create_app(primed(data), api_settings(config, api_token))
         logger.warning("kvscope API on http://%s:%d (docs at /docs)", host, port)
         run_uvicorn(app, host, port)
 
@@ -119,7 +130,7 @@ def api(
     for spec in api_url:
         name, _, url = spec.partition("=")
         settings.replica_urls[name] = url
-    app = create_app(ApiData(engine=open_store(store)), settings)
+    app = create_app(primed(ApiData(engine=open_store(store))), settings)
     logger.warning("kvscope API on http://%s:%d over %s", host, port, store)
     run_uvicorn(app, host, port)
 

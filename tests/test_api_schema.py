@@ -3,10 +3,14 @@ every error (status >= 400) is JSON in the one error shape.
 
 The API runs in-process over a store filled from a recording of vLLM's real scheduler (with
 resets of every mode); the replica's reset URL points at a closed port (outcome: unreachable).
+Then once more with that store down (its folder removed, the engine's idle connections closed,
+after the API read its list of streams): every operation answers, 503 or not, in the one shape
+and never 500.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +52,17 @@ def filled_store(folder: Path) -> ApiData:
 def api_schema(tmp_path_factory: pytest.TempPathFactory) -> schemathesis.BaseSchema:
     app = create_app(filled_store(tmp_path_factory.mktemp("schema")), SETTINGS)
     return schemathesis.openapi.from_asgi("/openapi.json", app)
+
+
+@pytest.fixture(scope="module")
+def store_down_schema(tmp_path_factory: pytest.TempPathFactory) -> schemathesis.BaseSchema:
+    folder = tmp_path_factory.mktemp("store-down")
+    data = filled_store(folder)
+    data.streams()  # read while the store answers: the list it keeps through the outage
+    assert data.engine is not None
+    shutil.rmtree(folder)
+    data.engine.dispose()
+    return schemathesis.openapi.from_asgi("/openapi.json", create_app(data, SETTINGS))
 
 
 def one_error_shape(ctx: Any, response: schemathesis.Response, case: schemathesis.Case) -> None:
@@ -93,3 +108,13 @@ def operations(schema: schemathesis.BaseSchema) -> list[Any]:
 def test_no_5xx_and_responses_match_the_schema(api_schema: schemathesis.BaseSchema) -> None:
     for operation in operations(api_schema):
         check_operation(operation, [])
+
+
+def test_with_the_store_down_every_answer_is_the_one_shape(
+    store_down_schema: schemathesis.BaseSchema,
+) -> None:
+    from schemathesis.checks import not_a_server_error
+
+    for operation in operations(store_down_schema):
+        # 503 is the answer here: the "no 5xx" check is replaced by one_error_shape's "no 500".
+        check_operation(operation, [not_a_server_error, positive_data_acceptance])
