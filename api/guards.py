@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kvscope.api.errors import ErrorBody, error_response, store_down, unexpected_body
 from kvscope.collector.ratelog import RateLimitedLog
+from kvscope.storage.redact import redact
 
 logger = logging.getLogger(__name__)
 _log = RateLimitedLog(logger, interval_s=60.0)
@@ -94,11 +95,11 @@ class UnexpectedErrors:
             if isinstance(exc, BodyTooLarge):
                 body = exc.body()
             elif store_down(exc):
-                said = next(iter(str(exc).splitlines()), "")
+                said = redact(next(iter(str(exc).splitlines()), ""))
                 _log.warning("store:" + kind, "the store does not answer on %s: %s", where, said)
                 body = unexpected_body(exc)
             else:
-                trace = "".join(traceback.format_exception(exc)).rstrip()
+                trace = redact("".join(traceback.format_exception(exc)).rstrip())
                 _log.warning("internal:" + kind, "unexpected error on %s\n%s", where, trace)
                 body = unexpected_body(exc)
             if not started:  # else the client sees the connection close mid-answer

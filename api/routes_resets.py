@@ -23,6 +23,7 @@ from kvscope.api.schemas import (
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.snapshot import decode_tables
 from kvscope.storage import schema
+from kvscope.storage.redact import redact
 from kvscope.storage.reset_links import linked_mode, linked_request, load_requests, resets_query
 
 logger = logging.getLogger(__name__)
@@ -190,13 +191,16 @@ async def reset_replica(
 
 
 async def _call(url: str, params: dict[str, str], timeout: float) -> tuple[str, int | None, str]:
+    """The outcome, vLLM's status and what it said. The detail is stored and served: the URL's
+    password (and any in the error's text) is masked."""
+    shown = redact(url)
     try:
         async with httpx.AsyncClient(timeout=timeout) as client:
             response = await client.post(url, params=params)
     except httpx.TimeoutException:
-        return "timeout", None, f"no answer from {url} in {timeout:.0f}s"
+        return "timeout", None, f"no answer from {shown} in {timeout:.0f}s"
     except httpx.HTTPError as exc:
-        return "unreachable", None, f"{url}: {exc}"[:400]
+        return "unreachable", None, redact(f"{shown}: {exc}")[:400]
     if response.status_code != 200:
         return "http_error", response.status_code, response.text[:400]
     if not response.content:

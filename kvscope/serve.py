@@ -31,11 +31,13 @@ from kvscope.options import (
     TokenOpt,
     TopicOpt,
     checked_token,
+    fail,
     load_config,
 )
 from kvscope.pipeline import running_pipeline
 from kvscope.signals import stop_on_signals
 from kvscope.storage.engine import open_store
+from kvscope.storage.redact import redact
 from kvscope.store_commands import DEFAULT_STORE, StoreOption
 
 logger = logging.getLogger(__name__)
@@ -130,8 +132,12 @@ def api(
     for spec in api_url:
         name, _, url = spec.partition("=")
         settings.replica_urls[name] = url
-    app = create_app(primed(ApiData(engine=open_store(store))), settings)
-    logger.warning("kvscope API on http://%s:%d over %s", host, port, store)
+    try:
+        engine = open_store(store)
+    except SQLAlchemyError as exc:
+        raise fail(redact(f"cannot open store {store}: {str(exc).splitlines()[0]}")) from exc
+    app = create_app(primed(ApiData(engine=engine)), settings)
+    logger.warning("kvscope API on http://%s:%d over %s", host, port, redact(store))
     run_uvicorn(app, host, port)
 
 

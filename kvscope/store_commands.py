@@ -29,6 +29,7 @@ from kvscope.storage.history import (
     rebuild,
     stream_id,
 )
+from kvscope.storage.redact import redact
 from kvscope.storage.reset_links import linked_modes, resets_query
 from kvscope.storage.retention import DAY, Pruner, Retention, prune
 from kvscope.storage.scrape import MetricsScraper
@@ -67,7 +68,7 @@ def open_writer(
     except ShardConflict as exc:
         raise _fail(str(exc)) from exc
     except SQLAlchemyError as exc:
-        raise _fail(f"cannot open store {url}: {str(exc).splitlines()[0]}") from exc
+        raise _fail(redact(f"cannot open store {url}: {str(exc).splitlines()[0]}")) from exc
 
 
 def hooks_of(writer: StoreWriter | None) -> dict[str, Any]:
@@ -240,8 +241,8 @@ def db_upgrade(store: StoreOption = DEFAULT_STORE) -> None:
     try:
         open_store(store)
     except SQLAlchemyError as exc:
-        raise _fail(f"cannot migrate {store}: {str(exc).splitlines()[0]}") from exc
-    console.print(f"{store}: schema up to date")
+        raise _fail(redact(f"cannot migrate {store}: {str(exc).splitlines()[0]}")) from exc
+    console.print(f"{redact(store)}: schema up to date")
 
 
 def _days(value: float | None) -> float | None:
