@@ -3,47 +3,20 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, Response
-from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kvscope import __version__
 from kvscope.api import errors
 from kvscope.api.context import ApiContext, ApiSettings
 from kvscope.api.data import ApiData
-from kvscope.api.errors import ErrorBody, error_response
+from kvscope.api.errors import STORE_DOWN, ErrorBody, documented, error_response
+from kvscope.api.guards import BodyLimit, UnexpectedErrors
 from kvscope.api.metrics import make_registry
 from kvscope.api.page import page_router
 from kvscope.api.routes_cache import router as cache_router
 from kvscope.api.routes_history import router as history_router
 from kvscope.api.routes_resets import router as resets_router
 from kvscope.api.schemas import Health
-
-
-class BodyLimit:
-    """Refuses a body longer than `max_bytes` (413) by its declared length, before it is read.
-
-    Plain ASGI: Starlette's `@app.middleware("http")` runs every request through a task and
-    memory streams, ~0.2 ms a request, as much as the rest of a GET /healthz.
-    """
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
-            if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-                response = error_response(
-                    ErrorBody(
-                        status=413,
-                        code="too_large",
-                        message=f"request bodies are limited to {self.max_bytes} bytes",
-                    )
-                )
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 def create_app(data: ApiData, settings: ApiSettings | None = None) -> FastAPI:
@@ -53,12 +26,15 @@ def create_app(data: ApiData, settings: ApiSettings | None = None) -> FastAPI:
         version=__version__,
         description="What is in each vLLM replica's prefix cache, now and at any past instant; "
         "what each reset did to it and how it recovered.",
+        # Any operation may meet an unexpected error (500) or a store that does not answer (503).
+        responses=documented(500, 503),
     )
     registry, reset_counter = make_registry(data)
     app.state.kvscope = ApiContext(data, settings, registry, reset_counter)
     errors.install(app)
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(UnexpectedErrors)  # added last: the outermost, it sees every error
     app.include_router(page_router)
     app.include_router(cache_router)
     app.include_router(history_router)
@@ -74,9 +50,10 @@ def create_app(data: ApiData, settings: ApiSettings | None = None) -> FastAPI:
         """The process answers."""
         return Health(status="ok")
 
-    @app.get("/readyz", tags=["health"], response_model=Health, responses={503: {"model": Health}})
+    @app.get("/readyz", tags=["health"], response_model=Health)
     def readyz() -> Response | Health:
-        """Ready once the start-up replays have settled and the store answers."""
+        """Ready once the start-up replays have settled and the store answers; else 503 with
+        the reason: `starting` (the replays in flight) or `store_unavailable`."""
         collector = data.collector
         if collector is not None:
             with collector.lock:
@@ -88,11 +65,12 @@ def create_app(data: ApiData, settings: ApiSettings | None = None) -> FastAPI:
                         and ingest.can_replay)
                 ]  # fmt: skip
             if waiting:
-                body = Health(status="starting", detail="replaying: " + ", ".join(waiting))
-                return JSONResponse(body.model_dump(), status_code=503)
+                replaying = "replaying: " + ", ".join(waiting)
+                return error_response(ErrorBody(status=503, code="starting", message=replaying))
         if not data.store_reachable():
-            body = Health(status="unavailable", detail="the store does not answer")
-            return JSONResponse(body.model_dump(), status_code=503)
+            return error_response(
+                ErrorBody(status=503, code="store_unavailable", message="not ready: " + STORE_DOWN)
+            )
         return Health(status="ok")
 
     return app

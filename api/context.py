@@ -23,6 +23,10 @@ class ApiSettings:
     (storage/reset_links.py: the latest such request is linked). Dashboards and reports use it
     too."""
 
+    def __post_init__(self) -> None:
+        if self.api_token is not None and not self.api_token.strip():
+            raise ValueError("api_token is empty: no Authorization header could carry it")
+
 
 @dataclass
 class ApiContext:

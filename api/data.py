@@ -7,6 +7,7 @@ and responses say how old it is.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,8 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
 from kvscope.storage import batch_log, schema
@@ -28,6 +31,8 @@ from kvscope.storage.history import (
 )
 from kvscope.storage.writer import StoreWriter
 
+logger = logging.getLogger(__name__)
+_log = RateLimitedLog(logger, interval_s=60.0)
 WRITER_WAIT_S = 2.0
 """How long a store read waits for the writer to store what was queued before it."""
 WRITER_BEHIND = (
@@ -72,6 +77,8 @@ class ApiData:
         """Rebuilt maps are immutable once built (reads only): keep the last few."""
         self._cache_lock = threading.Lock()
         self._stored_streams: tuple[float, set[StreamId]] | None = None
+        """When the store's list was read, and the list."""
+        self._streams_tried_at = 0.0
         self._reading_streams = threading.Lock()
         self._sorted_streams: (
             tuple[int, tuple[float, set[StreamId]] | None, list[StreamId]] | None
@@ -79,7 +86,12 @@ class ApiData:
 
     # --- which streams ------------------------------------------------------------------------
     def streams(self) -> list[StreamId]:
-        """The live streams and those the store knows (that list is re-read every few s)."""
+        """The live streams and those the store knows (that list is re-read every few s).
+
+        While the store does not answer, the list last read is kept (and it is tried again
+        every few s): the live streams go on being answered. Raises only when the store never
+        answered, as there is no list to keep.
+        """
         # One caller re-reads the store's list; the others go on with the one it replaces (a
         # few seconds old) instead of all reading it at once, except before the first read.
         if (
@@ -89,13 +101,29 @@ class ApiData:
         ):
             try:
                 if self._stored_streams_due():
-                    with self.engine.connect() as conn:
-                        rows = conn.execute(select(schema.streams.c.replica, schema.streams.c.rank))
-                        read = {StreamId(r.replica, r.rank) for r in rows}
-                    self._stored_streams = (self.clock(), read)
+                    self._read_stored_streams(self.engine)
             finally:
                 self._reading_streams.release()
         return self._known_streams()
+
+    def _read_stored_streams(self, engine: Engine) -> None:
+        self._streams_tried_at = self.clock()
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(select(schema.streams.c.replica, schema.streams.c.rank))
+                read = {StreamId(r.replica, r.rank) for r in rows}
+        except SQLAlchemyError as exc:
+            if self._stored_streams is None:
+                raise
+            age = self.clock() - self._stored_streams[0]
+            _log.warning(
+                "streams",
+                "the store does not answer (%s): the streams are those it listed %.0f s ago",
+                type(exc).__name__,
+                age,
+            )
+            return
+        self._stored_streams = (self.clock(), read)
 
     def streams_unless_due(self) -> list[StreamId] | None:
         """`streams()` without reading the store (a route in the event loop must not wait for
@@ -106,9 +134,8 @@ class ApiData:
         return None if due else self._known_streams()
 
     def _stored_streams_due(self) -> bool:
-        cached = self._stored_streams
         return self.engine is not None and (
-            cached is None or self.clock() - cached[0] > STREAMS_TTL_S
+            self._stored_streams is None or self.clock() - self._streams_tried_at > STREAMS_TTL_S
         )
 
     def _known_streams(self) -> list[StreamId]:
@@ -177,8 +204,11 @@ class ApiData:
         if self.engine is None:
             raise NotInStore("this API keeps no store: only the live map is known")
         # The batches up to now may still wait in the writer's queue: an instant they belong
-        # to would be rebuilt without them.
-        caught_up = self.writer is None or self.writer.flush(WRITER_WAIT_S)
+        # to would be rebuilt without them. Beside a collector it holds only the collector's
+        # streams: a stream only the store knows has nothing to wait for (nor, while the store
+        # is down, a reason to wait at all).
+        followed = self.collector is None or stream in self.collector.ingests
+        caught_up = self.writer is None or not followed or self.writer.flush(WRITER_WAIT_S)
         instant = at if at is not None else float("inf")
         with self.engine.connect() as conn:
             sid = stream_id(conn, stream.replica, stream.rank)

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from sqlalchemy.exc import (
+    DataError,
+    DBAPIError,
+    DisconnectionError,
+    IntegrityError,
+    NotSupportedError,
+    ProgrammingError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
 from kvscope.storage.history import NotInStore
+
+STORE_DOWN = "the store does not answer; try again later"
+INTERNAL = "an unexpected error; it is logged on the server"
+ONLY_IN_STORE = "known only to the store, which does not answer"
 
 
 class ErrorBody(BaseModel):
@@ -35,15 +49,34 @@ def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorResponse} for status in statuses}
 
 
-def error_response(body: ErrorBody, headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(body: ErrorBody, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse(
         ErrorResponse(error=body).model_dump(), status_code=body.status, headers=headers
     )
 
 
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-          405: "method_not_allowed", 413: "too_large", 422: "invalid", 502: "upstream_error",
-          504: "upstream_timeout"}  # fmt: skip
+          405: "method_not_allowed", 413: "too_large", 422: "invalid", 500: "internal",
+          502: "upstream_error", 503: "store_unavailable", 504: "upstream_timeout"}  # fmt: skip
+
+
+def store_down(exc: BaseException) -> bool:
+    """Whether `exc` says the store cannot be reached or used now (a connection refused or
+    lost, a file that cannot be opened, a pool with no free connection), not that a statement
+    is wrong (those are bugs: 500)."""
+    if isinstance(exc, DisconnectionError | PoolTimeout):
+        return True
+    return isinstance(exc, DBAPIError) and not isinstance(
+        exc, ProgrammingError | IntegrityError | DataError | NotSupportedError
+    )
+
+
+def unexpected_body(exc: BaseException) -> ErrorBody:
+    """503 `store_unavailable` or 500 `internal`, with nothing of `exc` in it: its text may
+    quote SQL, paths or internals."""
+    if store_down(exc):
+        return ErrorBody(status=503, code="store_unavailable", message=STORE_DOWN)
+    return ErrorBody(status=500, code="internal", message=INTERNAL)
 
 
 def install(app: FastAPI) -> None:
@@ -71,10 +104,12 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http(_request: Request, exc: HTTPException) -> JSONResponse:
+        # Its headers are part of the answer: `Allow` on a 405, for one.
         return error_response(
             ErrorBody(
                 status=exc.status_code,
                 code=_CODES.get(exc.status_code, "error"),
                 message=str(exc.detail),
-            )
+            ),
+            exc.headers,
         )

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from kvscope.api.context import ApiContext, context
 from kvscope.api.data import MapView
-from kvscope.api.errors import ApiError, documented
+from kvscope.api.errors import ONLY_IN_STORE, ApiError, documented, store_down
 from kvscope.api.schemas import (
     Block,
     BlockPage,
@@ -21,6 +21,7 @@ from kvscope.api.schemas import (
     RankStatus,
     ReplicaStatus,
     TableStatus,
+    UnavailableRank,
 )
 from kvscope.collector.block_table import BlockTable, TokenQuery
 from kvscope.collector.dump import show_hash
@@ -89,20 +90,38 @@ def _rank_status(ctx: ApiContext, stream: StreamId) -> RankStatus:
     )  # fmt: skip
 
 
+def _statuses(ctx: ApiContext, streams: list[StreamId]) -> list[ReplicaStatus]:
+    """The replicas of `streams`. While the store does not answer, a rank only it knows is
+    listed as unavailable, unless no rank at all can be answered: then the store's error is
+    raised (503)."""
+    by_replica: dict[str, ReplicaStatus] = {}
+    store_error: Exception | None = None
+    for stream in streams:
+        status = by_replica.setdefault(
+            stream.replica, ReplicaStatus(replica=stream.replica, ranks=[])
+        )
+        try:
+            status.ranks.append(_rank_status(ctx, stream))
+        except Exception as exc:
+            if not store_down(exc):
+                raise
+            store_error = exc
+            status.unavailable.append(UnavailableRank(rank=stream.rank, reason=ONLY_IN_STORE))
+    if store_error is not None and not any(s.ranks for s in by_replica.values()):
+        raise store_error
+    return list(by_replica.values())
+
+
 @router.get("/replicas", response_model=list[ReplicaStatus])
 def list_replicas(ctx: Ctx) -> list[ReplicaStatus]:
     """Every replica with its ranks: connection, epoch, seq, lag, degraded, blocks per tier."""
-    by_replica: dict[str, list[RankStatus]] = {}
-    for stream in ctx.data.streams():
-        by_replica.setdefault(stream.replica, []).append(_rank_status(ctx, stream))
-    return [ReplicaStatus(replica=r, ranks=ranks) for r, ranks in by_replica.items()]
+    return _statuses(ctx, ctx.data.streams())
 
 
 @router.get("/replicas/{replica}", response_model=ReplicaStatus, responses=NOT_FOUND)
 def get_replica(replica: str, ctx: Ctx) -> ReplicaStatus:
-    return ReplicaStatus(
-        replica=replica, ranks=[_rank_status(ctx, s) for s in streams_of(ctx, replica)]
-    )
+    (status,) = _statuses(ctx, streams_of(ctx, replica))
+    return status
 
 
 @router.get("/replicas/{replica}/blocks", response_model=BlockPage, responses=NOT_FOUND)
@@ -200,12 +219,24 @@ def _lookup(ctx: ApiContext, tokens: TokenQuery, lora: str | None, wait: bool) -
     matches: list[dict[str, str | int | bool]] = []
     best: dict[str, str | int | bool] | None = None
     best_key = (0, True)  # the first match with the most tokens, on the GPU if tied; none if 0
+    unavailable: list[dict[str, str | int]] = []
+    store_error: Exception | None = None
+    searched = 0
     for stream, prefixes in zip(streams, found, strict=True):
         if prefixes is None:
             try:  # rebuilt from the store, not shared with ingest: no lock
                 prefixes = ctx.data.map_now(stream).map.longest_prefix(tokens, lora)
             except LookupError:
                 continue
+            except Exception as exc:
+                if not store_down(exc):
+                    raise
+                store_error = exc
+                unavailable.append(
+                    {"replica": stream.replica, "rank": stream.rank, "reason": ONLY_IN_STORE}
+                )
+                continue
+        searched += 1
         for m in prefixes:
             match: dict[str, str | int | bool] = {
                 "replica": stream.replica, "rank": stream.rank, "medium": m.table.medium,
@@ -215,6 +246,7 @@ def _lookup(ctx: ApiContext, tokens: TokenQuery, lora: str | None, wait: bool) -
             matches.append(match)
             if (key := (m.tokens, m.table.medium == "GPU")) > best_key:
                 best, best_key = match, key
-    return Response(
-        msgspec.json.encode({"matches": matches, "best": best}), media_type="application/json"
-    )
+    if store_error is not None and searched == 0:
+        raise store_error  # nothing could be searched: the store's error (503)
+    body = {"matches": matches, "best": best, "unavailable": unavailable}
+    return Response(msgspec.json.encode(body), media_type="application/json")

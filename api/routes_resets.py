@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hmac
+import logging
 import time
 from typing import Annotated, Any, Literal
 
@@ -10,7 +12,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from sqlalchemy import Row, insert, select
 
 from kvscope.api.context import ApiContext, context
-from kvscope.api.errors import ApiError, documented
+from kvscope.api.errors import ApiError, documented, store_down
 from kvscope.api.schemas import (
     RecoveryPointOut,
     ResetDetail,
@@ -18,10 +20,14 @@ from kvscope.api.schemas import (
     ResetRequestOut,
     TableStatus,
 )
+from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.snapshot import decode_tables
 from kvscope.storage import schema
+from kvscope.storage.redact import redact
 from kvscope.storage.reset_links import linked_mode, linked_request, load_requests, resets_query
 
+logger = logging.getLogger(__name__)
+_log = RateLimitedLog(logger, interval_s=60.0)
 router = APIRouter(tags=["resets"])
 Ctx = Annotated[ApiContext, Depends(context)]
 ERRORS = documented(400, 401, 403, 404, 422)
@@ -117,7 +123,10 @@ def _authorize(ctx: ApiContext, authorization: str | None) -> None:
     token = ctx.settings.api_token
     if token is None:
         raise ApiError(403, "disabled", "mutating endpoints are disabled: no api_token configured")
-    if authorization != f"Bearer {token}":
+    scheme, _, given = (authorization or "").partition(" ")
+    # In constant time: how long a refusal takes says nothing of how much of the token matched.
+    matches = hmac.compare_digest(given.encode(), token.encode())
+    if scheme.lower() != "bearer" or not given or not matches:
         raise ApiError(401, "unauthorized", "a valid bearer token is needed")
 
 
@@ -162,21 +171,36 @@ async def reset_replica(
     )  # fmt: skip
     ctx.reset_counter.labels(replica, chosen, outcome).inc()
     if ctx.data.engine is not None:
-        with ctx.data.engine.begin() as conn:
-            t = schema.reset_requests
-            values = record.model_dump(exclude={"id"})
-            record.id = int(conn.execute(insert(t).values(**values).returning(t.c.id)).scalar_one())
+        try:
+            with ctx.data.engine.begin() as conn:
+                t = schema.reset_requests
+                values = record.model_dump(exclude={"id", "recorded"})
+                inserted = conn.execute(insert(t).values(**values).returning(t.c.id))
+                record.id = int(inserted.scalar_one())
+        except Exception as exc:
+            # The replica was asked all the same: its answer is the answer (a 503 would invite
+            # a retry, a second reset), said to be unrecorded.
+            if not store_down(exc):
+                raise
+            kind = type(exc).__name__
+            _log.warning(
+                "record", "reset request not recorded: the store does not answer (%s)", kind
+            )
+            record.recorded = False
     return record
 
 
 async def _call(url: str, params: dict[str, str], timeout: float) -> tuple[str, int | None, str]:
+    """The outcome, vLLM's status and what it said. The detail is stored and served: the URL's
+    password (and any in the error's text) is masked."""
+    shown = redact(url)
     try:
         async with httpx.AsyncClient(timeout=timeout) as client:
             response = await client.post(url, params=params)
     except httpx.TimeoutException:
-        return "timeout", None, f"no answer from {url} in {timeout:.0f}s"
+        return "timeout", None, f"no answer from {shown} in {timeout:.0f}s"
     except httpx.HTTPError as exc:
-        return "unreachable", None, f"{url}: {exc}"[:400]
+        return "unreachable", None, redact(f"{shown}: {exc}")[:400]
     if response.status_code != 200:
         return "http_error", response.status_code, response.text[:400]
     if not response.content:

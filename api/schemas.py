@@ -48,9 +48,18 @@ class RankStatus(BaseModel):
     tables: list[TableStatus]
 
 
+class UnavailableRank(BaseModel):
+    rank: int
+    reason: str
+
+
 class ReplicaStatus(BaseModel):
     replica: str
     ranks: list[RankStatus]
+    unavailable: list[UnavailableRank] = Field(
+        default_factory=list,
+        description="Ranks known only to the store, left out while the store does not answer.",
+    )
 
 
 class Block(BaseModel):
@@ -79,14 +88,19 @@ class BlockPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page.")
 
 
-TokenId = Annotated[int, Field(ge=0, lt=2**32)]
+# Strict: a JSON true, "1" or 1.0 is no token id. The lookup keeps them as unsigned 32-bit.
+TokenId = Annotated[int, Field(ge=0, lt=2**32, strict=True)]
+MAX_LOOKUP_TOKENS = 1_000_000
+"""A prompt's length bound: a longer list is refused (422) before any lookup."""
 
 
 class LookupRequest(BaseModel):
     token_ids: list[TokenId] = Field(
-        max_length=1_000_000, description="The request's prompt tokens."
+        max_length=MAX_LOOKUP_TOKENS,
+        description=f"The request's prompt tokens: integers in [0, 2**32), at most "
+        f"{MAX_LOOKUP_TOKENS}.",
     )
-    lora_name: str | None = None
+    lora_name: str | None = Field(default=None, max_length=1024)
 
 
 class LookupMatch(BaseModel):
@@ -99,9 +113,19 @@ class LookupMatch(BaseModel):
     hittable: bool = Field(description="Found from block 0 along cached parents: a router's hit.")
 
 
+class UnavailableStream(BaseModel):
+    replica: str
+    rank: int
+    reason: str
+
+
 class LookupResponse(BaseModel):
     matches: list[LookupMatch]
     best: LookupMatch | None
+    unavailable: list[UnavailableStream] = Field(
+        default_factory=list,
+        description="Streams not searched: known only to the store, which does not answer.",
+    )
 
 
 class RecoveryPointOut(BaseModel):
@@ -123,6 +147,11 @@ class ResetRequestOut(BaseModel):
     outcome: str
     http_status: int | None
     detail: str | None
+    recorded: bool = Field(
+        default=True,
+        description="False when the store could not record the request (it was still sent; "
+        "`id` is then 0).",
+    )
 
 
 class ResetOut(BaseModel):
@@ -151,7 +180,7 @@ class ResetDetail(ResetOut):
 
 
 class Health(BaseModel):
-    status: Literal["ok", "starting", "unavailable"]
+    status: Literal["ok"]
     detail: str = ""
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from kvscope.collector.discovery import DiscoveryError, discover
 from kvscope.collector.endpoints import StreamEndpoint, replica_streams
 from kvscope.collector.subscriber import CollectorSettings
+from kvscope.storage.redact import has_userinfo, redact
 
 
 class ConfigError(ValueError):
@@ -55,8 +56,18 @@ class ReplicaConfig:
         if self.endpoint.startswith(("http://", "https://")):
             try:
                 return discover(self.name, self.endpoint)
-            except DiscoveryError as exc:
-                raise ConfigError(f"replica {self.name!r}: {exc}") from exc
+            except DiscoveryError as exc:  # its text quotes the URL
+                raise ConfigError(redact(f"replica {self.name!r}: {exc}")) from exc
+        for endpoint in (self.endpoint, self.replay):
+            if (
+                endpoint is not None
+                and endpoint.lstrip("@").startswith("tcp://")
+                and has_userinfo(endpoint)
+            ):
+                raise ConfigError(
+                    f"replica {self.name!r}: {redact(endpoint)} has a user or password, which "
+                    "ZMQ endpoints cannot carry (tcp://HOST:PORT)"
+                )
         return replica_streams(self.name, self.endpoint, self.replay, self.dp_ranks, self.topic)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -72,18 +73,32 @@ ShardOpt = Annotated[
 ]
 HostOpt = Annotated[str, typer.Option(envvar="KVSCOPE_HOST", help="Address to serve on.")]
 PortOpt = Annotated[int, typer.Option(envvar="KVSCOPE_PORT", help="Port to serve on.")]
+TOKEN_ENV = "KVSCOPE_API_TOKEN"
 TokenOpt = Annotated[
     str | None,
     typer.Option(
-        envvar="KVSCOPE_API_TOKEN",
+        envvar=TOKEN_ENV,
         help="Bearer token for mutating endpoints (resets); without one they are disabled.",
     ),
 ]
 
 
 def fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/] {message}")
+    err.print(f"[red]error:[/] {message}", soft_wrap=True)
     return typer.Exit(2)
+
+
+def checked_token(token: str | None) -> str | None:
+    """The API token as given; one that is empty or all whitespace is refused (exit 2): no
+    Authorization header could carry it, so it would turn on an endpoint nothing can call.
+    (Click reads an empty KVSCOPE_API_TOKEN as unset: set but empty is refused too.)"""
+    if token is None:
+        token = os.environ.get(TOKEN_ENV)
+    if token is not None and not token.strip():
+        raise fail(
+            f"--api-token / {TOKEN_ENV} is empty: give a token, or none to keep resets disabled"
+        )
+    return token
 
 
 def load_config(

@@ -25,6 +25,7 @@ from sqlalchemy import Engine, Row, func, select
 from kvscope.api.context import ApiSettings
 from kvscope.options import fail
 from kvscope.storage import schema
+from kvscope.storage.redact import redact
 from kvscope.storage.reset_links import linked_modes, resets_query
 from kvscope.storage.scrape import HitRatePoint, hit_rate_series
 from kvscope.store_commands import open_for_reading
@@ -221,6 +222,6 @@ def report(
     try:
         resets = load_resets(engine, ids)
     except KeyError as exc:
-        raise fail(f"no reset {exc.args[0]} in {store}") from exc
+        raise fail(f"no reset {exc.args[0]} in {redact(store)}") from exc
     png, page = write_report(resets, out)
     console.print(f"wrote {png} and {page} ({len(resets)} resets)")

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 import uvicorn
 from fastapi import FastAPI
+from sqlalchemy.exc import SQLAlchemyError
 
 from kvscope.api.app import create_app
 from kvscope.api.context import ApiSettings
@@ -29,11 +30,14 @@ from kvscope.options import (
     ShardOpt,
     TokenOpt,
     TopicOpt,
+    checked_token,
+    fail,
     load_config,
 )
 from kvscope.pipeline import running_pipeline
 from kvscope.signals import stop_on_signals
-from kvscope.storage.engine import open_store
+from kvscope.storage.engine import StoreError, may_write, open_store
+from kvscope.storage.redact import redact
 from kvscope.store_commands import DEFAULT_STORE, StoreOption
 
 logger = logging.getLogger(__name__)
@@ -43,6 +47,16 @@ DEFAULT_PORT = 8087
 def api_settings(config: Config, token: str | None) -> ApiSettings:
     urls = {r.name: r.api_url for r in config.replicas if r.api_url}
     return ApiSettings(api_token=token, replica_urls=urls)
+
+
+def primed(data: ApiData) -> ApiData:
+    """`data` with the store's list of streams read now, while the store answers: the list the
+    API keeps answering with through a later outage."""
+    try:
+        data.streams()
+    except SQLAlchemyError as exc:
+        logger.warning("the store does not answer yet (%s): 503 until it does", type(exc).__name__)
+    return data
 
 
 def api_server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
@@ -87,6 +101,7 @@ def serve(
     api_token: TokenOpt = None,
 ) -> None:
     """Collector, store and API in one process: the embedded default (SQLite, 127.0.0.1)."""
+    api_token = checked_token(api_token)
     config = load_config(
         config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes,
         metrics, api_url,
@@ -94,7 +109,7 @@ def serve(
     with running_pipeline(config, store, shard) as (collector, writer):
         data = ApiData(collector=collector, engine=None if writer is None else writer.engine,
                        writer=writer)  # fmt: skip
-        app = create_app(data, api_settings(config, api_token))
+        app = create_app(primed(data), api_settings(config, api_token))
         logger.warning("kvscope API on http://%s:%d (docs at /docs)", host, port)
         run_uvicorn(app, host, port)
 
@@ -111,13 +126,19 @@ def api(
     ] = [],  # noqa: B006
 ) -> None:
     """The API alone, over a store written by `kvscope collect` processes."""
+    api_token = checked_token(api_token)
     config = load_config(config_file, [], [], [], "", None, None)
     settings = api_settings(config, api_token)
     for spec in api_url:
         name, _, url = spec.partition("=")
         settings.replica_urls[name] = url
-    app = create_app(ApiData(engine=open_store(store)), settings)
-    logger.warning("kvscope API on http://%s:%d over %s", host, port, store)
+    try:
+        # A store it may not write is served read-only (its reset requests go unrecorded).
+        engine = open_store(store, read_only=not may_write(store))
+    except (SQLAlchemyError, StoreError) as exc:
+        raise fail(redact(f"cannot open store {store}: {str(exc).splitlines()[0]}")) from exc
+    app = create_app(primed(ApiData(engine=engine)), settings)
+    logger.warning("kvscope API on http://%s:%d over %s", host, port, redact(store))
     run_uvicorn(app, host, port)
 
 

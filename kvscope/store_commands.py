@@ -21,7 +21,7 @@ from kvscope.collector.dump import map_lines
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.engine import DEFAULT_STORE as _DEFAULT_STORE
-from kvscope.storage.engine import StoreError, open_store, redact
+from kvscope.storage.engine import StoreError, open_store
 from kvscope.storage.history import (
     NotInStore,
     position_at_seq,
@@ -29,6 +29,7 @@ from kvscope.storage.history import (
     rebuild,
     stream_id,
 )
+from kvscope.storage.redact import redact
 from kvscope.storage.reset_links import linked_modes, resets_query
 from kvscope.storage.retention import DAY, Pruner, Retention, prune
 from kvscope.storage.scrape import MetricsScraper
@@ -60,7 +61,7 @@ def open_for_reading(url: str) -> Engine:
     try:
         return open_store(url, read_only=True)
     except StoreError as exc:
-        raise _fail(f"{redact(url)}: {exc}") from exc
+        raise _fail(redact(f"{url}: {exc}")) from exc
 
 
 def open_writer(
@@ -76,7 +77,7 @@ def open_writer(
     except ShardConflict as exc:
         raise _fail(str(exc)) from exc
     except SQLAlchemyError as exc:
-        raise _fail(f"cannot open store {url}: {str(exc).splitlines()[0]}") from exc
+        raise _fail(redact(f"cannot open store {url}: {str(exc).splitlines()[0]}")) from exc
 
 
 def hooks_of(writer: StoreWriter | None) -> dict[str, Any]:
@@ -249,8 +250,8 @@ def db_upgrade(store: StoreOption = DEFAULT_STORE) -> None:
     try:
         open_store(store)
     except SQLAlchemyError as exc:
-        raise _fail(f"cannot migrate {store}: {str(exc).splitlines()[0]}") from exc
-    console.print(f"{store}: schema up to date")
+        raise _fail(redact(f"cannot migrate {store}: {str(exc).splitlines()[0]}")) from exc
+    console.print(f"{redact(store)}: schema up to date")
 
 
 def _days(value: float | None) -> float | None:

@@ -29,14 +29,6 @@ class StoreError(RuntimeError):
     """A store that cannot be opened as asked (missing, unreadable, or at another schema)."""
 
 
-def redact(url: str) -> str:
-    """`url` with its password hidden, for logs and messages."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy can parse: show none of it
-        return "<store url>"
-
-
 def sqlite_path(url: URL) -> Path | None:
     """The file of a SQLite URL; None for another backend or an in-memory database."""
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
@@ -48,6 +40,13 @@ def writable(path: Path) -> bool:
     """Whether this process may change the SQLite file (and make its -wal and -shm beside it)."""
     folder = path.parent if str(path.parent) else Path(".")
     return os.access(path, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)
+
+
+def may_write(url: str) -> bool:
+    """False for a SQLite file that exists and this process may not write; True otherwise (a
+    server decides for itself)."""
+    path = sqlite_path(make_url(url))
+    return path is None or not path.exists() or writable(path)
 
 
 def _read_only_sqlite(path: Path) -> Engine:

@@ -28,6 +28,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.storage import schema
+from kvscope.storage.redact import redact
 
 logger = logging.getLogger(__name__)
 
@@ -118,10 +119,10 @@ def fetch_metrics(url: str, timeout_s: float) -> str:
             body: bytes = response.read(MAX_BODY_BYTES + 1)
             charset = response.headers.get_content_charset() or "utf-8"
         if len(body) > MAX_BODY_BYTES:
-            raise ScrapeError(f"GET {url}: body larger than {MAX_BODY_BYTES} bytes")
+            raise ScrapeError(f"GET {redact(url)}: body larger than {MAX_BODY_BYTES} bytes")
         return body.decode(charset)
     except (OSError, HTTPException, UnicodeDecodeError, LookupError) as exc:
-        raise ScrapeError(f"GET {url}: {exc}") from exc
+        raise ScrapeError(redact(f"GET {url}: {exc}")) from exc
 
 
 def sample_row(replica: str, sample: EngineSample) -> dict[str, Any]:

@@ -110,3 +110,19 @@ def test_a_store_that_is_not_there_is_one_clear_line(tmp_path: Path) -> None:
     assert code == 2 and out == ""
     assert "no store" in err and "Traceback" not in err
     assert not (tmp_path / "nothing.sqlite").exists()
+
+
+def test_the_api_serves_a_read_only_store(read_only: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from kvscope.api.app import create_app
+    from kvscope.api.data import ApiData
+    from kvscope.storage.engine import may_write, open_store
+
+    assert not may_write(read_only) or os.geteuid() == 0
+    engine = open_store(read_only, read_only=True)
+    client = TestClient(create_app(ApiData(engine=engine)))
+    replica = client.get("/replicas/lab")
+    assert replica.status_code == 200, replica.text
+    assert replica.json()["ranks"][0]["last_seq"] == 399
+    assert client.get("/resets").status_code == 200
