@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from kvscope.lab.report import ReplicaSummary, modes_table, replicas_table, resets_table
+from kvscope.lab.settings import EngineSettings
 from kvscope.lab.workload import (
     ResetMode,
     ScheduledReset,
@@ -133,7 +134,6 @@ def lab(
     # default reset; keep the lab's output to the lab unless asked otherwise.
     logging.getLogger("vllm").setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "ERROR").upper())
     with console.status("loading vLLM's scheduler..."):
-        from kvscope.lab.replica import EngineSettings
         from kvscope.lab.runner import LabOptions, run_lab
 
     engine = EngineSettings(
@@ -182,8 +182,8 @@ def lab(
         raise fail(str(exc)) from exc
     print_report(console, summaries)
     if record is not None:
-        from kvscope.lab.replica import sidecar_path_for
         from kvscope.lab.runner import record_path
+        from kvscope.lab.sidecar import sidecar_path_for
 
         for s in summaries:
             path = record_path(record, s.name, replicas)
