@@ -1,9 +1,9 @@
 """Builds vLLM's v1 `Scheduler` with no model: its config, its KV cache and its publisher.
 
-As /work's reference describes it: a `ModelConfig` read from a folder holding only a small
-config.json (no weights, no tokenizer), one KV cache group of full attention with N blocks and
-no tensors, chunked prefill on, async scheduling off, KV events on a `ZmqEventPublisher`
-(`tcp://*:PORT`, PORT + the DP rank, as vLLM binds it).
+As vLLM's own scheduler tests build it (tests/v1/core/utils.py in its sdist): a `ModelConfig`
+read from a folder holding only a small config.json (no weights, no tokenizer), one KV cache
+group of full attention with N blocks and no tensors, chunked prefill on, async scheduling
+off, KV events on a `ZmqEventPublisher` (`tcp://*:PORT`, PORT + the DP rank, as vLLM binds it).
 
 Importing this module imports vLLM (slow).
 """
