@@ -1,10 +1,11 @@
 """`kvscope demo`: two replicas, real sockets, the collector, the store, the API, and what each
 reset did.
 
-With vLLM installed the replicas are lab replicas (vLLM's real scheduler, `kvscope.lab`), reset
-through kvscope's own `POST /replicas/{replica}/reset`; without it, the bundled capture (the
-same scheduler, recorded with resets in three modes) is played by two stand-in publishers and
-its resets are stored as reset requests. Either way the table shows, for each reset asked for,
+With vLLM installed the replicas are lab replicas (vLLM's real scheduler, `kvscope.lab`, under
+the `keep-reset-study` preset: as busy as the study's server was), reset through kvscope's own
+`POST /replicas/{replica}/reset`; without it, the bundled capture (the same scheduler, recorded
+with resets in three modes) is played by two stand-in publishers and its resets are stored as
+reset requests. Either way the table shows, for each reset asked for,
 the clear the API links to it (`kvscope.storage.reset_links`, as `GET /resets` does).
 """
 
@@ -36,6 +37,7 @@ from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
 from kvscope.config import Config, ReplicaConfig
 from kvscope.demo_table import Asked, reset_table
+from kvscope.lab.presets import KEEP_RESET_STUDY
 from kvscope.pipeline import running_pipeline
 from kvscope.report import load_resets, max_reset_id, reset_ids, write_report
 from kvscope.serve import api_settings
@@ -122,9 +124,13 @@ class LabDemo:
         from kvscope.lab.replica import LabReplica
 
         logging.getLogger("vllm").setLevel(logging.ERROR)  # refusals show in the table
-
-        self.replicas = [stack.enter_context(LabReplica(n, speed=speed, stream=i))
-                         for i, n in enumerate(NAMES)]  # fmt: skip
+        load = KEEP_RESET_STUDY
+        self.replicas = [
+            stack.enter_context(
+                LabReplica(n, load.workload, load.engine, speed=speed, stream=i, preset=load.name)
+            )
+            for i, n in enumerate(NAMES)
+        ]
 
     def config(self) -> Config:
         return Config([ReplicaConfig(r.name, str(r.http_url)) for r in self.replicas])

@@ -1,23 +1,21 @@
-"""The API on a real uvicorn over loopback, while vLLM's real KVCacheManager streams events.
+"""The API on a real uvicorn over loopback, while vLLM's real Scheduler streams events.
 
-The reset trigger is called against a stdlib HTTP server shaped like vLLM's dev-mode endpoint
-whose resets run vLLM's real `KVCacheManager.reset_prefix_cache` (default mode fails while
-blocks are held) and the keep-running emulation; vLLM's whole API server needs a model.
+The events come from a lab replica (vLLM's Scheduler with no model) stepped by the test; the
+reset trigger calls that replica's vLLM-shaped HTTP API, whose resets run vLLM's own
+`reset_prefix_cache` (default mode fails while blocks are held) and the keep-running reset.
+vLLM's whole API server needs a model.
 """
 
 from __future__ import annotations
 
-import json
-import random
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from typing import Any
 
 import httpx
 import pytest
@@ -36,19 +34,12 @@ from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.metrics import METRICS
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
+from kvscope.lab.ports import free_port
 from kvscope.storage.engine import open_store
 from kvscope.storage.writer import StoreSettings, StoreWriter
 from kvscope.store_commands import hooks_of
 from tests.conftest import capture_path
-from tests.vllm_source import (
-    EventSource,
-    Workload,
-    WorkloadConfig,
-    free_port,
-    make_request,
-    reset_keep_running,
-    truth_counts,
-)
+from tests.vllm_source import Source
 
 pytestmark = pytest.mark.vllm
 STREAM = StreamId("r1", 0)
@@ -58,16 +49,25 @@ TOKEN = "s3cret"
 @dataclass
 class Stack:
     url: str
-    source: EventSource
-    workload: Workload
+    source: Source
     collector: Collector
     lock: threading.Lock
-    """Held while the workload steps: the fake vLLM server resets between steps."""
+    """Held while the source steps or applies a reset: the engine resets between steps."""
 
     def step(self, n: int = 1) -> None:
         for _ in range(n):
             with self.lock:
-                self.workload.step()
+                self.source.step()
+
+    def post_applying_resets(self, url: str, **kwargs: Any) -> httpx.Response:
+        """POST `url` while the replica applies the resets it is asked for meanwhile (nobody
+        else drives it), as the demo does."""
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(httpx.post, url, **kwargs)
+            while not answer.done():
+                with self.lock:
+                    self.source.replica.apply_pending(timeout=0.02)
+            return answer.result()
 
     def synced(self) -> None:
         deadline = time.monotonic() + 10
@@ -80,52 +80,11 @@ class Stack:
         raise AssertionError("collector did not catch up")
 
 
-def fake_vllm(stack: Stack) -> ThreadingHTTPServer:
-    """POST /reset_prefix_cache as vLLM's dev-mode server answers it (>= 0.26)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            url = urlsplit(self.path)
-            query = {k: v[0] for k, v in parse_qs(url.query).items()}
-            if url.path != "/reset_prefix_cache":
-                self.send_error(404)
-                return
-            if (
-                query.get("keep_running_requests") == "true"
-                and query.get("reset_running_requests") == "true"
-            ):
-                self.send_error(400)
-                return
-            with stack.lock:
-                manager = stack.source.manager
-                if query.get("keep_running_requests") == "true":
-                    reset_keep_running(manager)
-                    success = True
-                elif query.get("reset_running_requests") == "true":
-                    stack.workload.reset_preempt(flush=False)
-                    success = True
-                else:
-                    success = bool(manager.reset_prefix_cache())
-                stack.source.flush()  # the engine's next step publishes the clear
-            body = json.dumps({"success": success}).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with ExitStack() as exits:
         port, replay_port = free_port(), free_port()
-        source = EventSource.start(96, port, replay_port)
+        source = Source.start(96, port, replay_port, seed=21, http_port=0)
         exits.callback(source.close)
         store = tmp_path_factory.mktemp("api") / "store.sqlite"
         writer = StoreWriter(open_store(f"sqlite:///{store}"), StoreSettings())
@@ -140,15 +99,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         )
         collector.start()
         exits.callback(collector.stop)
-        workload = Workload(source.manager, random.Random(21), WorkloadConfig(), flush=source.flush)
         api_port = free_port()
-        stack = Stack(f"http://127.0.0.1:{api_port}", source, workload, collector, threading.Lock())
-        vllm = fake_vllm(stack)
-        exits.callback(vllm.shutdown)
+        stack = Stack(f"http://127.0.0.1:{api_port}", source, collector, threading.Lock())
         settings = ApiSettings(
-            api_token=TOKEN, replica_urls={"r1": f"http://127.0.0.1:{vllm.server_port}"},
+            api_token=TOKEN,
+            replica_urls={"r1": str(source.replica.http_url)},
             link_window_s=30.0,
-        )  # fmt: skip
+        )
         app = create_app(ApiData(collector, writer.engine, writer), settings)
         server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=api_port, log_level="warning")
@@ -166,6 +123,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def get(stack: Stack, path: str, **params: object) -> httpx.Response:
     return httpx.get(stack.url + path, params=params, timeout=30)  # type: ignore[arg-type]
+
+
+def recent_prompt(stack: Stack, back: int) -> list[int]:
+    """The prompt of a recent request (`back` requests before the last one drawn)."""
+    _, prompt = stack.source.replica.workload.recent_prompts[-1 - back]
+    return prompt
 
 
 def all_blocks(stack: Stack, **params: object) -> dict[int, int]:
@@ -193,7 +156,7 @@ def test_replicas_and_blocks_are_the_live_map(stack: Stack) -> None:
     stack.step(40)
     stack.synced()
     with stack.lock:
-        truth = {h: n for (h, _g), n in truth_counts(stack.source.manager).items()}
+        truth = {h: n for (h, _g), n in stack.source.truth_counts().items()}
     replicas = get(stack, "/replicas").json()
     (rank,) = replicas[0]["ranks"]
     assert replicas[0]["replica"] == "r1" and rank["source"] == "live" and rank["connected"]
@@ -222,9 +185,10 @@ def test_lookup_agrees_with_vllms_own_prefix_cache_lookup(stack: Stack) -> None:
         stack.synced()
         with stack.lock:
             # A recent prompt, plus one token so that vLLM's cap (num_tokens - 1) never bites.
-            prompt = [*stack.workload._prompts[-1 - i % 4], 7]
-            request = make_request(f"lookup-{i}", prompt, max_tokens=1)
-            _, vllm_tokens, _ = stack.source.manager.get_computed_blocks(request)
+            prompt = [*recent_prompt(stack, i % 4), 7]
+            engine = stack.source.replica.engine
+            request = engine.make_request(f"lookup-{i}", prompt, max_tokens=1)
+            _, vllm_tokens, _ = engine.scheduler.kv_cache_manager.get_computed_blocks(request)
             response = httpx.post(stack.url + "/lookup", json={"token_ids": prompt}, timeout=30)
         assert response.status_code == 200, response.text
         answer = LookupResponse.model_validate_json(response.content)  # encoded without it
@@ -240,7 +204,7 @@ def test_a_lookup_waits_for_ingest_in_a_worker_not_in_the_event_loop(stack: Stac
     are answered meanwhile, and the lookup's answer is the one it would have been."""
     stack.step(3)
     stack.synced()
-    body = {"token_ids": [*stack.workload._prompts[-1], 7]}
+    body = {"token_ids": [*recent_prompt(stack, 0), 7]}
     before = httpx.post(stack.url + "/lookup", json=body, timeout=30)
     with ThreadPoolExecutor(1) as pool:
         with stack.collector.lock:  # as the collector's loop holds it while it applies batches
@@ -297,8 +261,12 @@ def test_oversized_bodies_are_refused(stack: Stack) -> None:
 def test_resets_through_kvscope_are_labelled_with_mode_and_outcome(stack: Stack) -> None:
     def reset(*modes: str, token: str | None = TOKEN) -> httpx.Response:
         headers = {"authorization": f"Bearer {token}"} if token else {}
-        return httpx.post(stack.url + "/replicas/r1/reset", params=[("mode", m) for m in modes],
-                          headers=headers, timeout=30)  # fmt: skip
+        return stack.post_applying_resets(
+            stack.url + "/replicas/r1/reset",
+            params=[("mode", m) for m in modes],
+            headers=headers,
+            timeout=30,
+        )
 
     assert reset("keep", token=None).status_code == 401
     assert reset("keep", token="wrong").status_code == 401

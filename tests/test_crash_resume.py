@@ -8,7 +8,6 @@ log) and asks the replay socket for everything after the last stored batch.
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -21,13 +20,14 @@ import pytest
 from sqlalchemy import func, select
 
 from kvscope.collector.types import StreamId
+from kvscope.lab.ports import free_port
 from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
-from tests.vllm_source import EventSource, Workload, WorkloadConfig, free_port, truth_counts
+from tests.vllm_source import ResetOdds, Source
 
 pytestmark = pytest.mark.vllm
-WORKLOAD = WorkloadConfig(reset_keep_prob=0.02, reset_preempt_prob=0.01)
+RESETS = ResetOdds(keep=0.02, preempt=0.01)
 
 
 @pytest.fixture
@@ -64,15 +64,14 @@ def test_kill_9_then_restart_ends_with_the_exact_map(stack: ExitStack, tmp_path:
     store = f"sqlite:///{tmp_path / 'store.sqlite'}"
     log = tmp_path / "collect.log"
     port, replay_port = free_port(), free_port()
-    source = EventSource.start(96, port, replay_port)
+    source = Source.start(96, port, replay_port, seed=5, resets=RESETS)
     stack.callback(source.close)
-    workload = Workload(source.manager, random.Random(5), WORKLOAD, flush=source.flush)
 
     first = start_collect(store, port, replay_port, log)
     stack.callback(lambda: first.poll() is None and first.kill())
     time.sleep(3)  # interpreter start and connect; what it misses comes back by replay
     for _ in range(200):
-        workload.step()
+        source.step()
         time.sleep(0.002)
     wait_until(
         lambda: first.poll() is not None or (stored_last_seq(store) or 0) > 50,
@@ -86,13 +85,13 @@ def test_kill_9_then_restart_ends_with_the_exact_map(stack: ExitStack, tmp_path:
 
     # The engine goes on while nobody listens.
     for _ in range(200):
-        workload.step()
+        source.step()
     assert source.last_seq is not None and at_kill is not None and source.last_seq > at_kill + 20
 
     second = start_collect(store, port, replay_port, log)
     stack.callback(lambda: second.poll() is None and second.kill())
     for _ in range(50):
-        workload.step()
+        source.step()
         time.sleep(0.01)
     last = source.last_seq
     wait_until(lambda: stored_last_seq(store) == last, 60, f"the store to reach seq {last}")
@@ -102,7 +101,7 @@ def test_kill_9_then_restart_ends_with_the_exact_map(stack: ExitStack, tmp_path:
     with open_store(store).connect() as conn:
         sid = stream_id(conn, "r")
         rebuilt = rebuild(conn, position_at_seq(conn, sid, last), StreamId("r", 0))
-        assert rebuilt.map.counts() == truth_counts(source.manager)
+        assert rebuilt.map.counts() == source.truth_counts()
         assert rebuilt.unknown_because == []
         stored = batch_log.count_batches(conn, epoch=0)
         assert stored == source.batches  # every batch exactly once: none lost, none twice

@@ -22,7 +22,6 @@ import json
 import math
 import re
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -60,6 +59,7 @@ from kvscope.dashboards.generate import JSON_DIR, PROVISIONING_FILE, build_all, 
 from kvscope.dashboards.model import Json
 from kvscope.dashboards.push import push
 from kvscope.demo import _bundled
+from kvscope.lab.ports import free_port
 from kvscope.storage import schema, scrape
 from kvscope.storage.engine import open_store
 from kvscope.storage.reset_links import clears_by_request
@@ -442,12 +442,6 @@ def interpolate(
 
 
 # --- the stack: PostgreSQL store, live collector + API, a lab replica, Prometheus ---------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def pg_database() -> Iterator[str]:
     """A fresh database on the real PostgreSQL (as the `pg_url` fixture, for a whole module)."""

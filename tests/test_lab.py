@@ -38,7 +38,8 @@ from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.playback import play_into
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
-from kvscope.lab.replica import LabReplica, sidecar_path_for
+from kvscope.lab.replica import LabReplica
+from kvscope.lab.sidecar import sidecar_path_for
 from kvscope.lab.workload import (
     ResetMode,
     ScheduledReset,

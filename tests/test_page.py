@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import struct
 import subprocess
 import threading
@@ -31,18 +30,13 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
 from kvscope.demo import _bundled
+from kvscope.lab.ports import free_port
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.writer import StoreSettings, StoreWriter
 from tests.conftest import collector_time
 
 REPLICA = "lab"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def fill_store(url: str) -> None:

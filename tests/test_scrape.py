@@ -34,7 +34,8 @@ from vllm.v1.metrics.loggers import PrometheusStatLogger
 from vllm.v1.metrics.prometheus import unregister_vllm_metrics
 from vllm.v1.metrics.stats import IterationStats, SchedulerStats
 
-from kvscope.lab.replica import TINY_LLAMA
+from kvscope.lab.engine_build import TINY_LLAMA
+from kvscope.lab.ports import free_port
 from kvscope.storage import schema
 from kvscope.storage.engine import make_engine, open_store
 from kvscope.storage.scrape import (
@@ -45,7 +46,6 @@ from kvscope.storage.scrape import (
     hit_rate_series,
     parse_vllm_metrics,
 )
-from tests.vllm_source import free_port
 
 pytestmark = pytest.mark.vllm
 

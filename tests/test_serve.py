@@ -13,7 +13,7 @@ import httpx
 from kvscope.capture_source import CaptureSource
 from kvscope.collector.capture import read_capture
 from kvscope.demo import _bundled
-from tests.vllm_source import free_port
+from kvscope.lab.ports import free_port
 
 
 def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:

@@ -14,15 +14,16 @@ from sqlalchemy import select
 from kvscope.collector.endpoints import replica_streams
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
+from kvscope.lab.ports import free_port
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, position_at_time, rebuild, stream_id
 from kvscope.storage.writer import StoreSettings, StoreWriter
-from tests.vllm_source import EventSource, Workload, WorkloadConfig, free_port, truth_counts
+from tests.vllm_source import ResetOdds, Source
 
 pytestmark = pytest.mark.vllm
 STREAM = StreamId("live", 0)
-WORKLOAD = WorkloadConfig(reset_keep_prob=0.03, reset_preempt_prob=0.02, reset_default_prob=0.02)
+RESETS = ResetOdds(keep=0.03, preempt=0.02, default=0.02)
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def stack() -> Iterator[ExitStack]:
         yield s
 
 
-def caught_up(collector: Collector, source: EventSource, timeout: float = 10.0) -> None:
+def caught_up(collector: Collector, source: Source, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with collector.lock:
@@ -44,7 +45,7 @@ def caught_up(collector: Collector, source: EventSource, timeout: float = 10.0) 
 
 def test_instants_recorded_live_rebuild_exactly(store_url: str, stack: ExitStack) -> None:
     port, replay_port = free_port(), free_port()
-    source = EventSource.start(80, port, replay_port)
+    source = Source.start(80, port, replay_port, seed=11, resets=RESETS)
     stack.callback(source.close)
     writer = StoreWriter(open_store(store_url), StoreSettings(checkpoint_every_batches=150))
     collector = Collector(
@@ -56,17 +57,16 @@ def test_instants_recorded_live_rebuild_exactly(store_url: str, stack: ExitStack
         connection_observers=[writer.connection_changed],
     )
     collector.start()
-    workload = Workload(source.manager, random.Random(11), WORKLOAD, flush=source.flush)
     rng = random.Random(3)
     recorded: dict[int, tuple[float, dict[tuple[int, int], int]]] = {}
     try:
         for _ in range(600):
-            workload.step()
+            source.step()
             if source.last_seq is not None and rng.random() < 0.08:
                 caught_up(collector, source)
                 with collector.lock:
                     ingest = collector.ingests[STREAM]
-                    assert ingest.map.counts() == truth_counts(source.manager)
+                    assert ingest.map.counts() == source.truth_counts()
                     assert ingest.map.counters.last_ts is not None
                     recorded[source.last_seq] = (ingest.map.counters.last_ts, ingest.map.counts())
     finally:

@@ -7,7 +7,6 @@ vLLM's own publisher is proven in test_vllm_integration.py.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,14 +20,9 @@ from kvscope.collector.endpoints import replica_streams
 from kvscope.collector.ingest import END_SEQ, StreamIngest
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
+from kvscope.lab.ports import free_port
 
 STREAM = StreamId("r", 0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def batch(seq: int, *hashes: int, parent: int | None = None) -> bytes:

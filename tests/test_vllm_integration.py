@@ -1,13 +1,13 @@
 """The collector against vLLM itself: its map must equal vLLM's BlockPool, hash for hash.
 
-Every test runs vLLM's real KVCacheManager and ZmqEventPublisher (see `vllm_source.py`) and the
-real `Collector` over TCP loopback, drives a seeded workload, and at many checkpoints waits until
-the collector has applied every published batch, then compares its map with the pool's.
+Every test runs vLLM's real Scheduler, KVCacheManager and ZmqEventPublisher (a lab replica, see
+`vllm_source.py`) and the real `Collector` over TCP loopback, drives a seeded load, and at many
+checkpoints waits until the collector has applied every published batch, then compares its map
+with the pool's.
 """
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
@@ -22,17 +22,8 @@ from kvscope.collector.endpoints import replica_streams
 from kvscope.collector.prefix_map import ClearedMap, ClearReason, MapListener
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
-from tests.vllm_source import (
-    EventSource,
-    LossyForwarder,
-    Workload,
-    WorkloadConfig,
-    diff_counts,
-    free_port,
-    free_port_run,
-    reference_stats,
-    truth_counts,
-)
+from kvscope.lab.ports import free_port, free_port_run
+from tests.vllm_source import LossyForwarder, ResetOdds, Source, diff_counts, reference_stats
 
 pytestmark = pytest.mark.vllm
 
@@ -41,13 +32,9 @@ RANK0 = StreamId(REPLICA, 0)
 RANK1 = StreamId(REPLICA, 1)
 SYNC_TIMEOUT_S = 10.0
 SETTINGS = CollectorSettings(replay_timeout_s=2.0)
-RESETS = WorkloadConfig(
-    reset_default_prob=0.03,
-    reset_preempt_prob=0.02,
-    reset_keep_prob=0.04,
-    reset_idle_prob=0.015,
-)
-"""A workload that resets in every way vLLM can (and the proposed keep-running way)."""
+RESETS = ResetOdds(default=0.03, preempt=0.02, keep=0.04, idle=0.015)
+"""Resets in every way vLLM can (and the proposed keep-running way)."""
+DP0_RESETS = ResetOdds(preempt=0.03, keep=0.05, idle=0.02)
 
 
 class ClearRecorder:
@@ -124,7 +111,7 @@ def start_collector(
 
 
 def wait_synced(
-    collector: Collector, stream: StreamId, source: EventSource, epoch: int | None = None
+    collector: Collector, stream: StreamId, source: Source, epoch: int | None = None
 ) -> None:
     """Until the collector has applied the last batch `source` published and no replay runs."""
     last_seq = source.last_seq
@@ -144,24 +131,18 @@ def wait_synced(
     )
 
 
-def assert_exact(
-    collector: Collector,
-    stream: StreamId,
-    source: EventSource,
-    workload: Workload | None = None,
-) -> TableStats:
-    """The collector's map is vLLM's map; with a workload, its totals match a reference too."""
+def assert_exact(collector: Collector, stream: StreamId, source: Source) -> TableStats:
+    """The collector's map is vLLM's map, and its totals match a reference from the chains."""
     wait_synced(collector, stream, source)
     with collector.lock:
         ingest = collector.ingests[stream]
         got = ingest.map.counts()
         totals = ingest.map.totals()
         state = describe(collector, stream)
-    want = truth_counts(source.manager)
+    want = source.truth_counts()
     assert got == want, f"{diff_counts(got, want)} [{state}]"
-    if workload is not None:
-        ref = reference_stats(want, workload.parents)
-        assert totals == TableStats(ref.blocks, ref.copies, ref.hittable, ref.orphans), state
+    ref = reference_stats(want, source.parents)
+    assert totals == TableStats(ref.blocks, ref.copies, ref.hittable, ref.orphans), state
     return totals
 
 
@@ -169,11 +150,14 @@ def start_source(
     stack: ExitStack,
     port: int,
     replay_port: int | None,
+    seed: int,
+    resets: ResetOdds | None = None,
     rank: int = 0,
     num_blocks: int = 64,
     buffer_steps: int = 10_000,
-) -> EventSource:
-    source = EventSource.start(num_blocks, port, replay_port, rank, buffer_steps)
+    name: str = "req",
+) -> Source:
+    source = Source.start(num_blocks, port, replay_port, rank, buffer_steps, seed, resets, name)
     stack.callback(source.close)
     return source
 
@@ -186,29 +170,29 @@ def tcp(port: int) -> str:
 def test_random_workload_with_resets_and_eviction(stack: ExitStack) -> None:
     """Shared prefixes, eviction, duplicates, and all three resets: exact at every checkpoint."""
     port, replay_port = free_port(), free_port()
-    source = start_source(stack, port, replay_port, num_blocks=64)
+    source = start_source(stack, port, replay_port, seed=1234, resets=RESETS)
     recorder = ClearRecorder()
     collector = start_collector(stack, tcp(port), tcp(replay_port), listeners=[recorder])
-    workload = Workload(source.manager, random.Random(1234), RESETS, flush=source.flush)
 
     checkpoints = orphan_checkpoints = duplicate_checkpoints = 0
     max_orphans = 0
     for step in range(480):
-        workload.step()
+        source.step()
         if step % 4 == 3:
-            totals = assert_exact(collector, RANK0, source, workload)
+            totals = assert_exact(collector, RANK0, source)
             checkpoints += 1
             max_orphans = max(max_orphans, totals.orphans)
             orphan_checkpoints += totals.orphans > 0
             duplicate_checkpoints += totals.copies > totals.blocks
-    totals = assert_exact(collector, RANK0, source, workload)
+    totals = assert_exact(collector, RANK0, source)
 
-    stats = workload.stats
-    # The workload did what it is for.
+    stats = source.stats
+    # The load did what it is for.
     assert stats["reset_keep_with_running"] >= 3, stats
     assert stats["reset_preempt"] >= 2, stats
     assert stats["reset_default_ok"] >= 2 and stats["reset_default_failed"] >= 2, stats
-    assert stats["preempted"] > 0 and stats["hit_blocks"] > 0, stats
+    assert source.replica.preemptions > 0, "the KV cache should have run out"
+    assert source.prefix_cache_hits > 0
     assert source.events["BlockRemoved"] > 0, source.events  # eviction happened
     assert duplicate_checkpoints > 0, "no hash was ever cached twice"
     # Keep-running resets leave stored blocks whose parent is gone: the collector keeps them.
@@ -229,7 +213,7 @@ def test_random_workload_with_resets_and_eviction(stack: ExitStack) -> None:
 def test_lost_batches_are_replayed(stack: ExitStack) -> None:
     """Batches dropped between publisher and collector come back by replay: exact, not degraded."""
     port, replay_port, proxy_port = free_port(), free_port(), free_port()
-    source = start_source(stack, port, replay_port, num_blocks=64)
+    source = start_source(stack, port, replay_port, seed=99, resets=RESETS)
 
     def drop(seq: int) -> bool:
         return seq % 13 == 6 or 40 <= seq <= 44
@@ -238,19 +222,18 @@ def test_lost_batches_are_replayed(stack: ExitStack) -> None:
     proxy.start()
     stack.callback(proxy.stop)
     collector = start_collector(stack, tcp(proxy_port), tcp(replay_port))
-    workload = Workload(source.manager, random.Random(99), RESETS, flush=source.flush)
 
     checkpoints = 0
     for step in range(300):
-        workload.step()
+        source.step()
         last = source.last_seq
         # A dropped batch is noticed only when a later one arrives.
         if step % 3 == 2 and last is not None and not drop(last):
-            assert_exact(collector, RANK0, source, workload)
+            assert_exact(collector, RANK0, source)
             checkpoints += 1
     while source.last_seq is None or drop(source.last_seq):
-        workload.step()
-    assert_exact(collector, RANK0, source, workload)
+        source.step()
+    assert_exact(collector, RANK0, source)
 
     assert checkpoints >= 50
     assert len(proxy.dropped) >= 10 and 40 in proxy.dropped and 44 in proxy.dropped
@@ -267,7 +250,7 @@ def test_lost_batches_are_replayed(stack: ExitStack) -> None:
 def test_unrecoverable_gap_degrades_until_reset(stack: ExitStack) -> None:
     """A gap longer than the replay buffer: degraded, said so; a reset makes the map known."""
     port, replay_port, proxy_port = free_port(), free_port(), free_port()
-    source = start_source(stack, port, replay_port, num_blocks=64, buffer_steps=5)
+    source = start_source(stack, port, replay_port, seed=5, buffer_steps=5)
     lost = range(30, 42)  # 12 batches in a row, more than the 5 the publisher keeps
 
     proxy = LossyForwarder(tcp(port), tcp(proxy_port), lambda seq: seq in lost)
@@ -275,15 +258,14 @@ def test_unrecoverable_gap_degrades_until_reset(stack: ExitStack) -> None:
     stack.callback(proxy.stop)
     recorder = ClearRecorder()
     collector = start_collector(stack, tcp(proxy_port), tcp(replay_port), listeners=[recorder])
-    workload = Workload(source.manager, random.Random(5), WorkloadConfig(), flush=source.flush)
 
     # Exact up to the loss.
     while source.batches < lost.start:
-        workload.step()
-        assert_exact(collector, RANK0, source, workload)
+        source.step()
+        assert_exact(collector, RANK0, source)
     # The loss, then enough batches to be noticed.
     while source.batches < lost.stop + 3:
-        workload.step()
+        source.step()
     wait_synced(collector, RANK0, source)
     with collector.lock:
         ingest = collector.ingests[RANK0]
@@ -293,16 +275,16 @@ def test_unrecoverable_gap_degrades_until_reset(stack: ExitStack) -> None:
         assert ingest.counters.gaps >= 1 and ingest.counters.missing_batches > 0
         assert ingest.counters.replays_requested >= 2  # it did try
         got = ingest.map.counts()
-    assert got != truth_counts(source.manager), "the loss should have cost the map something"
+    assert got != source.truth_counts(), "the loss should have cost the map something"
     # Still degraded while the engine keeps going.
-    workload.run(10)
+    source.run(10)
     wait_synced(collector, RANK0, source)
     with collector.lock:
         assert collector.ingests[RANK0].degraded is degraded
 
     # A reset (every running request preempted, then AllBlocksCleared) makes the map known.
-    workload.reset_preempt()
-    clear_seq = source.last_seq
+    source.reset_preempt()
+    clear_seq = source.replica.resets[-1].cleared_in_seq
     wait_synced(collector, RANK0, source)
     with collector.lock:
         ingest = collector.ingests[RANK0]
@@ -311,10 +293,10 @@ def test_unrecoverable_gap_degrades_until_reset(stack: ExitStack) -> None:
         assert degraded.cleared_at_seq == clear_seq
         assert recorder.cleared[-1].degraded  # the "before" was known to be incomplete
     for step in range(150):
-        workload.step()
+        source.step()
         if step % 3 == 0:
-            assert_exact(collector, RANK0, source, workload)
-    assert_exact(collector, RANK0, source, workload)
+            assert_exact(collector, RANK0, source)
+    assert_exact(collector, RANK0, source)
     with collector.lock:
         assert collector.ingests[RANK0].degraded is None
 
@@ -329,31 +311,31 @@ def test_publisher_restart_starts_a_new_epoch(stack: ExitStack, racing: bool) ->
     replay buffer still has everything, so the map must come out exact all the same.
     """
     port, replay_port = free_port(), free_port()
-    first = EventSource.start(64, port, replay_port)
+    first = Source.start(64, port, replay_port, seed=7, name="old")
     stack.callback(first.close)
     recorder = ClearRecorder()
     collector = start_collector(stack, tcp(port), tcp(replay_port), listeners=[recorder])
-    workload = Workload(first.manager, random.Random(7), flush=first.flush, name="old")
-    for step in range(200):
-        workload.step()
-        if step % 5 == 4:
-            assert_exact(collector, RANK0, first, workload)
-    assert_exact(collector, RANK0, first, workload)
+    steps = 0
+    while first.batches < 150:
+        first.step()
+        steps += 1
+        if steps % 5 == 0:
+            assert_exact(collector, RANK0, first)
+    assert_exact(collector, RANK0, first)
     old_batches = first.batches
     with collector.lock:
         old_map = collector.ingests[RANK0].map.counts()
-    assert old_map and old_batches > 100
+    assert old_map
 
     # The engine dies and a new one (empty cache, seq from 0) binds the same ports.
     first.close()
-    second = start_source(stack, port, replay_port, num_blocks=64)
-    workload = Workload(second.manager, random.Random(8), flush=second.flush, name="new")
+    second = start_source(stack, port, replay_port, seed=8, name="new")
     if racing:
         # A busy engine: a batch every few ms from its start, through the collector's reconnect
         # (its first batches are lost to the slow joiner) and the replay asked on reconnect.
         reconnected_at: int | None = None
         while reconnected_at is None or second.batches < reconnected_at + 15:
-            workload.step()
+            second.step()
             time.sleep(0.003)
             if reconnected_at is None and collector.connection_counts(RANK0)[0] >= 2:
                 reconnected_at = second.batches
@@ -367,12 +349,12 @@ def test_publisher_restart_starts_a_new_epoch(stack: ExitStack, racing: bool) ->
 
         wait_for(collector, reconnected, lambda: "a reconnect: " + describe(collector, RANK0))
     for step in range(100):
-        workload.step()
+        second.step()
         if step % 5 == 4:
             wait_synced(collector, RANK0, second, epoch=1)
-            assert_exact(collector, RANK0, second, workload)
+            assert_exact(collector, RANK0, second)
     wait_synced(collector, RANK0, second, epoch=1)
-    assert_exact(collector, RANK0, second, workload)
+    assert_exact(collector, RANK0, second)
 
     with collector.lock:
         ingest = collector.ingests[RANK0]
@@ -400,48 +382,44 @@ def test_restart_while_disconnected_is_noticed(stack: ExitStack) -> None:
     The restart must still be noticed (the overlap's payloads differ), never silently merged.
     """
     port, replay_port = free_port(), free_port()
-    first = EventSource.start(64, port, replay_port)
+    first = Source.start(64, port, replay_port, seed=17, name="old")
     stack.callback(first.close)
     collector = start_collector(stack, tcp(port), tcp(replay_port))
-    workload = Workload(first.manager, random.Random(17), flush=first.flush, name="old")
     while first.batches < 10:
-        workload.step()
-    assert_exact(collector, RANK0, first, workload)
+        first.step()
+    assert_exact(collector, RANK0, first)
 
     first.close()
-    second = start_source(stack, port, replay_port, num_blocks=64)
-    workload = Workload(second.manager, random.Random(18), flush=second.flush, name="new")
+    second = start_source(stack, port, replay_port, seed=18, name="new")
     while second.batches < 25:  # a few ms: well before the collector's reconnect (100 ms)
-        workload.step()
+        second.step()
     wait_for(
         collector,
         lambda: collector.connection_counts(RANK0)[0] >= 2,
         lambda: "a reconnect: " + describe(collector, RANK0),
     )
-    for _ in range(20):
-        workload.step()
+    second.run(20)
     wait_synced(collector, RANK0, second)
     with collector.lock:
         ingest = collector.ingests[RANK0]
         assert ingest.counters.restarts == 1 and ingest.epoch == 1, describe(collector, RANK0)
-    assert_exact(collector, RANK0, second, workload)
+    assert_exact(collector, RANK0, second)
 
 
 def test_first_batch_lost_in_transit_is_replayed(stack: ExitStack) -> None:
     """Seq 0 lost after the connect-time replay (which found nothing yet): replay it later."""
     port, replay_port, proxy_port = free_port(), free_port(), free_port()
-    source = start_source(stack, port, replay_port, num_blocks=64)
+    source = start_source(stack, port, replay_port, seed=3, resets=RESETS)
     proxy = LossyForwarder(tcp(port), tcp(proxy_port), lambda seq: seq == 0)
     proxy.start()
     stack.callback(proxy.stop)
     collector = start_collector(stack, tcp(proxy_port), tcp(replay_port))
-    workload = Workload(source.manager, random.Random(3), RESETS, flush=source.flush)
     while source.batches < 2:
-        workload.step()
+        source.step()
     for step in range(60):
-        workload.step()
+        source.step()
         if step % 3 == 0:
-            assert_exact(collector, RANK0, source, workload)
+            assert_exact(collector, RANK0, source)
     assert proxy.dropped == [0]
     with collector.lock:
         ingest = collector.ingests[RANK0]
@@ -453,24 +431,21 @@ def test_two_dp_ranks_are_separate_streams(stack: ExitStack) -> None:
     """Two ranks on base port + rank: only rank 0 resets; rank 1's map is untouched by it."""
     port = free_port_run(2)
     replay_port = free_port_run(2, exclude=(port, port + 1))
-    rank0 = start_source(stack, port, replay_port, rank=0, num_blocks=64)
-    rank1 = start_source(stack, port, replay_port, rank=1, num_blocks=48)
+    rank0 = start_source(stack, port, replay_port, seed=10, resets=DP0_RESETS, rank=0, name="dp0")
+    rank1 = start_source(stack, port, replay_port, seed=11, rank=1, num_blocks=48, name="dp1")
     recorder = ClearRecorder()
     collector = start_collector(
         stack, tcp(port), tcp(replay_port), dp_ranks=2, listeners=[recorder]
     )
-    config0 = WorkloadConfig(reset_preempt_prob=0.03, reset_keep_prob=0.05, reset_idle_prob=0.02)
-    work0 = Workload(rank0.manager, random.Random(10), config0, flush=rank0.flush, name="dp0")
-    work1 = Workload(rank1.manager, random.Random(11), WorkloadConfig(), flush=rank1.flush)
 
     for step in range(240):
-        work0.step()
-        work1.step()
+        rank0.step()
+        rank1.step()
         if step % 4 == 3:
-            assert_exact(collector, RANK0, rank0, work0)
-            assert_exact(collector, RANK1, rank1, work1)
-    assert_exact(collector, RANK0, rank0, work0)
-    assert_exact(collector, RANK1, rank1, work1)
+            assert_exact(collector, RANK0, rank0)
+            assert_exact(collector, RANK1, rank1)
+    assert_exact(collector, RANK0, rank0)
+    assert_exact(collector, RANK1, rank1)
 
     assert rank0.events["AllBlocksCleared"] >= 3 and rank1.events["AllBlocksCleared"] == 0
     with collector.lock:
@@ -490,21 +465,20 @@ def test_bytes_block_hashes(stack: ExitStack, monkeypatch: pytest.MonkeyPatch) -
     # vllm.envs reads the variable on every access (no env cache outside a running engine).
     monkeypatch.setenv("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES", "0")
     port, replay_port = free_port(), free_port()
-    source = start_source(stack, port, replay_port, num_blocks=64)
+    source = start_source(stack, port, replay_port, seed=21, resets=RESETS)
     hash_types: set[type] = set()
 
-    def look(batch: KVEventBatch) -> None:
+    def look(seq: int, batch: KVEventBatch) -> None:
         for event in batch.events:
             hash_types.update(type(h) for h in getattr(event, "block_hashes", ()))
 
-    source.on_batch = look
+    source.replica.batch_observers.append(look)
     collector = start_collector(stack, tcp(port), tcp(replay_port))
-    workload = Workload(source.manager, random.Random(21), RESETS, flush=source.flush)
     for step in range(240):
-        workload.step()
+        source.step()
         if step % 4 == 3:
-            assert_exact(collector, RANK0, source, workload)
-    assert_exact(collector, RANK0, source, workload)
+            assert_exact(collector, RANK0, source)
+    assert_exact(collector, RANK0, source)
 
     assert hash_types == {bytes}
     with collector.lock:

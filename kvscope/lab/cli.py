@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from kvscope.lab.presets import PRESETS, LoadFlags, build_load
 from kvscope.lab.report import ReplicaSummary, modes_table, replicas_table, resets_table
 from kvscope.lab.workload import (
     ResetMode,
     ScheduledReset,
-    WorkloadSpec,
     parse_mode,
-    parse_range,
     parse_resets,
     periodic_resets,
 )
@@ -50,7 +49,17 @@ def build_schedule(
 
 def lab(
     replicas: Annotated[int, typer.Option(min=1, help="Simulated replicas (one thread each).")] = 1,
-    rate: Annotated[float, typer.Option(min=0.001, help="Requests per simulated second.")] = 3.0,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            help="A named load model (workload and engine): "
+            + ", ".join(f"{p.name} ({p.summary})" for p in PRESETS.values())
+            + ". The flags below override its values; without a preset their defaults apply."
+        ),
+    ] = None,
+    rate: Annotated[
+        float | None, typer.Option(min=0.001, help="Requests per simulated second. Default: 3.")
+    ] = None,
     duration: Annotated[
         float, typer.Option(min=0.0, help="Simulated seconds to run; 0 = until ^C.")
     ] = 60.0,
@@ -61,15 +70,36 @@ def lab(
         ),
     ] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of prompts, arrivals and sampled tokens.")] = 7,
-    num_blocks: Annotated[int, typer.Option(min=8, help="KV cache blocks per replica.")] = 400,
-    block_size: Annotated[int, typer.Option(min=1, help="Tokens per block.")] = 16,
-    max_num_seqs: Annotated[int, typer.Option(min=1, help="Max running requests.")] = 64,
+    num_blocks: Annotated[
+        int | None, typer.Option(min=8, help="KV cache blocks per replica. Default: 400.")
+    ] = None,
+    block_size: Annotated[
+        int | None, typer.Option(min=1, help="Tokens per block. Default: 16.")
+    ] = None,
+    max_num_seqs: Annotated[
+        int | None, typer.Option(min=1, help="Max running requests. Default: 64.")
+    ] = None,
     num_sys: Annotated[
-        int, typer.Option(min=1, help="Shared system prompts (Zipf popularity).")
-    ] = 4,
-    sys_prompt_len: Annotated[str, typer.Option(help="System prompt tokens LOW,HIGH.")] = "96,256",
-    suffix_len: Annotated[str, typer.Option(help="Random suffix tokens LOW,HIGH.")] = "32,256",
-    out_len: Annotated[str, typer.Option(help="Output tokens LOW,HIGH.")] = "16,64",
+        int | None,
+        typer.Option(min=1, help="Shared system prompts (Zipf popularity). Default: 4."),
+    ] = None,
+    sys_prompt_len: Annotated[
+        str | None, typer.Option(help="System prompt tokens LOW,HIGH. Default: 96,256.")
+    ] = None,
+    suffix_len: Annotated[
+        str | None, typer.Option(help="Random suffix tokens LOW,HIGH. Default: 32,256.")
+    ] = None,
+    out_len: Annotated[
+        str | None, typer.Option(help="Output tokens LOW,HIGH. Default: 16,64.")
+    ] = None,
+    step_time: Annotated[
+        str | None,
+        typer.Option(
+            help="Simulated seconds a step takes: BASE,PER_TOKEN[,PER_REQUEST] for BASE + "
+            "PER_TOKEN x scheduled tokens + PER_REQUEST x scheduled requests. "
+            "Default: 0.025,6e-5,0."
+        ),
+    ] = None,
     resets: Annotated[
         str | None,
         typer.Option(help="Scheduled resets SECONDS:MODE,... e.g. 45:default,90:preempt,135:keep."),
@@ -117,13 +147,21 @@ def lab(
     what every reset did, by mode.
     """
     try:
-        workload = WorkloadSpec(
-            rate=rate,
-            seed=seed,
-            num_sys=num_sys,
-            sys_prompt_len=parse_range(sys_prompt_len),
-            suffix_len=parse_range(suffix_len),
-            out_len=parse_range(out_len),
+        workload, engine = build_load(
+            preset,
+            LoadFlags(
+                rate=rate,
+                seed=seed,
+                num_blocks=num_blocks,
+                block_size=block_size,
+                max_num_seqs=max_num_seqs,
+                num_sys=num_sys,
+                sys_prompt_len=sys_prompt_len,
+                suffix_len=suffix_len,
+                out_len=out_len,
+                step_time=step_time,
+                topic=topic,
+            ),
         )
         run_for = duration or None
         schedule = build_schedule(resets, reset_every, mode, run_for)
@@ -133,16 +171,8 @@ def lab(
     # default reset; keep the lab's output to the lab unless asked otherwise.
     logging.getLogger("vllm").setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "ERROR").upper())
     with console.status("loading vLLM's scheduler..."):
-        from kvscope.lab.replica import EngineSettings
         from kvscope.lab.runner import LabOptions, run_lab
 
-    engine = EngineSettings(
-        num_blocks=num_blocks,
-        block_size=block_size,
-        max_num_seqs=max_num_seqs,
-        max_model_len=max(2048, workload.max_request_tokens),
-        topic=topic,
-    )
     options = LabOptions(
         replicas=replicas,
         workload=workload,
@@ -156,6 +186,7 @@ def lab(
         http_port=http_port,
         http_host=http_host,
         snapshot_every=snapshot_every or None,
+        preset=preset,
     )
 
     def ready(started: Sequence[LabReplica]) -> None:
@@ -167,7 +198,7 @@ def lab(
         how = "as fast as possible" if speed == 0 else f"at {speed:g}x real time"
         length = f"{run_for:g} simulated s" if run_for else "until ^C"
         console.print(
-            f"running {len(started)} replica(s) {how} for {length}; {rate:g} req/s each"
+            f"running {len(started)} replica(s) {how} for {length}; {workload.rate:g} req/s each"
             + (f"; resets: {len(schedule)}" if schedule else "")
         )
         if started and started[0].http_url:
@@ -182,8 +213,8 @@ def lab(
         raise fail(str(exc)) from exc
     print_report(console, summaries)
     if record is not None:
-        from kvscope.lab.replica import sidecar_path_for
         from kvscope.lab.runner import record_path
+        from kvscope.lab.sidecar import sidecar_path_for
 
         for s in summaries:
             path = record_path(record, s.name, replicas)

@@ -63,6 +63,11 @@ class ReplicaMetrics:
     ) -> None:
         self._requests[request_id] = _RequestState(arrival_ts, prompt_len, max_tokens)
 
+    def forget(self, request_ids: list[str]) -> None:
+        """Requests that left without finishing (aborted): they will have no more outputs."""
+        for request_id in request_ids:
+            self._requests.pop(request_id, None)
+
     def record_step(
         self,
         scheduler_stats: SchedulerStats | None,

@@ -11,8 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kvscope.lab.replica import EngineSettings, LabReplica
+from kvscope.lab.replica import LabReplica
 from kvscope.lab.report import ReplicaSummary
+from kvscope.lab.settings import EngineSettings
 from kvscope.lab.workload import ScheduledReset, WorkloadSpec
 
 
@@ -35,6 +36,8 @@ class LabOptions:
     http_host: str = "127.0.0.1"
     snapshot_every: float | None = 30.0
     name: str = "lab"
+    preset: str | None = None
+    """The preset the workload and engine came from (for the sidecars)."""
 
 
 def record_path(base: Path, name: str, replicas: int) -> Path:
@@ -76,6 +79,7 @@ def build_replicas(options: LabOptions) -> list[LabReplica]:
                     ),
                     resets=options.resets,
                     snapshot_every=options.snapshot_every,
+                    preset=options.preset,
                 )
             )
     except BaseException:

@@ -1,14 +1,18 @@
-"""The lab's traffic and reset schedule: pure Python, no vLLM.
+"""The lab's load model and reset schedule: pure Python, no vLLM.
 
 Open-loop Poisson arrivals at a fixed rate; each prompt is one of `num_sys` shared system
 prompts (Zipf-like popularity: prompt k is chosen with weight 1 / (k + 1) ** zipf_s) followed by
-a random suffix, with a random output length. Everything is drawn from seeded generators, so a
+a random suffix, with a random output length. Optionally (all off by default) a request repeats
+a recent prompt exactly (a twin), is cut to whole blocks (vLLM then recomputes its last block:
+a second copy of a cached hash), or decodes greedily (its tokens follow from its last one, so
+twins also write the same decode blocks). Everything is drawn from seeded generators, so a
 (spec, stream) pair always yields the same requests.
 """
 
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -100,6 +104,13 @@ class WorkloadSpec:
     vocab: int = 32_000
     duration: float | None = None
     """No arrivals from this simulated second on (None: arrivals never stop)."""
+    twin_prob: float = 0.0
+    """Repeat one of the last `RECENT_PROMPTS` prompts exactly."""
+    aligned_prob: float = 0.0
+    """Cut the prompt to whole blocks of `block_size` tokens."""
+    greedy_prob: float = 0.0
+    """Decode greedily: each token a function of the one before."""
+    block_size: int = 16
 
     def __post_init__(self) -> None:
         if self.rate <= 0:
@@ -110,8 +121,13 @@ class WorkloadSpec:
             low, high = getattr(self, name)
             if low < 0 or high < low:
                 raise ValueError(f"{name}: expected 0 <= low <= high, got {(low, high)}")
+        if self.sys_prompt_len[0] + self.suffix_len[0] < 1:
+            raise ValueError("every prompt needs at least one token")
         if self.out_len[0] < 1:
             raise ValueError("out_len: every request generates at least one token")
+        for name in ("twin_prob", "aligned_prob", "greedy_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be between 0 and 1")
 
     @property
     def max_request_tokens(self) -> int:
@@ -129,10 +145,14 @@ class RequestSpec:
     sys_index: int
     prompt: list[int] = field(repr=False)
     max_tokens: int
+    greedy: bool = False
+
+
+RECENT_PROMPTS = 64
 
 
 class Workload:
-    """The requests of one replica (`stream`), in arrival order; `peek`/`pop` by time."""
+    """The requests of one replica (`stream`), in arrival order, handed out by time (`due`)."""
 
     def __init__(self, spec: WorkloadSpec, stream: int = 0, prefix: str = "req") -> None:
         self.spec = spec
@@ -147,6 +167,8 @@ class Workload:
         self._rng = random.Random(f"kvscope-lab/{spec.seed}/{stream}")
         self._next_id = 0
         self._clock = 0.0
+        self.recent_prompts: deque[tuple[int, list[int]]] = deque(maxlen=RECENT_PROMPTS)
+        """(system prompt index, prompt) of the last requests drawn; twins repeat one."""
         self._pending: RequestSpec | None = self._draw()
         self.issued = 0
 
@@ -159,14 +181,24 @@ class Workload:
         self._clock += rng.expovariate(spec.rate)
         if spec.duration is not None and self._clock >= spec.duration:
             return None
-        sys_index = rng.choices(range(spec.num_sys), weights=self.weights)[0]
-        suffix = [rng.randrange(spec.vocab) for _ in range(rng.randint(*spec.suffix_len))]
+        # Each optional draw only when its feature is on: the default stream stays as it was.
+        if spec.twin_prob > 0 and self.recent_prompts and rng.random() < spec.twin_prob:
+            sys_index, prompt = rng.choice(self.recent_prompts)
+        else:
+            sys_index = rng.choices(range(spec.num_sys), weights=self.weights)[0]
+            suffix = [rng.randrange(spec.vocab) for _ in range(rng.randint(*spec.suffix_len))]
+            prompt = self.system_prompts[sys_index] + suffix
+            whole = len(prompt) // spec.block_size * spec.block_size
+            if spec.aligned_prob > 0 and whole and rng.random() < spec.aligned_prob:
+                prompt = prompt[:whole]
+        self.recent_prompts.append((sys_index, prompt))
         request = RequestSpec(
             request_id=f"{self.prefix}-{self._next_id}",
             arrival=self._clock,
             sys_index=sys_index,
-            prompt=self.system_prompts[sys_index] + suffix,
+            prompt=list(prompt),
             max_tokens=rng.randint(*spec.out_len),
+            greedy=spec.greedy_prob > 0 and rng.random() < spec.greedy_prob,
         )
         self._next_id += 1
         return request
