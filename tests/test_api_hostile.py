@@ -33,10 +33,10 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
 from kvscope.demo import _bundled
+from kvscope.lab.ports import free_port
 from kvscope.storage.engine import open_store
 from kvscope.storage.writer import StoreWriter
 from kvscope.store_commands import hooks_of
-from tests.vllm_source import free_port
 
 LIMIT = ApiSettings().max_body_bytes
 ERROR_KEYS = {"status", "code", "message", "field"}

@@ -31,10 +31,10 @@ from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
 from kvscope.demo import _bundled
+from kvscope.lab.ports import free_port
 from kvscope.storage.engine import make_engine, open_store
 from kvscope.storage.writer import StoreWriter
 from kvscope.store_commands import hooks_of
-from tests.vllm_source import free_port
 
 LIVE, STORED = StreamId("lab", 0), StreamId("old", 0)
 

@@ -26,11 +26,11 @@ from kvscope.api.app import create_app
 from kvscope.api.context import ApiSettings
 from kvscope.api.data import ApiData
 from kvscope.cli import app as cli
+from kvscope.lab.ports import free_port
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.redact import has_userinfo, redact
 from kvscope.storage.scrape import ScrapeError, fetch_metrics
-from tests.vllm_source import free_port
 
 SECRET = "hunter2"
 names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
