@@ -52,10 +52,15 @@ class StateCollector(PromCollector):
                     f["kvscope_stream_last_seq"].add_metric(
                         s, -1 if ingest.last_seq is None else ingest.last_seq
                     )
-                    if ingest.last_message_at is not None and m.last_ts is not None:
-                        f["kvscope_stream_lag_seconds"].add_metric(
-                            s, ingest.last_message_at - m.last_ts
+                    received = ingest.last_message_at
+                    if received is not None:
+                        f["kvscope_stream_last_batch_age_seconds"].add_metric(
+                            s, max(0.0, now - received)
                         )
+                        if m.last_ts is not None:
+                            f["kvscope_stream_engine_clock_offset_seconds"].add_metric(
+                                s, received - m.last_ts
+                            )
                     for key, t in ingest.map.stats().items():
                         tl = [*s, key.medium, str(key.group)]
                         f["kvscope_cache_blocks"].add_metric(tl, t.blocks)

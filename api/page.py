@@ -89,6 +89,8 @@ const secs = (s) => (s === null || s === undefined ? "\\u2013"
 const pct = (x) => (x === null || x === undefined ? "\\u2013" : (100 * x).toFixed(1) + " %");
 const ago = (s) => (s === null || s === undefined ? "\\u2013" : s < 120 ? secs(s)
   : s < 7200 ? Math.round(s / 60) + " min" : (s / 3600).toFixed(1) + " h");
+const offset = (s) => (Math.abs(s) < 1 ? "in step"
+  : ago(Math.abs(s)) + (s > 0 ? " behind" : " ahead"));
 const when = (ts) => (ts === null || ts === undefined ? "\\u2013"
   : new Date(ts * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC");
 
@@ -125,8 +127,9 @@ function renderReplicas(replicas) {
       const state = rankState(rank);
       const tiers = rank.tables.map((t) => `${t.medium}/${t.group}: ${int(t.blocks)}`
         + ` (${int(t.hittable)} hittable)`).join(", ");
-      const fresh = rank.source === "live" ? "lag " + secs(rank.lag_s)
-        : "as of " + ago(rank.age_s) + " ago";
+      const fresh = (rank.source === "live" ? "last batch " : "stored ") + ago(rank.age_s)
+        + " ago" + (rank.engine_clock_offset_s === null ? ""
+          : "; engine clock " + offset(rank.engine_clock_offset_s));
       rows.push(el("tr", { "data-replica": replica.replica, "data-rank": rank.rank },
         el("th", { scope: "row" }, replica.replica), el("td", { class: "num" }, rank.rank),
         el("td", {}, el("span", { class: "badge " + state }, state)),

@@ -75,15 +75,19 @@ def _rank_status(ctx: ApiContext, stream: StreamId) -> RankStatus:
                 rank=stream.rank, source="live", connected=collector.is_connected(stream),
                 silent=collector.is_silent(stream), epoch=ingest.epoch, last_seq=ingest.last_seq,
                 last_batch_ts=batch_ts,
-                lag_s=None if received is None or batch_ts is None else received - batch_ts,
-                age_s=0.0, degraded=degraded, degraded_intervals=len(ingest.degraded_history),
+                age_s=None if received is None else max(0.0, ctx.data.clock() - received),
+                engine_clock_offset_s=(
+                    None if received is None or batch_ts is None else received - batch_ts
+                ),
+                degraded=degraded, degraded_intervals=len(ingest.degraded_history),
                 gaps=c.gaps, replays_ok=c.replays_ok, replays_failed=c.replays_failed,
                 restarts=c.restarts, blocks=totals.blocks, hittable=totals.hittable,
                 orphans=totals.orphans, tables=tables,
             )  # fmt: skip
     return RankStatus(
         rank=stream.rank, source="store", connected=None, silent=None, epoch=view.epoch,
-        last_seq=view.seq, last_batch_ts=view.ts, lag_s=None, age_s=view.age_s,
+        last_seq=view.seq, last_batch_ts=view.ts, age_s=view.age_s,
+        engine_clock_offset_s=None,
         degraded=None, degraded_intervals=len(view.unknown_because), gaps=None, replays_ok=None,
         replays_failed=None, restarts=None, blocks=totals.blocks, hittable=totals.hittable,
         orphans=totals.orphans, tables=tables,

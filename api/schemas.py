@@ -34,8 +34,15 @@ class RankStatus(BaseModel):
     epoch: int
     last_seq: int | None
     last_batch_ts: float | None
-    lag_s: float | None = Field(description="Receive time minus batch time of the last batch.")
-    age_s: float | None = Field(description="For a store-only API: how old the state is.")
+    age_s: float | None = Field(
+        description="Seconds since the last batch arrived, on the collector's clock (for a "
+        "store-only API: since it was stored). An idle engine publishes nothing: a growing age "
+        "is not a fault by itself."
+    )
+    engine_clock_offset_s: float | None = Field(
+        description="The last batch's arrival time minus its stamp: the engine clock's offset "
+        "from the collector's, plus transit time. Large for a recording or a simulated clock."
+    )
     degraded: DegradedInfo | None
     degraded_intervals: int
     gaps: int | None

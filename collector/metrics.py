@@ -38,9 +38,15 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec("kvscope_stream_last_seq", "gauge", "Seq of the last batch applied.", STREAM),
     MetricSpec(
-        "kvscope_stream_lag_seconds",
+        "kvscope_stream_last_batch_age_seconds",
         "gauge",
-        "Receive time minus batch time of the last batch.",
+        "Seconds since the last batch arrived (collector clock; idle engines send nothing).",
+        STREAM,
+    ),
+    MetricSpec(
+        "kvscope_stream_engine_clock_offset_seconds",
+        "gauge",
+        "Arrival time minus stamp of the last batch: the engine clock's offset plus transit.",
         STREAM,
     ),
     MetricSpec("kvscope_cache_blocks", "gauge", "Distinct cached block hashes.", TABLE),

@@ -100,14 +100,31 @@ def _events() -> list[Json]:
             custom={"drawStyle": "bars", "fillOpacity": 80, "lineWidth": 1},
         ),
         timeseries(
-            "Lag",
+            "Last batch age",
             [
                 prom(
-                    f"max by (replica, rank) ({kv('kvscope_stream_lag_seconds')}{{{REPLICAS}}})",
+                    "max by (replica, rank) "
+                    f"({kv('kvscope_stream_last_batch_age_seconds')}{{{REPLICAS}}})",
                     "{{replica}}/{{rank}}",
                 )
             ],
-            description="Receive time minus the engine's batch time, for the last batch.",
+            description="Seconds since each stream's last batch arrived, on kvscope's clock. "
+            "An idle engine publishes nothing, so a rising line is a quiet engine or a lost "
+            "stream: the silent and connected panels tell which.",
+            unit="s",
+        ),
+        timeseries(
+            "Engine clock offset",
+            [
+                prom(
+                    "max by (replica, rank) "
+                    f"({kv('kvscope_stream_engine_clock_offset_seconds')}{{{REPLICAS}}})",
+                    "{{replica}}/{{rank}}",
+                )
+            ],
+            description="Each stream's last batch: arrival on kvscope's clock minus the "
+            "engine's stamp. Transit time plus the clock difference between the hosts; a step "
+            "is a clock that jumped, a slope a clock that drifts.",
             unit="s",
         ),
         timeseries(

@@ -162,6 +162,13 @@ def test_replicas_and_blocks_are_the_live_map(stack: Stack) -> None:
     assert replicas[0]["replica"] == "r1" and rank["source"] == "live" and rank["connected"]
     assert rank["blocks"] == len(truth) and rank["last_seq"] == stack.source.last_seq
     assert all_blocks(stack) == truth
+    # The lab stamps batches on a simulated clock: its offset is reported apart from the age of
+    # the last batch, which is on the collector's clock.
+    with stack.collector.lock:
+        ingest = stack.collector.ingests[STREAM]
+        offset = ingest.last_message_at - ingest.map.counters.last_ts  # type: ignore[operator]
+    assert rank["engine_clock_offset_s"] == pytest.approx(offset)
+    assert rank["age_s"] >= 0 and "lag_s" not in rank
 
 
 def test_the_past_comes_from_the_store(stack: Stack) -> None:
