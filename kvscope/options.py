@@ -71,6 +71,9 @@ ShardOpt = Annotated[
         "replicas; a replica another shard writes is refused.",
     ),
 ]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document for scripts instead of tables.")
+]
 HostOpt = Annotated[str, typer.Option(envvar="KVSCOPE_HOST", help="Address to serve on.")]
 PortOpt = Annotated[int, typer.Option(envvar="KVSCOPE_PORT", help="Port to serve on.")]
 TOKEN_ENV = "KVSCOPE_API_TOKEN"

@@ -12,13 +12,13 @@ from typing import Annotated, Any
 import msgspec
 import typer
 from rich.console import Console
-from rich.table import Table
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from kvscope.api.context import ApiSettings
 from kvscope.collector.dump import map_lines
 from kvscope.collector.types import StreamId
+from kvscope.options import JsonOpt
 from kvscope.storage import schema
 from kvscope.storage.engine import DEFAULT_STORE as _DEFAULT_STORE
 from kvscope.storage.engine import StoreError, open_store
@@ -35,6 +35,7 @@ from kvscope.storage.retention import DAY, Pruner, Retention, prune
 from kvscope.storage.scrape import MetricsScraper
 from kvscope.storage.shards import ShardConflict, claim_streams
 from kvscope.storage.writer import StoreSettings, StoreWriter
+from kvscope.tables import TableData, show_table
 
 DEFAULT_STORE = _DEFAULT_STORE
 NO_STORE = "none"
@@ -187,6 +188,7 @@ def dump(
 def resets(
     store: StoreOption = DEFAULT_STORE,
     replica: Annotated[str | None, typer.Option(help="Only this replica.")] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """List the stored resets with their before and recovery."""
     engine = open_for_reading(store)
@@ -194,21 +196,21 @@ def resets(
     query = resets_query().order_by(r.c.ts)
     if replica is not None:
         query = query.where(s.c.replica == replica)
-    table = Table(title="resets (blocks / hittable)")
-    for column in (
-        "id",
-        "time (UTC)",
-        "replica",
-        "reason",
-        "mode",
-        "before",
-        "+1 s",
-        "+10 s",
-        "+60 s",
-        "50 %",
-        "90 %",
-    ):
-        table.add_column(column)
+    offsets = (1.0, 10.0, 60.0)
+    table = TableData(
+        "resets (blocks/hittable; 50 %, 90 %: seconds to that share of the blocks before)",
+        [
+            "id",
+            "time (UTC)",
+            "replica",
+            "why",
+            "mode",
+            "before",
+            *(f"+{o:g} s" for o in offsets),
+            "50 %",
+            "90 %",
+        ],
+    )
     with engine.connect() as conn:
         rows = conn.execute(query).all()
         # The store keeps no mode with a clear: it is the linked request's, as GET /resets says.
@@ -216,29 +218,39 @@ def resets(
         points: dict[int, dict[float, Any]] = {}
         for p in conn.execute(select(rr)):
             points.setdefault(p.reset_id, {})[p.offset_s] = p
-
-        def at(reset_id: int, offset: float) -> str:
-            p = points.get(reset_id, {}).get(offset)
-            return "-" if p is None else f"{p.blocks} / {p.hittable}"
-
-        def secs(value: float | None) -> str:
-            return "-" if value is None else f"{value:.1f} s"
-
-        for row in rows:
-            table.add_row(
+    for row in rows:
+        reached = points.get(row.id, {})
+        at = [reached.get(offset) for offset in offsets]
+        table.add(
+            [
                 str(row.id),
                 datetime.fromtimestamp(row.ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S"),
                 f"{row.replica}/dp{row.rank}",
-                row.reason,
+                "clear" if row.reason == "all_blocks_cleared" else row.reason,
                 modes[row.id] or "-",
-                f"{row.before_blocks} / {row.before_hittable}",
-                at(row.id, 1.0),
-                at(row.id, 10.0),
-                at(row.id, 60.0),
-                secs(row.t50_s),
-                secs(row.t90_s),
-            )
-    console.print(table)
+                f"{row.before_blocks}/{row.before_hittable}",
+                *("-" if p is None else f"{p.blocks}/{p.hittable}" for p in at),
+                *("-" if t is None else f"{t:.1f}" for t in (row.t50_s, row.t90_s)),
+            ],
+            {
+                "id": row.id,
+                "ts": row.ts,
+                "replica": row.replica,
+                "rank": row.rank,
+                "reason": row.reason,
+                "mode": modes[row.id],
+                "before_blocks": row.before_blocks,
+                "before_hittable": row.before_hittable,
+                "recovery": [
+                    {"offset_s": o, "blocks": p.blocks, "hittable": p.hittable}
+                    for o, p in zip(offsets, at, strict=True)
+                    if p is not None
+                ],
+                "t50_s": row.t50_s,
+                "t90_s": row.t90_s,
+            },
+        )
+    show_table(console, table, as_json)
 
 
 db_app = typer.Typer(help="The store's schema.", no_args_is_help=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import stat
@@ -126,3 +127,20 @@ def test_the_api_serves_a_read_only_store(read_only: str) -> None:
     assert replica.status_code == 200, replica.text
     assert replica.json()["ranks"][0]["last_seq"] == 399
     assert client.get("/resets").status_code == 200
+
+
+def test_resets_print_whole_cells_piped_and_json_for_scripts(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    capture = str(capture_path("lab_3rps_180s.msgpack.gz"))
+    replayed = CliRunner().invoke(app, ["replay", capture, "--replica", "lab", "--store", store])
+    assert replayed.exit_code == 0, replayed.output
+    listed = CliRunner().invoke(app, ["resets", "--store", store])
+    assert listed.exit_code == 0, listed.output
+    lines = listed.stdout.splitlines()
+    assert lines[1].split()[:4] == ["id", "time", "(UTC)", "replica"]
+    assert len(lines) == 2 + 2 and "…" not in listed.stdout  # the two clears, cells whole
+    as_json = CliRunner().invoke(app, ["resets", "--store", store, "--json"])
+    rows = json.loads(as_json.stdout)["rows"]
+    assert [r["reason"] for r in rows] == ["all_blocks_cleared"] * 2
+    assert all(r["replica"] == "lab" and r["recovery"] for r in rows)
+    assert lines[2].split()[6] == f"{rows[0]['before_blocks']}/{rows[0]['before_hittable']}"
