@@ -16,7 +16,6 @@ from rich.table import Table
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
-from kvscope.api.context import ApiSettings
 from kvscope.collector.dump import map_lines
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
@@ -29,7 +28,7 @@ from kvscope.storage.history import (
     rebuild,
     stream_id,
 )
-from kvscope.storage.reset_links import linked_modes, resets_query
+from kvscope.storage.reset_links import LINK_WINDOW_S, linked_modes, resets_query
 from kvscope.storage.retention import DAY, Pruner, Retention, prune
 from kvscope.storage.scrape import MetricsScraper
 from kvscope.storage.shards import ShardConflict, claim_streams
@@ -202,7 +201,7 @@ def resets(
     with engine.connect() as conn:
         rows = conn.execute(query).all()
         # The store keeps no mode with a clear: it is the linked request's, as GET /resets says.
-        modes = linked_modes(conn, rows, ApiSettings().link_window_s)
+        modes = linked_modes(conn, rows, LINK_WINDOW_S)
         points: dict[int, dict[float, Any]] = {}
         for p in conn.execute(select(rr)):
             points.setdefault(p.reset_id, {})[p.offset_s] = p
