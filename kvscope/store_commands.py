@@ -69,17 +69,6 @@ def open_writer(
         raise _fail(f"cannot open store {url}: {str(exc).splitlines()[0]}") from exc
 
 
-def hooks_of(writer: StoreWriter | None) -> dict[str, Any]:
-    """Collector / ingest keyword arguments that connect `writer` (nothing without one)."""
-    if writer is None:
-        return {}
-    return {
-        "listeners": [writer],
-        "observers": [writer.after_batch],
-        "pre_apply": [writer.before_batch],
-    }
-
-
 @contextmanager
 def scraping(writer: StoreWriter | None, targets: dict[str, str]) -> Iterator[None]:
     """Scrape each replica's vLLM /metrics into the store while the block runs."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, Select, select
 
-from kvscope.collector.prefix_map import ClearReason
+from kvscope.collector.sink import ClearReason
 from kvscope.storage import schema
 
 LINK_WINDOW_S = 120.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
 import pytest
@@ -19,7 +19,7 @@ from vllm.distributed.kv_events import KVEventBatch
 
 from kvscope.collector.block_table import TableStats
 from kvscope.collector.endpoints import replica_streams
-from kvscope.collector.prefix_map import ClearedMap, ClearReason, MapListener
+from kvscope.collector.sink import ClearedMap, ClearReason, EventSink, NullSink
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
 from tests.vllm_source import (
@@ -50,8 +50,8 @@ RESETS = WorkloadConfig(
 """A workload that resets in every way vLLM can (and the proposed keep-running way)."""
 
 
-class ClearRecorder:
-    """A map listener that keeps every `ClearedMap` it is handed."""
+class ClearRecorder(NullSink):
+    """A sink that keeps every `ClearedMap` it is handed."""
 
     def __init__(self) -> None:
         self.cleared: list[ClearedMap] = []
@@ -93,13 +93,13 @@ def start_collector(
     endpoint: str,
     replay_endpoint: str | None,
     dp_ranks: int = 1,
-    listeners: Sequence[MapListener] = (),
+    sink: EventSink | None = None,
 ) -> Collector:
     """A running collector whose streams are connected and past their first replay."""
     streams = replica_streams(
         REPLICA, endpoint, replay_endpoint=replay_endpoint, dp_ranks=dp_ranks, topic=""
     )
-    collector = Collector(streams, listeners=listeners, settings=SETTINGS)
+    collector = Collector(streams, settings=SETTINGS, sink=sink)
     collector.start()
     stack.callback(collector.stop)
     for spec in streams:
@@ -188,7 +188,7 @@ def test_random_workload_with_resets_and_eviction(stack: ExitStack) -> None:
     port, replay_port = free_port(), free_port()
     source = start_source(stack, port, replay_port, num_blocks=64)
     recorder = ClearRecorder()
-    collector = start_collector(stack, tcp(port), tcp(replay_port), listeners=[recorder])
+    collector = start_collector(stack, tcp(port), tcp(replay_port), sink=recorder)
     workload = Workload(source.manager, random.Random(1234), RESETS, flush=source.flush)
 
     checkpoints = orphan_checkpoints = duplicate_checkpoints = 0
@@ -274,7 +274,7 @@ def test_unrecoverable_gap_degrades_until_reset(stack: ExitStack) -> None:
     proxy.start()
     stack.callback(proxy.stop)
     recorder = ClearRecorder()
-    collector = start_collector(stack, tcp(proxy_port), tcp(replay_port), listeners=[recorder])
+    collector = start_collector(stack, tcp(proxy_port), tcp(replay_port), sink=recorder)
     workload = Workload(source.manager, random.Random(5), WorkloadConfig(), flush=source.flush)
 
     # Exact up to the loss.
@@ -332,7 +332,7 @@ def test_publisher_restart_starts_a_new_epoch(stack: ExitStack, racing: bool) ->
     first = EventSource.start(64, port, replay_port)
     stack.callback(first.close)
     recorder = ClearRecorder()
-    collector = start_collector(stack, tcp(port), tcp(replay_port), listeners=[recorder])
+    collector = start_collector(stack, tcp(port), tcp(replay_port), sink=recorder)
     workload = Workload(first.manager, random.Random(7), flush=first.flush, name="old")
     for step in range(200):
         workload.step()
@@ -456,9 +456,7 @@ def test_two_dp_ranks_are_separate_streams(stack: ExitStack) -> None:
     rank0 = start_source(stack, port, replay_port, rank=0, num_blocks=64)
     rank1 = start_source(stack, port, replay_port, rank=1, num_blocks=48)
     recorder = ClearRecorder()
-    collector = start_collector(
-        stack, tcp(port), tcp(replay_port), dp_ranks=2, listeners=[recorder]
-    )
+    collector = start_collector(stack, tcp(port), tcp(replay_port), dp_ranks=2, sink=recorder)
     config0 = WorkloadConfig(reset_preempt_prob=0.03, reset_keep_prob=0.05, reset_idle_prob=0.02)
     work0 = Workload(rank0.manager, random.Random(10), config0, flush=rank0.flush, name="dp0")
     work1 = Workload(rank1.manager, random.Random(11), WorkloadConfig(), flush=rank1.flush)
