@@ -8,6 +8,7 @@ from fastapi import Request
 from prometheus_client import CollectorRegistry, Counter
 
 from kvscope.api.data import ApiData
+from kvscope.storage.reset_links import LINK_WINDOW_S
 
 
 @dataclass(frozen=True)
@@ -18,10 +19,9 @@ class ApiSettings:
     """replica -> its vLLM API server base URL (where POST /reset_prefix_cache lives)."""
     reset_timeout_s: float = 10.0
     max_body_bytes: int = 8 * 1024 * 1024
-    link_window_s: float = 120.0
+    link_window_s: float = LINK_WINDOW_S
     """How long before a clear arrives a successful reset request may be and still be its cause
-    (storage/reset_links.py: the latest such request is linked). Dashboards and reports use it
-    too."""
+    (storage/reset_links.py: the latest such request is linked)."""
 
     def __post_init__(self) -> None:
         if self.api_token is not None and not self.api_token.strip():

@@ -48,8 +48,7 @@ def build(replicas: int, store: str) -> tuple[Collector, StoreWriter, list[list[
     streams = [s for i in range(replicas) for s in replica_streams(f"r{i}", "tcp://127.0.0.1:9")]
     writer = StoreWriter(open_store(store), StoreSettings(queue_rows=10_000_000))
     # The collector is never started: its maps are fed directly, through the same ingest code.
-    collector = Collector(streams, listeners=[writer], observers=[writer.after_batch],
-                          pre_apply=[writer.before_batch])  # fmt: skip
+    collector = Collector(streams, sink=writer)
     # Each replica at its own point of the recording (a third to two thirds in), as a fleet's
     # replicas are: in lockstep, all of them would checkpoint in the same millisecond.
     third, rests = len(records) // 3, []

@@ -36,7 +36,6 @@ from kvscope.collector.types import StreamId
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.writer import StoreSettings, StoreWriter
-from kvscope.store_commands import hooks_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest import make_stream
@@ -52,7 +51,7 @@ def frames_of(payloads: list[bytes]) -> list[list[bytes]]:
 
 
 def ingest_rate(frames: list[list[bytes]], block_events: int, writer: StoreWriter | None) -> float:
-    ingest = StreamIngest(STREAM, can_replay=False, **hooks_of(writer))
+    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
     started = time.perf_counter()
     for frame in frames:
         ingest.live_frames(frame, time.time())

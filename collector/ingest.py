@@ -10,90 +10,45 @@ Rules (see the reference on vLLM's KV events):
   else means the publisher restarted (a new epoch with an empty map).
 - While a replay is in flight, live batches are held and applied after it.
 - A degraded map stays degraded until an `AllBlocksCleared` or a restart makes it known again.
+
+What happens leaves through the stream's `EventSink` (collector/sink.py), if it has one.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter, deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections import deque
 
+from kvscope.collector.degraded import Degradation, DegradedInterval
 from kvscope.collector.errors import MalformedKind, MalformedPayload
-from kvscope.collector.prefix_map import ClearReason, MapListener, PrefixMap
+from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.ratelog import RateLimitedLog
-from kvscope.collector.types import AllCleared, Batch, StreamId
+from kvscope.collector.replay import (
+    END_SEQ,
+    MAX_HELD_LIVE,
+    SEQ_BYTES,
+    Replay,
+    ReplayRequest,
+    reply_parts,
+)
+from kvscope.collector.sink import (
+    EVERY_BATCH,
+    AppliedBatch,
+    ClearedMap,
+    ClearReason,
+    EventSink,
+    ResumePoint,
+    Span,
+)
+from kvscope.collector.stream_counters import StreamCounters
+from kvscope.collector.types import AllCleared, StreamId
 from kvscope.collector.wire import BatchDecoder
 
 logger = logging.getLogger(__name__)
 
-SEQ_BYTES = 8
-END_SEQ = b"\xff" * SEQ_BYTES
-"""The seq frame of a replay's end marker."""
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 RECENT_BATCHES = 256
 """How many applied payloads are remembered to tell a duplicate from a restart."""
-MAX_HELD_LIVE = 100_000
-"""Live batches held while a replay runs; past this the replay is abandoned."""
-
-
-@dataclass
-class DegradedInterval:
-    """A stretch during which the map is known to be incomplete."""
-
-    reason: str
-    from_seq: int
-    """First seq whose changes are missing (or the seq at which the stream was joined)."""
-    to_seq: int | None
-    """Last missing seq, if known."""
-    since: float
-    """Receive time at which it was noticed."""
-    epoch: int
-    cleared_at_seq: int | None = None
-    """The seq of the batch whose clear made the map known again (None: it ended with its
-    epoch, at a restart, or is still open)."""
-    cleared_at: float | None = None
-
-
-@dataclass
-class StreamCounters:
-    batches_applied: int = 0
-    duplicates: int = 0
-    gaps: int = 0
-    missing_batches: int = 0
-    replays_requested: int = 0
-    replays_ok: int = 0
-    replays_failed: int = 0
-    restarts: int = 0
-    malformed: Counter[str] = field(default_factory=Counter)
-    rank_mismatches: int = 0
-
-
-@dataclass
-class _Replay:
-    start_seq: int
-    deadline: float
-    epoch: int = 0
-    held: list[tuple[int, bytes]] = field(default_factory=list)
-    received: int = 0
-    verify_seq: int | None = None
-    """The seq of our last applied batch, whose payload the replay must repeat exactly."""
-
-
-BatchObserver = Callable[["StreamIngest", Batch, bytes, float], None]
-"""Called after each batch is applied, with its payload as received and the receive time:
-history and rollups hang off this."""
-
-
-PreApplyHook = Callable[["StreamIngest", Batch], None]
-"""Called with each decoded batch just before it changes the map."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayRequest:
-    """Ask the publisher's replay socket for every buffered batch from `start_seq` on."""
-
-    start_seq: int
 
 
 class StreamIngest:
@@ -106,17 +61,14 @@ class StreamIngest:
         can_replay: bool,
         replay_timeout_s: float = 5.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-        listeners: list[MapListener] | None = None,
-        observers: list[BatchObserver] | None = None,
-        pre_apply: list[PreApplyHook] | None = None,
+        sink: EventSink | None = None,
     ) -> None:
         self.stream = stream
-        self.observers = list(observers or [])
-        self.pre_apply = list(pre_apply or [])
+        self.sink = sink
         self.can_replay = can_replay
         self.replay_timeout_s = replay_timeout_s
         self.max_message_bytes = max_message_bytes
-        self.map = PrefixMap(stream, listeners or [])
+        self.map = PrefixMap(stream, self._on_clear)
         self.decoder = BatchDecoder()
         self.counters = StreamCounters()
         self.epoch = 0
@@ -124,40 +76,45 @@ class StreamIngest:
         """The next seq to apply; None until the stream's position is known."""
         self.last_seq: int | None = None
         self.last_message_at: float | None = None
-        self.degraded: DegradedInterval | None = None
-        self.degraded_history: list[DegradedInterval] = []
         self.restarts_at: list[tuple[int, float]] = []
         """(new epoch, receive time) of each restart noticed."""
-        self._replay: _Replay | None = None
+        self._replay: Replay | None = None
         self._hopeless: set[tuple[int, int]] = set()
         """(epoch, start seq) of gaps a replay could not fill: they are not asked for again."""
         self._outbox: ReplayRequest | None = None
         self._recent: deque[tuple[int, bytes]] = deque(maxlen=RECENT_BATCHES)
         self._log = RateLimitedLog(logger)
+        self._degradation = Degradation(stream, self._log, sink)
+        self._quiet: Span = EVERY_BATCH
+        """Stamps before which the sink needs no `instant` call (what its last one returned)."""
+        self._gaps_told = 0
+        """`counters.gaps` as the sink was last told it."""
 
-    def resume(
-        self,
-        prefix_map: PrefixMap,
-        epoch: int,
-        last_seq: int,
-        last_payload: bytes,
-        degraded: DegradedInterval | None = None,
-    ) -> None:
+    @property
+    def degraded(self) -> DegradedInterval | None:
+        """The open degraded interval: the map is known to be incomplete."""
+        return self._degradation.current
+
+    @property
+    def degraded_history(self) -> list[DegradedInterval]:
+        return self._degradation.history
+
+    def resume(self, point: ResumePoint) -> None:
         """Start from a map kept elsewhere (a store, after a crash): the map after `last_seq`.
 
         The first replay after connecting asks from `last_seq` and checks that batch against
         `last_payload`: a publisher that restarted meanwhile is noticed, and everything after
         `last_seq` is fetched.
         """
-        prefix_map.listeners = self.map.listeners
-        self.map = prefix_map
-        self.epoch = epoch
-        self.last_seq = last_seq
-        self.expected = last_seq + 1
+        point.map.on_clear = self._on_clear
+        self.map = point.map
+        self.epoch = point.epoch
+        self.last_seq = point.last_seq
+        self.expected = point.last_seq + 1
         self._recent.clear()
-        self._recent.append((last_seq, last_payload))
-        self.degraded = degraded
-        self.degraded_history = [degraded] if degraded is not None else []
+        self._recent.append((point.last_seq, point.last_payload))
+        self._degradation.resume(point.degraded)
+        self._quiet = EVERY_BATCH
 
     # --- what the subscriber calls ------------------------------------------------------------
     # Each call may leave a replay request behind (`take_replay_request`); the live and connect
@@ -197,25 +154,19 @@ class StreamIngest:
         return self.take_replay_request()
 
     def replay_frames(self, frames: list[bytes], now: float) -> bool:
-        """One reply from the replay socket; True once that replay has ended (marker or error).
-
-        Layouts: `[b"", topic, seq, payload]` (vLLM >= 0.26) or `[b"", seq, payload]` (older),
-        each ending with a marker whose seq frame is 0xff * 8. A replay that ends may leave the
-        next one to send in `take_replay_request`.
+        """One reply from the replay socket; True once that replay has ended (its end marker,
+        or an error). A replay that ends may leave the next one to send in
+        `take_replay_request`.
         """
         replay = self._replay
         if replay is None:
             return True  # a late reply to a replay already given up: nothing to do
-        if frames and frames[0] == b"":
-            frames = frames[1:]
-        if len(frames) == 3:
-            _topic, seq_frame, payload = frames
-        elif len(frames) == 2:
-            seq_frame, payload = frames
-        else:
+        parts = reply_parts(frames)
+        if parts is None:
             self._malformed(MalformedKind.BAD_REPLAY, None, f"{len(frames)} frames")
             self._replay_failed("malformed replay reply", now)
             return True
+        seq_frame, payload = parts
         if seq_frame == END_SEQ:
             self._replay_done(now)
             return True
@@ -312,9 +263,12 @@ class StreamIngest:
         self.map.clear(
             ClearReason.RESTART, seq, now, self.epoch - 1, self.degraded is not None, now
         )
-        self._undegrade(None, now)
+        self._degradation.known_again(None, now)
         self.expected = None
         self._recent.clear()
+
+    def _degrade(self, reason: str, from_seq: int, to_seq: int | None, now: float) -> None:
+        self._degradation.degrade(reason, from_seq, to_seq, now, self.epoch)
 
     def _apply(self, seq: int, payload: bytes, now: float) -> None:
         self.expected = seq + 1
@@ -337,22 +291,44 @@ class StreamIngest:
                 self._degrade("event dropped", seq, seq, now)
         if batch.rank is not None and batch.rank != self.stream.rank:
             self.counters.rank_mismatches += 1
-        for hook in self.pre_apply:
-            hook(self, batch)
-        self.map.apply(batch, self.epoch, self.degraded is not None, now)
+        sink, ts = self.sink, batch.ts
+        if sink is not None:
+            quiet = self._quiet
+            if not quiet[0] <= ts < quiet[1]:
+                self._quiet = sink.instant(self.stream, ts, self.map)
+        degraded = self._degradation.current is not None
+        changes = self.map.apply(batch, self.epoch, degraded, now)
         self.counters.batches_applied += 1
-        if self.degraded is not None and any(type(e) is AllCleared for e in batch.events):
-            self._undegrade(seq, now)
-        for observer in self.observers:
-            observer(self, batch, payload, now)
+        if degraded and any(type(e) is AllCleared for e in batch.events):
+            self._degradation.known_again(seq, now)
+        if sink is not None:
+            gaps = self.counters.gaps
+            sink.applied(
+                AppliedBatch(
+                    self.stream,
+                    self.epoch,
+                    seq,
+                    ts,
+                    now,
+                    payload,
+                    batch,
+                    changes,
+                    gaps - self._gaps_told,
+                    self.map,
+                )
+            )
+            self._gaps_told = gaps
+
+    def _on_clear(self, cleared: ClearedMap) -> None:
+        self._quiet = EVERY_BATCH  # the sink may want to see the map sooner after a clear
+        if self.sink is not None:
+            self.sink.map_cleared(cleared)
 
     # --- replay -------------------------------------------------------------------------------
     def _request_replay(self, start: int, now: float, verify_seq: int | None = None) -> None:
         if not self.can_replay or self._replay is not None:
             return
-        self._replay = _Replay(
-            start, now + self.replay_timeout_s, self.epoch, verify_seq=verify_seq
-        )
+        self._replay = Replay(start, now + self.replay_timeout_s, self.epoch, verify_seq=verify_seq)
         self._outbox = ReplayRequest(start)
         self.counters.replays_requested += 1
 
@@ -406,28 +382,6 @@ class StreamIngest:
         if not held or replay.received == 0:
             # Nothing to show the replay could not help: asking again later may.
             self._hopeless.discard((replay.epoch, replay.start_seq))
-
-    # --- degraded -----------------------------------------------------------------------------
-    def _degrade(self, reason: str, from_seq: int, to_seq: int | None, now: float) -> None:
-        self._log.warning(
-            f"degraded:{self.stream}",
-            "%s: map degraded (%s, seq %d..%s): it is incomplete until the next clear or restart",
-            self.stream,
-            reason,
-            from_seq,
-            to_seq,
-        )
-        if self.degraded is None:
-            self.degraded = DegradedInterval(reason, from_seq, to_seq, now, self.epoch)
-            self.degraded_history.append(self.degraded)
-        elif to_seq is not None:
-            self.degraded.to_seq = max(self.degraded.to_seq or to_seq, to_seq)
-
-    def _undegrade(self, seq: int | None, now: float) -> None:
-        if self.degraded is not None:
-            self.degraded.cleared_at_seq = seq
-            self.degraded.cleared_at = now
-            self.degraded = None
 
     # --- input errors -------------------------------------------------------------------------
     def _seq_of(self, frame: bytes) -> int | None:

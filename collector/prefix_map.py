@@ -1,18 +1,18 @@
 """One publisher's prefix-cache map: its tables per (medium, group), and how events change them.
 
 `PrefixMap.apply` is the only writer. Before the map is emptied (`AllBlocksCleared`, or a
-publisher restart) the full map is handed to the registered listeners: that is the "before" of
-a reset, and listeners are the only way state leaves the collector.
+publisher restart) the full map is handed to its `on_clear` (the stream's ingest, which tells
+its sink): that is the "before" of a reset.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from kvscope.collector.block_table import BlockTable, TableStats, TokenQuery
+from kvscope.collector.sink import ClearedMap, ClearReason
 from kvscope.collector.types import (
     AllCleared,
     Batch,
@@ -21,34 +21,8 @@ from kvscope.collector.types import (
     TableKey,
 )
 
-
-class ClearReason(StrEnum):
-    ALL_BLOCKS_CLEARED = "all_blocks_cleared"
-    """The engine emptied its cache: a prefix-cache reset, sleep, a weight update."""
-    RESTART = "restart"
-    """The publisher started again (seq went backwards): a new engine has an empty cache."""
-
-
-@dataclass(frozen=True, slots=True)
-class ClearedMap:
-    """What a map held when it was emptied, handed to listeners."""
-
-    stream: StreamId
-    epoch: int
-    reason: ClearReason
-    seq: int
-    """The batch carrying the clear (for a restart: the first batch of the new epoch)."""
-    ts: float
-    tables: Mapping[TableKey, BlockTable]
-    degraded: bool
-    """Whether the map was known to be incomplete when it was emptied."""
-    recv_ts: float | None = None
-    """The collector's wall clock when the clear arrived (the engine's `ts` may be another
-    clock: a lab's simulated time, or a skewed host)."""
-
-
-class MapListener(Protocol):
-    def map_cleared(self, cleared: ClearedMap) -> None: ...
+TableChanges = dict[TableKey, list[int]]
+"""Blocks stored and removed per table, `[stored, removed]`."""
 
 
 class PrefixMatch(NamedTuple):
@@ -72,29 +46,35 @@ class MapCounters:
     last_ts: float | None = None
     signed_hashes: bool = field(default=False)
     """The publisher sent negative ints (vLLM < 0.10.2): show hashes signed."""
-    per_table: dict[TableKey, list[int]] = field(default_factory=dict)
-    """[stored_blocks, removed_blocks] per table since this map was made (clears keep them):
-    per-second rollups take their differences instead of walking every batch."""
 
 
 class PrefixMap:
     """The cached blocks of one publisher (one replica's data-parallel rank)."""
 
-    def __init__(self, stream: StreamId, listeners: Iterable[MapListener] = ()) -> None:
+    def __init__(
+        self, stream: StreamId, on_clear: Callable[[ClearedMap], None] | None = None
+    ) -> None:
         self.stream = stream
-        self.listeners = list(listeners)
+        self.on_clear = on_clear
+        """Handed the map before each clear empties it."""
         self.tables: dict[TableKey, BlockTable] = {}
         self.counters = MapCounters()
+
+    @property
+    def signed_hashes(self) -> bool:
+        return self.counters.signed_hashes
 
     # --- writes -------------------------------------------------------------------------------
     def apply(
         self, batch: Batch, epoch: int = 0, degraded: bool = False, recv_ts: float | None = None
-    ) -> None:
-        """Apply one batch; `epoch` and `degraded` are passed on to listeners of a clear."""
+    ) -> TableChanges:
+        """Apply one batch; `epoch` and `degraded` go to `on_clear` with a clear. Returns the
+        blocks it stored and removed per table."""
         c = self.counters
         c.batches += 1
         ts = c.last_ts = batch.ts
         tables = self.tables
+        changes: TableChanges = {}
         # The last table used: a batch's events mostly share one (and its key object). `table`
         # and `counts` are set whenever `key` is, which mypy cannot see.
         key: TableKey | None = None
@@ -114,7 +94,10 @@ class PrefixMap:
                 table = tables.get(key)
                 if table is None:
                     table = tables[key] = BlockTable(key, ts)
-                counts = c.per_table.setdefault(key, [0, 0])
+                found = changes.get(key)
+                if found is None:
+                    found = changes[key] = [0, 0]
+                counts = found
             n = len(event.hashes)
             if type(event) is BlocksStored:
                 table.store_chain(  # type: ignore[union-attr]
@@ -138,6 +121,7 @@ class PrefixMap:
                 c.removed_events += 1
                 c.removed_blocks += n
                 counts[1] += n
+        return changes
 
     def clear(
         self,
@@ -148,12 +132,12 @@ class PrefixMap:
         degraded: bool,
         recv_ts: float | None = None,
     ) -> ClearedMap:
-        """Empty every tier and group, handing what was there to the listeners first."""
+        """Empty every tier and group, handing what was there to `on_clear` first."""
         cleared = ClearedMap(self.stream, epoch, reason, seq, ts, self.tables, degraded, recv_ts)
         self.tables = {}
         self.counters.clears += 1
-        for listener in self.listeners:
-            listener.map_cleared(cleared)
+        if self.on_clear is not None:
+            self.on_clear(cleared)
         return cleared
 
     # --- reads --------------------------------------------------------------------------------

@@ -6,14 +6,15 @@ zstd over msgpack; columns travel as raw array bytes, so encoding is a few memor
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 import zstandard
 
 from kvscope.collector.block_table import BlockTable
-from kvscope.collector.prefix_map import MapCounters, MapListener, PrefixMap
+from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.sink import MapReader, TableReader
 from kvscope.collector.types import StreamId, TableKey
 
 FORMAT_VERSION = 1
@@ -25,16 +26,14 @@ class SnapshotError(ValueError):
 
 
 def encode_tables(
-    tables: Mapping[TableKey, BlockTable],
-    counters: MapCounters | None = None,
-    compressed: bool = True,
+    tables: Mapping[TableKey, TableReader], signed: bool = False, compressed: bool = True
 ) -> bytes:
     """The snapshot; `compressed=False` leaves the zlib step to `compress` (on another thread,
     since zlib runs without the GIL while the map must be copied with it)."""
     state: dict[str, Any] = {
         "version": FORMAT_VERSION,
         "tables": [table.to_state() for table in tables.values()],
-        "signed": bool(counters and counters.signed_hashes),
+        "signed": signed,
     }
     raw = msgspec.msgpack.encode(state)
     return compress(raw) if compressed else raw
@@ -67,13 +66,13 @@ def decode_tables(data: bytes) -> tuple[dict[TableKey, BlockTable], bool]:
     return tables, bool(state.get("signed"))
 
 
-def encode_map(prefix_map: PrefixMap, compressed: bool = True) -> bytes:
-    return encode_tables(prefix_map.tables, prefix_map.counters, compressed)
+def encode_map(prefix_map: MapReader, compressed: bool = True) -> bytes:
+    return encode_tables(prefix_map.tables, prefix_map.signed_hashes, compressed)
 
 
-def decode_map(data: bytes, stream: StreamId, listeners: Iterable[MapListener] = ()) -> PrefixMap:
+def decode_map(data: bytes, stream: StreamId) -> PrefixMap:
     tables, signed = decode_tables(data)
-    prefix_map = PrefixMap(stream, listeners)
+    prefix_map = PrefixMap(stream)
     prefix_map.tables = tables
     prefix_map.counters.signed_hashes = signed
     return prefix_map

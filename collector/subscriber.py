@@ -24,14 +24,9 @@ from zmq.utils.monitor import recv_monitor_message
 
 from kvscope.collector import _zmq_recv
 from kvscope.collector.endpoints import StreamEndpoint
-from kvscope.collector.ingest import (
-    DEFAULT_MAX_MESSAGE_BYTES,
-    BatchObserver,
-    PreApplyHook,
-    ReplayRequest,
-    StreamIngest,
-)
-from kvscope.collector.prefix_map import MapListener
+from kvscope.collector.ingest import DEFAULT_MAX_MESSAGE_BYTES, StreamIngest
+from kvscope.collector.replay import ReplayRequest
+from kvscope.collector.sink import ConnectionChange, EventSink, ResumePoint
 from kvscope.collector.types import StreamId
 
 logger = logging.getLogger(__name__)
@@ -87,10 +82,6 @@ def message_reader(sock: zmq.Socket[bytes]) -> MessageReader:
             return None
 
     return read
-
-
-ConnectionObserver = Callable[[StreamId, bool, float], None]
-"""Told (stream, connected, wall-clock time) when a stream's connection goes up or down."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,40 +189,39 @@ class _Stream:
 
 
 class Collector:
-    """Subscribes to many streams and keeps one `StreamIngest` (and its map) per stream."""
+    """Subscribes to many streams and keeps one `StreamIngest` (and its map) per stream; what
+    they do goes to `sink` (collector/sink.py)."""
 
     def __init__(
         self,
         endpoints: Iterable[StreamEndpoint],
-        listeners: Iterable[MapListener] = (),
         settings: CollectorSettings | None = None,
-        observers: Iterable[BatchObserver] = (),
-        pre_apply: Iterable[PreApplyHook] = (),
-        connection_observers: Iterable[ConnectionObserver] = (),
+        sink: EventSink | None = None,
     ) -> None:
         self.settings = settings or CollectorSettings()
         self.lock = threading.RLock()
         """Held while the loop changes maps; take it to read a consistent map."""
         self.ingests: dict[StreamId, StreamIngest] = {}
         self._specs = list(endpoints)
-        self._listeners = list(listeners)
-        self._connection_observers = list(connection_observers)
-        observer_list, pre_apply_list = list(observers), list(pre_apply)
+        self._sink = sink
         for spec in self._specs:
             self.ingests[spec.stream] = StreamIngest(
                 spec.stream,
                 can_replay=spec.replay_endpoint is not None,
                 replay_timeout_s=self.settings.replay_timeout_s,
                 max_message_bytes=self.settings.max_message_bytes,
-                listeners=self._listeners,
-                observers=observer_list,
-                pre_apply=pre_apply_list,
+                sink=sink,
             )
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._streams: dict[StreamId, _Stream] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+
+    def resume(self, point: ResumePoint) -> None:
+        """Start `point.stream` where a store left off (before `start`)."""
+        with self.lock:
+            self.ingests[point.stream].resume(point)
 
     # --- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -371,7 +361,6 @@ class Collector:
                 self._tell_connection(stream, False)
 
     def _tell_connection(self, stream: _Stream, connected: bool) -> None:
-        """Tell the connection observers when a stream goes up (first peer) or down (last)."""
-        if (connected and stream.peers == 1) or (not connected and stream.peers == 0):
-            for observer in self._connection_observers:
-                observer(stream.spec.stream, connected, time.time())
+        """Tell the sink when a stream goes up (first peer) or down (last)."""
+        if self._sink is not None and stream.peers == (1 if connected else 0):
+            self._sink.connection(ConnectionChange(stream.spec.stream, connected, time.time()))

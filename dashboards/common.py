@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from kvscope.api.context import ApiSettings
 from kvscope.collector.metrics import NAMES
 from kvscope.dashboards.model import (
     POSTGRES_PLUGIN,
@@ -12,7 +11,7 @@ from kvscope.dashboards.model import (
     query_variable,
     sql_annotation,
 )
-from kvscope.storage.reset_links import linked_request_sql
+from kvscope.storage.reset_links import LINK_WINDOW_S, linked_request_sql
 
 FLEET_UID = "kvscope-fleet"
 RESET_EXPLORER_UID = "kvscope-reset-explorer"
@@ -53,10 +52,6 @@ REPLICAS = 'replica=~"$replica"'
 """PromQL matcher for the `replica` variable (multi-valued: Grafana writes a regex)."""
 SQL_REPLICAS = "s.replica IN ($replica)"
 """The same filter in SQL (Grafana writes a quoted list), on `streams s`."""
-
-LINK_WINDOW_S = ApiSettings().link_window_s
-"""A clear within this long after a successful request through kvscope is that request's
-reset: the API's own setting (`GET /resets` links by it), read here, not repeated."""
 
 
 def prometheus_variable() -> Json:

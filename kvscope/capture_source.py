@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import zmq
 
 from kvscope.collector.capture import CaptureRecord
-from kvscope.collector.ingest import END_SEQ
+from kvscope.collector.replay import END_SEQ
 
 
 class CaptureSource:

@@ -40,7 +40,6 @@ from kvscope.store_commands import (
     DEFAULT_STORE,
     StoreOption,
     closing_writer,
-    hooks_of,
     open_writer,
     register,
 )
@@ -137,8 +136,7 @@ def replay(
     except (OSError, ValueError, EOFError) as exc:
         raise fail(f"cannot read capture {capture}: {exc}") from exc
     writer = open_writer(store)
-    hooks = hooks_of(writer)
-    ingest = StreamIngest(StreamId(replica, rank), can_replay=False, **hooks)
+    ingest = StreamIngest(StreamId(replica, rank), can_replay=False, sink=writer)
     with Progress(console=err, transient=True) as progress, closing_writer(writer):
         task = progress.add_task("replaying", total=len(records))
         written = play_into(

@@ -8,10 +8,10 @@ from contextlib import contextmanager
 from kvscope.collector.subscriber import Collector
 from kvscope.config import Config, ConfigError
 from kvscope.options import fail
-from kvscope.storage.resume import resume_ingest
+from kvscope.storage.resume import resume_point
 from kvscope.storage.retention import Retention
 from kvscope.storage.writer import StoreWriter
-from kvscope.store_commands import closing_writer, hooks_of, open_writer, scraping
+from kvscope.store_commands import closing_writer, open_writer, scraping
 
 
 @contextmanager
@@ -29,15 +29,12 @@ def running_pipeline(
     except ConfigError as exc:
         raise fail(str(exc)) from exc
     writer = open_writer(store, [s.stream for s in streams], shard)
-    collector = Collector(
-        streams,
-        settings=config.collector,
-        connection_observers=[writer.connection_changed] if writer else [],
-        **hooks_of(writer),
-    )
+    collector = Collector(streams, settings=config.collector, sink=writer)
     if writer is not None:
-        for ingest in collector.ingests.values():
-            resume_ingest(writer.engine, ingest)
+        for stream in collector.ingests:
+            point = resume_point(writer.engine, stream)
+            if point is not None:
+                collector.resume(point)
     scrape_targets = {r.name: r.metrics for r in config.replicas if r.metrics}
     with closing_writer(writer, Retention()), scraping(writer, scrape_targets), collector:
         yield collector, writer

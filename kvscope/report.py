@@ -22,11 +22,10 @@ from matplotlib.figure import Figure
 from rich.console import Console
 from sqlalchemy import Engine, Row, func, select
 
-from kvscope.api.context import ApiSettings
 from kvscope.options import fail
 from kvscope.storage import schema
 from kvscope.storage.redact import redact
-from kvscope.storage.reset_links import linked_modes, resets_query
+from kvscope.storage.reset_links import LINK_WINDOW_S, linked_modes, resets_query
 from kvscope.storage.scrape import HitRatePoint, hit_rate_series
 from kvscope.store_commands import open_for_reading
 
@@ -79,9 +78,7 @@ def max_reset_id(engine: Engine) -> int:
         return int(conn.execute(select(func.max(schema.resets.c.id))).scalar() or 0)
 
 
-def load_resets(
-    engine: Engine, ids: list[int], window: float = ApiSettings().link_window_s
-) -> list[ResetData]:
+def load_resets(engine: Engine, ids: list[int], window: float = LINK_WINDOW_S) -> list[ResetData]:
     """Each reset with its recovery, rollups and scraped engine figures around it; its mode is
     the one GET /resets gives (the store keeps none: it is the linked request's)."""
     r, rr, ro = schema.resets, schema.reset_recovery, schema.rollups

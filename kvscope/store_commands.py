@@ -15,7 +15,6 @@ from rich.console import Console
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from kvscope.api.context import ApiSettings
 from kvscope.collector.dump import map_lines
 from kvscope.collector.types import StreamId
 from kvscope.options import JsonOpt
@@ -30,7 +29,7 @@ from kvscope.storage.history import (
     stream_id,
 )
 from kvscope.storage.redact import redact
-from kvscope.storage.reset_links import linked_modes, resets_query
+from kvscope.storage.reset_links import LINK_WINDOW_S, linked_modes, resets_query
 from kvscope.storage.retention import DAY, Pruner, Retention, prune
 from kvscope.storage.scrape import MetricsScraper
 from kvscope.storage.shards import ShardConflict, claim_streams
@@ -79,17 +78,6 @@ def open_writer(
         raise _fail(str(exc)) from exc
     except SQLAlchemyError as exc:
         raise _fail(redact(f"cannot open store {url}: {str(exc).splitlines()[0]}")) from exc
-
-
-def hooks_of(writer: StoreWriter | None) -> dict[str, Any]:
-    """Collector / ingest keyword arguments that connect `writer` (nothing without one)."""
-    if writer is None:
-        return {}
-    return {
-        "listeners": [writer],
-        "observers": [writer.after_batch],
-        "pre_apply": [writer.before_batch],
-    }
 
 
 @contextmanager
@@ -214,7 +202,7 @@ def resets(
     with engine.connect() as conn:
         rows = conn.execute(query).all()
         # The store keeps no mode with a clear: it is the linked request's, as GET /resets says.
-        modes = linked_modes(conn, rows, ApiSettings().link_window_s)
+        modes = linked_modes(conn, rows, LINK_WINDOW_S)
         points: dict[int, dict[float, Any]] = {}
         for p in conn.execute(select(rr)):
             points.setdefault(p.reset_id, {})[p.offset_s] = p

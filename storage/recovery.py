@@ -2,7 +2,8 @@
 
 Runs on the ingest thread (it reads the live map), so each step is cheap: totals per batch, and
 a pass over the pre-reset hashes only at the fixed offsets. Offsets are measured just before the
-first batch past them, when the map is exactly what it was at the offset.
+first batch past them, when the map is exactly what it was at the offset (the sink's `instant`
+call, asked for at `next_instant`).
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kvscope.collector.block_table import BlockTable
-from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.sink import MapReader, TableReader
 from kvscope.collector.types import TableKey
 
 DEFAULT_OFFSETS_S = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
@@ -54,7 +54,7 @@ class RecoveryTracker:
 
     @classmethod
     def start(
-        cls, ts: float, tables: Mapping[TableKey, BlockTable], offsets: tuple[float, ...]
+        cls, ts: float, tables: Mapping[TableKey, TableReader], offsets: tuple[float, ...]
     ) -> RecoveryTracker:
         hashes = {key: frozenset(table.counts()) for key, table in tables.items()}
         hittable_tokens = {
@@ -74,18 +74,25 @@ class RecoveryTracker:
     def window_s(self) -> float:
         return self.offsets[-1] if self.offsets else 0.0
 
-    def before_batch(self, prefix_map: PrefixMap, ts: float) -> list[RecoveryPoint]:
+    @property
+    def next_instant(self) -> float | None:
+        """The engine-clock instant of the next offset to measure (None: all are)."""
+        if self._next >= len(self.offsets):
+            return None
+        return self.reset_ts + self.offsets[self._next]
+
+    def before_batch(self, view: MapReader, ts: float) -> list[RecoveryPoint]:
         """Called before a batch stamped `ts` is applied: the map now is the map at every
         offset this batch goes past (nothing changes between two batches)."""
         new_points = []
         while self._next < len(self.offsets) and ts > self.reset_ts + self.offsets[self._next]:
-            new_points.append(self._point(self.offsets[self._next], prefix_map))
+            new_points.append(self._point(self.offsets[self._next], view))
             self._next += 1
         self.points.extend(new_points)
         return new_points
 
-    def after_batch(self, prefix_map: PrefixMap, ts: float) -> None:
-        totals = prefix_map.totals()
+    def after_batch(self, view: MapReader, ts: float) -> None:
+        totals = view.totals()
         self.peak_orphans = max(self.peak_orphans, totals.orphans)
         elapsed = ts - self.reset_ts
         if self.before_blocks:
@@ -102,12 +109,12 @@ class RecoveryTracker:
     def summary(self) -> RecoverySummary:
         return RecoverySummary(self.t50_s, self.t90_s, self.peak_orphans, self.last_ts)
 
-    def _point(self, offset: float, prefix_map: PrefixMap) -> RecoveryPoint:
-        totals = prefix_map.totals()
+    def _point(self, offset: float, view: MapReader) -> RecoveryPoint:
+        totals = view.totals()
         back = total = 0
         tokens_back = tokens_total = 0
         for key, hashes in self.before_hashes.items():
-            table = prefix_map.tables.get(key)
+            table = view.tables.get(key)
             total += len(hashes)
             if table is not None:
                 back += sum(1 for h in hashes if h in table)

@@ -16,9 +16,12 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, Select, select
 
-from kvscope.collector.prefix_map import ClearReason
+from kvscope.collector.sink import ClearReason
 from kvscope.storage import schema
 
+LINK_WINDOW_S = 120.0
+"""The default `window`: how long before a clear arrives a successful reset request may be and
+still be its cause. The API (`ApiSettings.link_window_s`), dashboards and reports use it."""
 LINKED_REASON = ClearReason.ALL_BLOCKS_CLEARED.value
 """The only clears a reset request makes."""
 LINKED_OUTCOME = "success"

@@ -1,8 +1,9 @@
 """Starting a collector where the store left off (after a crash, a kill -9, a restart).
 
-The map after the last stored batch is rebuilt (checkpoint plus log) and handed to the stream's
-ingest; its first replay then asks the publisher for everything after that batch and checks the
-batch itself, so a publisher that restarted meanwhile is noticed too.
+The map after the last stored batch is rebuilt (checkpoint plus log) into a `ResumePoint`, which
+the entry point hands to the collector; the stream's first replay then asks the publisher for
+everything after that batch and checks the batch itself, so a publisher that restarted meanwhile
+is noticed too.
 """
 
 from __future__ import annotations
@@ -11,16 +12,16 @@ import logging
 
 from sqlalchemy import Engine, select
 
-from kvscope.collector.ingest import DegradedInterval, StreamIngest
+from kvscope.collector.sink import DegradedChange, DegradedStep, ResumePoint
+from kvscope.collector.types import StreamId
 from kvscope.storage import batch_log, schema
 from kvscope.storage.history import NotInStore, Position, rebuild, stream_id
 
 logger = logging.getLogger(__name__)
 
 
-def resume_ingest(engine: Engine, ingest: StreamIngest) -> Position | None:
-    """Load the stream's last stored state into `ingest`; None when the store has none."""
-    stream = ingest.stream
+def resume_point(engine: Engine, stream: StreamId) -> ResumePoint | None:
+    """The stream's last stored state; None when the store has none."""
     i = schema.intervals
     with engine.connect() as conn:
         try:
@@ -31,8 +32,7 @@ def resume_ingest(engine: Engine, ingest: StreamIngest) -> Position | None:
         last = None if epoch is None else batch_log.last_batch(conn, sid, epoch)
         if epoch is None or last is None:
             return None
-        position = Position(sid, epoch, last.seq, last.ts)
-        rebuilt = rebuild(conn, position, stream)
+        rebuilt = rebuild(conn, Position(sid, epoch, last.seq, last.ts), stream)
         open_degraded = conn.execute(
             select(i.c.from_ts, i.c.from_seq, i.c.detail)
             .where(i.c.stream_id == sid, i.c.epoch == epoch, i.c.kind == "degraded")
@@ -43,14 +43,15 @@ def resume_ingest(engine: Engine, ingest: StreamIngest) -> Position | None:
     degraded = None
     if open_degraded is not None:
         # The same interval (same start), so that closing it later closes the stored row.
-        degraded = DegradedInterval(
+        degraded = DegradedChange(
+            DegradedStep.OPENED,
+            stream,
+            epoch,
             reason=open_degraded.detail.split(" (seq")[0],
             from_seq=open_degraded.from_seq,
             to_seq=None,
             since=open_degraded.from_ts,
-            epoch=epoch,
         )
-    ingest.resume(rebuilt.map, epoch, last.seq, last.payload, degraded)
     logger.info(
         "%s: resumed from the store at epoch %d seq %d (%d blocks)",
         stream,
@@ -58,4 +59,4 @@ def resume_ingest(engine: Engine, ingest: StreamIngest) -> Position | None:
         last.seq,
         rebuilt.map.totals().blocks,
     )
-    return position
+    return ResumePoint(stream, rebuilt.map, epoch, last.seq, last.payload, degraded)

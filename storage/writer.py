@@ -1,8 +1,9 @@
 """The store's single writer: batches, checkpoints, resets, intervals, rollups, off the ingest loop.
 
-The ingest thread only builds small row objects and puts them on a bounded queue (hooks below:
-per batch a tuple for the log and a few counter updates; rollups come from the map's counters,
-checkpoints are encoded without compression); one writer thread drains the queue into batched
+The writer is the collector's `EventSink` (collector/sink.py). On the ingest thread it only
+builds small row objects and puts them on a bounded queue (per batch a tuple for the log and a
+few counter updates; rollups sum each batch's per-table changes, checkpoints are encoded without
+compression); one writer thread drains the queue into batched
 transactions, packing the log into compressed chunks (storage/log_chunks) and compressing
 checkpoints. If the store is slow or down, rows wait and are retried; if the queue overflows,
 dropped batches are counted and their interval is written to the store as `incomplete` once it
@@ -13,6 +14,7 @@ Nothing is lost silently.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import threading
 import time
@@ -21,10 +23,18 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from kvscope.collector.ingest import StreamIngest
-from kvscope.collector.prefix_map import ClearedMap
+from kvscope.collector.sink import (
+    AppliedBatch,
+    ClearedMap,
+    ClearReason,
+    ConnectionChange,
+    DegradedChange,
+    DegradedStep,
+    MapReader,
+    Span,
+)
 from kvscope.collector.snapshot import encode_map, encode_tables
-from kvscope.collector.types import Batch, StreamId
+from kvscope.collector.types import StreamId
 from kvscope.storage.recovery import DEFAULT_OFFSETS_S, RecoveryTracker
 from kvscope.storage.rollups import SecondRollup
 from kvscope.storage.rowqueue import RowQueue
@@ -76,7 +86,7 @@ class StoreSettings:
 
 @dataclass(slots=True)
 class _StreamState:
-    """What the hooks remember per stream between batches (ingest thread only)."""
+    """What the writer remembers per stream between batches (ingest thread only)."""
 
     rollup: SecondRollup
     epoch: int | None = None
@@ -88,9 +98,6 @@ class _StreamState:
     checkpoint_seq: tuple[int, int] | None = None
     force_checkpoint: bool = False
     connected_since: float | None = None
-    degraded_done: int = 0
-    """Intervals of the ingest's degraded_history written in their final form."""
-    degraded_open_written: bool = False
     dropped_from: tuple[int, int, float] | None = None
     """(epoch, seq, ts) of the first batch dropped since the store last had room."""
     dropped_to: tuple[int, float] | None = None
@@ -108,7 +115,7 @@ class WriterStats:
 
 
 class StoreWriter:
-    """Map listener and batch hooks for a `Collector`, writing to one store."""
+    """A `Collector`'s sink (collector/sink.py's `EventSink`), writing to one store."""
 
     def __init__(self, engine: Engine, settings: StoreSettings | None = None) -> None:
         self.engine = engine
@@ -125,46 +132,51 @@ class StoreWriter:
         self._thread = threading.Thread(target=self._run, name="kvscope-store-writer", daemon=True)
         self._thread.start()
 
-    # --- hooks (ingest thread) ----------------------------------------------------------------
-    # Both run for every batch: each test is the cheapest that says there is nothing to do.
-    def before_batch(self, ingest: StreamIngest, batch: Batch) -> None:
-        state = self._streams.get(ingest.stream) or self._state(ingest.stream)
-        for _, tracker in state.recoveries:
-            tracker.before_batch(ingest.map, batch.ts)
-        rollup = state.rollup
-        if int(batch.ts) != rollup.second or ingest.map.counters is not rollup.counters:
-            for row in rollup.before_batch(ingest.map, batch.ts):
-                self._put(row)
-
-    def after_batch(
-        self, ingest: StreamIngest, batch: Batch, payload: bytes, recv_ts: float
-    ) -> None:
-        stream = ingest.stream
+    # --- the sink (ingest thread) -------------------------------------------------------------
+    def applied(self, batch: AppliedBatch) -> None:
+        """Every batch: each test is the cheapest that says there is nothing to do."""
+        stream, epoch = batch.stream, batch.epoch
         state = self._streams.get(stream) or self._state(stream)
-        epoch = ingest.epoch
         if state.epoch != epoch:
             state.epoch = epoch
-            self._put_always(EpochRow(stream, epoch, recv_ts))
-        state.rollup.after_batch(ingest)
-        if not self._queue.put((stream, epoch, batch.seq, batch.ts, recv_ts, payload), True):
+            self._put_always(EpochRow(stream, epoch, batch.recv_ts))
+        state.rollup.applied(batch)
+        if not self._queue.put(
+            (stream, epoch, batch.seq, batch.ts, batch.recv_ts, batch.payload), True
+        ):
             self._note_drop(state, epoch, batch.seq, batch.ts)
         elif state.dropped_from is not None:
             self._close_drop(stream, state)
-        if len(ingest.degraded_history) != state.degraded_done:
-            self._track_degraded(ingest, state)
         if state.recoveries:
-            self._follow_recoveries(ingest, batch, state)
+            self._follow_recoveries(batch, state)
         state.batches_since_checkpoint += 1
-        state.log_bytes_since_checkpoint += len(payload)
+        state.log_bytes_since_checkpoint += len(batch.payload)
         if (
             state.log_bytes_since_checkpoint >= state.checkpoint_due_bytes
             or state.batches_since_checkpoint >= self.settings.checkpoint_every_batches
             or state.force_checkpoint
         ) and state.dropped_from is None:
-            self._checkpoint(ingest, batch, state)
+            self._checkpoint(batch, state)
+
+    def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
+        """The map at each second's end (rollups) and at each recovery offset; the next call
+        is wanted at the end of the second or the next offset, whichever comes first."""
+        state = self._streams.get(stream) or self._state(stream)
+        for _, tracker in state.recoveries:
+            tracker.before_batch(view, ts)
+        for row in state.rollup.instant(view, ts):
+            self._put(row)
+        span = state.rollup.span()
+        for _, tracker in state.recoveries:
+            at = tracker.next_instant
+            if at is not None:  # a batch stamped past `at` must come after a call
+                span = span.within(Span(-math.inf, math.nextafter(at, math.inf)))
+        return span
 
     def map_cleared(self, cleared: ClearedMap) -> None:
         state = self._state(cleared.stream)
+        if cleared.reason is ClearReason.ALL_BLOCKS_CLEARED:
+            state.rollup.cleared()
         tables = cleared.tables
         key = (cleared.epoch, cleared.seq, cleared.reason.value)
         self._put_always(
@@ -188,8 +200,30 @@ class StoreWriter:
             (key, RecoveryTracker.start(cleared.ts, tables, self.settings.recovery_offsets_s))
         ]
 
-    def connection_changed(self, stream: StreamId, connected: bool, ts: float) -> None:
-        """A `Collector` connection observer: each connected stretch becomes an interval."""
+    def degraded(self, change: DegradedChange) -> None:
+        """Each degraded interval is written when it opens and again (an upsert on its start)
+        when it closes, with the seqs found missing meanwhile; not at each widening, which a
+        broken stream may do at every batch."""
+        if change.step is DegradedStep.WIDENED:
+            return
+        self._put_always(
+            IntervalRow(
+                change.stream,
+                "degraded",
+                change.epoch,
+                change.since,
+                change.cleared_at,
+                change.from_seq,
+                change.cleared_at_seq,
+                f"{change.reason} (seq {change.from_seq}..{change.to_seq} missing)",
+            )
+        )
+
+    def connection(self, change: ConnectionChange) -> None:
+        """Each connected stretch becomes an interval."""
+        self._connection_changed(change.stream, change.connected, change.ts)
+
+    def _connection_changed(self, stream: StreamId, connected: bool, ts: float) -> None:
         state = self._state(stream)
         if connected:
             state.connected_since = ts
@@ -206,7 +240,7 @@ class StoreWriter:
             for row in state.rollup.close():
                 self._put(row)
             if state.connected_since is not None:
-                self.connection_changed(stream, False, now)
+                self._connection_changed(stream, False, now)
             for key, tracker in state.recoveries:
                 self._put_always(self._recovery_row(stream, key, tracker))
             state.recoveries = []
@@ -283,14 +317,14 @@ class StoreWriter:
         )
         state.dropped_from = state.dropped_to = None
 
-    def _checkpoint(self, ingest: StreamIngest, batch: Batch, state: _StreamState) -> None:
+    def _checkpoint(self, batch: AppliedBatch, state: _StreamState) -> None:
         row = CheckpointRow(
-            ingest.stream,
-            ingest.epoch,
+            batch.stream,
+            batch.epoch,
             batch.seq,
             batch.ts,
-            ingest.map.totals().blocks,
-            encode_map(ingest.map, compressed=False),
+            batch.view.totals().blocks,
+            encode_map(batch.view, compressed=False),
         )
         if self._put(row):
             state.batches_since_checkpoint = 0
@@ -301,40 +335,15 @@ class StoreWriter:
             state.checkpoint_seq = (row.epoch, row.seq)
             state.force_checkpoint = False
 
-    def _track_degraded(self, ingest: StreamIngest, state: _StreamState) -> None:
-        """Write each degraded interval when first seen, and again (an upsert) when it closes."""
-        history = ingest.degraded_history
-        while state.degraded_done < len(history):
-            interval = history[state.degraded_done]
-            closed = interval.cleared_at is not None  # set by a clear or by a restart
-            if closed or not state.degraded_open_written:
-                self._put_always(
-                    IntervalRow(
-                        ingest.stream,
-                        "degraded",
-                        interval.epoch,
-                        interval.since,
-                        interval.cleared_at,
-                        interval.from_seq,
-                        interval.cleared_at_seq,
-                        f"{interval.reason} (seq {interval.from_seq}..{interval.to_seq} missing)",
-                    )
-                )
-            if not closed:
-                state.degraded_open_written = True
-                return
-            state.degraded_done += 1
-            state.degraded_open_written = False
-
-    def _follow_recoveries(self, ingest: StreamIngest, batch: Batch, state: _StreamState) -> None:
+    def _follow_recoveries(self, batch: AppliedBatch, state: _StreamState) -> None:
         still = []
         for key, tracker in state.recoveries:
-            if batch.seq == key[1] and ingest.epoch == key[0]:
+            if batch.seq == key[1] and batch.epoch == key[0]:
                 still.append((key, tracker))  # the batch that carried the clear itself
                 continue
-            tracker.after_batch(ingest.map, batch.ts)
+            tracker.after_batch(batch.view, batch.ts)
             if tracker.done:
-                self._put_always(self._recovery_row(ingest.stream, key, tracker))
+                self._put_always(self._recovery_row(batch.stream, key, tracker))
             else:
                 still.append((key, tracker))
         state.recoveries = still

@@ -37,7 +37,6 @@ from kvscope.collector.types import StreamId
 from kvscope.lab.ports import free_port
 from kvscope.storage.engine import open_store
 from kvscope.storage.writer import StoreSettings, StoreWriter
-from kvscope.store_commands import hooks_of
 from tests.conftest import capture_path
 from tests.vllm_source import Source
 
@@ -92,10 +91,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         collector = Collector(
             replica_streams("r1", f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{replay_port}"),
             settings=CollectorSettings(replay_timeout_s=2.0),
-            listeners=[writer],
-            observers=[writer.after_batch],
-            pre_apply=[writer.before_batch],
-            connection_observers=[writer.connection_changed],
+            sink=writer,
         )
         collector.start()
         exits.callback(collector.stop)
@@ -449,7 +445,7 @@ def test_an_instant_the_lagging_writer_may_not_have_stored_is_said_to_be_unknown
     engine = open_store(f"sqlite:///{tmp_path / 's.sqlite'}")
     writer = StoreWriter(engine, StoreSettings(retry_initial_s=0.05, retry_max_s=0.05))
     lab = StreamId("lab", 0)
-    ingest = StreamIngest(lab, can_replay=False, **hooks_of(writer))
+    ingest = StreamIngest(lab, can_replay=False, sink=writer)
     half = len(records) // 2
     for record in records[:half]:
         ingest.live_frames(record.frames, record.recv_ts)

@@ -36,7 +36,6 @@ from kvscope.demo import _bundled
 from kvscope.lab.ports import free_port
 from kvscope.storage.engine import open_store
 from kvscope.storage.writer import StoreWriter
-from kvscope.store_commands import hooks_of
 
 LIMIT = ApiSettings().max_body_bytes
 ERROR_KEYS = {"status", "code", "message", "field"}
@@ -46,7 +45,7 @@ ERROR_KEYS = {"status", "code", "message", "field"}
 def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('hostile') / 'store.sqlite'}"
     writer = StoreWriter(open_store(url))
-    ingest = StreamIngest(StreamId("lab", 0), can_replay=False, **hooks_of(writer))
+    ingest = StreamIngest(StreamId("lab", 0), can_replay=False, sink=writer)
     for record in list(read_capture(_bundled("lab_3rps_180s.msgpack.gz")))[:300]:
         ingest.live_frames(record.frames, record.recv_ts)
     writer.close()

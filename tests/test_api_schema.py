@@ -38,9 +38,7 @@ def filled_store(folder: Path) -> ApiData:
     ingest = StreamIngest(
         StreamId("lab", 0),
         can_replay=False,
-        listeners=[writer],
-        observers=[writer.after_batch],
-        pre_apply=[writer.before_batch],
+        sink=writer,
     )
     for record in read_capture(_bundled("lab_3rps_180s.msgpack.gz")):
         ingest.live_frames(record.frames, record.recv_ts)

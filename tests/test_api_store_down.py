@@ -34,7 +34,6 @@ from kvscope.demo import _bundled
 from kvscope.lab.ports import free_port
 from kvscope.storage.engine import make_engine, open_store
 from kvscope.storage.writer import StoreWriter
-from kvscope.store_commands import hooks_of
 
 LIVE, STORED = StreamId("lab", 0), StreamId("old", 0)
 
@@ -76,7 +75,7 @@ def outage(tmp_path: Path) -> Iterator[Outage]:
     store_dir.mkdir()
     engine = open_store(f"sqlite:///{store_dir / 's.sqlite'}")
     writer = StoreWriter(engine)
-    stored = StreamIngest(STORED, can_replay=False, **hooks_of(writer))
+    stored = StreamIngest(STORED, can_replay=False, sink=writer)
     for record in records:  # a replica only the store knows: another collector wrote it
         stored.live_frames(record.frames, record.recv_ts)
     writer.close()
@@ -186,7 +185,7 @@ def test_a_store_only_api_fails_whole_with_503(tmp_path: Path) -> None:
     store_dir.mkdir()
     engine = open_store(f"sqlite:///{store_dir / 's.sqlite'}")
     writer = StoreWriter(engine)
-    ingest = StreamIngest(STORED, can_replay=False, **hooks_of(writer))
+    ingest = StreamIngest(STORED, can_replay=False, sink=writer)
     for record in list(read_capture(_bundled("lab_3rps_180s.msgpack.gz")))[:100]:
         ingest.live_frames(record.frames, record.recv_ts)
     writer.close()

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from kvscope.cli import app
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
-from kvscope.collector.prefix_map import ClearedMap, ClearReason
+from kvscope.collector.sink import ClearedMap, ClearReason, NullSink
 from kvscope.collector.types import StreamId
 from tests.conftest import capture_path
 
@@ -30,11 +30,11 @@ def test_map_equals_every_blockpool_snapshot(name: str) -> None:
     snapshots = settled_snapshots(sidecar)
     cleared: list[ClearedMap] = []
 
-    class Keep:
+    class Keep(NullSink):
         def map_cleared(self, c: ClearedMap) -> None:
             cleared.append(c)
 
-    ingest = StreamIngest(StreamId("lab", 0), can_replay=False, listeners=[Keep()])
+    ingest = StreamIngest(StreamId("lab", 0), can_replay=False, sink=Keep())
     checked = 0
 
     def check_through(limit: int | None) -> None:

@@ -679,10 +679,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         collector = Collector(
             replica_streams(REPLICA, source.endpoint, source.replay_endpoint),
             settings=CollectorSettings(replay_timeout_s=2.0),
-            listeners=[writer],
-            observers=[writer.after_batch],
-            pre_apply=[writer.before_batch],
-            connection_observers=[writer.connection_changed],
+            sink=writer,
         )
         collector.start()
         stop_collector = once(collector.stop)

@@ -7,8 +7,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from kvscope.collector.ingest import END_SEQ, ReplayRequest, StreamIngest
-from kvscope.collector.prefix_map import ClearedMap, ClearReason
+from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.replay import END_SEQ, ReplayRequest
+from kvscope.collector.sink import ClearedMap, ClearReason, NullSink
 from kvscope.collector.types import StreamId
 
 STREAM = StreamId("r1", 0)
@@ -42,7 +43,7 @@ def frames(seq: int, body: bytes) -> list[bytes]:
     return [b"", seq.to_bytes(8, "big"), body]
 
 
-class Recorder:
+class Recorder(NullSink):
     def __init__(self) -> None:
         self.cleared: list[ClearedMap] = []
 
@@ -52,7 +53,7 @@ class Recorder:
 
 def make(can_replay: bool = False, **kw: Any) -> tuple[StreamIngest, Recorder]:
     rec = Recorder()
-    return StreamIngest(STREAM, can_replay=can_replay, listeners=[rec], **kw), rec
+    return StreamIngest(STREAM, can_replay=can_replay, sink=rec, **kw), rec
 
 
 def hashes(ingest: StreamIngest) -> set[int]:

@@ -46,9 +46,7 @@ def fill_store(url: str) -> None:
     ingest = StreamIngest(
         StreamId(REPLICA, 0),
         can_replay=False,
-        listeners=[writer],
-        observers=[writer.after_batch],
-        pre_apply=[writer.before_batch],
+        sink=writer,
     )
     for record in read_capture(_bundled("lab_3rps_180s.msgpack.gz")):
         ingest.live_frames(record.frames, record.recv_ts)

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvscope.collector.block_table import BlockTable, TokenQuery
-from kvscope.collector.prefix_map import ClearedMap, ClearReason, PrefixMap
+from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.sink import ClearedMap, ClearReason
 from kvscope.collector.types import (
     AllCleared,
     Batch,
@@ -160,7 +161,7 @@ def test_clear_empties_every_tier_and_group_and_hands_the_map_to_listeners() -> 
         def map_cleared(self, cleared: ClearedMap) -> None:
             seen.append(cleared)
 
-    prefix_map = PrefixMap(StreamId("r", 1), [Listener()])
+    prefix_map = PrefixMap(StreamId("r", 1), Listener().map_cleared)
     prefix_map.apply(Batch(0, 5.0, 1, [stored([1, 2], None), stored([9], None, CPU0)]))
     prefix_map.apply(Batch(1, 6.0, 1, [AllCleared(), stored([5], None, GPU1)]), epoch=3)
     assert [c.reason for c in seen] == [ClearReason.ALL_BLOCKS_CLEARED]

@@ -13,8 +13,9 @@ from sqlalchemy import func, select
 
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.sink import AppliedBatch, FanOut, NullSink
 from kvscope.collector.snapshot import decode_tables
-from kvscope.collector.types import Batch, StreamId
+from kvscope.collector.types import StreamId
 from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, position_at_time, rebuild, stream_id
@@ -42,17 +43,12 @@ def ingest_capture(
     samples: dict[int, dict[tuple[int, int], int]] = {}
     rng = random.Random(7)
 
-    def sample(ingest: StreamIngest, batch: Batch, payload: bytes, recv_ts: float) -> None:
-        if sample_every and rng.randrange(sample_every) == 0:
-            samples[batch.seq] = ingest.map.counts()
+    class Sample(NullSink):
+        def applied(self, batch: AppliedBatch) -> None:
+            if sample_every and rng.randrange(sample_every) == 0:
+                samples[batch.seq] = ingest.map.counts()
 
-    ingest = StreamIngest(
-        STREAM,
-        can_replay=False,
-        listeners=[writer],
-        observers=[writer.after_batch, sample],
-        pre_apply=[writer.before_batch],
-    )
+    ingest = StreamIngest(STREAM, can_replay=False, sink=FanOut(writer, Sample()))
     for record in read_capture(capture):
         ingest.live_frames(record.frames, record.recv_ts)
     writer.close()

@@ -51,10 +51,7 @@ def test_instants_recorded_live_rebuild_exactly(store_url: str, stack: ExitStack
     collector = Collector(
         replica_streams("live", f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{replay_port}"),
         settings=CollectorSettings(replay_timeout_s=2.0),
-        listeners=[writer],
-        observers=[writer.after_batch],
-        pre_apply=[writer.before_batch],
-        connection_observers=[writer.connection_changed],
+        sink=writer,
     )
     collector.start()
     rng = random.Random(3)

@@ -23,7 +23,6 @@ from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.writer import StoreSettings, StoreWriter
-from kvscope.store_commands import hooks_of
 from tests.conftest import capture_path
 
 STREAM = StreamId("lab", 0)
@@ -63,7 +62,7 @@ def test_a_commit_whose_answer_was_lost_is_retried_without_writing_twice(store_u
     flaky = AnswerLostAfterCommit(writer.engine, every=3)
     writer.engine = flaky  # type: ignore[assignment]
     samples: dict[int, dict[tuple[int, int], int]] = {}
-    ingest = StreamIngest(STREAM, can_replay=False, **hooks_of(writer))
+    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
     records = list(read_capture(capture))
     for record in records:
         ingest.live_frames(record.frames, record.recv_ts)

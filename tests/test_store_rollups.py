@@ -8,6 +8,7 @@ from sqlalchemy import select
 
 from kvscope.collector.block_table import TableStats
 from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.sink import ResumePoint
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
@@ -48,13 +49,7 @@ GAPS = {13: 1}
 
 
 def _ingest_into(writer: StoreWriter) -> StreamIngest:
-    return StreamIngest(
-        STREAM,
-        can_replay=False,
-        listeners=[writer],
-        observers=[writer.after_batch],
-        pre_apply=[writer.before_batch],
-    )
+    return StreamIngest(STREAM, can_replay=False, sink=writer)
 
 
 def test_each_second_holds_the_map_after_its_last_batch_and_its_changes(store_url: str) -> None:
@@ -95,7 +90,7 @@ def test_a_map_loaded_after_a_crash_counts_only_what_comes_after(store_url: str)
         before.live_frames(frames(seq, payload(*events, ts=ts)), ts)
     writer = StoreWriter(open_store(store_url), StoreSettings())
     live = _ingest_into(writer)
-    live.resume(before.map, 0, 3, payload(*BATCHES[3][2], ts=BATCHES[3][1]))
+    live.resume(ResumePoint(STREAM, before.map, 0, 3, payload(*BATCHES[3][2], ts=BATCHES[3][1])))
     for seq, ts, events in BATCHES[4:]:
         live.live_frames(frames(seq, payload(*events, ts=ts)), ts)
     writer.close()

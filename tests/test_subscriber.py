@@ -17,7 +17,8 @@ import pytest
 import zmq
 
 from kvscope.collector.endpoints import replica_streams
-from kvscope.collector.ingest import END_SEQ, StreamIngest
+from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.replay import END_SEQ
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
 from kvscope.lab.ports import free_port

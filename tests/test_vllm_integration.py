@@ -9,7 +9,7 @@ with the pool's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
 import pytest
@@ -19,7 +19,7 @@ from vllm.distributed.kv_events import KVEventBatch
 
 from kvscope.collector.block_table import TableStats
 from kvscope.collector.endpoints import replica_streams
-from kvscope.collector.prefix_map import ClearedMap, ClearReason, MapListener
+from kvscope.collector.sink import ClearedMap, ClearReason, EventSink, NullSink
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
 from kvscope.lab.ports import free_port, free_port_run
@@ -37,8 +37,8 @@ RESETS = ResetOdds(default=0.03, preempt=0.02, keep=0.04, idle=0.015)
 DP0_RESETS = ResetOdds(preempt=0.03, keep=0.05, idle=0.02)
 
 
-class ClearRecorder:
-    """A map listener that keeps every `ClearedMap` it is handed."""
+class ClearRecorder(NullSink):
+    """A sink that keeps every `ClearedMap` it is handed."""
 
     def __init__(self) -> None:
         self.cleared: list[ClearedMap] = []
@@ -80,13 +80,13 @@ def start_collector(
     endpoint: str,
     replay_endpoint: str | None,
     dp_ranks: int = 1,
-    listeners: Sequence[MapListener] = (),
+    sink: EventSink | None = None,
 ) -> Collector:
     """A running collector whose streams are connected and past their first replay."""
     streams = replica_streams(
         REPLICA, endpoint, replay_endpoint=replay_endpoint, dp_ranks=dp_ranks, topic=""
     )
-    collector = Collector(streams, listeners=listeners, settings=SETTINGS)
+    collector = Collector(streams, settings=SETTINGS, sink=sink)
     collector.start()
     stack.callback(collector.stop)
     for spec in streams:
@@ -172,7 +172,7 @@ def test_random_workload_with_resets_and_eviction(stack: ExitStack) -> None:
     port, replay_port = free_port(), free_port()
     source = start_source(stack, port, replay_port, seed=1234, resets=RESETS)
     recorder = ClearRecorder()
-    collector = start_collector(stack, tcp(port), tcp(replay_port), listeners=[recorder])
+    collector = start_collector(stack, tcp(port), tcp(replay_port), sink=recorder)
 
     checkpoints = orphan_checkpoints = duplicate_checkpoints = 0
     max_orphans = 0
@@ -257,7 +257,7 @@ def test_unrecoverable_gap_degrades_until_reset(stack: ExitStack) -> None:
     proxy.start()
     stack.callback(proxy.stop)
     recorder = ClearRecorder()
-    collector = start_collector(stack, tcp(proxy_port), tcp(replay_port), listeners=[recorder])
+    collector = start_collector(stack, tcp(proxy_port), tcp(replay_port), sink=recorder)
 
     # Exact up to the loss.
     while source.batches < lost.start:
@@ -314,7 +314,7 @@ def test_publisher_restart_starts_a_new_epoch(stack: ExitStack, racing: bool) ->
     first = Source.start(64, port, replay_port, seed=7, name="old")
     stack.callback(first.close)
     recorder = ClearRecorder()
-    collector = start_collector(stack, tcp(port), tcp(replay_port), listeners=[recorder])
+    collector = start_collector(stack, tcp(port), tcp(replay_port), sink=recorder)
     steps = 0
     while first.batches < 150:
         first.step()
@@ -434,9 +434,7 @@ def test_two_dp_ranks_are_separate_streams(stack: ExitStack) -> None:
     rank0 = start_source(stack, port, replay_port, seed=10, resets=DP0_RESETS, rank=0, name="dp0")
     rank1 = start_source(stack, port, replay_port, seed=11, rank=1, num_blocks=48, name="dp1")
     recorder = ClearRecorder()
-    collector = start_collector(
-        stack, tcp(port), tcp(replay_port), dp_ranks=2, listeners=[recorder]
-    )
+    collector = start_collector(stack, tcp(port), tcp(replay_port), dp_ranks=2, sink=recorder)
 
     for step in range(240):
         rank0.step()

@@ -1,0 +1,21 @@
+"""What a stream's ingest counts: the live view, /metrics and GET /replicas read it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class StreamCounters:
+    batches_applied: int = 0
+    duplicates: int = 0
+    gaps: int = 0
+    missing_batches: int = 0
+    replays_requested: int = 0
+    replays_ok: int = 0
+    replays_failed: int = 0
+    restarts: int = 0
+    malformed: Counter[str] = field(default_factory=Counter)
+    """Refused input by kind (`MalformedKind` values)."""
+    rank_mismatches: int = 0
