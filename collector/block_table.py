@@ -19,17 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvscope.collector import _table_core
-from kvscope.collector._table_core import SlotMap, TableCore
+from kvscope.collector._slot_map import SlotMap
+from kvscope.collector._table_core import (
+    FOREIGN_EXTRA,
+    HAS_PARENT,
+    HAS_TOKENS,
+    HITTABLE,
+    NO_SLOT,
+    TableCore,
+)
 from kvscope.collector.types import TableKey
-
-NO_SLOT = -1
-
-# _flags bits
-HITTABLE = 1
-HAS_PARENT = 2
-HAS_TOKENS = 4
-FOREIGN_EXTRA = 8
-"""Extra hash keys besides a LoRA name (multimodal, cache salt): tokens alone cannot match it."""
 
 
 class TokenQuery:
@@ -50,10 +49,6 @@ class TokenQuery:
         if first is None:
             first = self._first[block_size] = self.tokens[:block_size].tobytes()
         return first
-
-
-GROW_MIN = 4096
-"""Slots added at least when the columns are full (else 1/16 of the slots there are)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +264,15 @@ class BlockTable(TableCore):
                     child = next_sibling[child]
             yield Subtree(head_hash, bool(has_parent), blocks, leaves, deepest[1])
 
-    # --- the tree -----------------------------------------------------------------------------
+    # --- the rare cases the compiled writes call back (hooks declared in _table_core.pxd) ----
+    def _set_extras(self, slot: int, lora_name: str | None, extra: Any) -> None:
+        self._extras[slot] = (lora_name, extra)
+        foreign = extra is not None and (
+            not isinstance(extra, list | tuple) or len(extra) > (1 if lora_name else 0)
+        )
+        if foreign:
+            self._flags[slot] |= FOREIGN_EXTRA
+
     def _adopt(self, block_hash: int, slot: int) -> None:
         """`block_hash` was the missing ancestor of earlier orphans: they rejoin the tree."""
         orphans = self._waiting.pop(block_hash)
@@ -331,34 +334,3 @@ class BlockTable(TableCore):
                 stack.append(child)
                 child = next_sibling[child]
         self.hittable_count += changed if hittable else -changed
-
-    # --- storage ------------------------------------------------------------------------------
-    def _grow(self) -> None:
-        """Lengthen the columns by a chunk of never-used slots (handed out from `_high` on)."""
-        start = len(self._count)
-        n = max(GROW_MIN, start // 16)
-        for column, fill in (
-            (self._count, 0),
-            (self._parent, 0),
-            (self._first_child, NO_SLOT),
-            (self._next_sibling, NO_SLOT),
-            (self._prev_sibling, NO_SLOT),
-            (self._flags, 0),
-            (self._first_ms, 0),
-            (self._last_ms, 0),
-        ):
-            column.frombytes((b"\xff" if fill else b"\x00") * (column.itemsize * n))
-        if self.block_size:
-            self._tokens.frombytes(bytes(4 * self.block_size * n))
-
-    def _set_block_size(self, block_size: int) -> None:
-        self.block_size = block_size
-        self._tokens = array("I", bytes(4 * block_size * len(self._count)))
-
-    def _set_extras(self, slot: int, lora_name: str | None, extra: Any) -> None:
-        self._extras[slot] = (lora_name, extra)
-        foreign = extra is not None and (
-            not isinstance(extra, list | tuple) or len(extra) > (1 if lora_name else 0)
-        )
-        if foreign:
-            self._flags[slot] |= FOREIGN_EXTRA
