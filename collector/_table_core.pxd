@@ -3,7 +3,7 @@
 # C fields, and the hooks the compiled writes call back for the rare cases, which `BlockTable`
 # (collector/block_table.py) overrides in Python.
 from cpython cimport array as carray
-from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 
 from kvscope.collector._slot_map cimport SlotMap
 
@@ -14,6 +14,7 @@ cpdef enum:
     HAS_PARENT = 2
     HAS_TOKENS = 4
     FOREIGN_EXTRA = 8  # extra keys besides a LoRA name: tokens alone cannot match the block
+    ASIDE = 16  # entries in _odd_tokens, _extras or _raw_parent: Python drops the block
 
 
 cpdef enum:
@@ -22,7 +23,7 @@ cpdef enum:
 
 cdef struct Columns:
     # Raw pointers into a table's columns: taken again whenever they may have been resized.
-    uint16_t* count
+    uint32_t* count
     uint64_t* parent
     int32_t* first_child
     int32_t* next_sibling
@@ -39,6 +40,10 @@ cdef class TableCore:
     cdef public double base_ts  # timestamps are kept as milliseconds since this instant
     cdef public Py_ssize_t block_size  # tokens per block, from the first store that says
     cdef public Py_ssize_t hittable_count, orphan_count, copies, unknown_removals
+    # Stores of a block whose copy count was at its maximum (2**32 - 1), so not counted: from
+    # the first, that block's count is below vLLM's.
+    cdef public Py_ssize_t saturated_stores
+    cdef public Py_ssize_t odd_token_bytes  # the bytes in _odd_tokens
     cdef public SlotMap _slot_of
     # Per-slot columns (`array`s): copies, parent hash, child and sibling links, flags, first
     # and last store (ms since base_ts), and block_size tokens per slot.
@@ -53,7 +58,7 @@ cdef class TableCore:
     # a dict's keys (an ordered set): roots sharing their first tokens (cache salts, LoRAs) may
     # be many, and a list made each removal a scan.
     cdef public dict _roots
-    cdef public dict _odd_tokens  # tokens of blocks whose size differs from the table's
+    cdef public dict _odd_tokens  # slot -> tokens (uint32 bytes) of a block of another size
     cdef public dict _extras  # slot -> (lora_name, extra_keys), for the rare blocks with them
     cdef public dict _raw  # hash -> the bytes it travelled as (publishers sending bytes)
     cdef public dict _raw_parent  # slot -> its parent's bytes, for such chain heads
@@ -63,6 +68,7 @@ cdef class TableCore:
     cdef bytes _root_key(self, Columns* c, int32_t slot)
     cdef int _unroot(self, bytes key, int32_t slot) except -1
     cdef int _grow(self) except -1
+    cdef int _reserve_tokens(self, int32_t slot) except -1
     cdef int _set_block_size(self, Py_ssize_t block_size) except -1
 
     # What the compiled writes call back for the rare cases; BlockTable defines them in Python.

@@ -9,8 +9,11 @@ HITTABLE: int
 HAS_PARENT: int
 HAS_TOKENS: int
 FOREIGN_EXTRA: int
+ASIDE: int
 NO_SLOT: int
 GROW_MIN: int
+FIRST_SLOTS: int
+TOKENS_STEP_MIN_BYTES: int
 
 class TableCore:
     key: TableKey
@@ -20,6 +23,8 @@ class TableCore:
     orphan_count: int
     copies: int
     unknown_removals: int
+    saturated_stores: int
+    odd_token_bytes: int
     _slot_of: SlotMap
     _count: array[int]
     _parent: array[int]
@@ -34,7 +39,7 @@ class TableCore:
     _high: int
     _waiting: dict[int, list[int]]
     _roots: dict[bytes, dict[int, None]]
-    _odd_tokens: dict[int, tuple[int, ...]]
+    _odd_tokens: dict[int, bytes]
     _extras: dict[int, tuple[str | None, Any]]
     _raw: dict[int, bytes]
     _raw_parent: dict[int, bytes]
@@ -52,6 +57,7 @@ class TableCore:
         raw_parent: bytes | None = None,
     ) -> None: ...
     def remove(self, block_hashes: list[int]) -> None: ...
+    def token_bytes(self) -> int: ...
     def _forget_root(self, slot: int) -> None: ...
     def _link(self, parent_slot: int, child: int) -> None: ...
     def _unlink(self, parent_slot: int, child: int) -> None: ...

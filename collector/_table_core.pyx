@@ -15,15 +15,22 @@ import array
 from cpython cimport array as carray
 from cpython.object cimport Py_SIZE
 from libc.math cimport NAN, floor
-from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy, memset
+from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
 
 from kvscope.collector._slot_map cimport SlotMap
 from kvscope.collector._slot_map import SlotMap  # BlockTable's checkpoints build one
 
 cdef double MS_MAX = 4294967295.0
+cdef uint32_t MAX_COPIES = 0xFFFFFFFFU
+"""A block's copy count stops here (the column's width); stores past it are counted instead."""
 GROW_MIN = 4096
-"""Slots added at least when the columns are full (else 1/16 of the slots there are)."""
+"""Slots added at least when the columns are full (else 1/16 of the slots there are), once a
+table has that many; a new table starts with FIRST_SLOTS and doubles up to it."""
+FIRST_SLOTS = 64
+TOKENS_STEP_MIN_BYTES = 1 << 20
+"""The tokens column grows by at most this much at a time, unless 1/16 of it is more: blocks of a
+few thousand tokens must not reserve GROW_MIN blocks' worth of room."""
 
 # --- BlockTable's hot writes ------------------------------------------------------------------
 cdef inline void _link(Columns* c, int32_t parent_slot, int32_t child) noexcept:
@@ -55,11 +62,11 @@ cdef inline void* _buffer(carray.array column) noexcept:
     return column.data.as_voidptr
 
 
-cdef int _extend(carray.array column, Py_ssize_t n, int fill) except -1:
-    """Lengthen `column` by `n` items of bytes `fill`."""
-    cdef Py_ssize_t old = Py_SIZE(column), size = column.ob_descr.itemsize
-    carray.resize_smart(column, old + n)
-    memset(column.data.as_chars + old * size, fill, n * size)
+cdef int _extend(carray.array column, Py_ssize_t n, bint ones) except -1:
+    """Lengthen `column` by `n` items, all bits 0 (or 1). Through `frombytes`: it refuses (a
+    BufferError) while a checkpoint holds a view of the column, where a C realloc would not."""
+    cdef Py_ssize_t size = n * column.ob_descr.itemsize
+    column.frombytes(b"\xff" * size if ones else bytes(size))
     return 0
 
 
@@ -81,7 +88,7 @@ cdef class TableCore:
         self.block_size = self.hittable_count = self.orphan_count = 0
         self.copies = self.unknown_removals = self._high = 0
         self._slot_of = SlotMap()
-        self._count = array.array("H")
+        self._count = array.array("I")
         self._parent = array.array("Q")
         self._first_child = array.array("i")
         self._next_sibling = array.array("i")
@@ -90,6 +97,7 @@ cdef class TableCore:
         self._first_ms = array.array("I")
         self._last_ms = array.array("I")
         self._tokens = array.array("I")
+        self.saturated_stores = self.odd_token_bytes = 0
         self._free = []
         self._ms_ts = NAN
         self._ms_value = 0
@@ -102,7 +110,7 @@ cdef class TableCore:
 
     cdef void _take(self, Columns* c) noexcept:
         c.slots = Py_SIZE(self._count)
-        c.count = <uint16_t*>_buffer(self._count)
+        c.count = <uint32_t*>_buffer(self._count)
         c.parent = <uint64_t*>_buffer(self._parent)
         c.first_child = <int32_t*>_buffer(self._first_child)
         c.next_sibling = <int32_t*>_buffer(self._next_sibling)
@@ -129,7 +137,7 @@ cdef class TableCore:
         cdef Columns c
         odd = self._odd_tokens.get(slot)
         if odd is not None:
-            self._unroot(array.array("I", odd).tobytes(), slot)
+            self._unroot(odd, slot)
         elif (<uint8_t*>_buffer(self._flags))[slot] & HAS_TOKENS:
             self._take(&c)
             self._unroot(self._root_key(&c, slot), slot)
@@ -147,25 +155,37 @@ cdef class TableCore:
 
     # --- storage ------------------------------------------------------------------------------
     cdef int _grow(self) except -1:
-        """Lengthen the columns by a chunk of never-used slots (handed out from `_high` on)."""
-        cdef Py_ssize_t n = max(GROW_MIN, Py_SIZE(self._count) // 16)
-        _extend(self._count, n, 0)
-        _extend(self._parent, n, 0)
-        _extend(self._first_child, n, 0xFF)  # NO_SLOT
-        _extend(self._next_sibling, n, 0xFF)
-        _extend(self._prev_sibling, n, 0xFF)
-        _extend(self._flags, n, 0)
-        _extend(self._first_ms, n, 0)
-        _extend(self._last_ms, n, 0)
-        if self.block_size:
-            _extend(self._tokens, self.block_size * n, 0)
+        """Lengthen the columns but tokens by a chunk of never-used slots (handed out from
+        `_high` on)."""
+        cdef Py_ssize_t slots = Py_SIZE(self._count)
+        cdef Py_ssize_t n = max(GROW_MIN, slots // 16) if slots >= GROW_MIN else max(FIRST_SLOTS, slots)
+        _extend(self._count, n, False)
+        _extend(self._parent, n, False)
+        _extend(self._first_child, n, True)  # NO_SLOT
+        _extend(self._next_sibling, n, True)
+        _extend(self._prev_sibling, n, True)
+        _extend(self._flags, n, False)
+        _extend(self._first_ms, n, False)
+        _extend(self._last_ms, n, False)
+        return 0
+
+    cdef int _reserve_tokens(self, int32_t slot) except -1:
+        """Room in the tokens column for the tokens of `slot`: the column covers the slots that
+        hold tokens, not every slot, and grows in steps bounded in bytes."""
+        cdef Py_ssize_t per_slot = self.block_size * 4
+        cdef Py_ssize_t have = Py_SIZE(self._tokens) // self.block_size
+        cdef Py_ssize_t step = max(have // 16, min(GROW_MIN, max(1, TOKENS_STEP_MIN_BYTES // per_slot)))
+        _extend(self._tokens, (max(slot + 1, have + step) - have) * self.block_size, False)
         return 0
 
     cdef int _set_block_size(self, Py_ssize_t block_size) except -1:
         self.block_size = block_size
         self._tokens = array.array("I")
-        _extend(self._tokens, block_size * Py_SIZE(self._count), 0)
         return 0
+
+    def token_bytes(self):
+        """Bytes held for the blocks' tokens: the tokens column and the odd-sized blocks'."""
+        return Py_SIZE(self._tokens) * 4 + self.odd_token_bytes
 
     # --- the hooks BlockTable defines (see _table_core.pxd) -----------------------------------
     cpdef _set_extras(self, int32_t slot, lora_name, extra):
@@ -202,8 +222,11 @@ cdef class TableCore:
         raw_hashes=None,
         raw_parent=None,
     ):
-        """Apply one `BlockStored`: block i's parent is block i-1, block 0's is `parent`."""
-        cdef Py_ssize_t n = len(hashes), i, bs
+        """Apply one `BlockStored`: block i's parent is block i-1, block 0's is `parent`.
+
+        Its fields are as collector/wire_rules.py admits them, and the map's limits were checked
+        before (collector/limits.py): nothing here refuses a batch halfway."""
+        cdef Py_ssize_t n = len(hashes), i, bs, saturated = 0
         cdef uint32_t ms = self._ms(ts)
         if self.block_size == 0 and block_size > 0:
             self._set_block_size(block_size)
@@ -245,7 +268,10 @@ cdef class TableCore:
             if found >= 0:
                 # Another physical copy of a cached hash.
                 slot = slot_of._vals[found]
-                c.count[slot] += 1
+                if c.count[slot] != MAX_COPIES:
+                    c.count[slot] += 1
+                else:
+                    saturated += 1
                 c.last_ms[slot] = ms
                 has_parent, parent_hash, parent_slot = True, block_hash, slot
                 continue
@@ -281,9 +307,14 @@ cdef class TableCore:
                 orphans_added += 1
             if chunk_tokens != NULL:
                 if same_size:
+                    if (slot + 1) * bs > Py_SIZE(self._tokens):
+                        self._reserve_tokens(slot)
+                        self._take(&c)
                     memcpy(&c.tokens[slot * bs], &chunk_tokens[i * block_size], block_size * 4)
                 else:
-                    self._odd_tokens[slot] = tuple(tokens[i * block_size : (i + 1) * block_size])
+                    self._odd_tokens[slot] = (<char*>&chunk_tokens[i * block_size])[: block_size * 4]
+                    self.odd_token_bytes += block_size * 4
+                    c.flags[slot] |= ASIDE
                 if not has_parent:
                     self._roots.setdefault(
                         (<char*>&chunk_tokens[i * block_size])[: block_size * 4], {}
@@ -292,10 +323,12 @@ cdef class TableCore:
                 extra = extra_keys[i] if extra_keys and i < len(extra_keys) else None
                 if lora_name is not None or extra is not None:
                     self._set_extras(slot, lora_name, extra)
+                    c.flags[slot] |= ASIDE
             if raw_hashes is not None:
                 self._raw[hashes[i]] = raw_hashes[i]
                 if i == 0 and raw_parent is not None:
                     self._raw_parent[slot] = raw_parent
+                    c.flags[slot] |= ASIDE
             if waiting and hashes[i] in waiting:
                 # Earlier orphans named this block as parent: Python rejoins them (rare).
                 self.hittable_count += hittable_added
@@ -303,7 +336,8 @@ cdef class TableCore:
                 hittable_added = orphans_added = 0
                 self._adopt(hashes[i], slot)
             has_parent, parent_hash, parent_slot = True, block_hash, slot
-        self.copies += n
+        self.copies += n - saturated
+        self.saturated_stores += saturated
         self.hittable_count += hittable_added
         self.orphan_count += orphans_added
 
@@ -315,7 +349,7 @@ cdef class TableCore:
         cdef list free = self._free
         cdef Py_ssize_t unknown = 0, copies_gone = 0, hittable_gone = 0, found, parent_found
         cdef int32_t slot, parent_slot
-        cdef uint16_t left
+        cdef uint32_t left
         cdef uint8_t slot_flags
         cdef uint64_t block_hash
         for key in block_hashes:

@@ -21,6 +21,7 @@ from typing import Any
 from kvscope.collector import _table_core
 from kvscope.collector._slot_map import SlotMap
 from kvscope.collector._table_core import (
+    ASIDE,
     FOREIGN_EXTRA,
     HAS_PARENT,
     HAS_TOKENS,
@@ -122,6 +123,7 @@ class BlockTable(TableCore):
             "base_ts": self.base_ts,
             "block_size": self.block_size,
             "counts": [self.hittable_count, self.orphan_count, self.copies, self.unknown_removals],
+            "saturated_stores": self.saturated_stores,
             "hashes": memoryview(hashes),
             "slots": memoryview(slots),
             "columns": [memoryview(getattr(self, name)) for name in self._COLUMNS],
@@ -142,11 +144,17 @@ class BlockTable(TableCore):
         table.hittable_count, table.orphan_count, table.copies, table.unknown_removals = state[
             "counts"
         ]
+        table.saturated_stores = state.get("saturated_stores", 0)
         hashes, slots = array("Q"), array("i")
         hashes.frombytes(state["hashes"])
         slots.frombytes(state["slots"])
         table._slot_of = SlotMap.from_arrays(hashes, slots)
-        for name, data in zip(cls._COLUMNS, state["columns"], strict=True):
+        columns = dict(zip(cls._COLUMNS, state["columns"], strict=True))
+        n_slots = len(columns["_parent"]) // 8
+        if n_slots and len(columns["_count"]) == 2 * n_slots:
+            # Written when copy counts were uint16.
+            columns["_count"] = array("I", array("H", bytes(columns["_count"]))).tobytes()
+        for name, data in columns.items():
             column = array(getattr(table, name).typecode)
             column.frombytes(data)
             setattr(table, name, column)
@@ -158,10 +166,19 @@ class BlockTable(TableCore):
         table._high = state.get("high", len(table._count))
         table._waiting = {parent: list(slots) for parent, slots in state["waiting"]}
         table._roots = {bytes(key): dict.fromkeys(slots) for key, slots in state["roots"]}
-        table._odd_tokens = {slot: tuple(tokens) for slot, tokens in state["odd_tokens"]}
+        table._odd_tokens = {
+            # uint32 bytes, or a list of ints when written before
+            slot: bytes(tokens) if isinstance(tokens, bytes) else array("I", tokens).tobytes()
+            for slot, tokens in state["odd_tokens"]
+        }
+        table.odd_token_bytes = sum(len(tokens) for tokens in table._odd_tokens.values())
         table._extras = {slot: (lora, extra) for slot, lora, extra in state["extras"]}
         table._raw = {h: bytes(raw) for h, raw in state["raw"]}
         table._raw_parent = {slot: bytes(raw) for slot, raw in state["raw_parent"]}
+        flags = table._flags
+        for aside in (table._odd_tokens, table._extras, table._raw_parent):
+            for slot in aside:
+                flags[slot] |= ASIDE  # (a checkpoint written before the flag lacks it)
         return table
 
     # --- reads --------------------------------------------------------------------------------
@@ -226,8 +243,9 @@ class BlockTable(TableCore):
         return self._raw.get(parent) or self._raw_parent.get(self._slot_of[block_hash])
 
     def _tokens_of(self, slot: int) -> tuple[int, ...] | None:
-        if slot in self._odd_tokens:
-            return self._odd_tokens[slot]
+        odd = self._odd_tokens.get(slot)
+        if odd is not None:
+            return tuple(array("I", odd))
         if not self._flags[slot] & HAS_TOKENS:
             return None
         bs = self.block_size
@@ -311,7 +329,9 @@ class BlockTable(TableCore):
                     self._mark_subtree(child, False)
                 child = following
         self._flags[slot] = 0
-        self._odd_tokens.pop(slot, None)
+        odd = self._odd_tokens.pop(slot, None)
+        if odd is not None:
+            self.odd_token_bytes -= len(odd)
         self._extras.pop(slot, None)
         if self._raw:
             self._raw.pop(block_hash, None)
