@@ -43,7 +43,9 @@ cdef class TableCore:
     # Stores of a block whose copy count was at its maximum (2**32 - 1), so not counted: from
     # the first, that block's count is below vLLM's.
     cdef public Py_ssize_t saturated_stores
-    cdef public Py_ssize_t odd_token_bytes  # the bytes in _odd_tokens
+    # About the bytes held in _odd_tokens and _extras (block_table.extras_bytes): counted with
+    # the tokens against the stream's limit.
+    cdef public Py_ssize_t side_bytes
     cdef public SlotMap _slot_of
     # Per-slot columns (`array`s): copies, parent hash, child and sibling links, flags, first
     # and last store (ms since base_ts), and block_size tokens per slot.

@@ -24,7 +24,7 @@ class TableCore:
     copies: int
     unknown_removals: int
     saturated_stores: int
-    odd_token_bytes: int
+    side_bytes: int
     _slot_of: SlotMap
     _count: array[int]
     _parent: array[int]

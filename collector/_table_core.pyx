@@ -97,7 +97,7 @@ cdef class TableCore:
         self._first_ms = array.array("I")
         self._last_ms = array.array("I")
         self._tokens = array.array("I")
-        self.saturated_stores = self.odd_token_bytes = 0
+        self.saturated_stores = self.side_bytes = 0
         self._free = []
         self._ms_ts = NAN
         self._ms_value = 0
@@ -184,8 +184,9 @@ cdef class TableCore:
         return 0
 
     def token_bytes(self):
-        """Bytes held for the blocks' tokens: the tokens column and the odd-sized blocks'."""
-        return Py_SIZE(self._tokens) * 4 + self.odd_token_bytes
+        """Bytes held for the blocks' contents: the tokens column, the odd-sized blocks' tokens,
+        LoRA names and extra keys (what `IngestLimits.max_token_bytes_per_stream` bounds)."""
+        return Py_SIZE(self._tokens) * 4 + self.side_bytes
 
     # --- the hooks BlockTable defines (see _table_core.pxd) -----------------------------------
     cpdef _set_extras(self, int32_t slot, lora_name, extra):
@@ -313,7 +314,7 @@ cdef class TableCore:
                     memcpy(&c.tokens[slot * bs], &chunk_tokens[i * block_size], block_size * 4)
                 else:
                     self._odd_tokens[slot] = (<char*>&chunk_tokens[i * block_size])[: block_size * 4]
-                    self.odd_token_bytes += block_size * 4
+                    self.side_bytes += block_size * 4
                     c.flags[slot] |= ASIDE
                 if not has_parent:
                     self._roots.setdefault(

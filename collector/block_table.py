@@ -52,6 +52,21 @@ class TokenQuery:
         return first
 
 
+def extras_bytes(lora_name: str | None, extra: Any) -> int:
+    """About what a block's LoRA name and extra keys hold: the length of each str and bytes in
+    them, 8 for any other value. Counted with its tokens against the stream's limit."""
+    size = len(lora_name) if lora_name else 0
+    if isinstance(extra, list | tuple):
+        for item in extra:
+            if isinstance(item, str | bytes):
+                size += len(item)
+            else:
+                size += extras_bytes(None, item) if isinstance(item, list | tuple) else 8
+    elif extra is not None:
+        size += 8
+    return size
+
+
 @dataclass(frozen=True, slots=True)
 class BlockEntry:
     """One cached hash of a table, as a dump or an API shows it."""
@@ -171,8 +186,10 @@ class BlockTable(TableCore):
             slot: bytes(tokens) if isinstance(tokens, bytes) else array("I", tokens).tobytes()
             for slot, tokens in state["odd_tokens"]
         }
-        table.odd_token_bytes = sum(len(tokens) for tokens in table._odd_tokens.values())
         table._extras = {slot: (lora, extra) for slot, lora, extra in state["extras"]}
+        table.side_bytes = sum(len(tokens) for tokens in table._odd_tokens.values()) + sum(
+            extras_bytes(lora, extra) for lora, extra in table._extras.values()
+        )
         table._raw = {h: bytes(raw) for h, raw in state["raw"]}
         table._raw_parent = {slot: bytes(raw) for slot, raw in state["raw_parent"]}
         flags = table._flags
@@ -285,6 +302,7 @@ class BlockTable(TableCore):
     # --- the rare cases the compiled writes call back (hooks declared in _table_core.pxd) ----
     def _set_extras(self, slot: int, lora_name: str | None, extra: Any) -> None:
         self._extras[slot] = (lora_name, extra)
+        self.side_bytes += extras_bytes(lora_name, extra)
         foreign = extra is not None and (
             not isinstance(extra, list | tuple) or len(extra) > (1 if lora_name else 0)
         )
@@ -331,8 +349,10 @@ class BlockTable(TableCore):
         self._flags[slot] = 0
         odd = self._odd_tokens.pop(slot, None)
         if odd is not None:
-            self.odd_token_bytes -= len(odd)
-        self._extras.pop(slot, None)
+            self.side_bytes -= len(odd)
+        extras = self._extras.pop(slot, None)
+        if extras is not None:
+            self.side_bytes -= extras_bytes(*extras)
         if self._raw:
             self._raw.pop(block_hash, None)
             self._raw_parent.pop(slot, None)

@@ -339,7 +339,12 @@ class StreamIngest:
             self.counters.rank_mismatches += 1
         for hook in self.pre_apply:
             hook(self, batch)
-        self.map.apply(batch, self.epoch, self.degraded is not None, now)
+        try:
+            self.map.apply(batch, self.epoch, self.degraded is not None, now)
+        except MalformedPayload as exc:  # over a limit: refused whole, nothing applied
+            self._malformed(exc.kind, seq, exc.detail)
+            self._degrade("batch refused", seq, seq, now)
+            return
         self.counters.batches_applied += 1
         if self.degraded is not None and any(type(e) is AllCleared for e in batch.events):
             self._undegrade(seq, now)

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import NamedTuple, Protocol
 
 from kvscope.collector.block_table import BlockTable, TableStats, TokenQuery
+from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits, admit
 from kvscope.collector.types import (
     AllCleared,
     Batch,
@@ -80,6 +81,8 @@ class MapCounters:
 class PrefixMap:
     """The cached blocks of one publisher (one replica's data-parallel rank)."""
 
+    limits: IngestLimits = DEFAULT_LIMITS
+
     def __init__(self, stream: StreamId, listeners: Iterable[MapListener] = ()) -> None:
         self.stream = stream
         self.listeners = list(listeners)
@@ -90,7 +93,11 @@ class PrefixMap:
     def apply(
         self, batch: Batch, epoch: int = 0, degraded: bool = False, recv_ts: float | None = None
     ) -> None:
-        """Apply one batch; `epoch` and `degraded` are passed on to listeners of a clear."""
+        """Apply one batch; `epoch` and `degraded` are passed on to listeners of a clear.
+
+        A batch that would take the map past its `limits` raises MalformedPayload
+        (LIMIT_EXCEEDED) before it changes anything."""
+        admit(self.limits, self.tables, batch)
         c = self.counters
         c.batches += 1
         ts = c.last_ts = batch.ts

@@ -55,7 +55,7 @@ class BlocksStored(msgspec.Struct, gc=False):
     hashes: list[int]
     parent: int | None
     token_ids: Sequence[int]
-    """A list, or an `array("I")` from the compiled decoder (what the block table keeps)."""
+    """An `array("I")` from the decoders (what the block table keeps), or a list."""
     block_size: int
     table: TableKey
     lora_name: str | None = None

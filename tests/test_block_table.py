@@ -80,7 +80,7 @@ def test_a_reused_slot_keeps_nothing_of_the_block_it_held() -> None:
         assert entry.token_ids == (h,) * 4 and entry.lora_name is None
         assert table.raw_parent(h) is None
     assert table.longest_prefix(TokenQuery([1, 2, 3, 4, 6, 6, 6, 6])) == 2
-    assert table.odd_token_bytes == 0
+    assert table.side_bytes == 0
 
 
 def test_the_odd_blocks_tokens_are_counted_and_restored() -> None:
@@ -88,8 +88,8 @@ def test_the_odd_blocks_tokens_are_counted_and_restored() -> None:
     partial = BlocksStored([2], 1, [9, 9, 9], 3, GPU0)
     prefix_map.apply(Batch(0, 1.0, 0, [BlocksStored([1], None, [1, 2, 3, 4], 4, GPU0), partial]))
     table = prefix_map.tables[GPU0]
-    assert table.odd_token_bytes == 12
+    assert table.side_bytes == 12
     restored = decode_map(encode_map(prefix_map), StreamId("r", 0)).tables[GPU0]
-    assert restored.odd_token_bytes == 12 and restored.entry(2).token_ids == (9, 9, 9)
+    assert restored.side_bytes == 12 and restored.entry(2).token_ids == (9, 9, 9)
     restored.remove([2])
-    assert restored.odd_token_bytes == 0
+    assert restored.side_bytes == 0
