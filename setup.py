@@ -2,6 +2,7 @@
 
 collector/_slot_map.pyx is the block table's hash -> slot map; collector/_table_core.pyx its
 state, hot writes and lookup by tokens (its contract with block_table.py in _table_core.pxd);
+collector/_admit.pyx the pass over each batch that checks a stream's limits;
 collector/_wire_fast.pyx decodes the common vLLM batch straight from its msgpack bytes;
 collector/_zmq_recv.pyx receives a whole message with libzmq's own calls (all Cython).
 Installing kvscope therefore needs a C compiler and the Python headers, as any package with an
@@ -32,6 +33,7 @@ setup(
         [
             Extension("kvscope.collector._slot_map", ["collector/_slot_map.pyx"]),
             Extension("kvscope.collector._table_core", ["collector/_table_core.pyx"]),
+            Extension("kvscope.collector._admit", ["collector/_admit.pyx"]),
             Extension("kvscope.collector._wire_fast", ["collector/_wire_fast.pyx"]),
             # dlopen/dlsym: libdl before glibc 2.34, an empty stub after.
             Extension("kvscope.collector._zmq_recv", ["collector/_zmq_recv.pyx"], libraries=["dl"]),

@@ -72,6 +72,7 @@ cdef class TableCore:
     cdef int _grow(self) except -1
     cdef int _reserve_tokens(self, int32_t slot) except -1
     cdef int _set_block_size(self, Py_ssize_t block_size) except -1
+    cpdef Py_ssize_t token_bytes(self)
 
     # What the compiled writes call back for the rare cases; BlockTable defines them in Python.
     # Keep a block's LoRA name and extra keys (and flag FOREIGN_EXTRA):

@@ -183,7 +183,7 @@ cdef class TableCore:
         self._tokens = array.array("I")
         return 0
 
-    def token_bytes(self):
+    cpdef Py_ssize_t token_bytes(self):
         """Bytes held for the blocks' contents: the tokens column, the odd-sized blocks' tokens,
         LoRA names and extra keys (what `IngestLimits.max_token_bytes_per_stream` bounds)."""
         return Py_SIZE(self._tokens) * 4 + self.side_bytes

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple, Protocol
 
+from kvscope.collector._admit import admit
 from kvscope.collector.block_table import BlockTable, TableStats, TokenQuery
-from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits, admit
+from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits
 from kvscope.collector.types import (
     AllCleared,
     Batch,
