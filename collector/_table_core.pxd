@@ -35,6 +35,11 @@ cdef struct Columns:
     Py_ssize_t slots
 
 
+cdef inline Py_ssize_t content_bytes(TableCore table) noexcept:
+    """What `table` holds of its blocks' contents: the tokens column and `side_bytes`."""
+    return table._tokens.ob_size * 4 + table.side_bytes
+
+
 cdef class TableCore:
     cdef public object key  # the table's TableKey
     cdef public double base_ts  # timestamps are kept as milliseconds since this instant
@@ -43,8 +48,8 @@ cdef class TableCore:
     # Stores of a block whose copy count was at its maximum (2**32 - 1), so not counted: from
     # the first, that block's count is below vLLM's.
     cdef public Py_ssize_t saturated_stores
-    # About the bytes held in _odd_tokens and _extras (block_table.extras_bytes): counted with
-    # the tokens against the stream's limit.
+    # About the bytes held in _odd_tokens and in _extras' extra keys (block_table.extras_bytes):
+    # counted with the tokens against the stream's limit.
     cdef public Py_ssize_t side_bytes
     cdef public SlotMap _slot_of
     # Per-slot columns (`array`s): copies, parent hash, child and sibling links, flags, first
@@ -72,7 +77,6 @@ cdef class TableCore:
     cdef int _grow(self) except -1
     cdef int _reserve_tokens(self, int32_t slot) except -1
     cdef int _set_block_size(self, Py_ssize_t block_size) except -1
-    cpdef Py_ssize_t token_bytes(self)
 
     # What the compiled writes call back for the rare cases; BlockTable defines them in Python.
     # Keep a block's LoRA name and extra keys (and flag FOREIGN_EXTRA):

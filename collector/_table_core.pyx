@@ -183,10 +183,10 @@ cdef class TableCore:
         self._tokens = array.array("I")
         return 0
 
-    cpdef Py_ssize_t token_bytes(self):
-        """Bytes held for the blocks' contents: the tokens column, the odd-sized blocks' tokens,
-        LoRA names and extra keys (what `IngestLimits.max_token_bytes_per_stream` bounds)."""
-        return Py_SIZE(self._tokens) * 4 + self.side_bytes
+    def token_bytes(self):
+        """Bytes held for the blocks' contents: the tokens column, the odd-sized blocks' tokens
+        and extra keys (what `IngestLimits.max_token_bytes_per_stream` bounds)."""
+        return content_bytes(self)
 
     # --- the hooks BlockTable defines (see _table_core.pxd) -----------------------------------
     cpdef _set_extras(self, int32_t slot, lora_name, extra):

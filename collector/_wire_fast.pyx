@@ -692,7 +692,7 @@ cdef object decode(Reader* r, object seq, int64_t max_block_size):
             return None
     if r.pos != r.end:
         return None  # trailing bytes
-    return Batch(seq, ts, rank, events)
+    return Batch(seq, ts, rank, events, 0, r.end)
 
 
 def decode_map_batch(payload, seq, int64_t max_block_size):

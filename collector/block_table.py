@@ -52,19 +52,19 @@ class TokenQuery:
         return first
 
 
-def extras_bytes(lora_name: str | None, extra: Any) -> int:
-    """About what a block's LoRA name and extra keys hold: the length of each str and bytes in
-    them, 8 for any other value. Counted with its tokens against the stream's limit."""
-    size = len(lora_name) if lora_name else 0
+def extras_bytes(extra: Any) -> int:
+    """About what a block's extra keys hold: the length of each str and bytes in them, 8 for any
+    other value (at most 8 for each byte they took on the wire). Counted with the tokens against
+    the stream's limit; a LoRA name is not (at most 256 bytes, one str for an event's blocks)."""
     if isinstance(extra, list | tuple):
+        size = 0
         for item in extra:
             if isinstance(item, str | bytes):
                 size += len(item)
             else:
-                size += extras_bytes(None, item) if isinstance(item, list | tuple) else 8
-    elif extra is not None:
-        size += 8
-    return size
+                size += extras_bytes(item) if isinstance(item, list | tuple) else 8
+        return size
+    return 0 if extra is None else 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +188,7 @@ class BlockTable(TableCore):
         }
         table._extras = {slot: (lora, extra) for slot, lora, extra in state["extras"]}
         table.side_bytes = sum(len(tokens) for tokens in table._odd_tokens.values()) + sum(
-            extras_bytes(lora, extra) for lora, extra in table._extras.values()
+            extras_bytes(extra) for _, extra in table._extras.values()
         )
         table._raw = {h: bytes(raw) for h, raw in state["raw"]}
         table._raw_parent = {slot: bytes(raw) for slot, raw in state["raw_parent"]}
@@ -302,7 +302,7 @@ class BlockTable(TableCore):
     # --- the rare cases the compiled writes call back (hooks declared in _table_core.pxd) ----
     def _set_extras(self, slot: int, lora_name: str | None, extra: Any) -> None:
         self._extras[slot] = (lora_name, extra)
-        self.side_bytes += extras_bytes(lora_name, extra)
+        self.side_bytes += extras_bytes(extra)
         foreign = extra is not None and (
             not isinstance(extra, list | tuple) or len(extra) > (1 if lora_name else 0)
         )
@@ -352,7 +352,7 @@ class BlockTable(TableCore):
             self.side_bytes -= len(odd)
         extras = self._extras.pop(slot, None)
         if extras is not None:
-            self.side_bytes -= extras_bytes(*extras)
+            self.side_bytes -= extras_bytes(extras[1])
         if self._raw:
             self._raw.pop(block_hash, None)
             self._raw_parent.pop(slot, None)

@@ -37,8 +37,9 @@ class IngestLimits:
     (an 8 x 141 GB node with a 0.5B model: ~6M blocks of 16 tokens); CPU offload tiers a few
     million. 16M blocks cost ~2.2 GB of map."""
     max_token_bytes_per_stream: int = 1 << 31
-    """Bytes of block contents held over all tables: token ids (4 bytes each) and the LoRA names
-    and extra keys kept beside them. 2 GiB is 512M tokens, 5x the largest GPU tier above."""
+    """Bytes of block contents held over all tables: token ids (4 bytes each) and the extra keys
+    (multimodal identifiers, cache salts) kept beside them. 2 GiB is 512M tokens, 5x the largest
+    GPU tier above."""
 
 
 DEFAULT_LIMITS = IngestLimits()

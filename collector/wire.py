@@ -307,7 +307,8 @@ class BatchDecoder:
             if i:
                 self._order.insert(0, self._order.pop(i))
             ts, rank = rules.ts_of(wire.ts), rules.rank_of(wire.data_parallel_rank)
-            return Batch(seq, ts, rank, self._convert.from_typed(wire.events))
+            events = self._convert.from_typed(wire.events)
+            return Batch(seq, ts, rank, events, payload_bytes=len(payload))
         return self._decode_generic(payload, seq, errors)
 
     def _decode_generic(
@@ -339,4 +340,4 @@ class BatchDecoder:
                 _add_removal(events, event)
             else:
                 events.append(event)
-        return Batch(seq, ts, rank, events, dropped_events=dropped)
+        return Batch(seq, ts, rank, events, dropped, len(payload))

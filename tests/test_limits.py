@@ -11,7 +11,10 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from kvscope.collector._admit import admit
 from kvscope.collector.errors import MalformedKind, MalformedPayload
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits
@@ -19,6 +22,7 @@ from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.snapshot import encode_map
 from kvscope.collector.types import AllCleared, Batch, BlocksRemoved, BlocksStored, StreamId
 from kvscope.collector.wire import BatchDecoder, table_key
+from tests.test_wire_fast import MAX_BS, SETTINGS, batch, encoded
 
 E = msgspec.msgpack.encode
 STREAM = StreamId("r", 0)
@@ -123,9 +127,9 @@ def test_token_bytes_per_stream() -> None:
     room = (2**20 - held) // 64
     error = refused(prefix_map, 1, [stored(*range(5000, 5001 + room))])
     assert "max_token_bytes_per_stream" in error.detail
-    # LoRA names and extra keys are kept with the tokens, and count with them.
-    long_name = "x" * 200
-    refused(prefix_map, 2, [stored(*range(5000, 5000 + room), lora_name=long_name)])
+    # Extra keys (cache salts, multimodal identifiers) are kept with the tokens, and count.
+    salted = [["s" * 100]] * room
+    refused(prefix_map, 2, [stored(*range(5000, 5000 + room), extra_keys=salted)])
     apply(prefix_map, 3, [stored(*range(5000, 5000 + room))])
 
 
@@ -137,6 +141,38 @@ def test_copies_per_block_saturate_instead_of_wrapping() -> None:
     assert table.count(7) == 70_000 and table.saturated_stores == 0
     prefix_map.apply(Batch(1, 2.0, 0, [BlocksRemoved([7] * 69_999, GPU0), AllCleared()]))
     assert prefix_map.tables == {}
+
+
+@SETTINGS
+@given(st.data())
+def test_the_bound_from_the_payload_size_refuses_what_counting_refuses(data: st.DataObject) -> None:
+    # Most batches are admitted on their payload's size alone; counting their events must
+    # never refuse one of those.
+    limits = IngestLimits(
+        max_block_size=MAX_BS,
+        max_tables_per_stream=data.draw(st.integers(1, 3) | st.integers(1, 70)),
+        max_blocks_per_stream=data.draw(st.integers(0, 20) | st.integers(0, 3000)),
+        max_token_bytes_per_stream=data.draw(st.integers(0, 2000) | st.integers(0, 30_000)),
+    )
+    prefix_map = PrefixMap(STREAM)
+    prefix_map.limits = limits
+    decoder = BatchDecoder(limits)
+    for seq in range(3):
+        try:
+            decoded = decoder.decode(encoded(data, data.draw(batch(data.draw(st.booleans())))), seq)
+        except MalformedPayload:
+            continue
+        counted = msgspec.structs.replace(decoded, payload_bytes=0)
+        outcomes = []
+        for each in (decoded, counted):
+            try:
+                admit(limits, prefix_map.tables, each)
+                outcomes.append(None)
+            except MalformedPayload as exc:
+                outcomes.append(exc.detail)
+        assert outcomes[0] == outcomes[1]
+        if outcomes[0] is None:
+            prefix_map.apply(decoded)
 
 
 # --- issue 12's batches, through a stream's ingest ----------------------------------------------

@@ -34,6 +34,7 @@ def reference(payload: bytes, seq: int) -> Batch:
 
 def assert_same(fast: Batch, slow: Batch) -> None:
     assert (fast.seq, fast.rank, fast.dropped_events) == (slow.seq, slow.rank, slow.dropped_events)
+    assert fast.payload_bytes == slow.payload_bytes
     assert type(fast.rank) is type(slow.rank)
     assert struct.pack("<d", fast.ts) == struct.pack("<d", slow.ts)  # NaN too
     assert len(fast.events) == len(slow.events)
