@@ -3,12 +3,11 @@
 map past its limits (collector/limits.py) before anything of it is applied.
 
 It runs on every batch, so it is compiled, reads the tables' sizes through the C fields that
-_table_core.pxd declares, and mostly makes no pass over the events: a batch decoded from
-`payload_bytes` of msgpack stores at most that many blocks (a hash takes a byte at least), holds
-at most 8 bytes of contents a byte (4 a token id of a byte or more; extra keys are counted at
-most 8 a byte), and names at most one table per MIN_EVENT_BYTES. While the map is that far from
-its limits the batch is admitted (or only the tables it names are counted); nearer, its events
-are counted.
+_table_core.pxd declares, and mostly makes no pass over the events: a batch names at most a
+table an event, and one decoded from `payload_bytes` of msgpack stores at most that many blocks
+(a hash takes a byte at least) and holds at most 8 bytes of contents a byte (4 a token id of a
+byte or more; extra keys are counted at most 8 a byte). While the map is that far from its
+limits the batch is admitted; nearer, its events are counted.
 """
 
 from kvscope.collector._table_core cimport TableCore, content_bytes
@@ -20,8 +19,6 @@ from kvscope.collector.types import AllCleared, BlocksStored
 cdef object _STORED = BlocksStored
 cdef object _CLEARED = AllCleared
 
-cdef Py_ssize_t MIN_EVENT_BYTES = 14
-"""The least an event naming a table takes in msgpack: `["BlockStored",[]]`."""
 cdef Py_ssize_t CONTENT_PER_BYTE = 8
 
 # The limits last read: maps share one IngestLimits, read again only when another comes.
@@ -47,9 +44,10 @@ def admit(limits, dict tables, batch):
     AllBlocksCleared the map is counted from empty."""
     if limits is not _limits:
         _read(limits)
+    cdef list events = batch.events
     cdef Py_ssize_t size = batch.payload_bytes, held_blocks = 0, held_content = 0
     cdef TableCore table
-    if size:
+    if size and len(tables) + len(events) <= _max_tables:
         for value in tables.values():
             table = <TableCore?>value
             held_blocks += table._slot_of._size
@@ -58,15 +56,12 @@ def admit(limits, dict tables, batch):
             held_blocks + size <= _max_blocks
             and held_content + CONTENT_PER_BYTE * size <= _max_content
         ):
-            if len(tables) + size // MIN_EVENT_BYTES > _max_tables:
-                _count(limits, tables, batch.events, True)
             return
-    _count(limits, tables, batch.events, False)
+    _count(limits, tables, events)
 
 
-cdef _count(limits, dict tables, list events, bint tables_only):
-    """Count what `events` could add, event by event (`tables_only`: the tables they name), and
-    refuse past a limit."""
+cdef _count(limits, dict tables, list events):
+    """Count what `events` could add, event by event, and refuse past a limit."""
     cdef Py_ssize_t blocks = 0, content = 0, n
     cdef set new_tables = None
     cdef object kind, key, last = None
@@ -76,7 +71,7 @@ cdef _count(limits, dict tables, list events, bint tables_only):
             _check(limits, tables, new_tables, blocks, content)
             tables, new_tables, blocks, content, last = {}, None, 0, 0, None
             continue
-        if kind is _STORED and not tables_only:
+        if kind is _STORED:
             n = len(event.hashes)
             blocks += n
             content += 4 * len(event.token_ids)
