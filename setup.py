@@ -1,8 +1,8 @@
 """Builds the compiled part of kvscope; everything else is declared in pyproject.toml.
 
 collector/_slot_map.pyx is the block table's hash -> slot map; collector/_table_core.pyx its
-state, hot writes and lookup by tokens (its contract with block_table.py in _table_core.pxd);
-collector/_admit.pyx the pass over each batch that checks a stream's limits;
+state and hot writes (its contract with block_table.py in _table_core.pxd), _lookup.pyx the
+lookup by tokens over it, _admit.pyx the check of a stream's limits before each batch;
 collector/_wire_fast.pyx decodes the common vLLM batch straight from its msgpack bytes;
 collector/_zmq_recv.pyx receives a whole message with libzmq's own calls (all Cython).
 Installing kvscope therefore needs a C compiler and the Python headers, as any package with an
@@ -33,6 +33,7 @@ setup(
         [
             Extension("kvscope.collector._slot_map", ["collector/_slot_map.pyx"]),
             Extension("kvscope.collector._table_core", ["collector/_table_core.pyx"]),
+            Extension("kvscope.collector._lookup", ["collector/_lookup.pyx"]),
             Extension("kvscope.collector._admit", ["collector/_admit.pyx"]),
             Extension("kvscope.collector._wire_fast", ["collector/_wire_fast.pyx"]),
             # dlopen/dlsym: libdl before glibc 2.34, an empty stub after.

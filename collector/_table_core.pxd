@@ -35,6 +35,10 @@ cdef struct Columns:
     Py_ssize_t slots
 
 
+cdef inline void* column_data(carray.array column) noexcept:
+    return column.data.as_voidptr
+
+
 cdef inline Py_ssize_t content_bytes(TableCore table) noexcept:
     """What `table` holds of its blocks' contents: the tokens column and `side_bytes`."""
     return table._tokens.ob_size * 4 + table.side_bytes
@@ -76,7 +80,6 @@ cdef class TableCore:
     cdef int _unroot(self, bytes key, int32_t slot) except -1
     cdef int _grow(self) except -1
     cdef int _reserve_tokens(self, int32_t slot) except -1
-    cdef int _set_block_size(self, Py_ssize_t block_size) except -1
 
     # What the compiled writes call back for the rare cases; BlockTable defines them in Python.
     # Keep a block's LoRA name and extra keys (and flag FOREIGN_EXTRA):

@@ -1,13 +1,13 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled core of `BlockTable` (collector/block_table.py): its state as C fields, its two
-writes and its lookup by tokens.
+"""The compiled core of `BlockTable` (collector/block_table.py): its state as C fields and its
+two writes.
 
 `TableCore` is `BlockTable`'s state as C fields, with the ingest hot path: `store_chain` and
 `remove`, every BlockStored and BlockRemoved. They work on the table's `array` columns through
 their buffers and do the common cases (a new block under a cached parent; dropping a leaf) in
 C; the rare ones (orphans rejoining, dropping an inner block, LoRA and extra keys) call back the
 hooks that _table_core.pxd declares and `BlockTable` defines. The hash -> slot index is a
-`SlotMap` (collector/_slot_map.pyx), probed inline.
+`SlotMap` (collector/_slot_map.pyx), probed inline; the lookup by tokens is _lookup.pyx.
 """
 
 import array
@@ -16,10 +16,9 @@ from cpython cimport array as carray
 from cpython.object cimport Py_SIZE
 from libc.math cimport NAN, floor
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcpy
 
 from kvscope.collector._slot_map cimport SlotMap
-from kvscope.collector._slot_map import SlotMap  # BlockTable's checkpoints build one
 
 cdef double MS_MAX = 4294967295.0
 cdef uint32_t MAX_COPIES = 0xFFFFFFFFU
@@ -58,10 +57,6 @@ cdef inline bint _is_uint32_array(object values) noexcept:
     return isinstance(values, carray.array) and (<carray.array>values).ob_descr.typecode == b"I"
 
 
-cdef inline void* _buffer(carray.array column) noexcept:
-    return column.data.as_voidptr
-
-
 cdef int _extend(carray.array column, Py_ssize_t n, bint ones) except -1:
     """Lengthen `column` by `n` items, all bits 0 (or 1). Through `frombytes`: it refuses (a
     BufferError) while a checkpoint holds a view of the column, where a C realloc would not."""
@@ -80,7 +75,6 @@ cdef class TableCore:
     `BlockTable`'s Python methods. The fields are declared, with what each holds, in
     _table_core.pxd.
     """
-
 
     def __init__(self, key, double base_ts):
         self.key = key
@@ -110,15 +104,15 @@ cdef class TableCore:
 
     cdef void _take(self, Columns* c) noexcept:
         c.slots = Py_SIZE(self._count)
-        c.count = <uint32_t*>_buffer(self._count)
-        c.parent = <uint64_t*>_buffer(self._parent)
-        c.first_child = <int32_t*>_buffer(self._first_child)
-        c.next_sibling = <int32_t*>_buffer(self._next_sibling)
-        c.prev_sibling = <int32_t*>_buffer(self._prev_sibling)
-        c.flags = <uint8_t*>_buffer(self._flags)
-        c.first_ms = <uint32_t*>_buffer(self._first_ms)
-        c.last_ms = <uint32_t*>_buffer(self._last_ms)
-        c.tokens = <uint32_t*>_buffer(self._tokens)
+        c.count = <uint32_t*>column_data(self._count)
+        c.parent = <uint64_t*>column_data(self._parent)
+        c.first_child = <int32_t*>column_data(self._first_child)
+        c.next_sibling = <int32_t*>column_data(self._next_sibling)
+        c.prev_sibling = <int32_t*>column_data(self._prev_sibling)
+        c.flags = <uint8_t*>column_data(self._flags)
+        c.first_ms = <uint32_t*>column_data(self._first_ms)
+        c.last_ms = <uint32_t*>column_data(self._last_ms)
+        c.tokens = <uint32_t*>column_data(self._tokens)
 
     cdef uint32_t _ms(self, double ts) noexcept:
         """`ts` in milliseconds since `base_ts`, clamped to what a uint32 column holds."""
@@ -138,7 +132,7 @@ cdef class TableCore:
         odd = self._odd_tokens.get(slot)
         if odd is not None:
             self._unroot(odd, slot)
-        elif (<uint8_t*>_buffer(self._flags))[slot] & HAS_TOKENS:
+        elif (<uint8_t*>column_data(self._flags))[slot] & HAS_TOKENS:
             self._take(&c)
             self._unroot(self._root_key(&c, slot), slot)
 
@@ -176,11 +170,6 @@ cdef class TableCore:
         cdef Py_ssize_t have = Py_SIZE(self._tokens) // self.block_size
         cdef Py_ssize_t step = max(have // 16, min(GROW_MIN, max(1, TOKENS_STEP_MIN_BYTES // per_slot)))
         _extend(self._tokens, (max(slot + 1, have + step) - have) * self.block_size, False)
-        return 0
-
-    cdef int _set_block_size(self, Py_ssize_t block_size) except -1:
-        self.block_size = block_size
-        self._tokens = array.array("I")
         return 0
 
     def token_bytes(self):
@@ -230,7 +219,7 @@ cdef class TableCore:
         cdef Py_ssize_t n = len(hashes), i, bs, saturated = 0
         cdef uint32_t ms = self._ms(ts)
         if self.block_size == 0 and block_size > 0:
-            self._set_block_size(block_size)
+            self.block_size = block_size  # (no tokens are held before: the column is empty)
         tokens = None
         if block_size and len(token_ids) == n * block_size:
             try:
@@ -408,66 +397,3 @@ cdef class TableCore:
         self.unknown_removals += unknown
         self.copies -= copies_gone
         self.hittable_count -= hittable_gone
-
-
-# --- lookup by tokens -------------------------------------------------------------------------
-# The API's POST /lookup runs this against every table of every replica (100 replicas: 100
-# walks a request). In Python one level of the walk (slice a block's tokens, compare, next
-# sibling) cost about 0.7 us, a 30-block prompt over 100 replicas 2.2 ms; here a level is a
-# memcmp. It only reads the table's columns.
-cdef inline bint _fits(
-    int32_t slot, const uint32_t* want, const uint32_t* tokens, const uint8_t* flags,
-    Py_ssize_t bs, dict extras, object lora_name,
-):
-    """Whether cached block `slot` holds the tokens `want` (and the query's LoRA, if any)."""
-    cdef uint8_t f = flags[slot]
-    if not f & HAS_TOKENS or want[0] != tokens[slot * bs]:
-        return False
-    if memcmp(&tokens[slot * bs], want, bs * sizeof(uint32_t)) != 0:
-        return False
-    if extras is None:
-        return True  # no LoRA or extra keys anywhere in the table, none asked for
-    return not f & FOREIGN_EXTRA and extras.get(slot, (None, None))[0] == lora_name
-
-
-def longest_prefix(TableCore table, query, lora_name=None):
-    """`BlockTable.longest_prefix`: how many leading full blocks of `query` (a `TokenQuery`)
-    are cached in `table`, chained from block 0: the first among the roots, each next one
-    among the children of the one before."""
-    cdef Py_ssize_t bs = table.block_size
-    if bs == 0:
-        return 0
-    cdef carray.array tokens_of_query = query.tokens
-    cdef Py_ssize_t blocks = len(tokens_of_query) // bs
-    if blocks == 0:
-        return 0
-    roots = table._roots.get(query.first_block(bs))
-    if not roots:
-        return 0
-    cdef dict extras = table._extras
-    if lora_name is None and not extras:
-        extras = None
-    cdef const uint32_t* tokens = <const uint32_t*>_buffer(table._tokens)
-    cdef const uint8_t* flags = <const uint8_t*>_buffer(table._flags)
-    cdef const int32_t* first_child = <const int32_t*>_buffer(table._first_child)
-    cdef const int32_t* next_sibling = <const int32_t*>_buffer(table._next_sibling)
-    cdef const uint32_t* want = <const uint32_t*>_buffer(tokens_of_query)
-    cdef int32_t found = NO_SLOT, child
-    for root in roots:
-        if _fits(root, want, tokens, flags, bs, extras, lora_name):
-            found = root
-            break
-    cdef Py_ssize_t matched = 0
-    while found != NO_SLOT:
-        matched += 1
-        if matched == blocks:
-            break
-        want += bs
-        child = first_child[found]
-        found = NO_SLOT
-        while child != NO_SLOT:
-            if _fits(child, want, tokens, flags, bs, extras, lora_name):
-                found = child
-                break
-            child = next_sibling[child]
-    return matched

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kvscope.collector import _table_core
+from kvscope.collector import _lookup
 from kvscope.collector._slot_map import SlotMap
 from kvscope.collector._table_core import (
     ASIDE,
@@ -272,8 +272,8 @@ class BlockTable(TableCore):
     # How many leading full blocks of a `TokenQuery` are cached here, chained from block 0:
     # block contents are matched along the chain (vLLM's hash is not recomputed), the first block
     # among the roots, each next one among the children of the one before. Compiled
-    # (collector/_table_core.pyx): the API runs it on every table of every replica per request.
-    longest_prefix = _table_core.longest_prefix
+    # (collector/_lookup.pyx): the API runs it on every table of every replica per request.
+    longest_prefix = _lookup.longest_prefix
 
     def subtrees(self) -> Iterator[Subtree]:
         """Each tree of cached blocks, from a head whose parent is not cached (a root, or an
