@@ -39,11 +39,6 @@ cdef inline void* column_data(carray.array column) noexcept:
     return column.data.as_voidptr
 
 
-cdef inline Py_ssize_t content_bytes(TableCore table) noexcept:
-    """What `table` holds of its blocks' contents: the tokens column and `side_bytes`."""
-    return table._tokens.ob_size * 4 + table.side_bytes
-
-
 cdef class TableCore:
     cdef public object key  # the table's TableKey
     cdef public double base_ts  # timestamps are kept as milliseconds since this instant
@@ -74,7 +69,6 @@ cdef class TableCore:
     cdef public dict _raw  # hash -> the bytes it travelled as (publishers sending bytes)
     cdef public dict _raw_parent  # slot -> its parent's bytes, for such chain heads
 
-    cdef void _take(self, Columns* c) noexcept
     cdef uint32_t _ms(self, double ts) noexcept
     cdef bytes _root_key(self, Columns* c, int32_t slot)
     cdef int _unroot(self, bytes key, int32_t slot) except -1
@@ -88,3 +82,22 @@ cdef class TableCore:
     cpdef _adopt(self, block_hash, int32_t slot)
     # The last copy of an inner block or an orphan is gone: relink what hangs from it.
     cpdef _drop_block(self, block_hash, int32_t slot, int32_t parent_slot)
+
+
+cdef inline void take_columns(TableCore table, Columns* c) noexcept:
+    """Point `c` at `table`'s columns (again after they may have been resized)."""
+    c.slots = table._count.ob_size
+    c.count = <uint32_t*>column_data(table._count)
+    c.parent = <uint64_t*>column_data(table._parent)
+    c.first_child = <int32_t*>column_data(table._first_child)
+    c.next_sibling = <int32_t*>column_data(table._next_sibling)
+    c.prev_sibling = <int32_t*>column_data(table._prev_sibling)
+    c.flags = <uint8_t*>column_data(table._flags)
+    c.first_ms = <uint32_t*>column_data(table._first_ms)
+    c.last_ms = <uint32_t*>column_data(table._last_ms)
+    c.tokens = <uint32_t*>column_data(table._tokens)
+
+
+cdef inline Py_ssize_t content_bytes(TableCore table) noexcept:
+    """What `table` holds of its blocks' contents: the tokens column and `side_bytes`."""
+    return table._tokens.ob_size * 4 + table.side_bytes

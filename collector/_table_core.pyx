@@ -102,18 +102,6 @@ cdef class TableCore:
         self._raw = {}
         self._raw_parent = {}
 
-    cdef void _take(self, Columns* c) noexcept:
-        c.slots = Py_SIZE(self._count)
-        c.count = <uint32_t*>column_data(self._count)
-        c.parent = <uint64_t*>column_data(self._parent)
-        c.first_child = <int32_t*>column_data(self._first_child)
-        c.next_sibling = <int32_t*>column_data(self._next_sibling)
-        c.prev_sibling = <int32_t*>column_data(self._prev_sibling)
-        c.flags = <uint8_t*>column_data(self._flags)
-        c.first_ms = <uint32_t*>column_data(self._first_ms)
-        c.last_ms = <uint32_t*>column_data(self._last_ms)
-        c.tokens = <uint32_t*>column_data(self._tokens)
-
     cdef uint32_t _ms(self, double ts) noexcept:
         """`ts` in milliseconds since `base_ts`, clamped to what a uint32 column holds."""
         if ts == self._ms_ts:
@@ -133,7 +121,7 @@ cdef class TableCore:
         if odd is not None:
             self._unroot(odd, slot)
         elif (<uint8_t*>column_data(self._flags))[slot] & HAS_TOKENS:
-            self._take(&c)
+            take_columns(self, &c)
             self._unroot(self._root_key(&c, slot), slot)
 
     cdef bytes _root_key(self, Columns* c, int32_t slot):
@@ -191,13 +179,13 @@ cdef class TableCore:
     def _link(self, int32_t parent_slot, int32_t child):
         """Make `child` the first of `parent_slot`'s children."""
         cdef Columns c
-        self._take(&c)
+        take_columns(self, &c)
         _link(&c, parent_slot, child)
 
     def _unlink(self, int32_t parent_slot, int32_t child):
         """Take `child` out of `parent_slot`'s children."""
         cdef Columns c
-        self._take(&c)
+        take_columns(self, &c)
         _unlink(&c, parent_slot, child)
 
     def store_chain(
@@ -236,7 +224,7 @@ cdef class TableCore:
         bs = self.block_size
         cdef SlotMap slot_of = self._slot_of
         cdef Columns c
-        self._take(&c)
+        take_columns(self, &c)
         cdef list free = self._free
         cdef dict waiting = self._waiting
         cdef bint has_parent = parent is not None
@@ -271,7 +259,7 @@ cdef class TableCore:
                 slot = self._high
                 if slot == c.slots:
                     self._grow()
-                    self._take(&c)
+                    take_columns(self, &c)
                 self._high = slot + 1
             slot_of._put(block_hash, slot)
             c.count[slot] = 1
@@ -299,7 +287,7 @@ cdef class TableCore:
                 if same_size:
                     if (slot + 1) * bs > Py_SIZE(self._tokens):
                         self._reserve_tokens(slot)
-                        self._take(&c)
+                        take_columns(self, &c)
                     memcpy(&c.tokens[slot * bs], &chunk_tokens[i * block_size], block_size * 4)
                 else:
                     self._odd_tokens[slot] = (<char*>&chunk_tokens[i * block_size])[: block_size * 4]
@@ -335,7 +323,7 @@ cdef class TableCore:
         """Apply one `BlockRemoved`: one copy of each hash is gone."""
         cdef SlotMap slot_of = self._slot_of
         cdef Columns c
-        self._take(&c)
+        take_columns(self, &c)
         cdef list free = self._free
         cdef Py_ssize_t unknown = 0, copies_gone = 0, hittable_gone = 0, found, parent_found
         cdef int32_t slot, parent_slot
@@ -393,7 +381,7 @@ cdef class TableCore:
                 self.hittable_count -= hittable_gone
                 hittable_gone = 0
                 self._drop_block(key, slot, parent_slot)
-                self._take(&c)
+                take_columns(self, &c)
         self.unknown_removals += unknown
         self.copies -= copies_gone
         self.hittable_count -= hittable_gone

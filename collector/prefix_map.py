@@ -82,13 +82,12 @@ class MapCounters:
 class PrefixMap:
     """The cached blocks of one publisher (one replica's data-parallel rank)."""
 
-    limits: IngestLimits = DEFAULT_LIMITS
-
     def __init__(self, stream: StreamId, listeners: Iterable[MapListener] = ()) -> None:
         self.stream = stream
         self.listeners = list(listeners)
         self.tables: dict[TableKey, BlockTable] = {}
         self.counters = MapCounters()
+        self.limits: IngestLimits = DEFAULT_LIMITS
 
     # --- writes -------------------------------------------------------------------------------
     def apply(
