@@ -1,23 +1,45 @@
 """Builds the compiled part of kvscope; everything else is declared in pyproject.toml.
 
-collector/_table_core.pyx is the block table's hash map, hot writes and lookup by tokens;
+collector/_slot_map.pyx is the block table's hash -> slot map; collector/_table_core.pyx its
+state and hot writes (its contract with block_table.py in _table_core.pxd), _lookup.pyx the
+lookup by tokens over it, _admit.pyx the check of a stream's limits before each batch;
 collector/_wire_fast.pyx decodes the common vLLM batch straight from its msgpack bytes;
 collector/_zmq_recv.pyx receives a whole message with libzmq's own calls (all Cython).
 Installing kvscope therefore needs a C compiler and the Python headers, as any package with an
 extension built from source does.
 """
 
+from pathlib import Path
+
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+
+HERE = Path(__file__).resolve().parent
+
+
+def cython_include() -> str:
+    """A folder where `kvscope/collector` is the source's collector/: Cython looks a cimported
+    .pxd up by its module's installed name, which the source tree does not have."""
+    root = HERE / "build" / "cython-include"
+    link = root / "kvscope" / "collector"
+    if not link.is_symlink():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(HERE / "collector", target_is_directory=True)
+    return str(root)
+
 
 setup(
     ext_modules=cythonize(
         [
+            Extension("kvscope.collector._slot_map", ["collector/_slot_map.pyx"]),
             Extension("kvscope.collector._table_core", ["collector/_table_core.pyx"]),
+            Extension("kvscope.collector._lookup", ["collector/_lookup.pyx"]),
+            Extension("kvscope.collector._admit", ["collector/_admit.pyx"]),
             Extension("kvscope.collector._wire_fast", ["collector/_wire_fast.pyx"]),
             # dlopen/dlsym: libdl before glibc 2.34, an empty stub after.
             Extension("kvscope.collector._zmq_recv", ["collector/_zmq_recv.pyx"], libraries=["dl"]),
         ],
         compiler_directives={"language_level": "3"},
+        include_path=[cython_include()],
     )
 )

@@ -59,6 +59,7 @@ import zmq
 
 from kvscope.collector._wire_fast import decode_map_batch
 from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.limits import DEFAULT_LIMITS
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.subscriber import MessageReader, message_reader
 from kvscope.collector.types import Batch, BlocksStored, StreamId
@@ -344,7 +345,7 @@ def measure_fast_decode(payloads: list[bytes], block_events: int, rounds: int = 
     for _ in range(rounds):
         start = time.perf_counter()
         for seq, payload in enumerate(payloads):
-            if decode_map_batch(payload, seq) is None:
+            if decode_map_batch(payload, seq, DEFAULT_LIMITS.max_block_size) is None:
                 raise RuntimeError(f"the fast decoder declined batch {seq}")
         best = min(best, time.perf_counter() - start)
     return block_events / best

@@ -9,11 +9,14 @@ are built directly instead of through wire structs.
 It accepts only the shape vLLM 0.24 to 0.33 sends: `[ts: float32/64, [event map, ...], rank?]`
 (more top-level items are skipped, as msgspec skips them),
 events tagged BlockStored / BlockRemoved / AllBlocksCleared, keys in any order, unsigned 64-bit
-int hashes, token ids that fit 32 bits, `extra_keys` nil or all nils, and any unknown key with any
-value (skipped, as msgspec skips it). Everything else (the old array layout, bytes or signed hashes,
-a wrong type, a duplicate key, truncated or trailing bytes, nesting deeper than MAX_DEPTH) returns
-None, and the caller decodes the payload the slow way, which alone decides what is malformed and
-why. So this module never has to judge an error: when unsure, it declines.
+int hashes, token ids that fit 32 bits, `extra_keys` nil or one nil per hash, and any unknown key
+with any value (skipped, as msgspec skips it), every field within the rules of
+collector/wire_rules.py (whose constants it reads). Everything else (the old array layout, bytes
+or signed hashes, a wrong type, a value a rule refuses, a duplicate key, truncated or trailing
+bytes, nesting deeper than MAX_DEPTH) returns None, and the caller decodes the payload the slow
+way, which alone decides what is malformed and why. So this module never has to judge an error:
+when unsure, it declines; what it accepts, the slow way accepts as the same batch
+(tests/test_wire_fast.py).
 
 Every read is checked against the payload's end; no Python object is made before a value is
 known to be whole.
@@ -24,9 +27,11 @@ from cpython.array cimport array, clone
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
 from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.math cimport isfinite
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
+from kvscope.collector import wire_rules
 from kvscope.collector.types import AllCleared, Batch, BlocksRemoved, BlocksStored
 
 # Nesting a skipped value may have; msgspec goes deeper, but deeper is not vLLM: fall back.
@@ -36,6 +41,12 @@ cdef array _UINT32 = array("I")
 assert _UINT32.itemsize == 4
 
 cdef object _table_key = None  # wire.table_key, imported on first use: wire imports this module
+
+# The rules' bounds (collector/wire_rules.py), as C values.
+cdef int64_t MAX_RANK = wire_rules.MAX_RANK
+cdef int64_t MAX_GROUP = wire_rules.MAX_GROUP
+cdef Py_ssize_t MAX_MEDIUM_BYTES = wire_rules.MAX_MEDIUM_BYTES
+cdef Py_ssize_t MAX_LORA_NAME_BYTES = wire_rules.MAX_LORA_NAME_BYTES
 
 
 cdef struct Reader:
@@ -234,7 +245,7 @@ cdef int skip(Reader* r, int depth) noexcept nogil:
 
 
 cdef inline int read_float(Reader* r, double* out) noexcept nogil:
-    """A float32 or float64 (an int ts is msgspec's to convert)."""
+    """A float32 or float64 (an int ts is msgspec's to convert); NaN and infinities too."""
     cdef uint64_t v
     cdef uint32_t v32
     cdef float f
@@ -492,14 +503,15 @@ cdef inline int check_optional_int(Reader* r, Py_ssize_t pos, int64_t* out,
 cdef object _BAD = object()  # what `optional_str` returns for a value that is no `str | None`
 
 
-cdef object optional_str(Reader* r, Py_ssize_t pos):
-    """A `str | None` field (absent is None), or _BAD if it is neither or not UTF-8."""
+cdef object optional_str(Reader* r, Py_ssize_t pos, Py_ssize_t max_bytes):
+    """A `str | None` field (absent is None), or _BAD if it is neither, not UTF-8, or longer
+    than `max_bytes`."""
     cdef Reader f = at(r, pos)
     cdef const uint8_t* s
     cdef Py_ssize_t n
     if pos < 0 or read_nil(&f):
         return None
-    if read_str(&f, &s, &n) < 0:
+    if read_str(&f, &s, &n) < 0 or n > max_bytes:
         return _BAD
     try:
         return PyUnicode_DecodeUTF8(<const char*>s, n, "strict")
@@ -507,9 +519,9 @@ cdef object optional_str(Reader* r, Py_ssize_t pos):
         return _BAD
 
 
-cdef int check_stored_extras(Reader* r, Event* e) noexcept nogil:
+cdef int check_stored_extras(Reader* r, Event* e, Py_ssize_t n_hashes) noexcept nogil:
     """The fields of a BlockStored that only need checking: lora_id is an int or nil, extra_keys
-    nil or all nils (what `_from_typed` reduces to None; other extra keys are msgspec's)."""
+    nil or a nil per hash (what the rules reduce to None; other extra keys are the slow path's)."""
     cdef Reader f
     cdef Py_ssize_t n, k
     cdef int64_t i
@@ -522,7 +534,7 @@ cdef int check_stored_extras(Reader* r, Event* e) noexcept nogil:
     if e.at[F_EXTRA_KEYS] >= 0:
         f = at(r, e.at[F_EXTRA_KEYS])
         if not read_nil(&f):
-            if read_array(&f, &n) < 0:
+            if read_array(&f, &n) < 0 or n != n_hashes:
                 return -1
             for k in range(n):
                 if not read_nil(&f):
@@ -550,9 +562,13 @@ cdef class _LastKey:
         cdef int64_t group = 0
         cdef bint group_nil
         cdef object medium
-        if e.at[F_MEDIUM] >= 0 and not read_nil(&f) and read_str(&f, &s, &n) < 0:
+        if e.at[F_MEDIUM] >= 0 and not read_nil(&f) and (
+            read_str(&f, &s, &n) < 0 or n > MAX_MEDIUM_BYTES
+        ):
             return None
         if check_optional_int(r, e.at[F_GROUP], &group, &group_nil) < 0:
+            return None
+        if not group_nil and not 0 <= group <= MAX_GROUP:
             return None
         if (
             self.key is not None
@@ -567,7 +583,7 @@ cdef class _LastKey:
             )
         ):
             return self.key
-        medium = optional_str(r, e.at[F_MEDIUM])
+        medium = optional_str(r, e.at[F_MEDIUM], MAX_MEDIUM_BYTES)
         if medium is _BAD:
             return None
         if _table_key is None:
@@ -585,14 +601,18 @@ cdef class _LastKey:
 cdef _LastKey _last_key = _LastKey()
 
 
-cdef object stored(Reader* r, Event* e, object key):
-    """The BlocksStored of event `e`, as `_from_typed` builds it; None if a field is off."""
+cdef object stored(Reader* r, Event* e, object key, int64_t max_block_size):
+    """The BlocksStored of event `e`, as the slow path builds it; None if a field is off."""
     cdef list hashes = []
     cdef uint64_t parent_hash
     cdef int64_t block_size = 0
+    cdef Py_ssize_t n, n_tokens, span
     cdef Reader f
     cdef object parent = None, tokens, lora_name
-    if take_hashes(r, e, hashes) < 0 or check_stored_extras(r, e) < 0:
+    if take_hashes(r, e, hashes) < 0:
+        return None
+    n = len(hashes)
+    if check_stored_extras(r, e, n) < 0:
         return None
     if e.at[F_PARENT] >= 0:
         f = at(r, e.at[F_PARENT])
@@ -602,7 +622,7 @@ cdef object stored(Reader* r, Event* e, object key):
             parent = PyLong_FromUnsignedLongLong(parent_hash)
     if e.at[F_BLOCK_SIZE] >= 0:
         f = at(r, e.at[F_BLOCK_SIZE])
-        if read_int64(&f, &block_size) < 0:
+        if read_int64(&f, &block_size) < 0 or not 0 <= block_size <= max_block_size:
             return None
     if e.at[F_TOKENS] >= 0:
         tokens = take_tokens(r, e)
@@ -610,7 +630,14 @@ cdef object stored(Reader* r, Event* e, object key):
             return None
     else:
         tokens = clone(_UINT32, 0, False)
-    lora_name = optional_str(r, e.at[F_LORA_NAME])
+    # As many token ids as the blocks hold: none, block_size per hash, or whole blocks more
+    # (wire_rules.token_ids_of).
+    n_tokens, span = len(tokens), block_size * n
+    if n_tokens and n_tokens != span and not (
+        block_size and n_tokens % block_size == 0 and n_tokens > span
+    ):
+        return None
+    lora_name = optional_str(r, e.at[F_LORA_NAME], MAX_LORA_NAME_BYTES)
     if lora_name is _BAD:
         return None
     return BlocksStored(
@@ -618,7 +645,7 @@ cdef object stored(Reader* r, Event* e, object key):
     )
 
 
-cdef object decode(Reader* r, object seq):
+cdef object decode(Reader* r, object seq, int64_t max_block_size):
     cdef Py_ssize_t n_top, n_events, k
     cdef double ts
     cdef int64_t rank_value
@@ -628,7 +655,7 @@ cdef object decode(Reader* r, object seq):
     cdef object removal = None  # the last event, when it is a removal: the next may join it
     if read_array(r, &n_top) < 0 or n_top < 2:
         return None
-    if read_float(r, &ts) < 0 or read_array(r, &n_events) < 0:
+    if read_float(r, &ts) < 0 or not isfinite(ts) or read_array(r, &n_events) < 0:
         return None
     for k in range(n_events):
         if scan_event(r, &e) < 0:
@@ -641,13 +668,14 @@ cdef object decode(Reader* r, object seq):
         if key is None:
             return None
         if e.kind == STORED:
-            event = stored(r, &e, key)
+            event = stored(r, &e, key, max_block_size)
             if event is None:
                 return None
             events.append(event)
             removal = None
-        elif removal is not None and removal.table is key:
-            # Consecutive removals from one table are one event, as `_from_typed` makes them.
+        elif removal is not None and (removal.table is key or removal.table == key):
+            # Consecutive removals from one table are one event, as the slow path makes them
+            # (keys are interned, but a hostile publisher's past MAX_INTERNED_KEYS are not).
             if take_hashes(r, &e, removal.hashes) < 0:
                 return None
         else:
@@ -656,7 +684,7 @@ cdef object decode(Reader* r, object seq):
                 return None
             events.append(removal)
     if n_top >= 3 and not read_nil(r):
-        if read_int64(r, &rank_value) < 0:
+        if read_int64(r, &rank_value) < 0 or not 0 <= rank_value <= MAX_RANK:
             return None
         rank = PyLong_FromLongLong(rank_value)
     for k in range(n_top - 3):  # fields of a later vLLM: msgspec skips them too
@@ -664,15 +692,16 @@ cdef object decode(Reader* r, object seq):
             return None
     if r.pos != r.end:
         return None  # trailing bytes
-    return Batch(seq, ts, rank, events)
+    return Batch(seq, ts, rank, events, 0, r.end)
 
 
-def decode_map_batch(payload, seq):
-    """The Batch of a vLLM >= 0.24 map-layout payload, or None: decode it the slow way."""
+def decode_map_batch(payload, seq, int64_t max_block_size):
+    """The Batch of a vLLM >= 0.24 map-layout payload, or None: decode it the slow way.
+    `max_block_size`: `IngestLimits.max_block_size`."""
     if type(payload) is not bytes:
         return None
     cdef Reader r
     r.p = <const uint8_t*>PyBytes_AS_STRING(payload)
     r.pos = 0
     r.end = PyBytes_GET_SIZE(payload)
-    return decode(&r, seq)
+    return decode(&r, seq, max_block_size)

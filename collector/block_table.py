@@ -18,18 +18,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kvscope.collector import _table_core
-from kvscope.collector._table_core import SlotMap, TableCore
+from kvscope.collector import _lookup
+from kvscope.collector._slot_map import SlotMap
+from kvscope.collector._table_core import (
+    ASIDE,
+    FOREIGN_EXTRA,
+    HAS_PARENT,
+    HAS_TOKENS,
+    HITTABLE,
+    NO_SLOT,
+    TableCore,
+)
 from kvscope.collector.types import TableKey
-
-NO_SLOT = -1
-
-# _flags bits
-HITTABLE = 1
-HAS_PARENT = 2
-HAS_TOKENS = 4
-FOREIGN_EXTRA = 8
-"""Extra hash keys besides a LoRA name (multimodal, cache salt): tokens alone cannot match it."""
 
 
 class TokenQuery:
@@ -52,8 +52,19 @@ class TokenQuery:
         return first
 
 
-GROW_MIN = 4096
-"""Slots added at least when the columns are full (else 1/16 of the slots there are)."""
+def extras_bytes(extra: Any) -> int:
+    """About what a block's extra keys hold: the length of each str and bytes in them, 8 for any
+    other value (at most 8 for each byte they took on the wire). Counted with the tokens against
+    the stream's limit; a LoRA name is not (at most 256 bytes, one str for an event's blocks)."""
+    if isinstance(extra, list | tuple):
+        size = 0
+        for item in extra:
+            if isinstance(item, str | bytes):
+                size += len(item)
+            else:
+                size += extras_bytes(item) if isinstance(item, list | tuple) else 8
+        return size
+    return 0 if extra is None else 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +138,7 @@ class BlockTable(TableCore):
             "base_ts": self.base_ts,
             "block_size": self.block_size,
             "counts": [self.hittable_count, self.orphan_count, self.copies, self.unknown_removals],
+            "saturated_stores": self.saturated_stores,
             "hashes": memoryview(hashes),
             "slots": memoryview(slots),
             "columns": [memoryview(getattr(self, name)) for name in self._COLUMNS],
@@ -147,11 +159,17 @@ class BlockTable(TableCore):
         table.hittable_count, table.orphan_count, table.copies, table.unknown_removals = state[
             "counts"
         ]
+        table.saturated_stores = state.get("saturated_stores", 0)
         hashes, slots = array("Q"), array("i")
         hashes.frombytes(state["hashes"])
         slots.frombytes(state["slots"])
         table._slot_of = SlotMap.from_arrays(hashes, slots)
-        for name, data in zip(cls._COLUMNS, state["columns"], strict=True):
+        columns = dict(zip(cls._COLUMNS, state["columns"], strict=True))
+        n_slots = len(columns["_parent"]) // 8
+        if n_slots and len(columns["_count"]) == 2 * n_slots:
+            # Written when copy counts were uint16.
+            columns["_count"] = array("I", array("H", bytes(columns["_count"]))).tobytes()
+        for name, data in columns.items():
             column = array(getattr(table, name).typecode)
             column.frombytes(data)
             setattr(table, name, column)
@@ -163,10 +181,21 @@ class BlockTable(TableCore):
         table._high = state.get("high", len(table._count))
         table._waiting = {parent: list(slots) for parent, slots in state["waiting"]}
         table._roots = {bytes(key): dict.fromkeys(slots) for key, slots in state["roots"]}
-        table._odd_tokens = {slot: tuple(tokens) for slot, tokens in state["odd_tokens"]}
+        table._odd_tokens = {
+            # uint32 bytes, or a list of ints when written before
+            slot: bytes(tokens) if isinstance(tokens, bytes) else array("I", tokens).tobytes()
+            for slot, tokens in state["odd_tokens"]
+        }
         table._extras = {slot: (lora, extra) for slot, lora, extra in state["extras"]}
+        table.side_bytes = sum(len(tokens) for tokens in table._odd_tokens.values()) + sum(
+            extras_bytes(extra) for _, extra in table._extras.values()
+        )
         table._raw = {h: bytes(raw) for h, raw in state["raw"]}
         table._raw_parent = {slot: bytes(raw) for slot, raw in state["raw_parent"]}
+        flags = table._flags
+        for aside in (table._odd_tokens, table._extras, table._raw_parent):
+            for slot in aside:
+                flags[slot] |= ASIDE  # (a checkpoint written before the flag lacks it)
         return table
 
     # --- reads --------------------------------------------------------------------------------
@@ -231,8 +260,9 @@ class BlockTable(TableCore):
         return self._raw.get(parent) or self._raw_parent.get(self._slot_of[block_hash])
 
     def _tokens_of(self, slot: int) -> tuple[int, ...] | None:
-        if slot in self._odd_tokens:
-            return self._odd_tokens[slot]
+        odd = self._odd_tokens.get(slot)
+        if odd is not None:
+            return tuple(array("I", odd))
         if not self._flags[slot] & HAS_TOKENS:
             return None
         bs = self.block_size
@@ -242,8 +272,8 @@ class BlockTable(TableCore):
     # How many leading full blocks of a `TokenQuery` are cached here, chained from block 0:
     # block contents are matched along the chain (vLLM's hash is not recomputed), the first block
     # among the roots, each next one among the children of the one before. Compiled
-    # (collector/_table_core.pyx): the API runs it on every table of every replica per request.
-    longest_prefix = _table_core.longest_prefix
+    # (collector/_lookup.pyx): the API runs it on every table of every replica per request.
+    longest_prefix = _lookup.longest_prefix
 
     def subtrees(self) -> Iterator[Subtree]:
         """Each tree of cached blocks, from a head whose parent is not cached (a root, or an
@@ -269,7 +299,16 @@ class BlockTable(TableCore):
                     child = next_sibling[child]
             yield Subtree(head_hash, bool(has_parent), blocks, leaves, deepest[1])
 
-    # --- the tree -----------------------------------------------------------------------------
+    # --- the rare cases the compiled writes call back (hooks declared in _table_core.pxd) ----
+    def _set_extras(self, slot: int, lora_name: str | None, extra: Any) -> None:
+        self._extras[slot] = (lora_name, extra)
+        self.side_bytes += extras_bytes(extra)
+        foreign = extra is not None and (
+            not isinstance(extra, list | tuple) or len(extra) > (1 if lora_name else 0)
+        )
+        if foreign:
+            self._flags[slot] |= FOREIGN_EXTRA
+
     def _adopt(self, block_hash: int, slot: int) -> None:
         """`block_hash` was the missing ancestor of earlier orphans: they rejoin the tree."""
         orphans = self._waiting.pop(block_hash)
@@ -308,8 +347,12 @@ class BlockTable(TableCore):
                     self._mark_subtree(child, False)
                 child = following
         self._flags[slot] = 0
-        self._odd_tokens.pop(slot, None)
-        self._extras.pop(slot, None)
+        odd = self._odd_tokens.pop(slot, None)
+        if odd is not None:
+            self.side_bytes -= len(odd)
+        extras = self._extras.pop(slot, None)
+        if extras is not None:
+            self.side_bytes -= extras_bytes(extras[1])
         if self._raw:
             self._raw.pop(block_hash, None)
             self._raw_parent.pop(slot, None)
@@ -331,34 +374,3 @@ class BlockTable(TableCore):
                 stack.append(child)
                 child = next_sibling[child]
         self.hittable_count += changed if hittable else -changed
-
-    # --- storage ------------------------------------------------------------------------------
-    def _grow(self) -> None:
-        """Lengthen the columns by a chunk of never-used slots (handed out from `_high` on)."""
-        start = len(self._count)
-        n = max(GROW_MIN, start // 16)
-        for column, fill in (
-            (self._count, 0),
-            (self._parent, 0),
-            (self._first_child, NO_SLOT),
-            (self._next_sibling, NO_SLOT),
-            (self._prev_sibling, NO_SLOT),
-            (self._flags, 0),
-            (self._first_ms, 0),
-            (self._last_ms, 0),
-        ):
-            column.frombytes((b"\xff" if fill else b"\x00") * (column.itemsize * n))
-        if self.block_size:
-            self._tokens.frombytes(bytes(4 * self.block_size * n))
-
-    def _set_block_size(self, block_size: int) -> None:
-        self.block_size = block_size
-        self._tokens = array("I", bytes(4 * block_size * len(self._count)))
-
-    def _set_extras(self, slot: int, lora_name: str | None, extra: Any) -> None:
-        self._extras[slot] = (lora_name, extra)
-        foreign = extra is not None and (
-            not isinstance(extra, list | tuple) or len(extra) > (1 if lora_name else 0)
-        )
-        if foreign:
-            self._flags[slot] |= FOREIGN_EXTRA

@@ -15,18 +15,30 @@ class MalformedKind(StrEnum):
     OVERSIZE = "oversize"
     """A payload larger than the configured maximum."""
     UNDECODABLE = "undecodable_payload"
-    """A payload that is not a msgpack `[ts, events, rank?]` batch."""
+    """A payload that is not a msgpack `[ts, events, rank?]` batch (or nests too deep)."""
+    BAD_BATCH = "bad_batch"
+    """A batch whose ts is not a finite number or whose rank is not a small int."""
     UNKNOWN_EVENT_TYPE = "unknown_event_type"
-    """An event whose tag is none of BlockStored, BlockRemoved, AllBlocksCleared."""
+    """An event whose tag is none of BlockStored, BlockRemoved, AllBlocksCleared (skipped)."""
     BAD_EVENT = "bad_event"
-    """A known event with a missing or mistyped field."""
+    """A known event with a field missing, mistyped or out of range (collector/wire_rules.py),
+    or an event that is no map or array, or has no str type: its whole batch is refused."""
+    LIMIT_EXCEEDED = "limit_exceeded"
+    """A batch that would take a stream past one of its limits (collector/limits.py), named in
+    the detail: refused whole."""
     BAD_REPLAY = "bad_replay"
     """A replay reply that is not [empty, (topic,) seq, payload]."""
 
     @property
     def loses_map_state(self) -> bool:
         """Whether dropping this input leaves the map unknown (a known change went missing)."""
-        return self in (MalformedKind.UNDECODABLE, MalformedKind.BAD_EVENT, MalformedKind.OVERSIZE)
+        return self in (
+            MalformedKind.UNDECODABLE,
+            MalformedKind.BAD_BATCH,
+            MalformedKind.BAD_EVENT,
+            MalformedKind.LIMIT_EXCEEDED,
+            MalformedKind.OVERSIZE,
+        )
 
 
 class MalformedPayload(Exception):

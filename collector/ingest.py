@@ -297,7 +297,12 @@ class StreamIngest:
             if not quiet[0] <= ts < quiet[1]:
                 self._quiet = sink.instant(self.stream, ts, self.map)
         degraded = self._degradation.current is not None
-        changes = self.map.apply(batch, self.epoch, degraded, now)
+        try:
+            changes = self.map.apply(batch, self.epoch, degraded, now)
+        except MalformedPayload as exc:  # over a limit: refused whole, nothing applied
+            self._malformed(exc.kind, seq, exc.detail)
+            self._degrade("batch refused", seq, seq, now)
+            return
         self.counters.batches_applied += 1
         if degraded and any(type(e) is AllCleared for e in batch.events):
             self._degradation.known_again(seq, now)

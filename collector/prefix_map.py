@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from kvscope.collector._admit import admit
 from kvscope.collector.block_table import BlockTable, TableStats, TokenQuery
+from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits
 from kvscope.collector.sink import ClearedMap, ClearReason
 from kvscope.collector.types import (
     AllCleared,
@@ -59,6 +61,7 @@ class PrefixMap:
         """Handed the map before each clear empties it."""
         self.tables: dict[TableKey, BlockTable] = {}
         self.counters = MapCounters()
+        self.limits: IngestLimits = DEFAULT_LIMITS
 
     @property
     def signed_hashes(self) -> bool:
@@ -69,7 +72,11 @@ class PrefixMap:
         self, batch: Batch, epoch: int = 0, degraded: bool = False, recv_ts: float | None = None
     ) -> TableChanges:
         """Apply one batch; `epoch` and `degraded` go to `on_clear` with a clear. Returns the
-        blocks it stored and removed per table."""
+        blocks it stored and removed per table.
+
+        A batch that would take the map past its `limits` raises MalformedPayload
+        (LIMIT_EXCEEDED) before it changes anything."""
+        admit(self.limits, self.tables, batch)
         c = self.counters
         c.batches += 1
         ts = c.last_ts = batch.ts

@@ -55,7 +55,7 @@ class BlocksStored(msgspec.Struct, gc=False):
     hashes: list[int]
     parent: int | None
     token_ids: Sequence[int]
-    """A list, or an `array("I")` from the compiled decoder (what the block table keeps)."""
+    """An `array("I")` from the decoders (what the block table keeps), or a list."""
     block_size: int
     table: TableKey
     lora_name: str | None = None
@@ -89,4 +89,7 @@ class Batch(msgspec.Struct, gc=False):
     rank: int | None
     events: list[KVEvent]
     dropped_events: int = 0
-    """Events of this batch that could not be decoded (unknown type, bad fields)."""
+    """Events of this batch of a type the decoder does not know (skipped)."""
+    payload_bytes: int = 0
+    """The size of the payload it was decoded from (0: built otherwise). It bounds what the
+    batch can add to a map, which spares most batches a pass to check the map's limits."""

@@ -1,15 +1,18 @@
 """vLLM's KV event payloads, every layout from 0.9 to 0.33, decoded into domain events.
 
-The structs below mirror the wire; past `decode_batch` no code sees msgpack shapes.
+The structs below mirror the wire; past `BatchDecoder.decode` no code sees msgpack shapes.
 
 Two event layouts exist: tagged arrays (`["BlockStored", hashes, parent, ...]`, vLLM <= 0.23)
-and tagged maps (`{"type": "BlockStored", ...}`, vLLM >= 0.24). A typed decoder for one fails on
-the other, so each is tried in turn (the one that worked last first). When neither typed decoder
-accepts a batch (an unknown event type, a field of the wrong type), the batch is decoded
-generically and converted event by event, so one bad event costs only itself.
-
-Before all that, `_wire_fast.decode_map_batch` (compiled) tries the common case, a vLLM >= 0.24
-map-layout batch of well-typed fields, and declines anything else to the path above.
+and tagged maps (`{"type": "BlockStored", ...}`, vLLM >= 0.24). One converter per layout builds
+the domain events:
+- `_wire_fast.decode_map_batch` (compiled) takes the common case, a vLLM >= 0.24 map-layout
+  batch of well-typed fields, straight from its bytes, and declines anything else;
+- `_Converter` takes what msgspec decodes: the typed decoders (each layout is tried in turn, the
+  one that worked last first) or, when neither accepts the batch (an unknown event type, a
+  field of the wrong type), the generic decoder, event by event.
+Both check every field by the rules of `wire_rules.py`: a known event that breaks one refuses
+the whole batch (`MalformedPayload`), nothing of it applied. An unknown event type (a later
+vLLM's) is counted and skipped; unknown fields are skipped.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from typing import Any
 
 import msgspec
 
+from kvscope.collector import wire_rules as rules
 from kvscope.collector._wire_fast import decode_map_batch
 from kvscope.collector.errors import MalformedKind, MalformedPayload
+from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits
 from kvscope.collector.types import (
-    HASH_MASK,
     MEDIUM_GPU,
     AllCleared,
     Batch,
@@ -99,182 +103,134 @@ _TYPED_DECODERS: tuple[msgspec.msgpack.Decoder[Any], ...] = (
 _MAP_DECODER = _TYPED_DECODERS[0]
 _GENERIC_DECODER = msgspec.msgpack.Decoder()
 
+MAX_INTERNED_KEYS = 1024
+"""Table keys interned for good (a real collector sees a few dozen); past that, new keys are
+made per event: equal, only not identical, so a hostile publisher's keys are not kept."""
 _table_keys: dict[tuple[str, int], TableKey] = {}
 
 
 def table_key(medium: str | None, group: int | None) -> TableKey:
-    """The interned key of a (medium, group) table; medium None (vLLM < 0.10.2) means GPU."""
+    """The interned key of a (medium, group) table; medium None (vLLM < 0.10.2) means GPU.
+
+    The hot paths compare keys with `is`; both fields have passed `wire_rules` first."""
     k = (medium or MEDIUM_GPU, group or 0)
     key = _table_keys.get(k)
     if key is None:
-        key = _table_keys[k] = TableKey(*k)
+        key = TableKey(*k)
+        if len(_table_keys) < MAX_INTERNED_KEYS:
+            _table_keys[k] = key
     return key
 
 
-def hash_from_wire(value: object) -> int:
-    """One block hash in vLLM's unsigned int form, whatever form it travelled in."""
-    if type(value) is int:
-        return value & HASH_MASK
-    if type(value) is bytes and value:
-        return int.from_bytes(value, "big") & HASH_MASK
-    raise MalformedPayload(MalformedKind.BAD_EVENT, f"not a block hash: {value!r:.40}")
-
-
-def hashes_from_wire(values: list[Any]) -> tuple[list[int], list[bytes] | None, bool]:
-    """The hashes in int form, the raw bytes when they travelled as bytes, and whether any
-    was a negative int (vLLM < 0.10.2 sent Python's signed `hash()`)."""
-    if not values:
-        return values, None, False
-    try:
-        # The common case (vLLM >= 0.10.2 defaults): unsigned ints, passed through uncopied.
-        if min(values) >= 0 and max(values) <= HASH_MASK:
-            return values, None, False
-    except TypeError:
-        pass  # bytes, or a mix: convert one by one
-    raw = [v for v in values if type(v) is bytes]
-    signed = any(type(v) is int and v < 0 for v in values)
-    ints = [hash_from_wire(v) for v in values]
-    return ints, (raw if len(raw) == len(values) else None), signed
-
-
 class _Converter:
-    """Turns typed wire structs, or generic msgpack values, into domain events."""
+    """Wire fields to domain events, each field checked by `wire_rules`: what the typed and the
+    generic decodes share. `typed`: msgspec has made hashes ints or bytes, and tokens ints."""
 
-    @staticmethod
+    def __init__(self, limits: IngestLimits) -> None:
+        self.max_block_size = limits.max_block_size
+
     def stored(
-        hashes: list[Any],
+        self,
+        hashes: object,
         parent: object,
-        token_ids: list[int],
-        block_size: int,
-        medium: str | None,
-        group: int | None,
-        lora_name: str | None,
-        extra_keys: list[Any] | None,
+        token_ids: object,
+        block_size: object,
+        lora_id: object,
+        medium: object,
+        lora_name: object,
+        extra_keys: object,
+        group: object,
+        typed: bool,
     ) -> BlocksStored:
-        ints, raw, signed = hashes_from_wire(hashes)
-        parent_int = None if parent is None else hash_from_wire(parent)
-        signed = signed or (type(parent) is int and parent < 0)
-        if extra_keys is not None and extra_keys.count(None) == len(extra_keys):
-            extra_keys = None  # vLLM >= 0.17 sends one None per block: no extra keys
+        ints, raw, signed = rules.hashes_of(hashes, typed)
+        n = len(ints)
+        size = rules.block_size_of(block_size, self.max_block_size)
+        rules.lora_id_ok(lora_id)
         return BlocksStored(
             hashes=ints,
-            parent=parent_int,
-            token_ids=token_ids,
-            block_size=block_size,
-            table=table_key(medium, group),
-            lora_name=lora_name,
-            extra_keys=extra_keys,
+            parent=rules.parent_of(parent),
+            token_ids=rules.token_ids_of(token_ids, size, n, typed),
+            block_size=size,
+            table=table_key(
+                rules.short_str(medium, "medium", rules.MAX_MEDIUM_BYTES), rules.group_of(group)
+            ),
+            lora_name=rules.short_str(lora_name, "lora_name", rules.MAX_LORA_NAME_BYTES),
+            extra_keys=rules.extra_keys_of(extra_keys, n),
             raw_hashes=raw,
             raw_parent=parent if type(parent) is bytes else None,
-            signed_hashes=signed,
+            signed_hashes=signed or (type(parent) is int and parent < 0),
         )
 
-    @staticmethod
-    def removed(hashes: list[Any], medium: str | None, group: int | None) -> BlocksRemoved:
-        return BlocksRemoved(hashes_from_wire(hashes)[0], table_key(medium, group))
+    def removed(self, hashes: object, medium: object, group: object, typed: bool) -> BlocksRemoved:
+        key = table_key(
+            rules.short_str(medium, "medium", rules.MAX_MEDIUM_BYTES), rules.group_of(group)
+        )
+        return BlocksRemoved(rules.hashes_of(hashes, typed)[0], key)
 
-
-_NO_KEY = TableKey("", -1)
-"""No table's key: what `_from_typed` starts from."""
-
-
-def _from_typed(wire_events: list[Any]) -> list[KVEvent]:
-    """The domain events of a typed batch, converted and merged (as `_merge_removals` merges) in
-    one pass: the ingest hot path.
-
-    Raises `MalformedPayload` for a hash the typed decoders let through (an empty bytes).
-    """
-    events: list[KVEvent] = []
-    append = events.append
-    removal: BlocksRemoved | None = None  # the last event, when it is a removal
-    # The interned key of the last (medium, group) seen: a batch's events mostly share one.
-    medium: object = _NO_KEY
-    group: object = _NO_KEY
-    key = _NO_KEY
-    for event in wire_events:
-        kind = type(event)
-        if kind is MapBlockRemoved or kind is ArrayBlockRemoved:
-            if event.medium != medium or event.group_idx != group:
-                medium, group = event.medium, event.group_idx
-                key = table_key(event.medium, event.group_idx)
-            hashes = event.block_hashes
-            # The common cases (vLLM >= 0.10.2 defaults): unsigned ints, used uncopied; vLLM
-            # sends one hash per removal.
-            if len(hashes) == 1:
-                first = hashes[0]
-                if type(first) is not int or not 0 <= first <= HASH_MASK:
-                    hashes = hashes_from_wire(hashes)[0]
-            else:
-                try:
-                    if hashes and not (min(hashes) >= 0 and max(hashes) <= HASH_MASK):
-                        hashes = hashes_from_wire(hashes)[0]
-                except TypeError:  # bytes, or a mix
-                    hashes = hashes_from_wire(hashes)[0]
-            if removal is not None and removal.table is key:
-                removal.hashes.extend(hashes)  # the lists are fresh from the decoder
-            else:
-                removal = BlocksRemoved(hashes, key)
-                append(removal)
-            continue
-        removal = None
-        if kind is MapBlockStored or kind is ArrayBlockStored:
-            if event.medium != medium or event.group_idx != group:
-                medium, group = event.medium, event.group_idx
-                key = table_key(event.medium, event.group_idx)
-            hashes, parent = event.block_hashes, event.parent_block_hash
-            try:
-                plain = not hashes or (min(hashes) >= 0 and max(hashes) <= HASH_MASK)
-            except TypeError:
-                plain = False
-            if plain and (parent is None or (type(parent) is int and 0 <= parent <= HASH_MASK)):
-                # What `_Converter.stored` makes of unsigned int hashes, built directly.
-                extra_keys = event.extra_keys
-                if extra_keys is not None and extra_keys.count(None) == len(extra_keys):
-                    extra_keys = None
-                append(
-                    BlocksStored(
-                        hashes,
-                        parent,
+    # --- typed decodes ------------------------------------------------------------------------
+    def from_typed(self, wire_events: list[Any]) -> list[KVEvent]:
+        events: list[KVEvent] = []
+        for event in wire_events:
+            kind = type(event)
+            if kind is MapBlockStored or kind is ArrayBlockStored:
+                events.append(
+                    self.stored(
+                        event.block_hashes,
+                        event.parent_block_hash,
                         event.token_ids,
                         event.block_size,
-                        key,
-                        event.lora_name,
-                        extra_keys,
-                    )
-                )
-            else:
-                append(
-                    _Converter.stored(
-                        hashes,
-                        parent,
-                        event.token_ids,
-                        event.block_size,
+                        event.lora_id,
                         event.medium,
-                        event.group_idx,
                         event.lora_name,
                         event.extra_keys,
+                        event.group_idx,
+                        typed=True,
                     )
                 )
-        else:
-            append(AllCleared())
-    return events
+            elif kind is MapBlockRemoved or kind is ArrayBlockRemoved:
+                _add_removal(
+                    events, self.removed(event.block_hashes, event.medium, event.group_idx, True)
+                )
+            else:
+                events.append(AllCleared())
+        return events
+
+    # --- generic decodes ----------------------------------------------------------------------
+    def from_generic(self, raw: object) -> KVEvent:
+        """One event of any layout; MalformedPayload UNKNOWN_EVENT_TYPE for a type it does not
+        know (the caller skips it), BAD_EVENT for a known one that breaks a rule."""
+        tag, f = _fields_of(raw)
+        if tag == "AllBlocksCleared":
+            return AllCleared()
+        if "block_hashes" not in f:
+            rules.bad(f"{tag} without block_hashes")
+        if tag == "BlockRemoved":
+            return self.removed(f["block_hashes"], f.get("medium"), f.get("group_idx"), False)
+        return self.stored(
+            f["block_hashes"],
+            f.get("parent_block_hash"),
+            f.get("token_ids", []),
+            f.get("block_size", 0),
+            f.get("lora_id"),
+            f.get("medium"),
+            f.get("lora_name"),
+            f.get("extra_keys"),
+            f.get("group_idx"),
+            typed=False,
+        )
 
 
-def _merge_removals(events: list[KVEvent]) -> list[KVEvent]:
-    """Join consecutive removals from one table into one event.
+def _add_removal(events: list[KVEvent], removal: BlocksRemoved) -> None:
+    """Append `removal`, joined to the event before when that is a removal from the same table.
 
     vLLM sends one `BlockRemoved` per evicted hash; applying them as one list is the same change
     (removals commute with each other) at a fraction of the per-event cost.
     """
-    merged: list[KVEvent] = []
-    for event in events:
-        if type(event) is BlocksRemoved and merged:
-            last = merged[-1]
-            if type(last) is BlocksRemoved and last.table == event.table:
-                last.hashes.extend(event.hashes)  # the lists are fresh from the decoder
-                continue
-        merged.append(event)
-    return merged
+    last = events[-1] if events else None
+    if type(last) is BlocksRemoved and last.table == removal.table:
+        last.hashes.extend(removal.hashes)  # the lists are fresh from the decoder
+    else:
+        events.append(removal)
 
 
 # Positional field names of the array layout, in order after the tag.
@@ -295,73 +251,43 @@ _ARRAY_FIELDS = {
 }
 
 
-def _fields_of(raw: object) -> tuple[str, dict[str, Any]]:
+def _fields_of(raw: object) -> tuple[str, dict[Any, Any]]:
     """The tag and fields of one generically decoded event, map or array layout."""
-    if isinstance(raw, dict):
+    if type(raw) is dict:
         tag = raw.get("type")
         fields = raw
-    elif isinstance(raw, list | tuple) and raw:
+    elif type(raw) is list and raw:
         tag = raw[0]
-        names = _ARRAY_FIELDS.get(tag) if isinstance(tag, str) else None
-        fields = dict(zip(names or (), raw[1:], strict=False))
+        fields = {}
     else:
-        raise MalformedPayload(MalformedKind.BAD_EVENT, f"event is a {type(raw).__name__}")
-    if tag not in _ARRAY_FIELDS:
+        rules.bad(f"an event is a {type(raw).__name__}")
+    if type(tag) is not str:
+        rules.bad(f"an event's type is a {type(tag).__name__}")
+    names = _ARRAY_FIELDS.get(tag)
+    if names is None:
         raise MalformedPayload(MalformedKind.UNKNOWN_EVENT_TYPE, f"event type {tag!r:.40}")
+    if type(raw) is list:
+        fields = dict(zip(names, raw[1:], strict=False))
     return tag, fields
-
-
-def _typed(fields: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any) -> Any:
-    value = fields.get(name, default)
-    if value is not None and not isinstance(value, kind):
-        raise MalformedPayload(MalformedKind.BAD_EVENT, f"{name} is a {type(value).__name__}")
-    return value
-
-
-def _from_generic(raw: object) -> KVEvent:
-    tag, f = _fields_of(raw)
-    if tag == "AllBlocksCleared":
-        return AllCleared()
-    hashes = _typed(f, "block_hashes", list, None)
-    if hashes is None:
-        raise MalformedPayload(MalformedKind.BAD_EVENT, "block_hashes missing")
-    # The typed decoders check hash types; here it is ours to do before the int fast path.
-    for value in hashes:
-        if type(value) is not int and type(value) is not bytes:
-            raise MalformedPayload(MalformedKind.BAD_EVENT, f"not a block hash: {value!r:.40}")
-    medium = _typed(f, "medium", str, None)
-    group = _typed(f, "group_idx", int, None)
-    if tag == "BlockRemoved":
-        return _Converter.removed(hashes, medium, group)
-    token_ids = _typed(f, "token_ids", list, [])
-    if not all(type(t) is int for t in token_ids):
-        raise MalformedPayload(MalformedKind.BAD_EVENT, "token_ids must be ints")
-    return _Converter.stored(
-        hashes,
-        f.get("parent_block_hash"),
-        token_ids,
-        _typed(f, "block_size", int, 0),
-        medium,
-        group,
-        _typed(f, "lora_name", str, None),
-        _typed(f, "extra_keys", list, None),
-    )
 
 
 class BatchDecoder:
     """Decodes payloads of one stream; remembers which layout the stream speaks.
 
-    `errors` receives one `MalformedPayload` per event that had to be dropped; the rest of the
-    batch is still returned.
+    A batch that breaks a rule raises `MalformedPayload`, and nothing of it is returned. `errors`
+    receives one `MalformedPayload` (UNKNOWN_EVENT_TYPE) per event of a type it does not know,
+    skipped; the rest of the batch is returned.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limits: IngestLimits = DEFAULT_LIMITS) -> None:
         self._order = list(_TYPED_DECODERS)
+        self._convert = _Converter(limits)
+        self._max_block_size = limits.max_block_size
 
     def decode(
         self, payload: bytes, seq: int, errors: list[MalformedPayload] | None = None
     ) -> Batch:
-        batch = decode_map_batch(payload, seq)
+        batch = decode_map_batch(payload, seq, self._max_block_size)
         if batch is None:
             return self._decode_slow(payload, seq, errors)
         if self._order[0] is not _MAP_DECODER:  # the stream speaks the map layout (again)
@@ -376,38 +302,42 @@ class BatchDecoder:
         for i, decoder in enumerate(self._order):
             try:
                 wire = decoder.decode(payload)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            except Exception:
+            except (msgspec.DecodeError, RecursionError):  # not this layout (or nested too deep)
                 continue
             if i:
                 self._order.insert(0, self._order.pop(i))
-            try:
-                events = _from_typed(wire.events)
-            except MalformedPayload:
-                break  # a bad hash inside a typed event: sort it out event by event below
-            return Batch(seq, wire.ts, wire.data_parallel_rank, events)
+            ts, rank = rules.ts_of(wire.ts), rules.rank_of(wire.data_parallel_rank)
+            events = self._convert.from_typed(wire.events)
+            return Batch(seq, ts, rank, events, payload_bytes=len(payload))
         return self._decode_generic(payload, seq, errors)
 
-    @staticmethod
-    def _decode_generic(payload: bytes, seq: int, errors: list[MalformedPayload] | None) -> Batch:
+    def _decode_generic(
+        self, payload: bytes, seq: int, errors: list[MalformedPayload] | None
+    ) -> Batch:
         try:
             outer = _GENERIC_DECODER.decode(payload)
-        except (msgspec.DecodeError, ValueError) as exc:
+        except msgspec.DecodeError as exc:
             raise MalformedPayload(MalformedKind.UNDECODABLE, str(exc)) from exc
-        if not isinstance(outer, list) or len(outer) < 2 or not isinstance(outer[1], list):
+        except RecursionError as exc:
+            raise MalformedPayload(MalformedKind.UNDECODABLE, "nested too deep") from exc
+        if type(outer) is not list or len(outer) < 2 or type(outer[1]) is not list:
             raise MalformedPayload(MalformedKind.UNDECODABLE, "not a [ts, events, ...] batch")
-        ts, raw_events = outer[0], outer[1]
-        rank = outer[2] if len(outer) > 2 else None
-        if not isinstance(ts, int | float) or not (rank is None or type(rank) is int):
-            raise MalformedPayload(MalformedKind.UNDECODABLE, "bad batch ts or rank")
+        ts = rules.ts_of(outer[0])
+        rank = rules.rank_of(outer[2] if len(outer) > 2 else None)
         events: list[KVEvent] = []
         dropped = 0
-        for raw in raw_events:
+        for raw in outer[1]:
             try:
-                events.append(_from_generic(raw))
+                event = self._convert.from_generic(raw)
             except MalformedPayload as exc:
+                if exc.kind is not MalformedKind.UNKNOWN_EVENT_TYPE:
+                    raise
                 dropped += 1
                 if errors is not None:
                     errors.append(exc)
-        return Batch(seq, float(ts), rank, _merge_removals(events), dropped_events=dropped)
+                continue
+            if type(event) is BlocksRemoved:
+                _add_removal(events, event)
+            else:
+                events.append(event)
+        return Batch(seq, ts, rank, events, dropped, len(payload))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvscope.cli import app
-from kvscope.collector.capture import read_capture
+from kvscope.collector.capture import CaptureError, read_capture, write_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import ClearedMap, ClearReason, NullSink
 from kvscope.collector.types import StreamId
@@ -124,3 +125,36 @@ def test_replay_command_refuses_bad_flags(tmp_path: Path) -> None:
     garbage = tmp_path / "x.gz"
     garbage.write_bytes(b"not gzip")
     assert runner.invoke(app, ["replay", str(garbage)]).exit_code == 2
+
+
+def test_a_capture_cut_short_or_corrupt_raises_one_error_after_what_it_holds(
+    tmp_path: Path,
+) -> None:
+    good = capture_path(f"{CAPTURES[0]}.msgpack.gz")
+    records = list(read_capture(good))
+    raw = gzip.decompress(good.read_bytes())
+    # Where the 101st record starts: the 100 before it decode whole.
+    written = tmp_path / "first.msgpack.gz"
+    write_capture(written, records[:100])
+    cut_at = len(gzip.decompress(written.read_bytes()))
+    cases = {
+        "record cut": (gzip.compress(raw[: cut_at + 7]), 100),
+        "record cut in its payload": (gzip.compress(raw[: cut_at + 40]), 100),
+        "gzip cut": (gzip.compress(raw)[: len(gzip.compress(raw)) // 2], None),
+        "not a record": (gzip.compress(raw[:cut_at] + b"\x93" + raw[cut_at + 1 :]), 100),
+        "a field of a wrong type": (gzip.compress(raw[:cut_at] + b"\x94\xa1x" + raw[cut_at:]), 100),
+        "not gzip": (raw[:1000], 0),
+    }
+    for name, (data, where) in cases.items():
+        path = tmp_path / f"{name}.msgpack.gz"
+        path.write_bytes(data)
+        read = []
+        with pytest.raises(CaptureError) as caught:
+            for record in read_capture(path):
+                read.append(record)
+        assert caught.value.records == len(read), name
+        assert read == records[: len(read)], name
+        if where is not None:
+            assert len(read) == where, name
+        else:
+            assert 0 < len(read) < len(records), name

@@ -1,4 +1,4 @@
-"""The compiled hash -> slot map behaves as the dict it replaces (collector/_table_core.pyx)."""
+"""The compiled hash -> slot map behaves as the dict it replaces (collector/_slot_map.pyx)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvscope.collector._table_core import SlotMap
+from kvscope.collector._slot_map import SlotMap
 
 # Small keys collide in the table's low bits; large ones cover the whole uint64 range.
 keys = st.one_of(st.integers(0, 40), st.integers(0, 2**64 - 1))

@@ -274,23 +274,22 @@ def test_unknown_event_type_costs_only_itself() -> None:
 @pytest.mark.parametrize(
     ("event", "why"),
     [
-        ({"type": "BlockStored", "parent_block_hash": None}, "block_hashes missing"),
+        ({"type": "BlockStored", "parent_block_hash": None}, "without block_hashes"),
         ({"type": "BlockRemoved", "block_hashes": "abc"}, "block_hashes is a str"),
-        ({"type": "BlockRemoved", "block_hashes": [1.5]}, "not a block hash"),
-        ({"type": "BlockRemoved", "block_hashes": [b""]}, "not a block hash"),
+        ({"type": "BlockRemoved", "block_hashes": [1.5]}, "block_hashes holds a float"),
+        ({"type": "BlockRemoved", "block_hashes": [b""]}, "block hash b''"),
         (
             {"type": "BlockStored", "block_hashes": [1], "token_ids": ["a"], "block_size": 16},
             "token_ids",
         ),
-        ("BlockStored", "event is a str"),
+        ("BlockStored", "an event is a str"),
     ],
 )
-def test_bad_events_are_refused_with_a_reason(event: Any, why: str) -> None:
-    events, errors = decode(encode([1.0, [event, {"type": "AllBlocksCleared"}], 0]))
-    assert events == [AllCleared()]
-    assert len(errors) == 1
-    assert errors[0].kind in (MalformedKind.BAD_EVENT,)
-    assert why in str(errors[0])
+def test_a_bad_event_refuses_its_whole_batch_with_a_reason(event: Any, why: str) -> None:
+    with pytest.raises(MalformedPayload) as caught:
+        decode(encode([1.0, [{"type": "AllBlocksCleared"}, event], 0]))
+    assert caught.value.kind is MalformedKind.BAD_EVENT
+    assert why in str(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -300,12 +299,30 @@ def test_bad_events_are_refused_with_a_reason(event: Any, why: str) -> None:
         b"\xc1",  # never-used msgpack byte
         encode({"ts": 1.0}),
         encode([1.0]),
-        encode(["ts", []]),
         encode([1.0, "events"]),
-        encode([1.0, [], "rank"]),
     ],
 )
 def test_undecodable_payloads_raise_one_error_kind(payload: bytes) -> None:
     with pytest.raises(MalformedPayload) as caught:
         BatchDecoder().decode(payload, 0)
     assert caught.value.kind is MalformedKind.UNDECODABLE
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        ["ts", []],
+        [True, []],
+        [float("nan"), []],
+        [float("inf"), [{"type": "AllBlocksCleared"}], 0],
+        [-float("inf"), [["AllBlocksCleared"]]],
+        [1.0, [], "rank"],
+        [1.0, [], -1],
+        [1.0, [], 2**63],
+        [1.0, [], 1.0],
+    ],
+)
+def test_a_bad_ts_or_rank_refuses_the_batch(batch: list[Any]) -> None:
+    with pytest.raises(MalformedPayload) as caught:
+        BatchDecoder().decode(encode(batch), 0)
+    assert caught.value.kind is MalformedKind.BAD_BATCH

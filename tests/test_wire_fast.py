@@ -1,5 +1,6 @@
-"""The compiled map-layout decoder against today's path (msgspec's `Decoder(MapBatch)` followed
-by `_from_typed`): whenever it returns a Batch, that Batch must be the one today's path returns."""
+"""The compiled map-layout decoder against the slow path (msgspec's decoders and the rules of
+collector/wire_rules.py): whenever it returns a Batch, the slow path must accept the payload and
+return the same Batch. What the slow path refuses, the fast one must therefore decline."""
 
 from __future__ import annotations
 
@@ -14,29 +15,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msgspec.msgpack import Ext
 
+from kvscope.collector import wire_rules as rules
 from kvscope.collector._wire_fast import decode_map_batch
 from kvscope.collector.capture import read_capture
+from kvscope.collector.limits import IngestLimits
 from kvscope.collector.types import AllCleared, Batch, BlocksRemoved, BlocksStored
-from kvscope.collector.wire import (
-    _TYPED_DECODERS,
-    BatchDecoder,
-    MapBatch,
-    MapBlockStored,
-    _from_typed,
-)
+from kvscope.collector.wire import _TYPED_DECODERS, BatchDecoder, MapBlockStored
 from tests.conftest import capture_path
 
-_TYPED = msgspec.msgpack.Decoder(MapBatch)
+MAX_BS = 64
+"""The block size limit the tests decode with (small, so that generated batches cross it)."""
 
 
 def reference(payload: bytes, seq: int) -> Batch:
-    """What `BatchDecoder.decode` returned for a map-layout batch before the fast path."""
-    wire = _TYPED.decode(payload)
-    return Batch(seq, wire.ts, wire.data_parallel_rank, _from_typed(wire.events))
+    """What the slow path makes of a payload (it raises for one it refuses)."""
+    return BatchDecoder(IngestLimits(max_block_size=MAX_BS))._decode_slow(payload, seq)
 
 
 def assert_same(fast: Batch, slow: Batch) -> None:
     assert (fast.seq, fast.rank, fast.dropped_events) == (slow.seq, slow.rank, slow.dropped_events)
+    assert fast.payload_bytes == slow.payload_bytes
     assert type(fast.rank) is type(slow.rank)
     assert struct.pack("<d", fast.ts) == struct.pack("<d", slow.ts)  # NaN too
     assert len(fast.events) == len(slow.events)
@@ -46,21 +44,21 @@ def assert_same(fast: Batch, slow: Batch) -> None:
             assert type(s) is BlocksStored
             assert type(f.token_ids) is array and f.token_ids.typecode == "I"
             assert list(f.token_ids) == list(s.token_ids)
-            assert f.table is s.table  # interned: PrefixMap compares keys with `is`
+            assert f.table == s.table
             assert msgspec.structs.replace(f, token_ids=[]) == msgspec.structs.replace(
                 s, token_ids=[]
             )
         elif type(f) is BlocksRemoved:
             assert type(s) is BlocksRemoved
-            assert f.table is s.table
+            assert f.table == s.table
             assert f.hashes == s.hashes
         else:
             assert f == s == AllCleared()
 
 
 def check(payload: bytes, seq: int = 3) -> Batch | None:
-    """The fast result; when it is a Batch, today's path must accept the payload and agree."""
-    fast = decode_map_batch(payload, seq)
+    """The fast result; when it is a Batch, the slow path must accept the payload and agree."""
+    fast = decode_map_batch(payload, seq, MAX_BS)
     if fast is not None:
         assert_same(fast, reference(payload, seq))
     return fast
@@ -157,8 +155,19 @@ ANYTHING = st.recursive(
 )
 UNKNOWN_KEY = st.text(min_size=1, max_size=24).filter(lambda k: k not in KNOWN)
 MEDIUM = st.none() | st.sampled_from(["GPU", "CPU", "disk", ""]) | st.text(max_size=8)
-GROUP = st.none() | st.sampled_from([0, 1]) | I64
+GROUP = st.none() | st.sampled_from([0, 1]) | st.integers(0, rules.MAX_GROUP)
+RANK = st.none() | st.integers(0, rules.MAX_RANK)
 NAME = st.none() | st.sampled_from(["full_attention", "sliding_window", "local"]) | st.text()
+TS = st.floats(allow_nan=False, allow_infinity=False)
+BLOCK_SIZE = st.sampled_from([0, 1, 16, MAX_BS]) | st.integers(0, MAX_BS)
+# Values at the edges of the rules (collector/wire_rules.py), for the wild batches.
+EDGE_BLOCK_SIZE = st.sampled_from([-1, MAX_BS + 1, 2**63 - 1, 2**63, 2**64 - 1])
+EDGE_MEDIUM = st.sampled_from(["x" * 32, "x" * 33, "é" * 16, "é" * 17])
+EDGE_GROUP = st.sampled_from([-1, rules.MAX_GROUP, rules.MAX_GROUP + 1, 2**63])
+EDGE_RANK = st.sampled_from([-1, rules.MAX_RANK, rules.MAX_RANK + 1, 2**64 - 1])
+EDGE_LORA = st.sampled_from(["x" * 256, "x" * 257, "é" * 129])
+EDGE_TS = st.sampled_from([float("nan"), float("inf"), -float("inf")])
+NOTHING = st.nothing()
 
 
 def _optional(draw: st.DrawFn, fields: dict[str, st.SearchStrategy[Any]]) -> list[tuple[str, Any]]:
@@ -166,26 +175,45 @@ def _optional(draw: st.DrawFn, fields: dict[str, st.SearchStrategy[Any]]) -> lis
 
 
 @st.composite
+def token_ids(draw: st.DrawFn, block_size: int, blocks: int, wild: bool) -> list[int]:
+    """As many as vLLM sends: none, block_size per hash, or whole blocks more (skipped null
+    blocks); wild, any number off by a few."""
+    forms = [0, block_size * blocks]
+    if block_size:
+        forms.append(block_size * (blocks + draw(st.integers(1, 2))))
+    n = draw(st.sampled_from(forms))
+    if wild and draw(st.integers(0, 3)) == 0:
+        n = max(0, n + draw(st.integers(-2, 2)))
+    return draw(st.lists(U32 | (ANY_INT if wild else st.nothing()), min_size=n, max_size=n))
+
+
+@st.composite
 def event(draw: st.DrawFn, wild: bool) -> Any:
-    def v(good: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-        return st.one_of(good, ANYTHING) if wild else good
+    def v(good: st.SearchStrategy[Any], edge: st.SearchStrategy[Any] = NOTHING) -> Any:
+        return st.one_of(good, edge, ANYTHING) if wild else good
 
     hash_ = v(U64 | st.integers(-(1 << 63), -1) | st.binary(max_size=9)) if wild else U64
     tag = draw(st.sampled_from(["BlockStored", "BlockStored", "BlockRemoved", "AllBlocksCleared"]))
     items: list[tuple[str, Any]] = [("type", tag)]
     if tag == "BlockStored":
-        items.append(("block_hashes", draw(st.lists(hash_, max_size=6))))
+        hashes = draw(st.lists(hash_, max_size=6))
+        size = draw(v(BLOCK_SIZE, EDGE_BLOCK_SIZE))
+        n = len(hashes)
+        tokens = token_ids(size if type(size) is int and 0 <= size <= MAX_BS else 16, n, wild)
+        extra = st.none() | st.just([None] * n)
+        if wild:
+            extra |= st.lists(st.none(), max_size=6) | st.just([["salt"]] * n)
+        items += [("block_hashes", hashes), ("block_size", size)]  # vLLM always sends both
         items += _optional(
             draw,
             {
                 "parent_block_hash": st.none() | hash_,
-                "token_ids": v(st.lists(v(U32 | ANY_INT) if wild else U32, max_size=70)),
-                "block_size": v(st.sampled_from([0, 16]) | I64),
+                "token_ids": v(tokens),
                 "lora_id": v(st.none() | ANY_INT),
-                "medium": v(MEDIUM),
-                "lora_name": v(st.none() | st.text(max_size=8)),
-                "extra_keys": v(st.none() | st.lists(st.none(), max_size=6)),
-                "group_idx": v(GROUP),
+                "medium": v(MEDIUM, EDGE_MEDIUM),
+                "lora_name": v(st.none() | st.text(max_size=8), EDGE_LORA),
+                "extra_keys": v(extra),
+                "group_idx": v(GROUP, EDGE_GROUP),
                 "kv_cache_spec_kind": NAME,
                 "kv_cache_spec_sliding_window": st.none() | ANY_INT,
                 "locality": NAME,
@@ -197,7 +225,13 @@ def event(draw: st.DrawFn, wild: bool) -> Any:
     elif tag == "BlockRemoved":
         items.append(("block_hashes", draw(st.lists(hash_, min_size=1, max_size=3))))
         items += _optional(
-            draw, {"medium": v(MEDIUM), "group_idx": v(GROUP), "locality": NAME, "ownership": NAME}
+            draw,
+            {
+                "medium": v(MEDIUM, EDGE_MEDIUM),
+                "group_idx": v(GROUP, EDGE_GROUP),
+                "locality": NAME,
+                "ownership": NAME,
+            },
         )
     items += draw(st.lists(st.tuples(UNKNOWN_KEY, ANYTHING), max_size=3))
     items = draw(st.permutations(items))
@@ -214,11 +248,11 @@ def event(draw: st.DrawFn, wild: bool) -> Any:
 
 @st.composite
 def batch(draw: st.DrawFn, wild: bool = False) -> list[Any]:
-    ts = draw(st.floats() | (ANYTHING if wild else st.nothing()))
+    ts = draw(TS | (EDGE_TS | ANYTHING if wild else st.nothing()))
     events = draw(st.lists(event(wild), max_size=8))
     out: list[Any] = [ts, events]
     if draw(st.booleans()):
-        out.append(draw(st.none() | I64 | (ANYTHING if wild else st.nothing())))
+        out.append(draw(RANK | (EDGE_RANK | ANYTHING if wild else st.nothing())))
     if wild and draw(st.integers(0, 5)) == 0:
         out = out[: draw(st.integers(0, 3))] + draw(st.lists(ANYTHING, max_size=2))
     return out
@@ -235,14 +269,14 @@ SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[Heal
 
 @SETTINGS
 @given(st.data())
-def test_every_vllm_shaped_batch_decodes_fast_to_todays_batch(data: st.DataObject) -> None:
+def test_every_vllm_shaped_batch_decodes_fast_to_the_slow_paths_batch(data: st.DataObject) -> None:
     payload = encoded(data, data.draw(batch()))
     assert check(payload) is not None
 
 
 @SETTINGS
 @given(st.data())
-def test_any_batch_decodes_fast_to_todays_batch_or_falls_back(data: st.DataObject) -> None:
+def test_any_batch_decodes_fast_to_the_slow_paths_batch_or_falls_back(data: st.DataObject) -> None:
     check(encoded(data, data.draw(batch(wild=True))))
 
 
@@ -251,7 +285,7 @@ def test_any_batch_decodes_fast_to_todays_batch_or_falls_back(data: st.DataObjec
 def test_every_truncation_falls_back(data: st.DataObject) -> None:
     payload = encoded(data, data.draw(batch()))
     for end in range(len(payload)):
-        assert decode_map_batch(payload[:end], 0) is None
+        assert decode_map_batch(payload[:end], 0, MAX_BS) is None
 
 
 @SETTINGS
@@ -283,31 +317,45 @@ def test_top_level_fields_of_a_later_vllm_are_skipped() -> None:
 def test_float32_ts_and_wide_ints() -> None:
     ts = b"\xca" + struct.pack(">f", 2.5)
     hashes = b"\x92\xd0\x05\xcf" + struct.pack(">Q", 2**64 - 1)  # int8 5, uint64 max
-    tokens = b"\x91\xce" + struct.pack(">I", 2**32 - 1)
-    event = b"\x83\xa4type\xabBlockStored\xacblock_hashes" + hashes + b"\xa9token_ids" + tokens
+    tokens = b"\x92\xce" + struct.pack(">I", 2**32 - 1) + b"\x07"
+    event = (
+        b"\x84\xa4type\xabBlockStored\xacblock_hashes"
+        + hashes
+        + b"\xa9token_ids"
+        + tokens
+        + b"\xaablock_size\xcd\x00\x01"  # uint16 1
+    )
     fast = check(b"\x93" + ts + b"\x91" + event + b"\xd1\x00\x02")  # rank as int16
     assert fast is not None and fast.ts == 2.5 and fast.rank == 2
     stored = fast.events[0]
     assert type(stored) is BlocksStored and stored.hashes == [5, 2**64 - 1]
-    assert list(stored.token_ids) == [2**32 - 1]
+    assert list(stored.token_ids) == [2**32 - 1, 7] and stored.block_size == 1
 
 
 def test_long_token_and_hash_arrays_are_read_where_they_are() -> None:
     # Longer than the scan's buffers (2048 token ids, 256 hashes): read at use instead.
-    tokens = [(k * 2654435761) % 2**32 for k in range(5000)]
+    tokens = [(k * 2654435761) % 2**32 for k in range(6000)]
     hashes = [(k * 0x9E3779B97F4A7C15) % 2**64 for k in range(300)]
-    for n_tokens, n_hashes in ((2048, 256), (2049, 257), (5000, 300)):
-        event = dict(STORED, block_hashes=hashes[:n_hashes], token_ids=tokens[:n_tokens])
+    for block_size, n_hashes in ((8, 256), (8, 257), (20, 300)):
+        n_tokens = block_size * n_hashes
+        event = dict(
+            STORED,
+            block_hashes=hashes[:n_hashes],
+            token_ids=tokens[:n_tokens],
+            block_size=block_size,
+        )
         removed = {"type": "BlockRemoved", "block_hashes": hashes[:n_hashes]}
         fast = check(E([1.0, [event, removed, removed], 0]))
         assert fast is not None
         assert list(fast.events[0].token_ids) == tokens[:n_tokens]
         assert fast.events[1].hashes == hashes[:n_hashes] * 2
+    long = dict(STORED, block_hashes=hashes, token_ids=tokens[: 16 * 300])
+    assert check(E([1.0, [long], 0])) is not None
     for bad in (2**32, -1, "x"):
-        assert check(E([1.0, [dict(STORED, token_ids=[*tokens, bad])], 0])) is None
-        assert check(E([1.0, [dict(STORED, token_ids=[*tokens[:40], bad])], 0])) is None
+        assert check(E([1.0, [dict(long, token_ids=[*tokens[: 16 * 300 - 1], bad])], 0])) is None
+        assert check(E([1.0, [dict(STORED, token_ids=[*tokens[:31], bad])], 0])) is None
     for bad in (-1, "x", None):
-        assert check(E([1.0, [dict(STORED, block_hashes=[*hashes, bad])], 0])) is None
+        assert check(E([1.0, [dict(long, block_hashes=[*hashes[:-1], bad])], 0])) is None
         assert check(E([1.0, [dict(STORED, block_hashes=[1, bad])], 0])) is None
 
 
@@ -400,14 +448,15 @@ def test_nesting_is_bounded() -> None:
 
 def test_only_bytes_are_read() -> None:
     payload = E([1.0, [STORED], 0])
-    assert decode_map_batch(bytearray(payload), 0) is None  # type: ignore[arg-type]
-    assert decode_map_batch(memoryview(payload), 0) is None  # type: ignore[arg-type]
+    assert decode_map_batch(bytearray(payload), 0, MAX_BS) is None  # type: ignore[arg-type]
+    assert decode_map_batch(memoryview(payload), 0, MAX_BS) is None  # type: ignore[arg-type]
 
 
 def test_batch_decoder_takes_the_fast_path_and_keeps_the_layout() -> None:
     decoder = BatchDecoder()
     old = decoder.decode(E([1.0, [["BlockStored", [1], None, [5] * 16, 16, None]], 0]), 0)
-    assert type(old.events[0].token_ids) is list  # type: ignore[union-attr]
+    assert list(old.events[0].token_ids) == [5] * 16  # type: ignore[union-attr]
+    assert decoder._order[0] is _TYPED_DECODERS[1]  # the array layout is tried first now
     batch = decoder.decode(E([1.0, [STORED], 0]), 1)
     assert type(batch.events[0].token_ids) is array  # type: ignore[union-attr]
     assert decoder._order[0] is _TYPED_DECODERS[0]  # the map layout is tried first again

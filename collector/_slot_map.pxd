@@ -1,0 +1,41 @@
+# The hash -> slot map's C layout, cimported by the block table's core (collector/_table_core.pyx),
+# whose hot writes probe it inline.
+from libc.stdint cimport int32_t, uint64_t
+
+
+cdef enum:
+    EMPTY = -1  # the value of a free entry: slots are non-negative
+
+
+cdef inline uint64_t mix(uint64_t x) noexcept nogil:
+    # murmur3's finaliser: tests and bytes-derived hashes are not uniformly spread.
+    x ^= x >> 33
+    x *= <uint64_t>0xFF51AFD7ED558CCDULL
+    x ^= x >> 33
+    x *= <uint64_t>0xC4CEB9FE1A85EC53ULL
+    x ^= x >> 33
+    return x
+
+
+cdef class SlotMap:
+    cdef uint64_t* _keys
+    cdef int32_t* _vals
+    cdef size_t _mask
+    cdef Py_ssize_t _size
+    cdef size_t _changes  # bumped when an entry comes or goes: iterators check it, as dict's do
+
+    cdef int _allocate(self, size_t cap) except -1
+    cdef int _put(self, uint64_t key, int32_t value) except -1
+    cdef int _resize(self, size_t cap) except -1
+    cdef void _remove_at(self, size_t i) noexcept
+    cdef int _delete_at(self, size_t i) except -1
+    cdef Py_ssize_t _index_of(self, key) noexcept
+
+    cdef inline Py_ssize_t _find(self, uint64_t key) noexcept:
+        # Where `key` is (its slot is `_vals` there), or -1.
+        cdef size_t i = mix(key) & self._mask
+        while self._vals[i] != EMPTY:
+            if self._keys[i] == key:
+                return <Py_ssize_t>i
+            i = (i + 1) & self._mask
+        return -1

@@ -1,0 +1,201 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""A map of 64-bit block hashes to table slots in two flat C arrays: the block table's index.
+
+A Python `dict[int, int]` costs about 100 bytes an entry once its int objects are counted; a
+million cached blocks made it the largest part of a map. Here an entry is a uint64 key and an
+int32 value in an open-addressed table (linear probing, deletion by backward shift, so there
+are no tombstones): about 12 bytes over a load of 0.375 to 0.75. It offers the part of dict's
+interface `BlockTable` uses; its C layout and the inline probe are in _slot_map.pxd, which the
+table's core (collector/_table_core.pyx) cimports.
+"""
+
+import array
+
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.stdint cimport int32_t, uint64_t
+from libc.string cimport memset
+
+cdef size_t MIN_CAPACITY = 8
+
+
+def _as_uint64(values):
+    return values if isinstance(values, array.array) and values.typecode == "Q" else array.array("Q", values)
+
+
+def _as_int32(values):
+    return values if isinstance(values, array.array) and values.typecode == "i" else array.array("i", values)
+
+
+cdef class SlotMap:
+    """hash -> slot, for `BlockTable` (dict's interface, in part)."""
+
+    def __cinit__(self, Py_ssize_t capacity=0):
+        cdef size_t cap = MIN_CAPACITY
+        while cap * 3 < <size_t>capacity * 4:
+            cap <<= 1
+        self._allocate(cap)
+
+    def __dealloc__(self):
+        PyMem_Free(self._keys)
+        PyMem_Free(self._vals)
+
+    cdef int _allocate(self, size_t cap) except -1:
+        keys = <uint64_t*>PyMem_Malloc(cap * sizeof(uint64_t))
+        vals = <int32_t*>PyMem_Malloc(cap * sizeof(int32_t))
+        if keys == NULL or vals == NULL:
+            PyMem_Free(keys)
+            PyMem_Free(vals)
+            raise MemoryError()
+        memset(vals, 0xFF, cap * sizeof(int32_t))  # every value EMPTY
+        self._keys, self._vals, self._mask, self._size = keys, vals, cap - 1, 0
+        return 0
+
+    @classmethod
+    def from_arrays(cls, hashes, slots):
+        """A map of `hashes[i] -> slots[i]` (the columns a checkpoint keeps)."""
+        cdef const uint64_t[:] keys = _as_uint64(hashes)
+        cdef const int32_t[:] values = _as_int32(slots)
+        if keys.shape[0] != values.shape[0]:
+            raise ValueError("as many hashes as slots, please")
+        cdef SlotMap made = cls(keys.shape[0])
+        cdef Py_ssize_t i
+        for i in range(keys.shape[0]):
+            made._put(keys[i], values[i])
+        return made
+
+    def to_arrays(self):
+        """(hashes, slots) as `array("Q")` and `array("i")`, in one order: a checkpoint's columns."""
+        cdef Py_ssize_t n = self._size, k = 0
+        cdef size_t i
+        keys = array.array("Q", bytes(n * sizeof(uint64_t)))
+        values = array.array("i", bytes(n * sizeof(int32_t)))
+        cdef uint64_t[:] key_view = keys
+        cdef int32_t[:] value_view = values
+        for i in range(self._mask + 1):
+            if self._vals[i] != EMPTY:
+                key_view[k] = self._keys[i]
+                value_view[k] = self._vals[i]
+                k += 1
+        return keys, values
+
+    # --- the table ----------------------------------------------------------------------------
+    cdef int _put(self, uint64_t key, int32_t value) except -1:
+        if value < 0:
+            raise ValueError("slots are non-negative")
+        cdef size_t i = mix(key) & self._mask
+        while self._vals[i] != EMPTY:
+            if self._keys[i] == key:
+                self._vals[i] = value
+                return 0
+            i = (i + 1) & self._mask
+        self._keys[i] = key
+        self._vals[i] = value
+        self._size += 1
+        self._changes += 1
+        if <size_t>self._size * 4 > (self._mask + 1) * 3:
+            self._resize((self._mask + 1) * 2)
+        return 0
+
+    cdef int _resize(self, size_t cap) except -1:
+        cdef uint64_t* old_keys = self._keys
+        cdef int32_t* old_vals = self._vals
+        cdef size_t old_cap = self._mask + 1, i, j
+        self._allocate(cap)
+        for i in range(old_cap):
+            if old_vals[i] != EMPTY:
+                j = mix(old_keys[i]) & self._mask
+                while self._vals[j] != EMPTY:
+                    j = (j + 1) & self._mask
+                self._keys[j] = old_keys[i]
+                self._vals[j] = old_vals[i]
+                self._size += 1
+        PyMem_Free(old_keys)
+        PyMem_Free(old_vals)
+        return 0
+
+    cdef void _remove_at(self, size_t i) noexcept:
+        # Backward shift: pull later entries of the probe run into the hole, so that every
+        # entry stays reachable from its home without tombstones.
+        cdef size_t j = i, home
+        while True:
+            j = (j + 1) & self._mask
+            if self._vals[j] == EMPTY:
+                break
+            home = mix(self._keys[j]) & self._mask
+            if (i <= j and i < home <= j) or (i > j and (home > i or home <= j)):
+                continue  # j's home lies after the hole: it stays
+            self._keys[i] = self._keys[j]
+            self._vals[i] = self._vals[j]
+            i = j
+        self._vals[i] = EMPTY
+        self._size -= 1
+        self._changes += 1
+
+    cdef int _delete_at(self, size_t i) except -1:
+        self._remove_at(i)
+        if self._mask + 1 > MIN_CAPACITY and <size_t>self._size * 8 < self._mask + 1:
+            self._resize((self._mask + 1) // 2)  # give memory back after a clear-like drain
+        return 0
+
+    # --- dict's interface ---------------------------------------------------------------------
+    cdef Py_ssize_t _index_of(self, key) noexcept:
+        """Where `key` is, or -1: also for what no uint64 can be (negative, too big, not int)."""
+        try:
+            return self._find(<uint64_t>key)
+        except (OverflowError, TypeError):
+            return -1
+
+    def get(self, key, default=None):
+        cdef Py_ssize_t i = self._index_of(key)
+        return default if i < 0 else self._vals[i]
+
+    def __getitem__(self, key):
+        cdef Py_ssize_t i = self._index_of(key)
+        if i < 0:
+            raise KeyError(key)
+        return self._vals[i]
+
+    def __setitem__(self, key, value):
+        self._put(key, value)
+
+    def __delitem__(self, key):
+        cdef Py_ssize_t i = self._index_of(key)
+        if i < 0:
+            raise KeyError(key)
+        self._delete_at(i)
+
+    def __contains__(self, key):
+        return self._index_of(key) >= 0
+
+    def __len__(self):
+        return self._size
+
+    def __iter__(self):
+        return self.keys()
+
+    def keys(self):
+        return self._walk(0)
+
+    def values(self):
+        return self._walk(1)
+
+    def items(self):
+        return self._walk(2)
+
+    def _walk(self, int what):
+        cdef size_t i, changes = self._changes
+        for i in range(self._mask + 1):
+            # Re-read through self each step: a change may have moved the arrays.
+            if changes != self._changes:
+                raise RuntimeError("SlotMap changed size during iteration")
+            if self._vals[i] != EMPTY:
+                if what == 0:
+                    yield self._keys[i]
+                elif what == 1:
+                    yield self._vals[i]
+                else:
+                    yield self._keys[i], self._vals[i]
+
+    def nbytes(self):
+        """Bytes held by the two arrays."""
+        return (self._mask + 1) * (sizeof(uint64_t) + sizeof(int32_t))

@@ -1,0 +1,103 @@
+# The contract of the block table's compiled core (collector/_table_core.pyx): the per-block flag
+# bits (exported to Python as ints: block_table.py imports them from here), the table's state as
+# C fields, and the hooks the compiled writes call back for the rare cases, which `BlockTable`
+# (collector/block_table.py) overrides in Python.
+from cpython cimport array as carray
+from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
+
+from kvscope.collector._slot_map cimport SlotMap
+
+
+cpdef enum:
+    # _flags bits
+    HITTABLE = 1
+    HAS_PARENT = 2
+    HAS_TOKENS = 4
+    FOREIGN_EXTRA = 8  # extra keys besides a LoRA name: tokens alone cannot match the block
+    ASIDE = 16  # entries in _odd_tokens, _extras or _raw_parent: Python drops the block
+
+
+cpdef enum:
+    NO_SLOT = -1  # no block: the end of a child or sibling list
+
+
+cdef struct Columns:
+    # Raw pointers into a table's columns: taken again whenever they may have been resized.
+    uint32_t* count
+    uint64_t* parent
+    int32_t* first_child
+    int32_t* next_sibling
+    int32_t* prev_sibling
+    uint8_t* flags
+    uint32_t* first_ms
+    uint32_t* last_ms
+    uint32_t* tokens
+    Py_ssize_t slots
+
+
+cdef inline void* column_data(carray.array column) noexcept:
+    return column.data.as_voidptr
+
+
+cdef class TableCore:
+    cdef public object key  # the table's TableKey
+    cdef public double base_ts  # timestamps are kept as milliseconds since this instant
+    cdef public Py_ssize_t block_size  # tokens per block, from the first store that says
+    cdef public Py_ssize_t hittable_count, orphan_count, copies, unknown_removals
+    # Stores of a block whose copy count was at its maximum (2**32 - 1), so not counted: from
+    # the first, that block's count is below vLLM's.
+    cdef public Py_ssize_t saturated_stores
+    # About the bytes held in _odd_tokens and in _extras' extra keys (block_table.extras_bytes):
+    # counted with the tokens against the stream's limit.
+    cdef public Py_ssize_t side_bytes
+    cdef public SlotMap _slot_of
+    # Per-slot columns (`array`s): copies, parent hash, child and sibling links, flags, first
+    # and last store (ms since base_ts), and block_size tokens per slot.
+    cdef public carray.array _count, _parent, _first_child, _next_sibling, _prev_sibling
+    cdef public carray.array _flags, _first_ms, _last_ms, _tokens
+    cdef public list _free  # slots freed by removals, reused first (last freed, first reused)
+    cdef public Py_ssize_t _high  # slots below it were handed out; from it on, never
+    cdef double _ms_ts
+    cdef uint32_t _ms_value  # `_ms` of `_ms_ts`: the stores of a batch share its ts
+    cdef public dict _waiting  # missing parent hash -> the orphan slots that name it
+    # First-block token bytes -> root slots (parent None), for lookups by tokens. The slots are
+    # a dict's keys (an ordered set): roots sharing their first tokens (cache salts, LoRAs) may
+    # be many, and a list made each removal a scan.
+    cdef public dict _roots
+    cdef public dict _odd_tokens  # slot -> tokens (uint32 bytes) of a block of another size
+    cdef public dict _extras  # slot -> (lora_name, extra_keys), for the rare blocks with them
+    cdef public dict _raw  # hash -> the bytes it travelled as (publishers sending bytes)
+    cdef public dict _raw_parent  # slot -> its parent's bytes, for such chain heads
+
+    cdef uint32_t _ms(self, double ts) noexcept
+    cdef bytes _root_key(self, Columns* c, int32_t slot)
+    cdef int _unroot(self, bytes key, int32_t slot) except -1
+    cdef int _grow(self) except -1
+    cdef int _reserve_tokens(self, int32_t slot) except -1
+
+    # What the compiled writes call back for the rare cases; BlockTable defines them in Python.
+    # Keep a block's LoRA name and extra keys (and flag FOREIGN_EXTRA):
+    cpdef _set_extras(self, int32_t slot, lora_name, extra)
+    # `block_hash`, just stored at `slot`, is the missing parent of earlier orphans:
+    cpdef _adopt(self, block_hash, int32_t slot)
+    # The last copy of an inner block or an orphan is gone: relink what hangs from it.
+    cpdef _drop_block(self, block_hash, int32_t slot, int32_t parent_slot)
+
+
+cdef inline void take_columns(TableCore table, Columns* c) noexcept:
+    """Point `c` at `table`'s columns (again after they may have been resized)."""
+    c.slots = table._count.ob_size
+    c.count = <uint32_t*>column_data(table._count)
+    c.parent = <uint64_t*>column_data(table._parent)
+    c.first_child = <int32_t*>column_data(table._first_child)
+    c.next_sibling = <int32_t*>column_data(table._next_sibling)
+    c.prev_sibling = <int32_t*>column_data(table._prev_sibling)
+    c.flags = <uint8_t*>column_data(table._flags)
+    c.first_ms = <uint32_t*>column_data(table._first_ms)
+    c.last_ms = <uint32_t*>column_data(table._last_ms)
+    c.tokens = <uint32_t*>column_data(table._tokens)
+
+
+cdef inline Py_ssize_t content_bytes(TableCore table) noexcept:
+    """What `table` holds of its blocks' contents: the tokens column and `side_bytes`."""
+    return table._tokens.ob_size * 4 + table.side_bytes
