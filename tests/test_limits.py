@@ -4,6 +4,7 @@ applies. The hostile batches are issue 12's, sent through a stream's ingest as l
 
 from __future__ import annotations
 
+import dataclasses
 import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from kvscope.collector.errors import MalformedKind, MalformedPayload
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits
 from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.sink import MapReader, NullSink, Span
 from kvscope.collector.snapshot import encode_map
 from kvscope.collector.types import AllCleared, Batch, BlocksRemoved, BlocksStored, StreamId
 from kvscope.collector.wire import BatchDecoder, table_key
@@ -61,10 +63,7 @@ def allocated() -> Iterator[Callable[[], int]]:
 def snapshot(prefix_map: PrefixMap) -> tuple[bytes, object]:
     """The map and its counters, to tell whether a batch changed anything."""
     counters = prefix_map.counters
-    return encode_map(prefix_map), (
-        counters.batches,
-        {k: list(v) for k, v in counters.per_table.items()},
-    )
+    return encode_map(prefix_map), dataclasses.astuple(counters)
 
 
 def decoded(prefix_map: PrefixMap, seq: int, events: list[Any]) -> Batch:
@@ -176,8 +175,12 @@ def test_the_bound_from_the_payload_size_refuses_what_counting_refuses(data: st.
 
 
 # --- issue 12's batches, through a stream's ingest ----------------------------------------------
-def nan_of_store(ingest: StreamIngest, batch: Batch) -> None:
-    int(batch.ts)  # what the store's rollups do with a batch's ts before it is applied
+class SecondsOfTheStore(NullSink):
+    """Asks for the map at each second, as the store's rollups do: `int(ts)` of every stamp."""
+
+    def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
+        second = int(ts)
+        return Span(second, second + 1)
 
 
 HOSTILE: list[tuple[str, list[Any], Any, str]] = [
@@ -203,7 +206,7 @@ HOSTILE: list[tuple[str, list[Any], Any, str]] = [
 def test_a_hostile_batch_is_refused_counted_and_the_next_applies(
     name: str, events: list[Any], ts: Any, kind: str
 ) -> None:
-    ingest = StreamIngest(STREAM, can_replay=False, pre_apply=[nan_of_store])
+    ingest = StreamIngest(STREAM, can_replay=False, sink=SecondsOfTheStore())
     ingest.live_frames(frames(0, [stored(1)]), 0.0)
     before = snapshot(ingest.map)
     with allocated() as peak:
