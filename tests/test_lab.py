@@ -433,6 +433,15 @@ def test_the_lab_command(tmp_path: Path) -> None:
         assert all(r["result"] for r in s["resets"] if r["mode"] != "default")
         assert 0.0 <= s["idle_fraction"] < 1.0
 
+    # --json: stdout holds one document (the tables' rows), whatever the terminal.
+    quiet = CliRunner().invoke(
+        app, ["lab", "--duration", "20", "--rate", "3", "--resets", "10:preempt", "--json"]
+    )
+    assert quiet.exit_code == 0, quiet.output
+    document = json.loads(quiet.stdout)
+    assert [r["replica"] for r in document["resets"]] == ["lab"]
+    assert document["modes"][0]["mode"] == "preempt" and document["replicas"][0]["sim_s"] >= 20
+
     bad = CliRunner().invoke(app, ["lab", "--resets", "10:sometimes"])
     assert bad.exit_code == 2 and "reset mode" in bad.output
 

@@ -25,8 +25,9 @@ from kvscope.lab.workload import (
     parse_resets,
     periodic_resets,
 )
-from kvscope.options import fail
+from kvscope.options import JsonOpt, fail
 from kvscope.signals import stop_on_signals
+from kvscope.tables import show_table
 
 if TYPE_CHECKING:
     from kvscope.lab.replica import LabReplica
@@ -138,6 +139,7 @@ def lab(
     summary_json: Annotated[
         Path | None, typer.Option(help="Also write the summaries (every reset) as JSON here.")
     ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Run simulated vLLM replicas: vLLM's real v1 Scheduler and KV event publisher, no model.
 
@@ -146,6 +148,7 @@ def lab(
     it. At the end: how often the server was idle (a default reset would have succeeded), and
     what every reset did, by mode.
     """
+    say = err if as_json else console  # --json: stdout holds only the document
     try:
         workload, engine = build_load(
             preset,
@@ -170,7 +173,7 @@ def lab(
     # vLLM warns about what a CPU-only machine lacks (Triton, vllm._C) and about every failed
     # default reset; keep the lab's output to the lab unless asked otherwise.
     logging.getLogger("vllm").setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "ERROR").upper())
-    with console.status("loading vLLM's scheduler..."):
+    with say.status("loading vLLM's scheduler..."):
         from kvscope.lab.runner import LabOptions, run_lab
 
     options = LabOptions(
@@ -191,18 +194,18 @@ def lab(
 
     def ready(started: Sequence[LabReplica]) -> None:
         for r in started:
-            console.print(
+            say.print(
                 f"[bold]{r.name}[/]: http {r.http_url}  events {r.connect_endpoint}  "
                 f"replay {r.replay_connect_endpoint}  topic {engine.topic!r}"
             )
         how = "as fast as possible" if speed == 0 else f"at {speed:g}x real time"
         length = f"{run_for:g} simulated s" if run_for else "until ^C"
-        console.print(
+        say.print(
             f"running {len(started)} replica(s) {how} for {length}; {workload.rate:g} req/s each"
             + (f"; resets: {len(schedule)}" if schedule else "")
         )
         if started and started[0].http_url:
-            console.print(
+            say.print(
                 f"  collect with: kvscope collect --replica {started[0].name}={started[0].http_url}"
             )
 
@@ -211,25 +214,31 @@ def lab(
             summaries = run_lab(options, stop=stop, on_ready=ready, linger=linger)
     except (ValueError, RuntimeError, OSError) as exc:
         raise fail(str(exc)) from exc
-    print_report(console, summaries)
+    print_report(console, summaries, as_json)
     if record is not None:
         from kvscope.lab.runner import record_path
         from kvscope.lab.sidecar import sidecar_path_for
 
         for s in summaries:
             path = record_path(record, s.name, replicas)
-            console.print(f"recorded {path} and {sidecar_path_for(path)}")
+            say.print(f"recorded {path} and {sidecar_path_for(path)}")
     if summary_json is not None:
         summary_json.write_text(json.dumps([s.as_json() for s in summaries], indent=1) + "\n")
-        console.print(f"wrote {summary_json}")
+        say.print(f"wrote {summary_json}")
 
 
-def print_report(out: Console, summaries: Sequence[ReplicaSummary]) -> None:
-    out.print(replicas_table(summaries))
+def print_report(out: Console, summaries: Sequence[ReplicaSummary], as_json: bool = False) -> None:
+    tables = [replicas_table(summaries)]
     if any(s.resets for s in summaries):
-        out.print(modes_table(summaries))
-        out.print(resets_table(summaries))
-    else:
+        tables += [modes_table(summaries), resets_table(summaries)]
+    if as_json:
+        keys = ("replicas", "modes", "resets")
+        document = {key: table.records for key, table in zip(keys, tables, strict=False)}
+        out.file.write(json.dumps(document, default=str) + "\n")
+        return
+    for table in tables:
+        show_table(out, table)
+    if len(tables) == 1:
         out.print("no resets (give --resets or --reset-every)")
 
 

@@ -6,9 +6,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rich.table import Table
-
 from kvscope.lab.workload import ResetMode
+from kvscope.tables import TableData
 
 
 @dataclass
@@ -126,75 +125,106 @@ def by_mode(resets: Iterable[ResetRecord]) -> dict[ResetMode, ModeSummary]:
     return {mode: m for mode, m in modes.items() if m.attempts}
 
 
-def replicas_table(summaries: Sequence[ReplicaSummary]) -> Table:
-    table = Table(title="replicas (idle: no block held, a default reset would have succeeded)")
-    for column in ("replica", "sim s", "x real", "steps", "done/admitted", "idle", "idle periods"):
-        table.add_column(column)
-    table.add_column("KV-full preemptions")
+def replicas_table(summaries: Sequence[ReplicaSummary]) -> TableData:
+    table = TableData(
+        "replicas (idle: no block held, a default reset would have succeeded)",
+        [
+            "replica",
+            "sim s",
+            "x real",
+            "steps",
+            "done/admitted",
+            "idle",
+            "idle periods",
+            "KV-full preemptions",
+        ],
+    )
     for s in summaries:
         speed = s.sim_s / s.wall_s if s.wall_s > 0 else 0.0
         per_min = s.idle_periods / (s.sim_s / 60) if s.sim_s > 0 else 0.0
-        table.add_row(
-            s.name,
-            f"{s.sim_s:.1f}",
-            f"{speed:.0f}",
-            str(s.steps),
-            f"{s.requests_finished}/{s.requests_admitted}",
-            f"{100 * s.idle_fraction:.1f} % ({s.idle_s:.1f} s)",
-            f"{s.idle_periods} ({per_min:.1f}/min)",
-            str(s.preemptions),
+        record = {k: v for k, v in s.as_json().items() if k != "resets"}
+        table.add(
+            [
+                s.name,
+                f"{s.sim_s:.1f}",
+                f"{speed:.0f}",
+                str(s.steps),
+                f"{s.requests_finished}/{s.requests_admitted}",
+                f"{100 * s.idle_fraction:.1f} % ({s.idle_s:.1f} s)",
+                f"{s.idle_periods} ({per_min:.1f}/min)",
+                str(s.preemptions),
+            ],
+            {**record, "speed_x_real": speed, "idle_periods_per_min": per_min},
         )
     return table
 
 
-def modes_table(summaries: Sequence[ReplicaSummary]) -> Table:
-    table = Table(title="resets by mode (per reset: mean)")
-    for column in (
-        "mode",
-        "ok",
-        "idle at reset",
-        "running",
-        "preempted",
-        "tokens thrown away",
-        "cached blocks dropped",
-        "running kept",
-    ):
-        table.add_column(column)
+def modes_table(summaries: Sequence[ReplicaSummary]) -> TableData:
+    table = TableData(
+        "resets by mode (per reset: mean)",
+        [
+            "mode",
+            "ok",
+            "idle at reset",
+            "running",
+            "preempted",
+            "tokens thrown away",
+            "cached blocks dropped",
+            "running kept",
+        ],
+    )
     modes = by_mode(r for s in summaries for r in s.resets)
     for m in modes.values():
-        table.add_row(
-            m.mode.value,
-            f"{m.succeeded}/{m.attempts}",
-            f"{m.idle_at_reset}/{m.attempts}",
-            f"{m.running_before / m.attempts:.1f}",
-            f"{m.preempted_per_reset:.1f}",
-            f"{m.computed_tokens_lost} ({m.computed_tokens_lost / m.attempts:.0f})",
-            f"{m.hashed_blocks_dropped}",
-            str(m.kept_running) if m.mode == ResetMode.KEEP else "-",
+        keep = m.mode == ResetMode.KEEP
+        table.add(
+            [
+                m.mode.value,
+                f"{m.succeeded}/{m.attempts}",
+                f"{m.idle_at_reset}/{m.attempts}",
+                f"{m.running_before / m.attempts:.1f}",
+                f"{m.preempted_per_reset:.1f}",
+                f"{m.computed_tokens_lost} ({m.computed_tokens_lost / m.attempts:.0f})",
+                f"{m.hashed_blocks_dropped}",
+                str(m.kept_running) if keep else "-",
+            ],
+            {**asdict(m), "mode": m.mode.value, "kept_running": m.kept_running if keep else None},
         )
     return table
 
 
-def resets_table(summaries: Sequence[ReplicaSummary]) -> Table:
-    several = len(summaries) > 1
-    table = Table(title="each reset (before->after)")
-    columns = ["sim s", "mode", "via", "result", "running", "preempted", "tokens lost"]
-    columns += ["held blocks", "cached blocks", "clear seq"]
-    for column in (["replica"] if several else []) + columns:
-        table.add_column(column)
+def resets_table(summaries: Sequence[ReplicaSummary]) -> TableData:
+    table = TableData(
+        "each reset (before->after)",
+        [
+            "replica",
+            "sim s",
+            "mode",
+            "via",
+            "result",
+            "running",
+            "preempted",
+            "tokens lost",
+            "held blocks",
+            "cached blocks",
+            "clear seq",
+        ],
+    )
     for s in summaries:
         for r in s.resets:
-            row = [
-                f"{r.sim_t:.1f}",
-                r.mode.value,
-                r.source,
-                "[green]ok[/]" if r.result else "[red]failed[/]",
-                f"{r.running_before}->{r.running_after}",
-                str(r.preempted),
-                str(r.computed_tokens_lost),
-                f"{r.held_blocks_before}->{r.held_blocks_after}",
-                f"{r.hashed_blocks_before}->{r.hashed_blocks_after}",
-                "-" if r.cleared_in_seq is None else str(r.cleared_in_seq),
-            ]
-            table.add_row(*([s.name] if several else []), *row)
+            table.add(
+                [
+                    s.name,
+                    f"{r.sim_t:.1f}",
+                    r.mode.value,
+                    r.source,
+                    "ok" if r.result else "failed",
+                    f"{r.running_before}->{r.running_after}",
+                    str(r.preempted),
+                    str(r.computed_tokens_lost),
+                    f"{r.held_blocks_before}->{r.held_blocks_after}",
+                    f"{r.hashed_blocks_before}->{r.hashed_blocks_after}",
+                    "-" if r.cleared_in_seq is None else str(r.cleared_in_seq),
+                ],
+                {"replica": s.name, **r.as_json()},
+            )
     return table
