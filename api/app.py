@@ -52,15 +52,22 @@ def create_app(data: ApiData, settings: ApiSettings | None = None) -> FastAPI:
 
     @app.get("/readyz", tags=["health"], response_model=Health)
     def readyz() -> Response | Health:
-        """Ready once the start-up replays have settled and the store answers; else 503 with
-        the reason: `starting` (the replays in flight) or `store_unavailable`."""
+        """Ready once the start-up replays have settled, while the collector runs and the store
+        answers; else 503 with the reason: `starting` (the replays in flight),
+        `collector_down` (its loop stopped: nothing is being collected) or
+        `store_unavailable`."""
         collector = data.collector
         if collector is not None:
+            if not collector.up:
+                why = collector.failure or "the collector's loop is not running"
+                return error_response(
+                    ErrorBody(status=503, code="collector_down", message="not ready: " + why)
+                )
             with collector.lock:
                 waiting = [
                     str(s)
                     for s, ingest in collector.ingests.items()
-                    if ingest.replaying
+                    if (ingest.replaying and not ingest.checking_tail)
                     or (collector.is_connected(s) and ingest.counters.replays_requested == 0
                         and ingest.can_replay)
                 ]  # fmt: skip

@@ -36,6 +36,7 @@ class StateCollector(PromCollector):
         }
         collector = self.data.collector
         if collector is not None:
+            f["kvscope_collector_up"].add_metric([], float(collector.up))
             now = time.time()
             with collector.lock:
                 for stream, ingest in collector.ingests.items():
@@ -48,6 +49,9 @@ class StateCollector(PromCollector):
                         s, float(collector.is_silent(stream, now))
                     )
                     f["kvscope_stream_degraded"].add_metric(s, float(ingest.degraded is not None))
+                    f["kvscope_stream_tail_unverified"].add_metric(
+                        s, float(ingest.tail_unverified(now))
+                    )
                     f["kvscope_stream_epoch"].add_metric(s, ingest.epoch)
                     f["kvscope_stream_last_seq"].add_metric(
                         s, -1 if ingest.last_seq is None else ingest.last_seq
@@ -77,6 +81,9 @@ class StateCollector(PromCollector):
                         f["kvscope_ingest_block_events_total"].add_metric([*s, kind], n)
                     for kind, n in c.malformed.items():
                         f["kvscope_ingest_malformed_total"].add_metric([*s, kind], n)
+                    for (stage, kind), n in c.ingest_errors.items():
+                        f["kvscope_ingest_errors_total"].add_metric([*s, stage, kind], n)
+                    f["kvscope_ingest_tail_checks_total"].add_metric(s, c.tail_checks)
                     f["kvscope_ingest_duplicates_total"].add_metric(s, c.duplicates)
                     f["kvscope_ingest_gaps_total"].add_metric(s, c.gaps)
                     f["kvscope_ingest_replays_total"].add_metric([*s, "ok"], c.replays_ok)

@@ -80,7 +80,9 @@ def _rank_status(ctx: ApiContext, stream: StreamId) -> RankStatus:
                     None if received is None or batch_ts is None else received - batch_ts
                 ),
                 degraded=degraded, degraded_intervals=len(ingest.degraded_history),
-                gaps=c.gaps, replays_ok=c.replays_ok, replays_failed=c.replays_failed,
+                tail_unverified=ingest.tail_unverified(ctx.data.clock()),
+                ingest_errors=sum(c.ingest_errors.values()), gaps=c.gaps,
+                replays_ok=c.replays_ok, replays_failed=c.replays_failed,
                 restarts=c.restarts, blocks=totals.blocks, hittable=totals.hittable,
                 orphans=totals.orphans, tables=tables,
             )  # fmt: skip

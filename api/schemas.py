@@ -45,6 +45,17 @@ class RankStatus(BaseModel):
     )
     degraded: DegradedInfo | None
     degraded_intervals: int
+    tail_unverified: bool | None = Field(
+        default=None,
+        description="Silent with no replay to show that no batch was lost at the end of the "
+        "stream (there is no replay socket, or it is being asked): the map may lack its last "
+        "changes. None when only the store is known.",
+    )
+    ingest_errors: int | None = Field(
+        default=None,
+        description="Messages whose handling failed (each marked the map unknown); by stage "
+        "and kind in kvscope_ingest_errors_total.",
+    )
     gaps: int | None
     replays_ok: int | None
     replays_failed: int | None

@@ -47,6 +47,8 @@ from kvscope.collector.wire import BatchDecoder
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+DEFAULT_TAIL_CHECK_AFTER_S = 5.0
+"""Silence after which the publisher's replay socket is asked for any lost tail."""
 RECENT_BATCHES = 256
 """How many applied payloads are remembered to tell a duplicate from a restart."""
 
@@ -61,6 +63,7 @@ class StreamIngest:
         can_replay: bool,
         replay_timeout_s: float = 5.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        tail_check_after_s: float = DEFAULT_TAIL_CHECK_AFTER_S,
         sink: EventSink | None = None,
     ) -> None:
         self.stream = stream
@@ -68,6 +71,7 @@ class StreamIngest:
         self.can_replay = can_replay
         self.replay_timeout_s = replay_timeout_s
         self.max_message_bytes = max_message_bytes
+        self.tail_check_after_s = tail_check_after_s
         self.map = PrefixMap(stream, self._on_clear)
         self.decoder = BatchDecoder()
         self.counters = StreamCounters()
@@ -89,6 +93,11 @@ class StreamIngest:
         """Stamps before which the sink needs no `instant` call (what its last one returned)."""
         self._gaps_told = 0
         """`counters.gaps` as the sink was last told it."""
+        self._tail_checked: tuple[int, int] | None = None
+        """(epoch, next seq) at the last tail check: asked again only once more batches came."""
+        self._gap_counted: tuple[int, int] | None = None
+        """(epoch, expected seq) of the last gap counted: a gap held for a replay that could
+        not fill it comes back through `_accept`, and is one gap all the same."""
 
     @property
     def degraded(self) -> DegradedInterval | None:
@@ -132,6 +141,13 @@ class StreamIngest:
 
     def live_frames(self, frames: list[bytes], now: float) -> ReplayRequest | None:
         """One message from the SUB socket: [topic, seq, payload]."""
+        try:
+            return self._live_frames(frames, now)
+        except Exception as exc:  # one batch must not stop the stream
+            self._failed("live", exc, frames, now)
+            return self.take_replay_request()
+
+    def _live_frames(self, frames: list[bytes], now: float) -> ReplayRequest | None:
         self.last_message_at = now
         if len(frames) != 3:
             self._malformed(MalformedKind.FRAME_COUNT, None, f"{len(frames)} frames")
@@ -158,6 +174,13 @@ class StreamIngest:
         or an error). A replay that ends may leave the next one to send in
         `take_replay_request`.
         """
+        try:
+            return self._replay_frames(frames, now)
+        except Exception as exc:  # one reply must not stop the stream
+            self._failed("replay", exc, frames, now)
+            return self._replay is None
+
+    def _replay_frames(self, frames: list[bytes], now: float) -> bool:
         replay = self._replay
         if replay is None:
             return True  # a late reply to a replay already given up: nothing to do
@@ -195,10 +218,47 @@ class StreamIngest:
         return False
 
     def tick(self, now: float) -> ReplayRequest | None:
-        """Give up on a replay that has not ended in time."""
-        if self._replay is not None and now >= self._replay.deadline:
-            self._replay_failed("replay timed out", now)
+        """Give up on a replay that has not ended in time; after a silence, ask for the tail."""
+        try:
+            if self._replay is not None:
+                if now >= self._replay.deadline:
+                    self._replay_failed("replay timed out", now)
+            elif self._tail_due(now):
+                self._check_tail(now)
+        except Exception as exc:  # releasing held batches applies them
+            self._failed("tick", exc, None, now)
         return self.take_replay_request()
+
+    def tail_unverified(self, now: float) -> bool:
+        """Silent long enough that batches may have been lost at the end of the stream, and
+        no replay has shown that none were (there is no replay socket, or it was not asked
+        yet): the map may lack the stream's last changes."""
+        silent = self.silent_for(now)
+        return (
+            silent is not None
+            and silent >= self.tail_check_after_s
+            and self.expected is not None
+            and self._tail_checked != (self.epoch, self.expected)
+        )
+
+    @property
+    def checking_tail(self) -> bool:
+        """A replay in flight only to check the tail of a silent stream."""
+        return self._replay is not None and self._replay.tail
+
+    def _tail_due(self, now: float) -> bool:
+        return self.can_replay and self.tail_unverified(now)
+
+    def _check_tail(self, now: float) -> None:
+        """Nothing came for a while: if the publisher's last batches were dropped, no later
+        seq will ever show the gap. Its replay buffer still holds them: ask for everything
+        after the last applied batch (an empty answer says nothing was lost)."""
+        assert self.expected is not None
+        self._tail_checked = (self.epoch, self.expected)
+        self.counters.tail_checks += 1
+        self._request_replay(self.expected, now)
+        if self._replay is not None:
+            self._replay.tail = True
 
     def take_replay_request(self) -> ReplayRequest | None:
         """The replay to send now, if the last call asked for one (each is handed out once)."""
@@ -224,7 +284,9 @@ class StreamIngest:
         elif seq == expected:
             self._apply(seq, payload, now)
         elif seq > expected:
-            self.counters.gaps += 1
+            if self._gap_counted != (self.epoch, expected):
+                self._gap_counted = (self.epoch, expected)
+                self.counters.gaps += 1
             if not self._replay_gap(expected, seq, payload, now):
                 self.counters.missing_batches += seq - expected
                 self._degrade("gap not recovered", expected, seq - 1, now)
@@ -339,7 +401,13 @@ class StreamIngest:
 
     def _replay_done(self, now: float) -> None:
         self.counters.replays_ok += 1
+        assert self._replay is not None
+        # The publisher had nothing after what it replayed: with nothing heard since, there
+        # is no tail to check.
+        nothing_since = not self._replay.held
         self._release_held(now)
+        if nothing_since and self.expected is not None:
+            self._tail_checked = (self.epoch, self.expected)
 
     def _replay_failed(self, why: str, now: float) -> None:
         replay = self._replay
@@ -389,6 +457,51 @@ class StreamIngest:
             self._hopeless.discard((replay.epoch, replay.start_seq))
 
     # --- input errors -------------------------------------------------------------------------
+    def socket_failed(self, role: str, exc: Exception) -> None:
+        """A socket of this stream failed (the loop goes on with the others)."""
+        self.counters.ingest_errors[(f"socket_{role}", type(exc).__name__)] += 1
+        self._log.warning(
+            f"socket:{role}:{self.stream}", "%s: %s socket failed: %s", self.stream, role, exc
+        )
+
+    def sink_failed(self, stage: str, exc: Exception) -> None:
+        """The sink raised on something that is no batch (a connection change): counted."""
+        self.counters.ingest_errors[(stage, type(exc).__name__)] += 1
+        self._log.warning(
+            f"sink:{stage}:{self.stream}",
+            "%s: the sink failed on %s: %s",
+            self.stream,
+            stage,
+            exc,
+            exc_info=exc,
+        )
+
+    def _failed(self, stage: str, exc: Exception, frames: list[bytes] | None, now: float) -> None:
+        """An exception escaped one message's handling (a bug here or in the sink): count it,
+        say where, and mark the map unknown, since what the message did to the map, or to the
+        store's copy of it, is not known. The next message is handled as usual."""
+        kind = type(exc).__name__
+        self.counters.ingest_errors[(stage, kind)] += 1
+        seq_frame = frames[-2] if frames is not None and len(frames) >= 2 else b""
+        seq = int.from_bytes(seq_frame, "big") if len(seq_frame) == SEQ_BYTES else None
+        head = frames[-1][:32].hex() if frames else ""
+        self._log.warning(
+            f"error:{stage}:{kind}:{self.stream}",
+            "%s: %s message failed at seq %s (%s: %s; payload %s...): map marked unknown",
+            self.stream,
+            stage,
+            seq,
+            kind,
+            exc,
+            head,
+            exc_info=exc,
+        )
+        at = seq if seq is not None else (self.last_seq or 0)
+        try:
+            self._degrade(f"{stage} message failed ({kind})", at, at, now)
+        except Exception as again:  # the sink may be what is broken
+            self.counters.ingest_errors[(stage, type(again).__name__)] += 1
+
     def _seq_of(self, frame: bytes) -> int | None:
         if len(frame) != SEQ_BYTES:
             self._malformed(MalformedKind.SEQ_LENGTH, None, f"{len(frame)}-byte seq frame")

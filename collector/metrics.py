@@ -22,6 +22,12 @@ TABLE = ("replica", "rank", "medium", "group")
 
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
+        "kvscope_collector_up",
+        "gauge",
+        "1 while the collector's loop runs; 0 once it stopped by itself (see /readyz).",
+        (),
+    ),
+    MetricSpec(
         "kvscope_stream_connected", "gauge", "1 while the stream's socket is connected.", STREAM
     ),
     MetricSpec(
@@ -32,6 +38,12 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "kvscope_stream_degraded", "gauge", "1 while the map is known to be incomplete.", STREAM
+    ),
+    MetricSpec(
+        "kvscope_stream_tail_unverified",
+        "gauge",
+        "1 when silent and no replay showed that no batch was lost at the stream's end.",
+        STREAM,
     ),
     MetricSpec(
         "kvscope_stream_epoch", "gauge", "Publisher epoch: +1 at each restart seen.", STREAM
@@ -71,6 +83,18 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "kvscope_ingest_malformed_total", "counter", "Input refused, by kind.", (*STREAM, "kind")
+    ),
+    MetricSpec(
+        "kvscope_ingest_errors_total",
+        "counter",
+        "Messages whose handling failed, by stage and kind; each marked the map unknown.",
+        (*STREAM, "stage", "kind"),
+    ),
+    MetricSpec(
+        "kvscope_ingest_tail_checks_total",
+        "counter",
+        "Replays asked for after a silence, to find batches lost at the stream's end.",
+        STREAM,
     ),
     MetricSpec(
         "kvscope_ingest_duplicates_total", "counter", "Batches received twice and dropped.", STREAM

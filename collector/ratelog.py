@@ -20,7 +20,9 @@ class RateLimitedLog:
         self._last: dict[str, float] = {}
         self._held: dict[str, int] = {}
 
-    def warning(self, key: str, msg: str, *args: object) -> None:
+    def warning(
+        self, key: str, msg: str, *args: object, exc_info: BaseException | None = None
+    ) -> None:
         now = self._clock()
         last = self._last.get(key)
         if last is not None and now - last < self._interval:
@@ -29,4 +31,4 @@ class RateLimitedLog:
         held = self._held.pop(key, 0)
         self._last[key] = now
         suffix = f" ({held} more like this since the last report)" if held else ""
-        self._logger.warning(msg + suffix, *args)
+        self._logger.warning(msg + suffix, *args, exc_info=exc_info)

@@ -31,6 +31,8 @@ class Replay:
     received: int = 0
     verify_seq: int | None = None
     """The seq of our last applied batch, whose payload the replay must repeat exactly."""
+    tail: bool = False
+    """Asked only to check that nothing was lost at the end of a silent stream."""
 
 
 def reply_parts(frames: list[bytes]) -> tuple[bytes, bytes] | None:

@@ -19,3 +19,8 @@ class StreamCounters:
     malformed: Counter[str] = field(default_factory=Counter)
     """Refused input by kind (`MalformedKind` values)."""
     rank_mismatches: int = 0
+    ingest_errors: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Messages whose handling raised, by (stage, exception type): each marked the map
+    unknown, and the stream went on."""
+    tail_checks: int = 0
+    """Replays asked for after a silence, to find batches lost at the end of the stream."""

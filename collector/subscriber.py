@@ -24,7 +24,11 @@ from zmq.utils.monitor import recv_monitor_message
 
 from kvscope.collector import _zmq_recv
 from kvscope.collector.endpoints import StreamEndpoint
-from kvscope.collector.ingest import DEFAULT_MAX_MESSAGE_BYTES, StreamIngest
+from kvscope.collector.ingest import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_TAIL_CHECK_AFTER_S,
+    StreamIngest,
+)
 from kvscope.collector.replay import ReplayRequest
 from kvscope.collector.sink import ConnectionChange, EventSink, ResumePoint
 from kvscope.collector.types import StreamId
@@ -90,8 +94,11 @@ class CollectorSettings:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     silent_after_s: float = 30.0
     """A stream with no message for this long is reported silent (idle engines send nothing)."""
-    rcvhwm: int = 0
-    """SUB receive high-water mark; 0 is unlimited, so losses happen only at the publisher."""
+    tail_check_after_s: float = DEFAULT_TAIL_CHECK_AFTER_S
+    """After this long with no message, the replay socket is asked for a lost tail."""
+    rcvhwm: int = 100_000
+    """SUB receive high-water mark, in messages: what a stalled collector holds of a
+    publisher's backlog. Past it libzmq drops, and the seq gap that leaves is replayed."""
 
 
 class _Stream:
@@ -210,6 +217,7 @@ class Collector:
                 can_replay=spec.replay_endpoint is not None,
                 replay_timeout_s=self.settings.replay_timeout_s,
                 max_message_bytes=self.settings.max_message_bytes,
+                tail_check_after_s=self.settings.tail_check_after_s,
                 sink=sink,
             )
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
@@ -217,6 +225,9 @@ class Collector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+        self.failure: str | None = None
+        """Why the loop stopped, if it stopped by itself: collection has ended, and /readyz,
+        `kvscope_collector_up` and the exit status say so."""
 
     def resume(self, point: ResumePoint) -> None:
         """Start `point.stream` where a store left off (before `start`)."""
@@ -249,6 +260,9 @@ class Collector:
             self._open()
             self._ready.set()
             self._loop()
+        except Exception as exc:  # said, not hidden: see `failure`
+            self.failure = f"{type(exc).__name__}: {exc}"
+            logger.exception("the collector loop stopped: %s", self.failure)
         finally:
             self._ready.set()
             for stream in self._streams.values():
@@ -257,6 +271,11 @@ class Collector:
             self._ctx.term()
 
     # --- reads --------------------------------------------------------------------------------
+    @property
+    def up(self) -> bool:
+        """Collecting: the loop runs (or is about to) and has not stopped by itself."""
+        return self.failure is None and (self._thread is None or self._thread.is_alive())
+
     def is_connected(self, stream: StreamId) -> bool:
         s = self._streams.get(stream)
         return s is not None and s.connected
@@ -299,23 +318,33 @@ class Collector:
             for sock, _ in poller.poll(POLL_MS):
                 stream, role = owners[sock]
                 with self.lock:
-                    if role == "live":
-                        self._drain_live(stream)
-                    elif role == "replay":
-                        self._drain_replay(stream)
-                    else:
-                        self._on_monitor(stream)
+                    try:
+                        if role == "live":
+                            self._drain_live(stream)
+                        elif role == "replay":
+                            self._drain_replay(stream)
+                        else:
+                            self._on_monitor(stream)
+                    except zmq.ZMQError as exc:  # this stream's sockets; the others go on
+                        stream.ingest.socket_failed(role, exc)
             now = time.time()
             with self.lock:
                 for stream in self._streams.values():
-                    if stream.reopen_if_due(now):
-                        logger.info("%s: reopened %s", stream.spec.stream, stream.spec.endpoint)
-                    if stream.ingest.replaying:
-                        request = stream.ingest.tick(now)
-                        if not stream.ingest.replaying:
-                            stream.close_dealer()
-                        if request is not None:
-                            stream.send_replay(request)
+                    try:
+                        self._tend(stream, now)
+                    except zmq.ZMQError as exc:
+                        stream.ingest.socket_failed("tick", exc)
+
+    def _tend(self, stream: _Stream, now: float) -> None:
+        """Timers: reopen a socket, give up on a replay, check a silent stream's tail."""
+        if stream.reopen_if_due(now):
+            logger.info("%s: reopened %s", stream.spec.stream, stream.spec.endpoint)
+        was_replaying = stream.ingest.replaying
+        request = stream.ingest.tick(now)
+        if was_replaying and not stream.ingest.replaying:
+            stream.close_dealer()
+        if request is not None:
+            stream.send_replay(request)
 
     def _drain_live(self, stream: _Stream) -> None:
         read, live, now = stream.read, stream.ingest.live_frames, time.time
@@ -363,4 +392,8 @@ class Collector:
     def _tell_connection(self, stream: _Stream, connected: bool) -> None:
         """Tell the sink when a stream goes up (first peer) or down (last)."""
         if self._sink is not None and stream.peers == (1 if connected else 0):
-            self._sink.connection(ConnectionChange(stream.spec.stream, connected, time.time()))
+            change = ConnectionChange(stream.spec.stream, connected, time.time())
+            try:
+                self._sink.connection(change)
+            except Exception as exc:  # a broken sink must not stop the loop
+                stream.ingest.sink_failed("connection", exc)

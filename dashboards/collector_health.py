@@ -46,6 +46,18 @@ def _streams() -> list[Json]:
         count("kvscope_stream_silent", "Silent streams", True),
         count("kvscope_stream_degraded", "Degraded streams", True),
         stat(
+            "Collector up",
+            [prom(f"min({kv('kvscope_collector_up')})", "up")],
+            w=6,
+            description="0 once a collector's loop stopped by itself: nothing is collected, "
+            "/readyz says why, and the process exits 1 for its supervisor to restart it.",
+            defaults={
+                "color": {"mode": "thresholds"},
+                "thresholds": thresholds((None, "red"), (1, "green")),
+            },
+        ),
+        count("kvscope_stream_tail_unverified", "Tail unverified", True),
+        stat(
             "Last seq",
             [
                 prom(
@@ -100,6 +112,18 @@ def _events() -> list[Json]:
             custom={"drawStyle": "bars", "fillOpacity": 80, "lineWidth": 1},
         ),
         timeseries(
+            "Messages that failed",
+            [
+                # A stream where nothing failed has no such series at all: show 0.
+                prom(f"{_rate('kvscope_ingest_errors_total')} or 0 * {applied}", "{{replica}}")
+            ],
+            description="Messages whose handling raised (a bug in kvscope or its store hook, "
+            "met by this input): each marked its stream's map unknown until the next clear, "
+            "and the stream went on. kvscope_ingest_errors_total has the stage and the kind.",
+            unit="ops",
+            min_value=0,
+        ),
+        timeseries(
             "Last batch age",
             [
                 prom(
@@ -138,6 +162,7 @@ def _events() -> list[Json]:
                 ),
                 prom(_rate("kvscope_ingest_restarts_total"), "{{replica}} restarts", "C"),
                 prom(_rate("kvscope_ingest_clears_total"), "{{replica}} clears", "D"),
+                prom(_rate("kvscope_ingest_tail_checks_total"), "{{replica}} tail checks", "E"),
             ],
             unit="ops",
             min_value=0,

@@ -33,7 +33,7 @@ from kvscope.options import (
     fail,
     load_config,
 )
-from kvscope.pipeline import running_pipeline
+from kvscope.pipeline import exit_if_collector_died, running_pipeline
 from kvscope.serve import register as register_serve
 from kvscope.signals import stop_on_signals
 from kvscope.store_commands import (
@@ -100,7 +100,11 @@ def collect(
     with stop_on_signals() as stop, running_pipeline(config, store, shard) as (collector, _):
 
         def running() -> bool:
-            return not stop.wait(0.5) and (deadline is None or time.monotonic() < deadline)
+            return (
+                not stop.wait(0.5)
+                and collector.up
+                and (deadline is None or time.monotonic() < deadline)
+            )
 
         if live:
             with Live(stream_table(collector), console=console, refresh_per_second=2) as view:
@@ -110,6 +114,7 @@ def collect(
             while running():
                 pass
     console.print(stream_table(collector))
+    exit_if_collector_died(collector)
 
 
 @app.command()

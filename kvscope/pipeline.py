@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+import typer
 
 from kvscope.collector.subscriber import Collector
 from kvscope.config import Config, ConfigError
-from kvscope.options import fail
+from kvscope.options import err, fail
 from kvscope.storage.resume import resume_point
 from kvscope.storage.retention import Retention
 from kvscope.storage.writer import StoreWriter
 from kvscope.store_commands import closing_writer, open_writer, scraping
+
+logger = logging.getLogger(__name__)
+COLLECTOR_DOWN_EXIT = 1
+"""Exit status once the collector's loop stopped by itself (a supervisor restarts the process,
+and the store's resume takes over as after a kill -9)."""
 
 
 @contextmanager
@@ -38,3 +47,32 @@ def running_pipeline(
     scrape_targets = {r.name: r.metrics for r in config.replicas if r.metrics}
     with closing_writer(writer, Retention()), scraping(writer, scrape_targets), collector:
         yield collector, writer
+
+
+@contextmanager
+def watching(collector: Collector, on_down: Callable[[], None]) -> Iterator[None]:
+    """Calls `on_down` (once, from a watcher thread) if the collector's loop stops by itself."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.25):
+            if not collector.up:
+                logger.error("collection stopped (%s): shutting down", collector.failure)
+                on_down()
+                return
+
+    watcher = threading.Thread(target=watch, name="kvscope-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+
+
+def exit_if_collector_died(collector: Collector) -> None:
+    """After the pipeline closed (store flushed): a collector that died ends the command with
+    a non-zero status."""
+    if collector.failure is not None:
+        err.print(f"[red]error:[/] the collector stopped: {collector.failure}", soft_wrap=True)
+        raise typer.Exit(COLLECTOR_DOWN_EXIT)

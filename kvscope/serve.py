@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+from contextlib import nullcontext
 from typing import Annotated
 
 import typer
@@ -15,6 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from kvscope.api.app import create_app
 from kvscope.api.context import ApiSettings
 from kvscope.api.data import ApiData
+from kvscope.collector.subscriber import Collector
 from kvscope.config import Config
 from kvscope.options import (
     ApiUrlOpt,
@@ -34,7 +36,7 @@ from kvscope.options import (
     fail,
     load_config,
 )
-from kvscope.pipeline import running_pipeline
+from kvscope.pipeline import exit_if_collector_died, running_pipeline, watching
 from kvscope.signals import stop_on_signals
 from kvscope.storage.engine import StoreError, may_write, open_store
 from kvscope.storage.redact import redact
@@ -73,14 +75,18 @@ def api_server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
     )
 
 
-def run_uvicorn(app: FastAPI, host: str, port: int) -> None:
-    """Serve until SIGTERM or SIGINT.
+def run_uvicorn(app: FastAPI, host: str, port: int, collector: Collector | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, or until `collector` stops by itself.
 
-    uvicorn shuts down gracefully on either, then re-raises the signal with the handlers it
+    uvicorn shuts down gracefully on either signal, then re-raises it with the handlers it
     found in place: ours, so the process still goes on to flush the store and exit 0.
     """
     server = api_server(app, host, port)
-    with stop_on_signals():
+
+    def stop_serving() -> None:
+        server.should_exit = True
+
+    with stop_on_signals(), watching(collector, stop_serving) if collector else nullcontext():
         server.run()
 
 
@@ -111,7 +117,8 @@ def serve(
                        writer=writer)  # fmt: skip
         app = create_app(primed(data), api_settings(config, api_token))
         logger.warning("kvscope API on http://%s:%d (docs at /docs)", host, port)
-        run_uvicorn(app, host, port)
+        run_uvicorn(app, host, port, collector)
+    exit_if_collector_died(collector)
 
 
 def api(

@@ -44,9 +44,11 @@ def stream_table(collector: Collector) -> Table:
                 state = f"[red]degraded[/] ({ingest.degraded.reason})"
             elif ingest.replaying:
                 state = "[yellow]replaying[/]"
-            elif collector.is_silent(stream, now):
+            elif collector.is_silent(stream, now) or ingest.tail_unverified(now):
                 silent = ingest.silent_for(now)
                 state = "silent" + ("" if silent is None else f" {silent:.0f}s")
+                if ingest.tail_unverified(now):
+                    state += ", tail unverified"
             else:
                 state = "[green]live[/]"
             table.add_row(
@@ -60,7 +62,7 @@ def stream_table(collector: Collector) -> Table:
                 str(totals.orphans),
                 str(c.gaps),
                 f"{c.replays_ok}/{c.replays_failed}",
-                str(sum(c.malformed.values())),
+                str(sum(c.malformed.values()) + sum(c.ingest_errors.values())),
                 state,
             )
     return table
