@@ -1,5 +1,7 @@
 import zmq
 
+MAX_FRAMES_KEPT: int
+
 def available() -> bool: ...
 
 class MessageReceiver:

@@ -37,6 +37,9 @@ ctypedef int (*msg_more_t)(const zmq_msg_t*) noexcept nogil
 ctypedef int (*errno_t)() noexcept nogil
 
 cdef int ZMQ_DONTWAIT = 1
+# A message of more frames than a live one (three) is refused whole: the frames past the fourth
+# are received and dropped without a copy, so a message of thousands of frames costs nothing.
+MAX_FRAMES_KEPT = 4
 
 cdef msg_init_t _msg_init = NULL
 cdef msg_recv_t _msg_recv = NULL
@@ -125,7 +128,10 @@ cdef class MessageReceiver:
                     return None
                 raise zmq.ZMQError(err)
             try:
-                frames.append(PyBytes_FromStringAndSize(<char*>_msg_data(&msg), _msg_size(&msg)))
+                if len(frames) < MAX_FRAMES_KEPT:
+                    frames.append(
+                        PyBytes_FromStringAndSize(<char*>_msg_data(&msg), _msg_size(&msg))
+                    )
                 more = _msg_more(&msg)
             finally:
                 _msg_close(&msg)

@@ -17,18 +17,19 @@ What happens leaves through the stream's `EventSink` (collector/sink.py), if it 
 from __future__ import annotations
 
 import logging
-from collections import deque
 
 from kvscope.collector.degraded import Degradation, DegradedInterval
 from kvscope.collector.errors import MalformedKind, MalformedPayload
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.ratelog import RateLimitedLog
+from kvscope.collector.recent import RecentBatches
 from kvscope.collector.replay import (
     END_SEQ,
-    MAX_HELD_LIVE,
     SEQ_BYTES,
     Replay,
     ReplayRequest,
+    can_hold,
+    hold,
     reply_parts,
 )
 from kvscope.collector.sink import (
@@ -49,8 +50,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_TAIL_CHECK_AFTER_S = 5.0
 """Silence after which the publisher's replay socket is asked for any lost tail."""
-RECENT_BATCHES = 256
-"""How many applied payloads are remembered to tell a duplicate from a restart."""
 
 
 class StreamIngest:
@@ -86,7 +85,7 @@ class StreamIngest:
         self._hopeless: set[tuple[int, int]] = set()
         """(epoch, start seq) of gaps a replay could not fill: they are not asked for again."""
         self._outbox: ReplayRequest | None = None
-        self._recent: deque[tuple[int, bytes]] = deque(maxlen=RECENT_BATCHES)
+        self._recent = RecentBatches()
         self._log = RateLimitedLog(logger)
         self._degradation = Degradation(stream, self._log, sink)
         self._quiet: Span = EVERY_BATCH
@@ -106,7 +105,8 @@ class StreamIngest:
 
     @property
     def degraded_history(self) -> list[DegradedInterval]:
-        return self._degradation.history
+        """The last intervals (`degraded.MAX_HISTORY`), oldest first; the store keeps all."""
+        return list(self._degradation.history)
 
     def resume(self, point: ResumePoint) -> None:
         """Start from a map kept elsewhere (a store, after a crash): the map after `last_seq`.
@@ -121,7 +121,7 @@ class StreamIngest:
         self.last_seq = point.last_seq
         self.expected = point.last_seq + 1
         self._recent.clear()
-        self._recent.append((point.last_seq, point.last_payload))
+        self._recent.add(point.last_seq, point.last_payload)
         self._degradation.resume(point.degraded)
         self._quiet = EVERY_BATCH
 
@@ -157,12 +157,12 @@ class StreamIngest:
         if seq is None:
             return None
         if self._replay is not None:
-            if len(self._replay.held) < MAX_HELD_LIVE:
-                self._replay.held.append((seq, payload))
+            if can_hold(self._replay, payload):
+                hold(self._replay, [(seq, payload)])
                 return None
             self._replay_failed("too many live batches held during replay", now)
         if self._replay is not None:
-            self._replay.held.append((seq, payload))  # a replay asked for while releasing
+            hold(self._replay, [(seq, payload)])  # a replay asked for while releasing
         elif seq == self.expected:
             self._apply(seq, payload, now)  # in order, nearly every batch: no rules to weigh
         else:
@@ -303,11 +303,11 @@ class StreamIngest:
             return False
         self._request_replay(start, now)
         assert self._replay is not None
-        self._replay.held.append((seq, payload))
+        hold(self._replay, [(seq, payload)])
         return True
 
     def _is_duplicate(self, seq: int, payload: bytes) -> bool:
-        return any(s == seq and p == payload for s, p in self._recent)
+        return self._recent.holds(seq, payload)
 
     def _restart(self, seq: int, now: float) -> None:
         """The seq went backwards: the publisher started over with an empty cache."""
@@ -335,7 +335,7 @@ class StreamIngest:
     def _apply(self, seq: int, payload: bytes, now: float) -> None:
         self.expected = seq + 1
         self.last_seq = seq
-        self._recent.append((seq, payload))
+        self._recent.add(seq, payload)
         if len(payload) > self.max_message_bytes:
             self._malformed(MalformedKind.OVERSIZE, seq, f"{len(payload)} bytes")
             self._degrade("oversize batch dropped", seq, seq, now)
@@ -425,7 +425,7 @@ class StreamIngest:
         self._replay = None
         self._request_replay(0, now)
         assert self._replay is not None
-        self._replay.held.extend(replay.held)
+        hold(self._replay, replay.held)
 
     def _release_held(self, now: float) -> None:
         """Apply what arrived live during the replay.
@@ -450,7 +450,7 @@ class StreamIngest:
             self._accept(seq, payload, now)
             if self._replay is not None:
                 # That batch showed a restart and asked for a new replay: the rest waits for it.
-                self._replay.held.extend(held[i + 1 :])
+                hold(self._replay, held[i + 1 :])
                 return
         if not held or replay.received == 0:
             # Nothing to show the replay could not help: asking again later may.

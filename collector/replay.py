@@ -10,6 +10,8 @@ END_SEQ = b"\xff" * SEQ_BYTES
 """The seq frame of a replay's end marker."""
 MAX_HELD_LIVE = 100_000
 """Live batches held while a replay runs; past this the replay is abandoned."""
+MAX_HELD_BYTES = 256 * 1024 * 1024
+"""Their payloads' bytes: the same, for a publisher whose batches are large."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +30,7 @@ class Replay:
     epoch: int = 0
     held: list[tuple[int, bytes]] = field(default_factory=list)
     """(seq, payload) of the live batches that arrived meanwhile, in arrival order."""
+    held_bytes: int = 0
     received: int = 0
     verify_seq: int | None = None
     """The seq of our last applied batch, whose payload the replay must repeat exactly."""
@@ -45,3 +48,13 @@ def reply_parts(frames: list[bytes]) -> tuple[bytes, bytes] | None:
     if len(frames) == 2:
         return frames[0], frames[1]
     return None
+
+
+def can_hold(replay: Replay, payload: bytes) -> bool:
+    """Whether one more live batch fits beside those the replay holds already."""
+    return len(replay.held) < MAX_HELD_LIVE and replay.held_bytes + len(payload) <= MAX_HELD_BYTES
+
+
+def hold(replay: Replay, batches: list[tuple[int, bytes]]) -> None:
+    replay.held.extend(batches)
+    replay.held_bytes += sum(len(p) for _, p in batches)

@@ -186,9 +186,9 @@ class ResumePoint:
     epoch: int
     last_seq: int
     last_payload: bytes
-    degraded: DegradedChange | None = None
-    """The degraded interval still open at `last_seq`, if one was (as it `OPENED`): closing it
-    later closes the same interval."""
+    degraded: tuple[DegradedChange, ...] = ()
+    """The degraded intervals still open at `last_seq` (as they `OPENED`), one per cause:
+    closing them later closes the same intervals."""
 
 
 class EventSink(Protocol):

@@ -50,7 +50,8 @@ def recv_message(sock: zmq.Socket[bytes], flags: int = 0) -> list[bytes]:
     Made for the three frames of a live message: each is received as a `Frame`, whose `more`
     is read from libzmq directly, where `recv_multipart` asks `getsockopt(RCVMORE)` per frame
     (slow in pyzmq). A message of any other length is read whole all the same, for the ingest
-    to count. `flags` apply to the first frame; the rest of a message is there once it is.
+    to count, but only its first four frames are kept. `flags` apply to the first frame; the
+    rest of a message is there once it is.
     """
     recv = sock.recv
     first = recv(flags, False)
@@ -64,7 +65,8 @@ def recv_message(sock: zmq.Socket[bytes], flags: int = 0) -> list[bytes]:
     more = third.more
     while more:
         frame = recv(0, False)
-        frames.append(frame.bytes)
+        if len(frames) < _zmq_recv.MAX_FRAMES_KEPT:
+            frames.append(frame.bytes)  # past that, dropped uncopied: refused all the same
         more = frame.more
     return frames
 

@@ -12,6 +12,7 @@ import typer
 from kvscope.collector.subscriber import Collector
 from kvscope.config import Config, ConfigError
 from kvscope.options import err, fail
+from kvscope.storage.dangling import close_dangling_connections
 from kvscope.storage.resume import resume_point
 from kvscope.storage.retention import Retention
 from kvscope.storage.writer import StoreWriter
@@ -41,6 +42,7 @@ def running_pipeline(
     collector = Collector(streams, settings=config.collector, sink=writer)
     if writer is not None:
         for stream in collector.ingests:
+            close_dangling_connections(writer.engine, stream)
             point = resume_point(writer.engine, stream)
             if point is not None:
                 collector.resume(point)

@@ -37,21 +37,21 @@ def resume_point(engine: Engine, stream: StreamId) -> ResumePoint | None:
             select(i.c.from_ts, i.c.from_seq, i.c.detail)
             .where(i.c.stream_id == sid, i.c.epoch == epoch, i.c.kind == "degraded")
             .where(i.c.to_seq.is_(None), i.c.to_ts.is_(None))
-            .order_by(i.c.from_ts.desc())
-            .limit(1)
-        ).first()
-    degraded = None
-    if open_degraded is not None:
-        # The same interval (same start), so that closing it later closes the stored row.
-        degraded = DegradedChange(
+            .order_by(i.c.from_ts, i.c.id)
+        ).all()
+    # The same intervals (same starts), so that closing them later closes the stored rows.
+    degraded = tuple(
+        DegradedChange(
             DegradedStep.OPENED,
             stream,
             epoch,
-            reason=open_degraded.detail.split(" (seq")[0],
-            from_seq=open_degraded.from_seq,
+            reason=row.detail.split(" (seq")[0],
+            from_seq=row.from_seq,
             to_seq=None,
-            since=open_degraded.from_ts,
+            since=row.from_ts,
         )
+        for row in open_degraded
+    )
     logger.info(
         "%s: resumed from the store at epoch %d seq %d (%d blocks)",
         stream,

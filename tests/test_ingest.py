@@ -134,7 +134,9 @@ def test_a_replay_that_starts_late_cannot_fill_the_gap() -> None:
     ingest.replay_frames([b"", b"", END_SEQ, b""], 0.0)
     assert ingest.take_replay_request() is None
     assert ingest.degraded is not None
-    assert (ingest.degraded.from_seq, ingest.degraded.to_seq) == (1, 8)
+    # Two causes, two intervals: the batches the replay no longer held, and those it could
+    # not show were never lost.
+    assert [(d.from_seq, d.to_seq) for d in ingest.degraded_history] == [(1, 4), (6, 8)]
     assert ingest.last_seq == 9
 
 

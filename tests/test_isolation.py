@@ -97,3 +97,35 @@ def test_an_exception_in_a_replay_reply_ends_that_replay_not_the_stream() -> Non
     assert not ingest.replaying
     assert ingest.last_seq == 3
     assert hashes(ingest) == {1, 2, 3, 4}
+
+
+def test_each_cause_is_its_own_degraded_interval_and_a_clear_closes_them_all() -> None:
+    sink = FailingSink(set())
+    ingest = StreamIngest(STREAM, can_replay=False, sink=sink)
+    ingest.live_frames(frames(3, payload(store(1))), 0.0)  # joined mid-stream: 0..2 missing
+    ingest.live_frames(frames(4, payload(store(2, parent=1))), 1.0)
+    ingest.live_frames(frames(9, payload(store(3, parent=2))), 2.0)  # a gap: 5..8
+    ingest.live_frames(frames(10, payload(store(4, parent=3))), 3.0)
+    ingest.live_frames(frames(15, payload(store(5, parent=4))), 4.0)  # another: 11..14
+    opened = [(c.reason, c.from_seq, c.to_seq) for c in sink.degraded_changes]
+    assert opened == [
+        ("joined mid-stream", 0, 2),
+        ("gap not recovered", 5, 8),
+        ("gap not recovered", 11, 14),
+    ]
+    assert ingest.degraded is not None and ingest.degraded.from_seq == 0  # unknown since 0
+    assert ingest.counters.gaps == 2
+    ingest.live_frames(frames(16, payload(CLEAR)), 5.0)
+    assert ingest.degraded is None
+    closed = [c for c in sink.degraded_changes if c.step == "closed"]
+    assert [(c.from_seq, c.cleared_at_seq) for c in closed] == [(0, 16), (5, 16), (11, 16)]
+
+
+def test_consecutive_refusals_of_one_kind_widen_one_interval() -> None:
+    sink = FailingSink(set())
+    ingest = StreamIngest(STREAM, can_replay=False, sink=sink)
+    ingest.live_frames(frames(0, payload(store(1))), 0.0)
+    for seq in range(1, 50):
+        ingest.live_frames(frames(seq, b"\xc1"), float(seq))  # not msgpack
+    assert [c.step for c in sink.degraded_changes].count("opened") == 1
+    assert ingest.degraded is not None and ingest.degraded.to_seq == 49

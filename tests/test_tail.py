@@ -4,6 +4,9 @@ without one, the stream says its tail is unverified."""
 
 from __future__ import annotations
 
+import pytest
+
+from kvscope.collector import replay
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.replay import END_SEQ
 from kvscope.collector.types import StreamId
@@ -91,4 +94,19 @@ def test_a_gap_the_replay_cannot_fill_is_one_gap() -> None:
     assert not ingest.replay_frames(reply(4, bodies[4]), 3.0)  # the buffer starts past 2
     ingest.replay_frames(end(), 3.0)
     assert ingest.counters.gaps == 1
+    assert ingest.degraded is not None
+
+
+def test_live_batches_held_during_a_replay_are_bounded_in_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(replay, "MAX_HELD_BYTES", 2_000)
+    ingest, bodies = following(1)
+    big = [payload(store(100 + i, parent=None), ts=float(i)) for i in range(40)]
+    assert ingest.live_frames(frames(5, big[0]), 2.0) is not None  # a gap: replay asked
+    for i, body in enumerate(big[1:], 6):
+        ingest.live_frames(frames(i, body), 2.0)
+    # Past the bound the replay was given up: its batches applied, the gap declared.
+    assert not ingest.replaying
+    assert ingest.counters.replays_failed == 1
     assert ingest.degraded is not None

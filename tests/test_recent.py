@@ -1,0 +1,26 @@
+"""The duplicate window: a repeat is the same seq and the same bytes, whatever their size; a
+publisher sending large batches cannot make the window hold their bytes."""
+
+from __future__ import annotations
+
+from kvscope.collector.recent import KEPT_BYTES, RECENT_BATCHES, RecentBatches
+
+
+def test_small_and_large_payloads_are_told_apart_exactly() -> None:
+    recent = RecentBatches()
+    small, large = b"x" * 100, b"y" * (KEPT_BYTES + 1)
+    recent.add(1, small)
+    recent.add(2, large)
+    assert recent.holds(1, small) and recent.holds(2, large)
+    assert not recent.holds(2, small) and not recent.holds(1, large)
+    assert not recent.holds(2, large[:-1] + b"z")  # same size, other bytes
+    assert not recent.holds(3, large)
+
+
+def test_the_window_keeps_digests_of_large_payloads_and_forgets_the_oldest() -> None:
+    recent = RecentBatches()
+    big = bytes(4 * 1024 * 1024)
+    for seq in range(RECENT_BATCHES + 10):
+        recent.add(seq, big)
+    assert recent.kept_bytes() == RECENT_BATCHES * 16
+    assert not recent.holds(0, big) and recent.holds(RECENT_BATCHES + 9, big)
