@@ -17,9 +17,11 @@ What happens leaves through the stream's `EventSink` (collector/sink.py), if it 
 from __future__ import annotations
 
 import logging
+from collections import deque
 
 from kvscope.collector.degraded import Degradation, DegradedInterval
 from kvscope.collector.errors import MalformedKind, MalformedPayload
+from kvscope.collector.ingest_errors import IngestErrors
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.recent import RecentBatches
@@ -79,14 +81,16 @@ class StreamIngest:
         """The next seq to apply; None until the stream's position is known."""
         self.last_seq: int | None = None
         self.last_message_at: float | None = None
-        self.restarts_at: list[tuple[int, float]] = []
-        """(new epoch, receive time) of each restart noticed."""
+        self.restarts_at: deque[tuple[int, float]] = deque(maxlen=256)
+        """(new epoch, receive time) of the last restarts noticed."""
         self._replay: Replay | None = None
         self._hopeless: set[tuple[int, int]] = set()
         """(epoch, start seq) of gaps a replay could not fill: they are not asked for again."""
         self._outbox: ReplayRequest | None = None
         self._recent = RecentBatches()
         self._log = RateLimitedLog(logger)
+        self.errors = IngestErrors(stream, self.counters, self._log)
+        self._malformed = self.errors.malformed
         self._degradation = Degradation(stream, self._log, sink)
         self._quiet: Span = EVERY_BATCH
         """Stamps before which the sink needs no `instant` call (what its last one returned)."""
@@ -457,48 +461,14 @@ class StreamIngest:
             self._hopeless.discard((replay.epoch, replay.start_seq))
 
     # --- input errors -------------------------------------------------------------------------
-    def socket_failed(self, role: str, exc: Exception) -> None:
-        """A socket of this stream failed (the loop goes on with the others)."""
-        self.counters.ingest_errors[(f"socket_{role}", type(exc).__name__)] += 1
-        self._log.warning(
-            f"socket:{role}:{self.stream}", "%s: %s socket failed: %s", self.stream, role, exc
-        )
-
-    def sink_failed(self, stage: str, exc: Exception) -> None:
-        """The sink raised on something that is no batch (a connection change): counted."""
-        self.counters.ingest_errors[(stage, type(exc).__name__)] += 1
-        self._log.warning(
-            f"sink:{stage}:{self.stream}",
-            "%s: the sink failed on %s: %s",
-            self.stream,
-            stage,
-            exc,
-            exc_info=exc,
-        )
-
     def _failed(self, stage: str, exc: Exception, frames: list[bytes] | None, now: float) -> None:
-        """An exception escaped one message's handling (a bug here or in the sink): count it,
-        say where, and mark the map unknown, since what the message did to the map, or to the
-        store's copy of it, is not known. The next message is handled as usual."""
-        kind = type(exc).__name__
-        self.counters.ingest_errors[(stage, kind)] += 1
-        seq_frame = frames[-2] if frames is not None and len(frames) >= 2 else b""
-        seq = int.from_bytes(seq_frame, "big") if len(seq_frame) == SEQ_BYTES else None
-        head = frames[-1][:32].hex() if frames else ""
-        self._log.warning(
-            f"error:{stage}:{kind}:{self.stream}",
-            "%s: %s message failed at seq %s (%s: %s; payload %s...): map marked unknown",
-            self.stream,
-            stage,
-            seq,
-            kind,
-            exc,
-            head,
-            exc_info=exc,
-        )
+        """An exception escaped one message's handling: what the message did to the map, or
+        to the store's copy of it, is not known, so the map is marked unknown. The next
+        message is handled as usual."""
+        seq = self.errors.message_failed(stage, exc, frames)
         at = seq if seq is not None else (self.last_seq or 0)
         try:
-            self._degrade(f"{stage} message failed ({kind})", at, at, now)
+            self._degrade(f"{stage} message failed ({type(exc).__name__})", at, at, now)
         except Exception as again:  # the sink may be what is broken
             self.counters.ingest_errors[(stage, type(again).__name__)] += 1
 
@@ -507,9 +477,3 @@ class StreamIngest:
             self._malformed(MalformedKind.SEQ_LENGTH, None, f"{len(frame)}-byte seq frame")
             return None
         return int.from_bytes(frame, "big")
-
-    def _malformed(self, kind: MalformedKind, seq: int | None, detail: str) -> None:
-        self.counters.malformed[kind.value] += 1
-        self._log.warning(
-            f"{kind}:{self.stream}", "%s: refused %s at seq %s: %s", self.stream, kind, seq, detail
-        )

@@ -328,14 +328,14 @@ class Collector:
                         else:
                             self._on_monitor(stream)
                     except zmq.ZMQError as exc:  # this stream's sockets; the others go on
-                        stream.ingest.socket_failed(role, exc)
+                        stream.ingest.errors.socket_failed(role, exc)
             now = time.time()
             with self.lock:
                 for stream in self._streams.values():
                     try:
                         self._tend(stream, now)
                     except zmq.ZMQError as exc:
-                        stream.ingest.socket_failed("tick", exc)
+                        stream.ingest.errors.socket_failed("tick", exc)
 
     def _tend(self, stream: _Stream, now: float) -> None:
         """Timers: reopen a socket, give up on a replay, check a silent stream's tail."""
@@ -398,4 +398,4 @@ class Collector:
             try:
                 self._sink.connection(change)
             except Exception as exc:  # a broken sink must not stop the loop
-                stream.ingest.sink_failed("connection", exc)
+                stream.ingest.errors.sink_failed("connection", exc)

@@ -101,7 +101,7 @@ def test_seq_going_back_is_a_restart_with_an_empty_map() -> None:
     assert [c.reason for c in rec.cleared] == [ClearReason.RESTART]
     assert rec.cleared[0].epoch == 0
     assert {h for t in rec.cleared[0].tables.values() for h in t.counts()} == {10, 11, 12}
-    assert ingest.restarts_at == [(1, 5.0)]
+    assert list(ingest.restarts_at) == [(1, 5.0)]
 
 
 def test_a_gap_is_replayed_and_live_batches_wait_for_it() -> None:
