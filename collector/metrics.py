@@ -116,6 +116,18 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec("kvscope_store_queue_rows", "gauge", "Rows waiting for the store.", ()),
     MetricSpec(
+        "kvscope_store_spill_bytes",
+        "gauge",
+        "Bytes of rows the queue had no room for, waiting in the local spill file.",
+        (),
+    ),
+    MetricSpec(
+        "kvscope_store_spilled_rows_total",
+        "counter",
+        "Rows that waited in the spill file (none lost; only past its cap are batches dropped).",
+        (),
+    ),
+    MetricSpec(
         "kvscope_store_dropped_batches_total",
         "counter",
         "Batches the store could not keep (marked incomplete).",

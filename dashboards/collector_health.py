@@ -177,12 +177,18 @@ def _store() -> list[Json]:
         row("The store"),
         timeseries(
             "Store queue",
-            [prom(f"max({kv('kvscope_store_queue_rows')})", "rows waiting")],
-            description="Rows waiting for the store's writer thread; past its limit batches "
-            "are dropped (and the log marked incomplete).",
+            [
+                prom(f"max({kv('kvscope_store_queue_rows')})", "rows waiting"),
+                prom(f"max({kv('kvscope_store_spill_bytes')})", "spill file", "B"),
+            ],
+            description="Rows waiting for the store's writer thread (in memory or spilled), and "
+            "the bytes waiting in the local spill file that takes the queue's overflow during "
+            "an outage; only past the spill's cap are batches dropped (and the log marked "
+            "incomplete).",
             unit="short",
             min_value=0,
             w=8,
+            overrides=[override("spill file", unit="bytes")],
         ),
         timeseries(
             "Store write latency",
@@ -198,10 +204,15 @@ def _store() -> list[Json]:
             overrides=[override("busy share", unit="percentunit")],
         ),
         timeseries(
-            "Transactions, retries, dropped batches",
+            "Transactions, retries, spilled rows, dropped batches",
             [
                 prom(f"sum({transactions})", "transactions"),
                 prom(f"sum(rate({kv('kvscope_store_retries_total')}[{RATE}]))", "retries", "B"),
+                prom(
+                    f"sum(rate({kv('kvscope_store_spilled_rows_total')}[{RATE}]))",
+                    "spilled rows",
+                    "D",
+                ),
                 prom(
                     f"sum(rate({kv('kvscope_store_dropped_batches_total')}[{RATE}]))",
                     "dropped batches",

@@ -4,7 +4,9 @@ A deque: putting a row costs an append and no signal (the ingest thread must not
 writer looks again every `poll_s` when it finds the queue empty, and gives a short queue up to
 `linger_s` to fill, so that it takes rows by the thousand, not each as it comes at the price of
 a thread switch, a transaction and a log chunk of its own. Only the rows that may be dropped
-count towards the bound; the rare ones always get in.
+count towards the bound; the rare ones always get in. With a `Spill`, droppable rows past the
+bound go to a local file instead (storage/spill.py), and every later one after them, until the
+writer has taken them all: they reach the store in the order they came.
 """
 
 from __future__ import annotations
@@ -15,14 +17,24 @@ from collections import deque
 from itertools import islice
 from typing import Generic, TypeVar
 
+from kvscope.storage.spill import Spill
+
 Row = TypeVar("Row")
 
 
 class RowQueue(Generic[Row]):
     """One producer (the ingest thread), one consumer (the writer thread)."""
 
-    def __init__(self, droppable_limit: int, poll_s: float = 0.02, linger_s: float = 0.02) -> None:
+    def __init__(
+        self,
+        droppable_limit: int,
+        poll_s: float = 0.02,
+        linger_s: float = 0.02,
+        spill: Spill[Row] | None = None,
+    ) -> None:
         self.droppable_limit = droppable_limit
+        self.spill = spill
+        self._taken_spilled = 0
         self.poll_s = poll_s
         self.linger_s = linger_s
         self._rows: deque[Row] = deque()
@@ -38,12 +50,22 @@ class RowQueue(Generic[Row]):
     def put(self, row: Row, droppable: bool) -> bool:
         """Queue `row`; a droppable one is refused (False) when the bound is reached."""
         if droppable:
-            if self._droppable_in - self._droppable_out >= self.droppable_limit:
-                return False
+            spill = self.spill
+            if (spill is not None and spill.active) or (
+                self._droppable_in - self._droppable_out >= self.droppable_limit
+            ):
+                if spill is None or not spill.put(row):
+                    return False
+                self.put_total += 1
+                return True
             self._droppable_in += 1
         self._rows.append(row)
         self.put_total += 1
         return True
+
+    @property
+    def spill_active(self) -> bool:
+        return self.spill is not None and self.spill.active
 
     def close(self) -> None:
         """No more rows: `take` returns None once the queue is empty."""
@@ -58,6 +80,8 @@ class RowQueue(Generic[Row]):
         """Up to `max_rows` rows, waiting for one; None once closed and drained."""
         rows = self._rows
         while True:
+            if self.spill_active and len(rows) < max_rows:
+                return self._take_with_spill(max_rows)
             if rows:
                 # A moment for more: one transaction of many rows costs less than many.
                 deadline = time.monotonic() + self.linger_s
@@ -69,19 +93,32 @@ class RowQueue(Generic[Row]):
                 n = self._taken = min(max_rows, len(rows))
                 return list(islice(iter(rows.popleft, None), n))  # popleft n times, in C
             if self._closing.is_set():
-                if rows:  # put just before the close
+                if rows or self.spill_active:  # put just before the close
                     continue
                 return None
             self._hurry.clear()
             self._hurry.wait(self.poll_s)
 
+    def _take_with_spill(self, max_rows: int) -> list[Row]:
+        """What is queued in memory (the rare rows, and droppable ones older than any spilled),
+        then the oldest spilled rows, with no lingering: a backlog is waiting."""
+        rows = self._rows
+        n = len(rows)
+        taken = list(islice(iter(rows.popleft, None), n))
+        assert self.spill is not None
+        spilled = self.spill.take(max_rows - n)
+        self._taken = n + len(spilled)
+        self._taken_spilled = len(spilled)
+        return taken + spilled
+
     def done(self, droppable: int) -> None:
         """The rows last taken are in the store, `droppable` of them droppable: free their room."""
-        self._droppable_out += droppable
+        # Spilled rows never took room in memory.
+        self._droppable_out += droppable - self._taken_spilled
         self.written_total += self._taken
-        self._taken = 0
+        self._taken = self._taken_spilled = 0
 
     @property
     def pending(self) -> int:
-        """Rows queued or being written, not yet in the store."""
-        return len(self._rows) + self._taken
+        """Rows queued, spilled or being written, not yet in the store."""
+        return len(self._rows) + self._taken + (len(self.spill) if self.spill is not None else 0)

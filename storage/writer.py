@@ -46,6 +46,7 @@ from kvscope.storage.rows import (
     ResetRow,
     Row,
 )
+from kvscope.storage.spill import Spill
 from kvscope.storage.sql_writer import RowWriter
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,11 @@ class StoreSettings:
     """Batch, rollup and checkpoint rows that may wait for the store; past this they are
     dropped (counted; dropped batches are marked incomplete in the store). The rare rows
     (epochs, resets, recoveries, intervals) always wait: dropping them would lose what matters."""
+    spill_bytes: int = 1 << 30
+    """What the queue cannot hold goes to a local file up to this size (storage/spill.py),
+    drained in order once the store answers: only past it are batches dropped. 0: no spill."""
+    spill_dir: str | None = None
+    """Where that file lives (anonymous, removed at exit); None: the system's temp folder."""
     rows_per_transaction: int = 5_000
     linger_s: float = 1.0
     """How long the writer lets fewer than `rows_per_transaction` rows wait for more: a
@@ -121,8 +127,13 @@ class StoreWriter:
         self.engine = engine
         self.settings = settings or StoreSettings()
         self.stats = WriterStats()
+        self._spill: Spill[Row] | None = (
+            Spill(self.settings.spill_bytes, self.settings.spill_dir)
+            if self.settings.spill_bytes > 0
+            else None
+        )
         self._queue: RowQueue[Row] = RowQueue(
-            self.settings.queue_rows, linger_s=self.settings.linger_s
+            self.settings.queue_rows, linger_s=self.settings.linger_s, spill=self._spill
         )
         self._streams: dict[StreamId, _StreamState] = {}
         self._sql = RowWriter(self.settings.shard, self._checkpoint_written)
@@ -246,6 +257,8 @@ class StoreWriter:
             state.recoveries = []
         self._queue.close()
         self._thread.join(timeout)
+        if self._spill is not None and not self._thread.is_alive():
+            self._spill.close()
         if self._thread.is_alive():
             logger.error(
                 "store still unreachable after %.0fs: %d rows not written (%s)",
@@ -270,8 +283,17 @@ class StoreWriter:
 
     @property
     def queue_depth(self) -> int:
-        """Rows waiting for the store."""
+        """Rows waiting for the store (in memory or spilled)."""
         return self._queue.pending
+
+    @property
+    def spilled_rows_total(self) -> int:
+        return 0 if self._spill is None else self._spill.rows_total
+
+    @property
+    def spill_bytes(self) -> int:
+        """Bytes of rows waiting in the spill file."""
+        return 0 if self._spill is None else self._spill.bytes_held
 
     # --- ingest-thread helpers ----------------------------------------------------------------
     def _state(self, stream: StreamId) -> _StreamState:

@@ -1,6 +1,7 @@
 """The real PostgreSQL stopped for 30 s during ingest, then started again.
 
-With room to wait, nothing is lost; with a tiny buffer, what was dropped is counted and the
+With room to wait, nothing is lost; with a tiny buffer whose overflow spills to a local file,
+nothing is lost either; with a tiny buffer and no spill, what was dropped is counted and the
 stretch is marked incomplete in the store, and the map is exact again from the next checkpoint.
 """
 
@@ -44,8 +45,13 @@ def pg_ready() -> bool:
 def test_postgres_down_for_30_seconds(new_pg_database: Callable[[], str]) -> None:
     roomy = StoreWriter(open_store(new_pg_database()), StoreSettings(checkpoint_every_batches=500))
     tiny = StoreWriter(
+        open_store(new_pg_database()),
+        StoreSettings(queue_rows=200, checkpoint_every_batches=500, spill_bytes=0),
+    )
+    spilling = StoreWriter(
         open_store(new_pg_database()), StoreSettings(queue_rows=200, checkpoint_every_batches=500)
     )
+    writers = (roomy, tiny, spilling)
     samples: dict[int, dict[tuple[int, int], int]] = {}
 
     class Sample(NullSink):
@@ -53,7 +59,7 @@ def test_postgres_down_for_30_seconds(new_pg_database: Callable[[], str]) -> Non
             if batch.seq % 50 == 0:
                 samples[batch.seq] = ingest.map.counts()
 
-    ingest = StreamIngest(STREAM, can_replay=False, sink=FanOut(roomy, tiny, Sample()))
+    ingest = StreamIngest(STREAM, can_replay=False, sink=FanOut(*writers, Sample()))
     records = list(read_capture(capture_path("lab_10rps_300s.msgpack.gz")))
     third = len(records) // 3
 
@@ -61,7 +67,7 @@ def test_postgres_down_for_30_seconds(new_pg_database: Callable[[], str]) -> Non
         for i, r in enumerate(part):
             # Flushed first: after the outage the queue still holds what waited through it.
             if i % 50 == 0:
-                assert roomy.flush(30) and tiny.flush(30)
+                assert all(w.flush(30) for w in writers)
             ingest.live_frames(r.frames, r.recv_ts)
 
     try:
@@ -75,6 +81,7 @@ def test_postgres_down_for_30_seconds(new_pg_database: Callable[[], str]) -> Non
         time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down_at)))
         assert roomy.stats.retries > 0 and roomy.stats.batches_dropped == 0
         assert tiny.stats.batches_dropped > 0
+        assert spilling.spilled_rows_total > 0 and spilling.stats.batches_dropped == 0
     finally:
         pg_cluster("start")
         deadline = time.monotonic() + 60
@@ -82,21 +89,23 @@ def test_postgres_down_for_30_seconds(new_pg_database: Callable[[], str]) -> Non
             time.sleep(0.5)
     # The writers retry on their own backoff (up to 5 s): the store has room again once they
     # have written what waited, not when the server answers.
-    assert roomy.flush(60) and tiny.flush(60)
+    assert all(w.flush(60) for w in writers)
     dropped_in_outage = tiny.stats.batches_dropped
     feed_at_a_pace_the_store_keeps(records[2 * third :])
     assert tiny.stats.batches_dropped == dropped_in_outage
-    roomy.close(120)
-    tiny.close(120)
+    for w in writers:
+        w.close(120)
 
     last = records[-1].seq
-    with roomy.engine.connect() as conn:
-        assert batch_log.count_batches(conn) == len(records)
-        sid = stream_id(conn, "lab")
-        for seq, live in samples.items():
-            rebuilt = rebuild(conn, position_at_seq(conn, sid, seq), STREAM)
-            assert rebuilt.map.counts() == live and not rebuilt.unknown_because
-        assert not conn.execute(select(schema.intervals)).all()
+    assert spilling.stats.batches_dropped == 0 and spilling.spill_bytes == 0
+    for whole in (roomy, spilling):
+        with whole.engine.connect() as conn:
+            assert batch_log.count_batches(conn) == len(records)
+            sid = stream_id(conn, "lab")
+            for seq, live in samples.items():
+                rebuilt = rebuild(conn, position_at_seq(conn, sid, seq), STREAM)
+                assert rebuilt.map.counts() == live and not rebuilt.unknown_because
+            assert not conn.execute(select(schema.intervals)).all()
 
     with tiny.engine.connect() as conn:
         marked = conn.execute(
