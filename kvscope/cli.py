@@ -157,7 +157,7 @@ def replay(
         f"{len(records)} messages, {c.batches_applied} batches applied, "
         f"last seq {ingest.last_seq}, "
         f"epoch {ingest.epoch}, {c.gaps} gaps, {c.restarts} restarts, "
-        f"{sum(c.malformed.values())} malformed"
+        f"{sum(c.malformed.values())} malformed, {sum(c.ingest_errors.values())} failed"
     )
     console.print(
         f"map: {totals.blocks} blocks ({totals.copies} copies), {totals.hittable} hittable, "
