@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 import httpx
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
-from sqlalchemy import Row, insert, select
+from sqlalchemy import Row, Select, insert, select
 
 from kvscope.api.context import ApiContext, context
 from kvscope.api.errors import ApiError, documented, store_down
@@ -48,12 +48,16 @@ def _request_out(row: Row[Any]) -> ResetRequestOut:
     )  # fmt: skip
 
 
-def _offsets_reached(conn: Any, reset_id: int | None = None) -> dict[int, list[float]]:
-    """reset id -> the offsets of its stored recovery points, in order."""
+def _offsets_reached(conn: Any, resets: Select[Any]) -> dict[int, list[float]]:
+    """reset id -> the offsets of its stored recovery points, in order, for the resets that
+    `resets` (a `resets_query`) lists."""
     rr = schema.reset_recovery
-    query = select(rr.c.reset_id, rr.c.offset_s).order_by(rr.c.reset_id, rr.c.offset_s)
-    if reset_id is not None:
-        query = query.where(rr.c.reset_id == reset_id)
+    ids = resets.with_only_columns(schema.resets.c.id).order_by(None)
+    query = (
+        select(rr.c.reset_id, rr.c.offset_s)
+        .where(rr.c.reset_id.in_(ids))
+        .order_by(rr.c.reset_id, rr.c.offset_s)
+    )
     by: dict[int, list[float]] = {}
     for rid, offset in conn.execute(query):
         by.setdefault(int(rid), []).append(float(offset))
@@ -97,7 +101,7 @@ def list_resets(
     with _engine(ctx).connect() as conn:
         rows = conn.execute(query).all()
         requests = load_requests(conn)
-        offsets = _offsets_reached(conn)
+        offsets = _offsets_reached(conn, query)
     window = ctx.settings.link_window_s
     return [
         ResetOut(**_reset_out(row, linked_request(row, requests, window), offsets)) for row in rows
