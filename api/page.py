@@ -224,9 +224,16 @@ function renderReset(d) {
     : "Before vs after"), after);
   const chart = d.recovery.length ? recoveryChart(d)
     : el("p", { class: "empty", id: "recovery-chart" },
-      "No recovery point stored yet: the store writes them when the 300 s window ends.");
+      "No recovery point reached yet: each is stored as the stream passes its offset.");
+  const reached = d.offsets_reached.length ? d.offsets_reached[d.offsets_reached.length - 1]
+    : null;
+  // Partial: still being followed, or cut short by a later reset or the stream's end.
+  const partial = d.recovery_complete ? [] : [el("p", { class: "empty", id: "recovery-partial" },
+    reached === null ? "partial: no offset reached yet"
+      : `partial: offsets up to +${reached} s reached, last batch at `
+        + when(d.recovery_until_ts))];
   $("reset-body").replaceChildren(el("div", { class: "detail" }, left, right),
-    el("h3", {}, "Recovery"), chart);
+    el("h3", {}, "Recovery"), ...partial, chart);
 }
 
 function recoveryChart(d) {

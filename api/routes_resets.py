@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 import httpx
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
-from sqlalchemy import Row, insert, select
+from sqlalchemy import Row, Select, insert, select
 
 from kvscope.api.context import ApiContext, context
 from kvscope.api.errors import ApiError, documented, store_down
@@ -48,7 +48,25 @@ def _request_out(row: Row[Any]) -> ResetRequestOut:
     )  # fmt: skip
 
 
-def _reset_out(row: Row[Any], request: Row[Any] | None) -> dict[str, Any]:
+def _offsets_reached(conn: Any, resets: Select[Any]) -> dict[int, list[float]]:
+    """reset id -> the offsets of its stored recovery points, in order, for the resets that
+    `resets` (a `resets_query`) lists."""
+    rr = schema.reset_recovery
+    ids = resets.with_only_columns(schema.resets.c.id).order_by(None)
+    query = (
+        select(rr.c.reset_id, rr.c.offset_s)
+        .where(rr.c.reset_id.in_(ids))
+        .order_by(rr.c.reset_id, rr.c.offset_s)
+    )
+    by: dict[int, list[float]] = {}
+    for rid, offset in conn.execute(query):
+        by.setdefault(int(rid), []).append(float(offset))
+    return by
+
+
+def _reset_out(
+    row: Row[Any], request: Row[Any] | None, offsets: dict[int, list[float]]
+) -> dict[str, Any]:
     return {
         "id": row.id, "replica": row.replica, "rank": row.rank, "epoch": row.epoch,
         "seq": row.seq, "ts": row.ts, "reason": row.reason,
@@ -57,6 +75,9 @@ def _reset_out(row: Row[Any], request: Row[Any] | None) -> dict[str, Any]:
         "before_hittable": row.before_hittable, "before_orphans": row.before_orphans,
         "before_tokens": row.before_tokens, "t50_s": row.t50_s, "t90_s": row.t90_s,
         "peak_orphans": row.peak_orphans,
+        "recovery_complete": bool(row.recovery_complete),
+        "recovery_until_ts": row.recovery_until_ts,
+        "offsets_reached": offsets.get(row.id, []),
         "request": None if request is None else _request_out(request),
     }  # fmt: skip
 
@@ -80,8 +101,11 @@ def list_resets(
     with _engine(ctx).connect() as conn:
         rows = conn.execute(query).all()
         requests = load_requests(conn)
+        offsets = _offsets_reached(conn, query)
     window = ctx.settings.link_window_s
-    return [ResetOut(**_reset_out(row, linked_request(row, requests, window))) for row in rows]
+    return [
+        ResetOut(**_reset_out(row, linked_request(row, requests, window), offsets)) for row in rows
+    ]
 
 
 @router.get("/resets/{reset_id}", response_model=ResetDetail, responses=ERRORS)
@@ -101,7 +125,11 @@ def get_reset(reset_id: Annotated[int, Path(ge=1, le=2**62)], ctx: Ctx) -> Reset
         requests = load_requests(conn, row.replica)
     tables, _ = decode_tables(before)
     return ResetDetail(
-        **_reset_out(row, linked_request(row, requests, ctx.settings.link_window_s)),
+        **_reset_out(
+            row,
+            linked_request(row, requests, ctx.settings.link_window_s),
+            {reset_id: [p.offset_s for p in points]},
+        ),
         before_tables=[
             TableStatus(
                 medium=k.medium, group=k.group, blocks=len(t), copies=t.copies,

@@ -189,6 +189,18 @@ class ResetOut(BaseModel):
     t50_s: float | None
     t90_s: float | None
     peak_orphans: int | None
+    recovery_complete: bool = Field(
+        description="Every offset of the recovery window (1 to 300 s) was reached. False while "
+        "the recovery is followed (the points reached so far are stored as they are) or when a "
+        "later reset or the stream's end cut it short: the recovery is partial."
+    )
+    recovery_until_ts: float | None = Field(
+        description="Engine time of the last batch the stored recovery was followed to (as of "
+        "its last write: a point reached, t50/t90 known, the window's end or the writer's close)."
+    )
+    offsets_reached: list[float] = Field(
+        description="Offsets (s after the reset) with a stored recovery point, in order."
+    )
     request: ResetRequestOut | None
 
 

@@ -320,6 +320,8 @@ def run_demo(console: Console, options: DemoOptions) -> int:
                       "the collector to connect")  # fmt: skip
                 asked = demo.run(collector, writer, api, token)
                 exact = demo.check(collector, console)
+                # Recovery points are queued as the streams pass them: the table reads them
+                # once written (with --serve the writer stays open; without, close writes).
                 writer.flush()
                 if options.serve:
                     _finish(console, store, base_id, asked, out, settings.link_window_s)

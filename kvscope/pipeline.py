@@ -46,6 +46,7 @@ def running_pipeline(
             point = resume_point(writer.engine, stream)
             if point is not None:
                 collector.resume(point)
+                writer.resumed(point)  # the recovery window it left open, followed on
     scrape_targets = {r.name: r.metrics for r in config.replicas if r.metrics}
     with closing_writer(writer, Retention()), scraping(writer, scrape_targets), collector:
         yield collector, writer

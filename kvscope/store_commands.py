@@ -197,6 +197,7 @@ def resets(
             *(f"+{o:g} s" for o in offsets),
             "50 %",
             "90 %",
+            "recovery",
         ],
     )
     with engine.connect() as conn:
@@ -209,6 +210,8 @@ def resets(
     for row in rows:
         reached = points.get(row.id, {})
         at = [reached.get(offset) for offset in offsets]
+        complete = bool(row.recovery_complete)
+        offsets_reached = sorted(reached)
         table.add(
             [
                 str(row.id),
@@ -219,6 +222,7 @@ def resets(
                 f"{row.before_blocks}/{row.before_hittable}",
                 *("-" if p is None else f"{p.blocks}/{p.hittable}" for p in at),
                 *("-" if t is None else f"{t:.1f}" for t in (row.t50_s, row.t90_s)),
+                _window(complete, offsets_reached),
             ],
             {
                 "id": row.id,
@@ -236,9 +240,22 @@ def resets(
                 ],
                 "t50_s": row.t50_s,
                 "t90_s": row.t90_s,
+                "recovery_complete": complete,
+                "offsets_reached": offsets_reached,
+                "recovery_until_ts": row.recovery_until_ts,
             },
         )
     show_table(console, table, as_json)
+
+
+def _window(complete: bool, offsets_reached: list[float]) -> str:
+    """The recovery window as stored: complete, or partial (still followed, or cut short by a
+    later reset or the stream's end) with the last offset reached."""
+    if complete:
+        return "complete"
+    if not offsets_reached:
+        return "partial, none yet"
+    return f"partial to +{offsets_reached[-1]:g} s"
 
 
 db_app = typer.Typer(help="The store's schema.", no_args_is_help=True)

@@ -58,6 +58,8 @@ class RecoveryRow:
     t90_s: float | None
     peak_orphans: int
     until_ts: float
+    complete: bool
+    """Every offset of the window reached (else: the points so far)."""
 
 
 @dataclass(slots=True)

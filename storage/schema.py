@@ -104,6 +104,9 @@ resets = Table(
     Column("peak_orphans", Integer),
     # Recovery was followed up to here (the window's end, the next reset, or the last batch).
     Column("recovery_until_ts", Float),
+    # Every offset of the window was reached; false while it is followed (the points reached so
+    # far are stored as they are) or when a later reset or the stream's end cut it short.
+    Column("recovery_complete", Boolean),
     Index("ix_resets_stream_ts", "stream_id", "ts"),
     UniqueConstraint("stream_id", "epoch", "seq", "reason", name="uq_resets_event"),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -126,23 +126,24 @@ class RowWriter:
         elif type(row) is ResetRow:
             epoch, seq, reason = row.key
             key = ("stream_id", "epoch", "seq", "reason")
-            reset_id = conn.execute(
-                _upsert(conn, schema.resets, key).returning(schema.resets.c.id),
-                {
-                    "stream_id": self._stream_id(conn, row.stream),
-                    "epoch": epoch,
-                    "seq": seq,
-                    "ts": row.ts,
-                    "recv_ts": row.recv_ts,
-                    "reason": reason,
-                    "degraded": row.degraded,
-                    "before_blocks": row.before_blocks,
-                    "before_hittable": row.before_hittable,
-                    "before_orphans": row.before_orphans,
-                    "before_tokens": row.before_tokens,
-                    "before": compress(row.before),
-                },
-            ).scalar_one()
+            values = {
+                "stream_id": self._stream_id(conn, row.stream),
+                "epoch": epoch,
+                "seq": seq,
+                "ts": row.ts,
+                "recv_ts": row.recv_ts,
+                "reason": reason,
+                "degraded": row.degraded,
+                "before_blocks": row.before_blocks,
+                "before_hittable": row.before_hittable,
+                "before_orphans": row.before_orphans,
+                "before_tokens": row.before_tokens,
+                "before": compress(row.before),
+            }
+            # A retried reset sets its own columns only: its id (which its points refer to)
+            # and the recovery written since stay.
+            upsert = _upsert(conn, schema.resets, key, values)
+            reset_id = conn.execute(upsert.returning(schema.resets.c.id), values).scalar_one()
             self._reset_ids[(row.stream, row.key)] = int(reset_id)
         elif type(row) is RecoveryRow:
             reset_id = self._reset_id(conn, row.stream, row.key)
@@ -155,6 +156,7 @@ class RowWriter:
                     t90_s=row.t90_s,
                     peak_orphans=row.peak_orphans,
                     recovery_until_ts=row.until_ts,
+                    recovery_complete=row.complete,
                 )
             )
             if row.points:
@@ -213,13 +215,21 @@ class RowWriter:
         return int(found)
 
 
-def _upsert(conn: Connection, table: Table, key: tuple[str, ...]) -> Insert:
-    """An INSERT that overwrites the row already under `key`: a transaction retried after its
-    commit landed but the answer was lost (the connection dropped) writes the same rows again,
-    and must not fail on them forever."""
+def _upsert(
+    conn: Connection, table: Table, key: tuple[str, ...], only: Iterable[str] | None = None
+) -> Insert:
+    """An INSERT that overwrites the row already under `key` (its columns in `only`, default
+    all): a transaction retried after its commit landed but the answer was lost (the connection
+    dropped) writes the same rows again, and must not fail on them forever; a recovery written
+    again, fuller, replaces what it said before."""
     dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     statement = dialect_insert(table)
+    names = {c.name for c in table.columns} if only is None else set(only)
     return statement.on_conflict_do_update(
         index_elements=list(key),
-        set_={c.name: statement.excluded[c.name] for c in table.columns if c.name not in key},
+        set_={
+            c.name: statement.excluded[c.name]
+            for c in table.columns
+            if c.name in names and c.name not in key
+        },
     )

@@ -18,7 +18,7 @@ import math
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -31,18 +31,20 @@ from kvscope.collector.sink import (
     DegradedChange,
     DegradedStep,
     MapReader,
+    ResumePoint,
     Span,
 )
 from kvscope.collector.snapshot import encode_map, encode_tables
 from kvscope.collector.types import StreamId
-from kvscope.storage.recovery import DEFAULT_OFFSETS_S, RecoveryTracker
+from kvscope.storage.recovery import DEFAULT_OFFSETS_S
+from kvscope.storage.recovery_follow import StreamRecoveries, recovery_row
+from kvscope.storage.recovery_resume import open_recovery
 from kvscope.storage.rollups import SecondRollup
 from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.rows import (
     CheckpointRow,
     EpochRow,
     IntervalRow,
-    RecoveryRow,
     ResetRow,
     Row,
 )
@@ -95,6 +97,7 @@ class _StreamState:
     """What the writer remembers per stream between batches (ingest thread only)."""
 
     rollup: SecondRollup
+    recoveries: StreamRecoveries
     epoch: int | None = None
     batches_since_checkpoint: int = 0
     log_bytes_since_checkpoint: int = 0
@@ -107,7 +110,6 @@ class _StreamState:
     dropped_from: tuple[int, int, float] | None = None
     """(epoch, seq, ts) of the first batch dropped since the store last had room."""
     dropped_to: tuple[int, float] | None = None
-    recoveries: list[tuple[tuple[int, int, str], RecoveryTracker]] = field(default_factory=list)
 
 
 @dataclass
@@ -152,14 +154,16 @@ class StoreWriter:
             state.epoch = epoch
             self._put_always(EpochRow(stream, epoch, batch.recv_ts))
         state.rollup.applied(batch)
+        if state.recoveries:
+            # Before the batch's log row: a store that holds the batch holds what it made known.
+            for recovery in state.recoveries.after_batch(batch):
+                self._put_always(recovery)
         if not self._queue.put(
             (stream, epoch, batch.seq, batch.ts, batch.recv_ts, batch.payload), True
         ):
             self._note_drop(state, epoch, batch.seq, batch.ts)
         elif state.dropped_from is not None:
             self._close_drop(stream, state)
-        if state.recoveries:
-            self._follow_recoveries(batch, state)
         state.batches_since_checkpoint += 1
         state.log_bytes_since_checkpoint += len(batch.payload)
         if (
@@ -173,15 +177,16 @@ class StoreWriter:
         """The map at each second's end (rollups) and at each recovery offset; the next call
         is wanted at the end of the second or the next offset, whichever comes first."""
         state = self._streams.get(stream) or self._state(stream)
-        for _, tracker in state.recoveries:
-            tracker.before_batch(view, ts)
+        if state.recoveries:
+            # Each point is queued as soon as the stream passes its offset.
+            for recovery in state.recoveries.before_batch(view, ts):
+                self._put_always(recovery)
         for row in state.rollup.instant(view, ts):
             self._put(row)
         span = state.rollup.span()
-        for _, tracker in state.recoveries:
-            at = tracker.next_instant
-            if at is not None:  # a batch stamped past `at` must come after a call
-                span = span.within(Span(-math.inf, math.nextafter(at, math.inf)))
+        for at in state.recoveries.next_instants():
+            # A batch stamped past `at` must come after a call.
+            span = span.within(Span(-math.inf, math.nextafter(at, math.inf)))
         return span
 
     def map_cleared(self, cleared: ClearedMap) -> None:
@@ -205,11 +210,20 @@ class StoreWriter:
             )
         )
         # A new clear ends the recoveries still being followed on this stream.
-        for old_key, tracker in state.recoveries:
-            self._put_always(self._recovery_row(cleared.stream, old_key, tracker))
-        state.recoveries = [
-            (key, RecoveryTracker.start(cleared.ts, tables, self.settings.recovery_offsets_s))
-        ]
+        for row in state.recoveries.cleared(key, cleared.ts, tables):
+            self._put_always(row)
+
+    def resumed(self, point: ResumePoint) -> None:
+        """The stream resumes at `point` (after a crash): the recovery window the store left
+        open is followed on, as if nothing had stopped. Call before the stream's next batch."""
+        found = open_recovery(self.engine, point, self.settings.recovery_offsets_s)
+        if found is None:
+            return
+        state = self._state(point.stream)
+        if found.stored_behind:
+            self._put_always(recovery_row(point.stream, found.key, found.tracker))
+        if not found.tracker.done:
+            state.recoveries.resumed(found.key, found.tracker)
 
     def degraded(self, change: DegradedChange) -> None:
         """Each degraded interval is written when it opens and again (an upsert on its start)
@@ -252,9 +266,8 @@ class StoreWriter:
                 self._put(row)
             if state.connected_since is not None:
                 self._connection_changed(stream, False, now)
-            for key, tracker in state.recoveries:
-                self._put_always(self._recovery_row(stream, key, tracker))
-            state.recoveries = []
+            for recovery in state.recoveries.close():
+                self._put_always(recovery)
         self._queue.close()
         self._thread.join(timeout)
         if self._spill is not None and not self._thread.is_alive():
@@ -299,7 +312,8 @@ class StoreWriter:
     def _state(self, stream: StreamId) -> _StreamState:
         state = self._streams.get(stream)
         if state is None:
-            state = self._streams[stream] = _StreamState(SecondRollup(stream))
+            recoveries = StreamRecoveries(stream, self.settings.recovery_offsets_s)
+            state = self._streams[stream] = _StreamState(SecondRollup(stream), recoveries)
         return state
 
     def _put(self, row: Row) -> bool:
@@ -356,28 +370,6 @@ class StoreWriter:
             state.checkpoint_due_bytes = self.settings.checkpoint_log_ratio * on_disk
             state.checkpoint_seq = (row.epoch, row.seq)
             state.force_checkpoint = False
-
-    def _follow_recoveries(self, batch: AppliedBatch, state: _StreamState) -> None:
-        still = []
-        for key, tracker in state.recoveries:
-            if batch.seq == key[1] and batch.epoch == key[0]:
-                still.append((key, tracker))  # the batch that carried the clear itself
-                continue
-            tracker.after_batch(batch.view, batch.ts)
-            if tracker.done:
-                self._put_always(self._recovery_row(batch.stream, key, tracker))
-            else:
-                still.append((key, tracker))
-        state.recoveries = still
-
-    @staticmethod
-    def _recovery_row(
-        stream: StreamId, key: tuple[int, int, str], tracker: RecoveryTracker
-    ) -> RecoveryRow:
-        s = tracker.summary()
-        return RecoveryRow(
-            stream, key, tuple(tracker.points), s.t50_s, s.t90_s, s.peak_orphans, s.until_ts
-        )
 
     # --- the writer thread --------------------------------------------------------------------
     def _run(self) -> None:

@@ -15,19 +15,24 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
+from kvscope.collector.snapshot import decode_tables
 from kvscope.collector.types import StreamId
+from kvscope.collector.wire import BatchDecoder
 from kvscope.lab.ports import free_port
 from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
-from kvscope.storage.history import position_at_seq, rebuild, stream_id
+from kvscope.storage.history import Position, position_at_seq, rebuild, stream_id
+from kvscope.storage.recovery import DEFAULT_OFFSETS_S, RecoveryPoint, RecoveryTracker
 from tests.vllm_source import ResetOdds, Source
 
 pytestmark = pytest.mark.vllm
 RESETS = ResetOdds(keep=0.02, preempt=0.01)
+STREAM = StreamId("r", 0)
 
 
 @pytest.fixture
@@ -58,6 +63,27 @@ def wait_until(cond: object, timeout: float, what: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def recovery_from_the_log(
+    conn: Any, sid: int, reset: Any, next_seq: int | None
+) -> tuple[list[RecoveryPoint], float | None, float | None]:
+    """A clear's recovery recomputed from the stored log, as an uninterrupted writer follows
+    it: the map before each later batch (points), then after it (t50, t90), until the next
+    clear's batch."""
+    tables, _ = decode_tables(reset.before)
+    tracker = RecoveryTracker.start(reset.ts, tables, DEFAULT_OFFSETS_S)
+    view = rebuild(conn, Position(sid, reset.epoch, reset.seq, reset.ts), STREAM).map
+    decoder = BatchDecoder()
+    for batch in batch_log.batches_between(conn, sid, reset.epoch, reset.seq, 2**62):
+        tracker.before_batch(view, batch.ts)
+        if batch.seq == next_seq:
+            break
+        view.apply(decoder.decode(batch.payload, batch.seq), reset.epoch)
+        tracker.after_batch(view, batch.ts)
+        if tracker.done:
+            break
+    return tracker.points, tracker.t50_s, tracker.t90_s
 
 
 def test_kill_9_then_restart_ends_with_the_exact_map(stack: ExitStack, tmp_path: Path) -> None:
@@ -105,4 +131,17 @@ def test_kill_9_then_restart_ends_with_the_exact_map(stack: ExitStack, tmp_path:
         assert rebuilt.unknown_because == []
         stored = batch_log.count_batches(conn, epoch=0)
         assert stored == source.batches  # every batch exactly once: none lost, none twice
+        # Every clear's recovery is what an uninterrupted run stores, the one open at the kill
+        # included: its tracker was rebuilt at the restart and followed on.
+        r, rr = schema.resets, schema.reset_recovery
+        resets = conn.execute(select(r).order_by(r.c.seq)).all()
+        assert resets and all(x.reason == "all_blocks_cleared" for x in resets)
+        assert any(x.seq <= at_kill for x in resets)
+        for reset, after in zip(resets, [*(x.seq for x in resets[1:]), None], strict=True):
+            points = conn.execute(
+                select(rr).where(rr.c.reset_id == reset.id).order_by(rr.c.offset_s)
+            ).all()
+            expected, t50, t90 = recovery_from_the_log(conn, sid, reset, after)
+            assert [RecoveryPoint(*p[1:]) for p in points] == expected, reset.seq
+            assert (reset.t50_s, reset.t90_s) == (t50, t90), reset.seq
     assert "resumed from the store" in log.read_text()

@@ -144,3 +144,7 @@ def test_resets_print_whole_cells_piped_and_json_for_scripts(tmp_path: Path) -> 
     assert [r["reason"] for r in rows] == ["all_blocks_cleared"] * 2
     assert all(r["replica"] == "lab" and r["recovery"] for r in rows)
     assert lines[2].split()[6] == f"{rows[0]['before_blocks']}/{rows[0]['before_hittable']}"
+    # The recording ends before either 300 s window: both are partial, and say so.
+    assert [r["recovery_complete"] for r in rows] == [False, False]
+    assert [r["offsets_reached"][-1] for r in rows] == [30.0, 30.0]
+    assert all(line.endswith("partial to +30 s") for line in lines[2:])

@@ -185,6 +185,11 @@ def test_chromium_shows_replicas_resets_and_a_recovery_chart(served: Served) -> 
     path = next(a["d"] for a in dom.find("path") if a.get("class") == "series blocks")
     assert len(re.findall(r"[ML]", path)) == len(detail["recovery"])
     assert len(dom.find("line", **{"class": "marker"})) == 2  # t50 and t90
+    # The recording ends 45 s after the newest reset: its recovery is partial, and says so.
+    assert detail["recovery_complete"] is False and detail["offsets_reached"][-1] == 30.0
+    assert dom.text_by_id["recovery-partial"].startswith(
+        "partial: offsets up to +30 s reached, last batch at 20"
+    )
     rows = dom.text_by_id["before-after"]
     assert rows.count(" s") >= len(detail["recovery"]) and "before" in rows
 

@@ -96,7 +96,9 @@ def test_each_reset_keeps_its_before_and_recovery(store_url: str) -> None:
             assert row.before_blocks == len(pre["hashes"]) and row.reason == "all_blocks_cleared"
             assert row.t50_s is not None and 0 < row.t50_s <= (row.t90_s or 1e9)
             points = conn.execute(
-                select(schema.reset_recovery).where(schema.reset_recovery.c.reset_id == row.id)
+                select(schema.reset_recovery)
+                .where(schema.reset_recovery.c.reset_id == row.id)
+                .order_by(schema.reset_recovery.c.offset_s)
             ).all()
             offsets = [p.offset_s for p in points]
             assert offsets[:4] == [1.0, 2.0, 5.0, 10.0]
