@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole run")
     parser.add_argument("--capture", type=Path, default=BUNDLED)
     parser.add_argument("--workdir", type=Path, help="keep serve's log and store here")
+    parser.add_argument("--drain", type=float, default=120.0, help="seconds to wait for the store")
     parser.add_argument("--max-rss-growth-mib", type=float, help="fail past this RSS growth")
     args = parser.parse_args(argv)
     if args.workdir is not None:
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         capture=args.capture,
         workdir=args.workdir,
         max_rss_growth_mib=args.max_rss_growth_mib,
+        drain_s=args.drain,
         log=lambda line: print(line, flush=True),
     )
     result = run_fuzz(options)

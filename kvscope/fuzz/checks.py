@@ -32,6 +32,11 @@ def malformed_counts(metrics_text: str) -> dict[str, dict[str, int]]:
     return counts
 
 
+def store_queue_rows(metrics_text: str) -> float:
+    queue = _QUEUE.search(metrics_text)
+    return float(queue.group(1)) if queue else 0.0
+
+
 def blocks(get: Get, replica: str) -> MapRows:
     items: list[dict[str, Any]] = []
     cursor = ""
@@ -113,8 +118,7 @@ def live_state(
             fail("hostile differs from the capture's map and is not marked degraded")
     metrics = get("/metrics").text
     result.malformed = malformed_counts(metrics)
-    queue = _QUEUE.search(metrics)
-    result.store_queue_rows = float(queue.group(1)) if queue else 0.0
+    result.store_queue_rows = store_queue_rows(metrics)
     result.expected_malformed = dict(oracle.counters.malformed)
     if result.malformed.get(HOSTILE, {}) != result.expected_malformed:
         live = result.malformed.get(HOSTILE)
@@ -146,6 +150,9 @@ def summary(result: FuzzResult) -> str:
     lines.append(f"serve RSS: {before / 1024:.1f} MiB before, {after / 1024:.1f} MiB after "
                  f"(+{(after - before) / 1024:.1f}), peak {peak / 1024:.1f} MiB")  # fmt: skip
     lines.append(f"store writer queue at the end: {result.store_queue_rows:.0f} rows")
+    if result.drained is not None:
+        waited, rss = result.drained
+        lines.append(f"  emptied {waited:.1f} s later; serve RSS then {rss / 1024:.1f} MiB")
     end = f"degraded ({result.hostile_degraded})" if result.hostile_degraded else "known"
     lines.append(f"hostile at the end: {end}; "
                  f"every taint before the last clear: {result.clean_end}")  # fmt: skip

@@ -57,6 +57,8 @@ class FuzzOptions:
     capture: Path = BUNDLED
     workdir: Path | None = None
     max_rss_growth_mib: float | None = None
+    drain_s: float = 120.0
+    """How long to wait, after the checks, for the store's queue to empty (RSS is read then)."""
     log: Callable[[str], None] = print
 
 
@@ -70,6 +72,9 @@ class FuzzResult:
     expected_malformed: dict[str, int] = field(default_factory=dict)
     store_queue_rows: float = 0.0
     """`kvscope_store_queue_rows` at the end: rows the store's writer had not written yet."""
+    drained: tuple[float, int] | None = None
+    """Seconds the store's queue took to empty after the checks, and serve's RSS then (KiB);
+    None if it did not within `drain_s`."""
     rss_kib: tuple[int, int, int] = (0, 0, 0)
     """serve's VmRSS before and after publishing, and its VmHWM (peak) at the end."""
     wall_s: float = 0.0
@@ -254,10 +259,24 @@ def _run(
     result.rss_kib = (rss_before, rss_after, serve.rss_kib("VmHWM"))
     resubscribed = {n: p.take_subscriptions() - 1 for n, p in pubs.items()}
     checks.live_state(serve.get, plan, result, resubscribed)
+    _drain(serve, options, result)
     if options.max_rss_growth_mib is not None and (
         (rss_after - rss_before) / 1024 > options.max_rss_growth_mib
     ):
         result.failures.append(f"RSS grew {(rss_after - rss_before) / 1024:.0f} MiB")
+
+
+def _drain(serve: _Serve, options: FuzzOptions, result: FuzzResult) -> None:
+    """Wait (bounded) for the store's writer to catch up; serve's RSS then tells a backlog from
+    a leak."""
+    started = time.monotonic()
+    try:
+        _until("the store's queue to empty", started + options.drain_s,
+               lambda: checks.store_queue_rows(serve.get("/metrics").text) == 0, serve)  # fmt: skip
+    except TimeoutError:
+        result.notes.append(f"the store's queue did not empty in {options.drain_s:.0f} s")
+        return
+    result.drained = (time.monotonic() - started, serve.rss_kib())
 
 
 def _sync(serve: _Serve, plan: Interleaving, deadline: float) -> None:
