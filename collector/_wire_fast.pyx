@@ -27,7 +27,7 @@ from cpython.array cimport array, clone
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.math cimport isfinite
+from libc.math cimport fabs
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
@@ -43,6 +43,7 @@ assert _UINT32.itemsize == 4
 cdef object _table_key = None  # wire.table_key, imported on first use: wire imports this module
 
 # The rules' bounds (collector/wire_rules.py), as C values.
+cdef double MAX_ABS_TS = wire_rules.MAX_ABS_TS
 cdef int64_t MAX_RANK = wire_rules.MAX_RANK
 cdef int64_t MAX_GROUP = wire_rules.MAX_GROUP
 cdef Py_ssize_t MAX_MEDIUM_BYTES = wire_rules.MAX_MEDIUM_BYTES
@@ -655,7 +656,8 @@ cdef object decode(Reader* r, object seq, int64_t max_block_size):
     cdef object removal = None  # the last event, when it is a removal: the next may join it
     if read_array(r, &n_top) < 0 or n_top < 2:
         return None
-    if read_float(r, &ts) < 0 or not isfinite(ts) or read_array(r, &n_events) < 0:
+    # NaN fails the comparison too
+    if read_float(r, &ts) < 0 or not fabs(ts) <= MAX_ABS_TS or read_array(r, &n_events) < 0:
         return None
     for k in range(n_events):
         if scan_event(r, &e) < 0:

@@ -8,7 +8,8 @@ batch's own ts and rank), and nothing of the batch is applied.
 
 The ranges are what vLLM 0.9 to 0.33 and its KV connectors send (vllm/distributed/kv_events.py,
 v1/core/block_pool.py, the offloading, LMCache, Mooncake and simple-offload connectors):
-- ts: a finite float (msgpack int accepted, as msgspec accepts one for a float field).
+- ts: a float within +-MAX_ABS_TS (msgpack int accepted, as msgspec accepts one for a float
+  field): vLLM sends `time.time()`, and the store keeps `int(ts)` and milliseconds in 64-bit ints.
 - data_parallel_rank: None or 0..MAX_RANK.
 - a block hash: an int in [-2**63, 2**64) (negative: Python's `hash()` of vLLM < 0.10.2), or
   1..MAX_HASH_BYTES bytes (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`); parent_block_hash too, or None.
@@ -27,13 +28,16 @@ v1/core/block_pool.py, the offloading, LMCache, Mooncake and simple-offload conn
 
 from __future__ import annotations
 
-import math
 from array import array
 from typing import Any, NoReturn
 
 from kvscope.collector.errors import MalformedKind, MalformedPayload
 from kvscope.collector.types import HASH_MASK
 
+MAX_ABS_TS = 2.0**53
+"""Seconds either side of the epoch a batch ts may lie (285 million years): exact as an int,
+and its milliseconds fit 64 bits. Past it, `int(ts)` of the store's per-second rollups overflowed
+SQLite's INTEGER and killed the store's writer (issue 12's fuzz run)."""
 MIN_INT_HASH = -(1 << 63)
 MAX_HASH_BYTES = 64
 """A sha256 block hash is 32 bytes."""
@@ -68,7 +72,7 @@ def _shown(value: object) -> str:
 
 # --- the batch ---------------------------------------------------------------------------------
 def ts_of(value: object) -> float:
-    if (type(value) is float or type(value) is int) and math.isfinite(value):
+    if (type(value) is float or type(value) is int) and -MAX_ABS_TS <= value <= MAX_ABS_TS:
         return float(value)
     bad(f"batch ts {_shown(value)}", MalformedKind.BAD_BATCH)
 

@@ -4,6 +4,7 @@ return the same Batch. What the slow path refuses, the fast one must therefore d
 
 from __future__ import annotations
 
+import math
 import random
 import struct
 from array import array
@@ -158,7 +159,7 @@ MEDIUM = st.none() | st.sampled_from(["GPU", "CPU", "disk", ""]) | st.text(max_s
 GROUP = st.none() | st.sampled_from([0, 1]) | st.integers(0, rules.MAX_GROUP)
 RANK = st.none() | st.integers(0, rules.MAX_RANK)
 NAME = st.none() | st.sampled_from(["full_attention", "sliding_window", "local"]) | st.text()
-TS = st.floats(allow_nan=False, allow_infinity=False)
+TS = st.floats(-rules.MAX_ABS_TS, rules.MAX_ABS_TS) | st.sampled_from([rules.MAX_ABS_TS, 1.7e9])
 BLOCK_SIZE = st.sampled_from([0, 1, 16, MAX_BS]) | st.integers(0, MAX_BS)
 # Values at the edges of the rules (collector/wire_rules.py), for the wild batches.
 EDGE_BLOCK_SIZE = st.sampled_from([-1, MAX_BS + 1, 2**63 - 1, 2**63, 2**64 - 1])
@@ -166,7 +167,7 @@ EDGE_MEDIUM = st.sampled_from(["x" * 32, "x" * 33, "é" * 16, "é" * 17])
 EDGE_GROUP = st.sampled_from([-1, rules.MAX_GROUP, rules.MAX_GROUP + 1, 2**63])
 EDGE_RANK = st.sampled_from([-1, rules.MAX_RANK, rules.MAX_RANK + 1, 2**64 - 1])
 EDGE_LORA = st.sampled_from(["x" * 256, "x" * 257, "é" * 129])
-EDGE_TS = st.sampled_from([float("nan"), float("inf"), -float("inf")])
+EDGE_TS = st.sampled_from([math.nan, math.inf, -math.inf, 2.0**53 * 2, -1e300, 2**63, 2**64 - 1])
 NOTHING = st.nothing()
 
 

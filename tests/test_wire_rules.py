@@ -245,3 +245,18 @@ def test_nothing_but_a_malformed_payload_leaves_the_decoder(data: st.DataObject)
         payload[data.draw(st.integers(0, len(payload) - 1))] = data.draw(st.integers(0, 255))
     with contextlib.suppress(MalformedPayload):
         BatchDecoder().decode(bytes(payload), 0, [])
+
+
+@pytest.mark.parametrize("ts", [2**64 - 1, 2**63, -(2**63), 1e300, -1e300, 2.0**53 * 2])
+def test_a_ts_past_the_bound_is_a_bad_batch(ts: float) -> None:
+    # Issue 12's fuzz run: `[2**64 - 1, [], 0]` (12 bytes) was accepted, and the store's writer
+    # thread died on its rollup second, past SQLite's 64-bit INTEGER; `1e300` did the same
+    # through the compiled path.
+    for events in ([], [GOOD]):
+        error = refused([ts, events, 0])
+        assert error.kind is MalformedKind.BAD_BATCH and "ts" in error.detail
+
+
+def test_a_ts_at_the_bound_is_accepted() -> None:
+    for ts in (rules.MAX_ABS_TS, -rules.MAX_ABS_TS, int(rules.MAX_ABS_TS)):
+        assert BatchDecoder().decode(E([ts, [GOOD], 0]), 0).ts == ts
