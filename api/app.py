@@ -54,8 +54,8 @@ def create_app(data: ApiData, settings: ApiSettings | None = None) -> FastAPI:
     def readyz() -> Response | Health:
         """Ready once the start-up replays have settled, while the collector runs and the store
         answers; else 503 with the reason: `starting` (the replays in flight),
-        `collector_down` (its loop stopped: nothing is being collected) or
-        `store_unavailable`."""
+        `collector_down` (its loop stopped: nothing is being collected),
+        `store_writer_down` (nothing more is stored) or `store_unavailable`."""
         collector = data.collector
         if collector is not None:
             if not collector.up:
@@ -74,6 +74,12 @@ def create_app(data: ApiData, settings: ApiSettings | None = None) -> FastAPI:
             if waiting:
                 replaying = "replaying: " + ", ".join(waiting)
                 return error_response(ErrorBody(status=503, code="starting", message=replaying))
+        writer = data.writer
+        if writer is not None and not writer.up:
+            why = writer.failure or "the store's writer thread is not running"
+            return error_response(
+                ErrorBody(status=503, code="store_writer_down", message="not ready: " + why)
+            )
         if not data.store_reachable():
             return error_response(
                 ErrorBody(status=503, code="store_unavailable", message="not ready: " + STORE_DOWN)

@@ -9,17 +9,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import (
-    DataError,
-    DBAPIError,
-    DisconnectionError,
-    IntegrityError,
-    NotSupportedError,
-    ProgrammingError,
-)
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
+from kvscope.storage.engine import store_down
 from kvscope.storage.history import NotInStore
 
 STORE_DOWN = "the store does not answer; try again later"
@@ -58,17 +50,6 @@ def error_response(body: ErrorBody, headers: Mapping[str, str] | None = None) ->
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
           405: "method_not_allowed", 413: "too_large", 422: "invalid", 500: "internal",
           502: "upstream_error", 503: "store_unavailable", 504: "upstream_timeout"}  # fmt: skip
-
-
-def store_down(exc: BaseException) -> bool:
-    """Whether `exc` says the store cannot be reached or used now (a connection refused or
-    lost, a file that cannot be opened, a pool with no free connection), not that a statement
-    is wrong (those are bugs: 500)."""
-    if isinstance(exc, DisconnectionError | PoolTimeout):
-        return True
-    return isinstance(exc, DBAPIError) and not isinstance(
-        exc, ProgrammingError | IntegrityError | DataError | NotSupportedError
-    )
 
 
 def unexpected_body(exc: BaseException) -> ErrorBody:

@@ -12,8 +12,9 @@ import traceback
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kvscope.api.errors import ErrorBody, error_response, store_down, unexpected_body
+from kvscope.api.errors import ErrorBody, error_response, unexpected_body
 from kvscope.collector.ratelog import RateLimitedLog
+from kvscope.storage.engine import store_down
 from kvscope.storage.redact import redact
 
 logger = logging.getLogger(__name__)

@@ -100,6 +100,8 @@ class StateCollector(PromCollector):
             f["kvscope_store_write_seconds_total"].add_metric([], st.write_seconds_total)
             f["kvscope_store_transactions_total"].add_metric([], st.transactions)
             f["kvscope_store_retries_total"].add_metric([], st.retries)
+            f["kvscope_store_rows_refused_total"].add_metric([], st.rows_refused)
+            f["kvscope_store_writer_up"].add_metric([], float(writer.up))
         yield from f.values()
 
 

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from kvscope.api.context import ApiContext, context
 from kvscope.api.data import MapView
-from kvscope.api.errors import ONLY_IN_STORE, ApiError, documented, store_down
+from kvscope.api.errors import ONLY_IN_STORE, ApiError, documented
 from kvscope.api.schemas import (
     Block,
     BlockPage,
@@ -27,6 +27,7 @@ from kvscope.collector.block_table import BlockTable, TokenQuery
 from kvscope.collector.dump import show_hash
 from kvscope.collector.prefix_map import PrefixMatch
 from kvscope.collector.types import StreamId, TableKey
+from kvscope.storage.engine import store_down
 
 router = APIRouter(tags=["cache"])
 Ctx = Annotated[ApiContext, Depends(context)]

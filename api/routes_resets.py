@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from sqlalchemy import Row, Select, insert, select
 
 from kvscope.api.context import ApiContext, context
-from kvscope.api.errors import ApiError, documented, store_down
+from kvscope.api.errors import ApiError, documented
 from kvscope.api.schemas import (
     RecoveryPointOut,
     ResetDetail,
@@ -23,6 +23,7 @@ from kvscope.api.schemas import (
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.snapshot import decode_tables
 from kvscope.storage import schema
+from kvscope.storage.engine import store_down
 from kvscope.storage.redact import redact
 from kvscope.storage.reset_links import linked_mode, linked_request, load_requests, resets_query
 

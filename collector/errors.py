@@ -12,6 +12,8 @@ class MalformedKind(StrEnum):
     """A live message without exactly [topic, seq, payload] frames."""
     SEQ_LENGTH = "seq_length"
     """A seq frame that is not 8 bytes."""
+    SEQ_RANGE = "seq_range"
+    """A seq of 2^63 or more: vLLM's is a signed 64-bit count from 0 (and the store's too)."""
     OVERSIZE = "oversize"
     """A payload larger than the configured maximum."""
     UNDECODABLE = "undecodable_payload"

@@ -49,6 +49,8 @@ from kvscope.collector.wire import BatchDecoder
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_SEQ = 2**63 - 1
+"""vLLM counts seqs in a signed 64-bit int from 0; the store keeps them as BIGINT."""
 DEFAULT_TAIL_CHECK_AFTER_S = 5.0
 """Silence after which the publisher's replay socket is asked for any lost tail."""
 
@@ -319,4 +321,8 @@ class StreamIngest(ReplayRules):
         if len(frame) != SEQ_BYTES:
             self._malformed(MalformedKind.SEQ_LENGTH, None, f"{len(frame)}-byte seq frame")
             return None
-        return int.from_bytes(frame, "big")
+        seq = int.from_bytes(frame, "big")
+        if seq > MAX_SEQ:
+            self._malformed(MalformedKind.SEQ_RANGE, None, f"seq {seq}")
+            return None
+        return seq

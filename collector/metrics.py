@@ -116,6 +116,18 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec("kvscope_store_queue_rows", "gauge", "Rows waiting for the store.", ()),
     MetricSpec(
+        "kvscope_store_writer_up",
+        "gauge",
+        "1 while the store's writer thread runs; 0 once it stopped by itself (see /readyz).",
+        (),
+    ),
+    MetricSpec(
+        "kvscope_store_rows_refused_total",
+        "counter",
+        "Rows the store refused for good (a value it cannot hold), left out and logged.",
+        (),
+    ),
+    MetricSpec(
         "kvscope_store_spill_bytes",
         "gauge",
         "Bytes of rows the queue had no room for, waiting in the local spill file.",

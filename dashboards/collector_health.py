@@ -58,6 +58,17 @@ def _streams() -> list[Json]:
         ),
         count("kvscope_stream_tail_unverified", "Tail unverified", True),
         stat(
+            "Store writer up",
+            [prom(f"min({kv('kvscope_store_writer_up')})", "up")],
+            w=6,
+            description="0 once a store writer thread stopped by itself: nothing more is "
+            "stored, /readyz says why, and the process exits 1.",
+            defaults={
+                "color": {"mode": "thresholds"},
+                "thresholds": thresholds((None, "red"), (1, "green")),
+            },
+        ),
+        stat(
             "Last seq",
             [
                 prom(
@@ -104,7 +115,7 @@ def _events() -> list[Json]:
                     "{{replica}} {{kind}}",
                 )
             ],
-            description="Frames, payloads and events refused: frame_count, seq_length, "
+            description="Frames, payloads and events refused: frame_count, seq_length, seq_range, "
             "oversize, undecodable_payload, unknown_event_type, bad_event, bad_replay. Empty "
             "while nothing was ever refused.",
             unit="short",
@@ -212,6 +223,11 @@ def _store() -> list[Json]:
                     f"sum(rate({kv('kvscope_store_spilled_rows_total')}[{RATE}]))",
                     "spilled rows",
                     "D",
+                ),
+                prom(
+                    f"sum(rate({kv('kvscope_store_rows_refused_total')}[{RATE}]))",
+                    "refused rows",
+                    "E",
                 ),
                 prom(
                     f"sum(rate({kv('kvscope_store_dropped_batches_total')}[{RATE}]))",

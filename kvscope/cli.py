@@ -33,7 +33,7 @@ from kvscope.options import (
     fail,
     load_config,
 )
-from kvscope.pipeline import exit_if_collector_died, running_pipeline
+from kvscope.pipeline import exit_if_failed, failure, running_pipeline
 from kvscope.serve import register as register_serve
 from kvscope.signals import stop_on_signals
 from kvscope.store_commands import (
@@ -97,12 +97,12 @@ def collect(
         config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes, metrics
     )
     deadline = None if duration is None else time.monotonic() + duration
-    with stop_on_signals() as stop, running_pipeline(config, store, shard) as (collector, _):
+    with stop_on_signals() as stop, running_pipeline(config, store, shard) as (collector, writer):
 
         def running() -> bool:
             return (
                 not stop.wait(0.5)
-                and collector.up
+                and failure(collector, writer) is None
                 and (deadline is None or time.monotonic() < deadline)
             )
 
@@ -114,7 +114,7 @@ def collect(
             while running():
                 pass
     console.print(stream_table(collector))
-    exit_if_collector_died(collector)
+    exit_if_failed(collector, writer)
 
 
 @app.command()

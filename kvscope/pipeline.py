@@ -19,9 +19,9 @@ from kvscope.storage.writer import StoreWriter
 from kvscope.store_commands import closing_writer, open_writer, scraping
 
 logger = logging.getLogger(__name__)
-COLLECTOR_DOWN_EXIT = 1
-"""Exit status once the collector's loop stopped by itself (a supervisor restarts the process,
-and the store's resume takes over as after a kill -9)."""
+FAILED_EXIT = 1
+"""Exit status once the collector's loop or the store's writer stopped by itself (a supervisor
+restarts the process, and the store's resume takes over as after a kill -9)."""
 
 
 @contextmanager
@@ -52,15 +52,28 @@ def running_pipeline(
         yield collector, writer
 
 
+def failure(collector: Collector, writer: StoreWriter | None) -> str | None:
+    """What stopped by itself, if anything did: the collector's loop or the store's writer."""
+    if not collector.up:
+        return f"the collector stopped: {collector.failure}"
+    if writer is not None and not writer.up:
+        return f"the store writer stopped: {writer.failure}"
+    return None
+
+
 @contextmanager
-def watching(collector: Collector, on_down: Callable[[], None]) -> Iterator[None]:
-    """Calls `on_down` (once, from a watcher thread) if the collector's loop stops by itself."""
+def watching(
+    collector: Collector, writer: StoreWriter | None, on_down: Callable[[], None]
+) -> Iterator[None]:
+    """Calls `on_down` (once, from a watcher thread) if the collector's loop or the store's
+    writer stops by itself."""
     done = threading.Event()
 
     def watch() -> None:
         while not done.wait(0.25):
-            if not collector.up:
-                logger.error("collection stopped (%s): shutting down", collector.failure)
+            why = failure(collector, writer)
+            if why is not None:
+                logger.error("%s: shutting down", why)
                 on_down()
                 return
 
@@ -73,9 +86,10 @@ def watching(collector: Collector, on_down: Callable[[], None]) -> Iterator[None
         watcher.join()
 
 
-def exit_if_collector_died(collector: Collector) -> None:
-    """After the pipeline closed (store flushed): a collector that died ends the command with
-    a non-zero status."""
-    if collector.failure is not None:
-        err.print(f"[red]error:[/] the collector stopped: {collector.failure}", soft_wrap=True)
-        raise typer.Exit(COLLECTOR_DOWN_EXIT)
+def exit_if_failed(collector: Collector, writer: StoreWriter | None) -> None:
+    """After the pipeline closed (store flushed): a collector or writer that died ends the
+    command with a non-zero status."""
+    why = failure(collector, writer)
+    if why is not None:
+        err.print(f"[red]error:[/] {why}", soft_wrap=True)
+        raise typer.Exit(FAILED_EXIT)

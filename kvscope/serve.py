@@ -36,10 +36,11 @@ from kvscope.options import (
     fail,
     load_config,
 )
-from kvscope.pipeline import exit_if_collector_died, running_pipeline, watching
+from kvscope.pipeline import exit_if_failed, running_pipeline, watching
 from kvscope.signals import stop_on_signals
 from kvscope.storage.engine import StoreError, may_write, open_store
 from kvscope.storage.redact import redact
+from kvscope.storage.writer import StoreWriter
 from kvscope.store_commands import DEFAULT_STORE, StoreOption
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,13 @@ def api_server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
     )
 
 
-def run_uvicorn(app: FastAPI, host: str, port: int, collector: Collector | None = None) -> None:
+def run_uvicorn(
+    app: FastAPI,
+    host: str,
+    port: int,
+    collector: Collector | None = None,
+    writer: StoreWriter | None = None,
+) -> None:
     """Serve until SIGTERM or SIGINT, or until `collector` stops by itself.
 
     uvicorn shuts down gracefully on either signal, then re-raises it with the handlers it
@@ -86,7 +93,8 @@ def run_uvicorn(app: FastAPI, host: str, port: int, collector: Collector | None 
     def stop_serving() -> None:
         server.should_exit = True
 
-    with stop_on_signals(), watching(collector, stop_serving) if collector else nullcontext():
+    watch = watching(collector, writer, stop_serving) if collector else nullcontext()
+    with stop_on_signals(), watch:
         server.run()
 
 
@@ -117,8 +125,8 @@ def serve(
                        writer=writer)  # fmt: skip
         app = create_app(primed(data), api_settings(config, api_token))
         logger.warning("kvscope API on http://%s:%d (docs at /docs)", host, port)
-        run_uvicorn(app, host, port, collector)
-    exit_if_collector_died(collector)
+        run_uvicorn(app, host, port, collector, writer)
+    exit_if_failed(collector, writer)
 
 
 def api(

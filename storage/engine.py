@@ -18,7 +18,16 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import (
+    DataError,
+    DBAPIError,
+    DisconnectionError,
+    IntegrityError,
+    NotSupportedError,
+    ProgrammingError,
+    SQLAlchemyError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 DEFAULT_STORE = "sqlite:///kvscope.sqlite"
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -141,3 +150,14 @@ def open_store(url: str = DEFAULT_STORE, read_only: bool = False) -> Engine:
             "run `kvscope db upgrade` with write access"
         )
     return engine
+
+
+def store_down(exc: BaseException) -> bool:
+    """Whether `exc` says the store cannot be reached or used now (a connection refused or
+    lost, a file that cannot be opened, a pool with no free connection), not that a statement
+    is wrong (those are bugs: 500)."""
+    if isinstance(exc, DisconnectionError | PoolTimeout):
+        return True
+    return isinstance(exc, DBAPIError) and not isinstance(
+        exc, ProgrammingError | IntegrityError | DataError | NotSupportedError
+    )

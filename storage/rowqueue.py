@@ -67,6 +67,10 @@ class RowQueue(Generic[Row]):
     def spill_active(self) -> bool:
         return self.spill is not None and self.spill.active
 
+    @property
+    def closed(self) -> bool:
+        return self._closing.is_set()
+
     def close(self) -> None:
         """No more rows: `take` returns None once the queue is empty."""
         self._closing.set()

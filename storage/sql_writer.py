@@ -38,6 +38,11 @@ class Prepared:
     """Rows of the kinds the queue may drop (they count towards its bound)."""
 
 
+def droppable(row: Row) -> bool:
+    """Batches, rollups and checkpoints: the rows the queue may drop when it is full."""
+    return type(row) is tuple or type(row) is RollupRow or type(row) is CheckpointRow
+
+
 class RowWriter:
     """Writes rows within a caller's transaction; caches stream and reset ids between them."""
 

@@ -16,12 +16,10 @@ from __future__ import annotations
 import logging
 import math
 import sys
-import threading
 import time
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
 
 from kvscope.collector.sink import (
     AppliedBatch,
@@ -50,6 +48,7 @@ from kvscope.storage.rows import (
 )
 from kvscope.storage.spill import Spill
 from kvscope.storage.sql_writer import RowWriter
+from kvscope.storage.write_loop import WriteLoop
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +117,8 @@ class WriterStats:
     transactions: int = 0
     batches_dropped: int = 0
     retries: int = 0
+    rows_refused: int = 0
+    """Rows the store refused for good (left out, logged): a hole, said in the metrics."""
     last_error: str | None = None
     write_seconds_total: float = 0.0
 
@@ -126,7 +127,6 @@ class StoreWriter:
     """A `Collector`'s sink (collector/sink.py's `EventSink`), writing to one store."""
 
     def __init__(self, engine: Engine, settings: StoreSettings | None = None) -> None:
-        self.engine = engine
         self.settings = settings or StoreSettings()
         self.stats = WriterStats()
         self._spill: Spill[Row] | None = (
@@ -142,8 +142,8 @@ class StoreWriter:
         switch = self.settings.gil_switch_interval_s
         if switch is not None and switch < sys.getswitchinterval():
             sys.setswitchinterval(switch)
-        self._thread = threading.Thread(target=self._run, name="kvscope-store-writer", daemon=True)
-        self._thread.start()
+        self._loop = WriteLoop(engine, self._queue, self._sql, self.settings, self.stats)
+        self._thread = self._loop.thread
 
     # --- the sink (ingest thread) -------------------------------------------------------------
     def applied(self, batch: AppliedBatch) -> None:
@@ -295,6 +295,25 @@ class StoreWriter:
         return True
 
     @property
+    def engine(self) -> Engine:
+        """The store written to (the writer thread's: replacing it redirects the writes)."""
+        return self._loop.engine
+
+    @engine.setter
+    def engine(self, engine: Engine) -> None:
+        self._loop.engine = engine
+
+    @property
+    def failure(self) -> str | None:
+        """Why the writer thread stopped by itself, if it did: nothing more is stored."""
+        return self._loop.failure
+
+    @property
+    def up(self) -> bool:
+        """The writer thread runs, or ended because it was closed."""
+        return self.failure is None and (self._thread.is_alive() or self._queue.closed)
+
+    @property
     def queue_depth(self) -> int:
         """Rows waiting for the store (in memory or spilled)."""
         return self._queue.pending
@@ -372,33 +391,6 @@ class StoreWriter:
             state.force_checkpoint = False
 
     # --- the writer thread --------------------------------------------------------------------
-    def _run(self) -> None:
-        backoff = self.settings.retry_initial_s
-        while (rows := self._queue.take(self.settings.rows_per_transaction)) is not None:
-            started = time.perf_counter()
-            prepared = self._sql.prepare(rows)
-            while True:
-                try:
-                    with self.engine.begin() as conn:
-                        self._sql.write(conn, prepared)
-                    break
-                except SQLAlchemyError as exc:
-                    self.stats.retries += 1
-                    self.stats.last_error = str(exc).splitlines()[0]
-                    logger.warning(
-                        "store write failed (%s); retrying in %.1fs",
-                        self.stats.last_error,
-                        backoff,
-                    )
-                    self._sql.forget_ids()
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, self.settings.retry_max_s)
-            self.stats.write_seconds_total += time.perf_counter() - started
-            self.stats.rows_written += len(rows)
-            self.stats.transactions += 1
-            self._queue.done(prepared.droppable)
-            backoff = self.settings.retry_initial_s
-
     def _checkpoint_written(self, row: CheckpointRow, size_on_disk: int) -> None:
         state = self._streams.get(row.stream)
         if state is not None and state.checkpoint_seq == (row.epoch, row.seq):

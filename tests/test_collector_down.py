@@ -23,8 +23,11 @@ from kvscope.collector.sink import AppliedBatch, NullSink
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
 from kvscope.lab.ports import free_port
+from kvscope.storage import batch_log
 from kvscope.storage.engine import open_store
 from kvscope.storage.resume import resume_point
+from kvscope.storage.write_loop import WriteLoop
+from kvscope.storage.writer import StoreWriter
 from tests.test_subscriber import Replayer, batch, wait_for
 
 GOOD, BAD = StreamId("good", 0), StreamId("bad", 0)
@@ -178,3 +181,41 @@ def test_collect_and_serve_exit_non_zero_after_flushing_the_store(
     assert "the collector stopped: RuntimeError: injected: the loop broke" in result.output
     point = resume_point(open_store(store), StreamId("r", 0))
     assert point is not None and point.last_seq >= 19  # what was collected was stored
+
+
+def test_a_row_the_store_refuses_is_left_out_and_the_rest_are_written(tmp_path: Path) -> None:
+    """A value SQLite cannot hold (a seq past 2^63, which ingest now refuses before it gets
+    here) used to kill the writer thread: nothing more was stored while /readyz said 200.
+    The row is put on the writer's queue directly, as no input reaches it any more."""
+    engine = open_store(f"sqlite:///{tmp_path / 's.sqlite'}")
+    writer = StoreWriter(engine)
+    ingest = StreamIngest(StreamId("r", 0), can_replay=False, sink=writer)
+    for seq in range(10):
+        if seq == 5:
+            writer._queue.put((StreamId("r", 0), 0, 2**64, 5.0, 5.0, b"poison"), True)
+        ingest.live_frames([b"", seq.to_bytes(8, "big"), batch(seq, seq + 1)], float(seq))
+    assert writer.flush(30)
+    assert writer.up and writer.failure is None
+    assert writer.stats.rows_refused == 1
+    writer.close()
+    with engine.connect() as conn:
+        assert batch_log.count_batches(conn) == 10
+
+
+def test_a_dead_writer_shows_in_readyz_and_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: WriteLoop, rows: list[object]) -> int:
+        raise RuntimeError("injected: the writer broke")
+
+    monkeypatch.setattr(WriteLoop, "_write_rows", broken)
+    writer = StoreWriter(open_store(f"sqlite:///{tmp_path / 's.sqlite'}"))
+    ingest = StreamIngest(StreamId("r", 0), can_replay=False, sink=writer)
+    ingest.live_frames([b"", bytes(8), batch(0, 1)], 0.0)
+    writer.flush(5)
+    wait_for(lambda: not writer.up)
+    client = TestClient(create_app(ApiData(engine=writer.engine, writer=writer), ApiSettings()))
+    ready = client.get("/readyz")
+    assert ready.status_code == 503 and ready.json()["error"]["code"] == "store_writer_down"
+    assert "injected: the writer broke" in ready.json()["error"]["message"]
+    assert "kvscope_store_writer_up 0.0" in client.get("/metrics").text

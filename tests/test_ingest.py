@@ -159,6 +159,8 @@ def test_a_replay_that_never_ends_times_out_and_degrades() -> None:
     [
         ([b"", b"\x00" * 8], "frame_count", False),
         ([b"", b"\x00" * 4, b"x"], "seq_length", False),
+        ([b"", b"\x80" + bytes(7), payload(store(9))], "seq_range", False),
+        ([b"", b"\xff" * 8, payload(store(9))], "seq_range", False),
         ([b"", (1).to_bytes(8, "big"), b"\xc1\xc1"], "undecodable_payload", True),
         ([b"", (1).to_bytes(8, "big"), payload({"type": "Nope"})], "unknown_event_type", False),
         ([b"", (1).to_bytes(8, "big"), payload(remove(1), ts=1.0) + b"x" * 600], "oversize", True),

@@ -1,0 +1,109 @@
+"""The store's writer thread: rows from the queue into the store, one transaction at a time.
+
+A store that is down is waited out (retried with backoff, rows waiting in the queue and its
+spill); a row the store refuses for good is found and left out, so that one bad row never
+stops the writer nor costs the rows beside it. If the thread stops anyway, `failure` says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from kvscope.collector.ratelog import RateLimitedLog
+from kvscope.storage.engine import store_down
+from kvscope.storage.rowqueue import RowQueue
+from kvscope.storage.rows import Row
+from kvscope.storage.sql_writer import Prepared, RowWriter, droppable
+
+if TYPE_CHECKING:
+    from kvscope.storage.writer import StoreSettings, WriterStats
+
+logger = logging.getLogger("kvscope.storage.writer")
+
+
+class WriteLoop:
+    def __init__(
+        self,
+        engine: Engine,
+        queue: RowQueue[Row],
+        sql: RowWriter,
+        settings: StoreSettings,
+        stats: WriterStats,
+    ) -> None:
+        self.engine = engine
+        self.queue = queue
+        self.sql = sql
+        self.settings = settings
+        self.stats = stats
+        self.failure: str | None = None
+        self._refusals = RateLimitedLog(logger)
+        self.thread = threading.Thread(target=self._run, name="kvscope-store-writer", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while (rows := self.queue.take(self.settings.rows_per_transaction)) is not None:
+                started = time.perf_counter()
+                droppable = self._write_rows(rows)
+                self.stats.write_seconds_total += time.perf_counter() - started
+                self.stats.rows_written += len(rows)
+                self.stats.transactions += 1
+                self.queue.done(droppable)
+        except Exception as exc:  # said, not hidden: see `failure`
+            self.failure = f"{type(exc).__name__}: {exc}"
+            logger.exception("the store writer stopped: %s", self.failure)
+
+    def _write_rows(self, rows: list[Row]) -> int:
+        """Write `rows` in one transaction, waiting out a store that is down; the number of
+        droppable rows among them. Rows the store refuses for good (a value it cannot hold, a
+        bug) are found one by one and left out, counted and logged: one bad row never stops
+        the writer, nor costs the rows beside it."""
+        try:
+            prepared = self.sql.prepare(rows)
+            self._commit(prepared)
+            return prepared.droppable
+        except Exception as exc:
+            if len(rows) > 1:
+                return sum(self._write_rows([row]) for row in rows)
+            self._row_refused(rows[0], exc)
+            return int(droppable(rows[0]))
+
+    def _commit(self, prepared: Prepared) -> None:
+        backoff = self.settings.retry_initial_s
+        while True:
+            try:
+                with self.engine.begin() as conn:
+                    self.sql.write(conn, prepared)
+                return
+            except SQLAlchemyError as exc:
+                if not store_down(exc):
+                    raise
+                self.stats.retries += 1
+                self.stats.last_error = str(exc).splitlines()[0]
+                logger.warning(
+                    "store write failed (%s); retrying in %.1fs", self.stats.last_error, backoff
+                )
+                self.sql.forget_ids()
+                time.sleep(backoff)
+                backoff = min(backoff * 2, self.settings.retry_max_s)
+
+    def _row_refused(self, row: Row, exc: Exception) -> None:
+        self.sql.forget_ids()
+        self.stats.rows_refused += 1
+        what = type(row).__name__
+        if type(row) is tuple:
+            what = f"batch {row[2]} of {row[0]}"
+        self._refusals.warning(
+            f"refused:{type(exc).__name__}",
+            "the store refused a row (%s: %s: %s); it is left out",
+            what,
+            type(exc).__name__,
+            str(exc).splitlines()[0] if str(exc) else "",
+            exc_info=exc,
+        )
