@@ -12,6 +12,9 @@ class MalformedKind(StrEnum):
     """A live message without exactly [topic, seq, payload] frames."""
     SEQ_LENGTH = "seq_length"
     """A seq frame that is not 8 bytes."""
+    SEQ_BACK = "seq_back"
+    """A seq that went back again within `ingest.MESSAGES_BETWEEN_RESTARTS` live messages of a
+    restart: refused, not taken as yet another restart."""
     SEQ_RANGE = "seq_range"
     """A seq of 2^63 or more: vLLM's is a signed 64-bit count from 0 (and the store's too)."""
     OVERSIZE = "oversize"

@@ -49,6 +49,10 @@ from kvscope.collector.wire import BatchDecoder
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MESSAGES_BETWEEN_RESTARTS = 100
+"""A seq that goes back within this many live messages of the last restart is refused
+(`seq_back`, the map unknown) instead of starting yet another epoch; the first one after that
+restarts as usual, so a publisher that really restarted is followed again."""
 MAX_SEQ = 2**63 - 1
 """vLLM counts seqs in a signed 64-bit int from 0; the store keeps them as BIGINT."""
 DEFAULT_TAIL_CHECK_AFTER_S = 5.0
@@ -97,6 +101,9 @@ class StreamIngest(ReplayRules):
         self._gaps_told = 0
         """`counters.gaps` as the sink was last told it."""
         self._tail_checked: tuple[int, int] | None = None
+        self._messages = 0
+        """Live messages received (the clock that spaces restarts: data, not time)."""
+        self._restarted_at_message = -MESSAGES_BETWEEN_RESTARTS
         self._gap_counted: tuple[int, int] | None = None
         """(epoch, expected seq) of the last gap counted: a gap held for a replay that could
         not fill it comes back through `_accept`, and is one gap all the same."""
@@ -152,6 +159,7 @@ class StreamIngest(ReplayRules):
 
     def _live_frames(self, frames: list[bytes], now: float) -> ReplayRequest | None:
         self.last_message_at = now
+        self._messages += 1
         if len(frames) != 3:
             self._malformed(MalformedKind.FRAME_COUNT, None, f"{len(frames)} frames")
             return None
@@ -216,6 +224,11 @@ class StreamIngest(ReplayRules):
                 self._apply(seq, payload, now)
         elif self._is_duplicate(seq, payload):
             self.counters.duplicates += 1
+        elif self._messages - self._restarted_at_message < MESSAGES_BETWEEN_RESTARTS:
+            # No engine restarts that often: a publisher whose seq keeps going back would make
+            # a new epoch (and a stored reset with its map) of every batch.
+            self._malformed(MalformedKind.SEQ_BACK, seq, f"seq went back to {seq} again")
+            self._degrade("seq went back again", seq, seq, now)
         else:
             self._restart(seq, now)
             self._accept(seq, payload, now)
@@ -226,6 +239,7 @@ class StreamIngest(ReplayRules):
     def _restart(self, seq: int, now: float) -> None:
         """The seq went backwards: the publisher started over with an empty cache."""
         self.counters.restarts += 1
+        self._restarted_at_message = self._messages
         self.epoch += 1
         self.restarts_at.append((self.epoch, now))
         self._log.warning(

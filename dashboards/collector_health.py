@@ -115,9 +115,9 @@ def _events() -> list[Json]:
                     "{{replica}} {{kind}}",
                 )
             ],
-            description="Frames, payloads and events refused: frame_count, seq_length, seq_range, "
-            "oversize, undecodable_payload, unknown_event_type, bad_event, bad_replay. Empty "
-            "while nothing was ever refused.",
+            description="Frames, payloads and events refused: frame_count, seq_length, "
+            "seq_range, seq_back, oversize, undecodable_payload, unknown_event_type, "
+            "bad_event, bad_replay. Empty while nothing was ever refused.",
             unit="short",
             min_value=0,
             custom={"drawStyle": "bars", "fillOpacity": 80, "lineWidth": 1},

@@ -178,3 +178,22 @@ def test_bad_input_is_counted_and_loses_nothing_else(
     assert (ingest.degraded is not None) is degrades
     assert hashes(ingest) == {1, 2}
     assert ingest.map.totals().hittable == 2
+
+
+def test_a_seq_that_keeps_going_back_is_refused_not_a_restart_storm() -> None:
+    ingest, rec = make()
+    for seq in range(5):
+        ingest.live_frames(frames(seq, payload(store(seq + 1, parent=seq or None))), 0.0)
+    ingest.live_frames(frames(2, payload(store(70))), 1.0)  # a restart: seq back to 2
+    assert ingest.counters.restarts == 1 and ingest.epoch == 1
+    for n in range(50):  # a hostile publisher: back again, and again
+        ingest.live_frames(frames(1, payload(store(80 + n))), 1.0)
+        ingest.live_frames(frames(3 + n, payload(store(200 + n))), 1.0)
+    assert ingest.counters.restarts == 1 and len(rec.cleared) == 1
+    assert ingest.counters.malformed["seq_back"] == 50
+    assert ingest.degraded is not None
+    for n in range(100):  # enough messages since: a seq going back is a restart again
+        ingest.live_frames(frames(53 + n, payload(store(400 + n))), 2.0)
+    ingest.live_frames(frames(0, payload(store(9))), 3.0)
+    assert ingest.counters.restarts == 2 and ingest.epoch == 2
+    assert ingest.degraded is None and hashes(ingest) == {9}

@@ -78,7 +78,7 @@ def live_state(
     tally = plan.tally
     honest, hostile = get(f"/replicas/{HONEST}").json(), get(f"/replicas/{HOSTILE}").json()
     h, x = honest["ranks"][0], hostile["ranks"][0]
-    for rank, last in ((h, tally.honest_last_seq), (x, tally.hostile_last_seq)):
+    for rank, last in ((h, tally.honest_last_seq), (x, plan.oracle.last_seq)):
         if rank["last_seq"] != last or not rank["connected"]:
             fail(
                 f"a stream at seq {rank['last_seq']} (expected {last}), "

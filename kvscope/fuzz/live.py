@@ -280,9 +280,16 @@ def _drain(serve: _Serve, options: FuzzOptions, result: FuzzResult) -> None:
 
 
 def _sync(serve: _Serve, plan: Interleaving, deadline: float) -> None:
-    """Wait until both streams have read everything sent (the last message was honest)."""
-    tally = plan.tally
-    targets = {HONEST: tally.honest_last_seq, HOSTILE: tally.hostile_last_seq}
-    for name, seq in targets.items():
-        _until(f"{name} to reach seq {seq}", deadline,
-               lambda n=name, s=seq: serve.rank(n)["last_seq"] == s, serve)  # type: ignore[misc]  # fmt: skip
+    """Wait until both streams have read everything sent (the last message was honest): the
+    honest one its last seq, the hostile one where the oracle is, last seq and refusals (a
+    batch it refused, a seq that went back too soon, moves no seq)."""
+    honest_seq, oracle = plan.tally.honest_last_seq, plan.oracle
+    _until(f"{HONEST} to reach seq {honest_seq}", deadline,
+           lambda: serve.rank(HONEST)["last_seq"] == honest_seq, serve)  # fmt: skip
+    want = (oracle.last_seq, dict(oracle.counters.malformed))
+
+    def caught_up() -> bool:
+        counts = checks.malformed_counts(serve.get("/metrics").text).get(HOSTILE, {})
+        return (serve.rank(HOSTILE)["last_seq"], counts) == want
+
+    _until(f"{HOSTILE} to reach the oracle's seq {want[0]}", deadline, caught_up, serve)
