@@ -124,28 +124,36 @@ def _chains(table: BlockTable) -> tuple[dict[int, int], set[int]]:
     present = table.counts()
     parent_of = {h: table.parent_of(h) for h in present}
     root_of: dict[int, int] = {}
-    depth: dict[int, int] = {}
+    order: list[int] = []
+    """Every hash after its parent."""
+    longest = len(present)
     for start in present:
+        parent = parent_of[start]
+        known = None if parent is None else root_of.get(parent)
+        if known is not None:  # the common case: its parent came first
+            root_of[start] = known
+            order.append(start)
+            continue
         path: list[int] = []
-        seen: set[int] = set()
         h = start
         while h not in root_of:
             parent = parent_of[h]
-            if parent is None or parent not in present or h in seen:  # (a cycle: cut here)
-                root_of[h], depth[h] = h, 0
+            if parent is None or parent not in present or len(path) > longest:
+                root_of[h] = h  # (past `longest`: a cycle, in hostile input; cut here)
+                order.append(h)
                 break
-            seen.add(h)
             path.append(h)
             h = parent
-        root, d = root_of[h], depth[h]
+        root = root_of[h]
         for member in reversed(path):
-            d += 1
-            root_of[member], depth[member] = root, d
+            if member not in root_of:
+                root_of[member] = root
+                order.append(member)
     leaves = dict.fromkeys(present, 1)
-    for h in present:
+    for h in order:
         if root_of[h] != h:
             leaves[parent_of[h]] = 0  # type: ignore[index]
-    for h in sorted(present, key=lambda b: -depth[b]):
+    for h in reversed(order):
         if root_of[h] != h:
             leaves[parent_of[h]] += leaves[h]  # type: ignore[index]
     return root_of, {h for h, n in leaves.items() if n >= 2}
