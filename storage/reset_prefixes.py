@@ -34,6 +34,7 @@ from sqlalchemy import Connection, select
 
 from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.sink import ClearReason
 from kvscope.collector.snapshot import decode_tables
 from kvscope.collector.types import BlocksStored, StreamId, TableKey
 from kvscope.collector.wire import BatchDecoder
@@ -235,7 +236,7 @@ def reset_prefixes(conn: Connection, reset_id: int) -> ResetPrefixes:
     r, s, rr = schema.resets, schema.streams, schema.reset_recovery
     row = conn.execute(
         select(r.c.id, r.c.stream_id, r.c.epoch, r.c.seq, r.c.ts, r.c.before,
-               r.c.recovery_complete, s.c.replica, s.c.rank)
+               r.c.recovery_complete, r.c.reason, s.c.replica, s.c.rank)
         .join(s, s.c.id == r.c.stream_id)
         .where(r.c.id == reset_id)
     ).first()  # fmt: skip
@@ -273,7 +274,13 @@ def reset_prefixes(conn: Connection, reset_id: int) -> ResetPrefixes:
             shared_sizes[group] += h in shared[key]
 
     stream = StreamId(row.replica, row.rank)
-    view = rebuild(conn, Position(row.stream_id, row.epoch, row.seq, row.ts), stream).map
+    if row.reason == ClearReason.RESTART.value:
+        # A new epoch from an empty map; its first batch (`seq`) is the first one followed.
+        epoch, after = row.epoch + 1, row.seq - 1
+        view = PrefixMap(stream)
+    else:
+        epoch, after = row.epoch, row.seq
+        view = rebuild(conn, Position(row.stream_id, epoch, after, row.ts), stream).map
     orphans = _Orphans(before_root)
     orphans.start(view, row.ts)
     states: list[dict[int, list[int]]] = []
@@ -281,13 +288,13 @@ def reset_prefixes(conn: Connection, reset_id: int) -> ResetPrefixes:
     if offsets:
         decoder = BatchDecoder()
         last_instant = row.ts + offsets[-1]
-        for batch in batch_log.batches_between(conn, row.stream_id, row.epoch, row.seq, 2**63 - 1):
+        for batch in batch_log.batches_between(conn, row.stream_id, epoch, after, 2**63 - 1):
             while len(states) < len(offsets) and batch.ts > row.ts + offsets[len(states)]:
                 states.append(_state_of(view, members, shared))
             if batch.ts > last_instant:
                 break
             decoded = decoder.decode(batch.payload, batch.seq)
-            view.apply(decoded, row.epoch)
+            view.apply(decoded, epoch)
             stored = [e for e in decoded.events if isinstance(e, BlocksStored)]
             orphans.after(view, stored, batch.ts)
             last_ts = batch.ts

@@ -279,3 +279,60 @@ def test_the_api_pages_the_groups_and_says_partial(tmp_path: Any) -> None:
     bad = client.get("/resets/1/prefixes", params={"cursor": "x"})
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "cursor"
     assert "/resets/{reset_id}/prefixes" in client.get("/openapi.json").json()["paths"]
+
+
+def test_a_made_up_stream_groups_orphans_rejoining_and_a_restart(tmp_path: Any) -> None:
+    """Before the clear: 1-2-3 and 1-2-4 (1 and 2 shared), and 20-21 (a single chain). The
+    clear's batch stores 5 under the cleared 3 (an orphan, as after a keep-running reset),
+    which rejoins when 3 is stored again. Then the engine restarts."""
+    from tests.test_ingest import CLEAR, frames, payload, remove, store
+
+    writer = StoreWriter(open_store(f"sqlite:///{tmp_path / 's.sqlite'}"))
+    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
+    batches = [
+        (0, 100.0, [store(1, 2, 3), store(4, parent=2), store(20, 21)]),
+        (1, 101.0, [CLEAR, store(5, parent=3)]),
+        (2, 101.5, [store(1, 2)]),
+        (3, 103.0, [store(3, parent=2)]),
+        (4, 106.0, [store(20)]),
+        (5, 112.0, [store(21, parent=20)]),
+        (6, 125.0, [remove(4)]),
+        # The engine restarts: seq 0 again.
+        (0, 200.0, [store(1, 2, 3, 5)]),
+        (1, 202.0, [store(20)]),
+        (2, 210.0, [store(30)]),
+    ]
+    for seq, ts, events in batches:
+        ingest.live_frames(frames(seq, payload(*events, ts=ts)), ts)
+    writer.close()
+    with writer.engine.connect() as conn:
+        ids = conn.execute(select(schema.resets.c.id).order_by(schema.resets.c.id)).scalars()
+        clear, restart = (reset_prefixes(conn, rid) for rid in ids)
+    assert clear.offsets == (1.0, 2.0, 5.0, 10.0, 20.0)
+    a, b = clear.groups
+    assert (a.root, a.blocks, a.tokens, a.shared_blocks) == (1, 4, 64, 2)
+    assert [(p.blocks_back, p.hittable_back, p.shared_back) for p in a.points] == [
+        (2, 2, 2), (3, 3, 2), (3, 3, 2), (3, 3, 2), (3, 3, 2),
+    ]  # fmt: skip
+    assert (a.back_at_s, a.status, a.orphans_left) == (1.0, "back at +1 s", 1)
+    assert (b.root, b.blocks, b.shared_blocks) == (20, 2, 0)
+    assert [(p.blocks_back, p.hittable_back) for p in b.points] == [
+        (0, 0),
+        (0, 0),
+        (1, 1),
+        (1, 1),
+        (2, 2),
+    ]  # fmt: skip  (+5 s is 106: the batch stamped 106 is in)
+    assert (b.back_at_s, b.status) == (20.0, "back at +60 s")  # all of a single chain
+    (orphan,) = clear.orphans
+    assert (orphan.hash, orphan.parent, orphan.stored_ts) == (5, 3, 101.0)
+    assert (orphan.rejoined_ts, orphan.removed_ts, orphan.group_root) == (103.0, None, 1)
+    assert clear.followed_until_ts == 112.0  # the last batch at or before +20 s
+
+    # The restart: its before map (1-2-3-5 and 20-21, 4 removed), followed in the new epoch.
+    assert restart.offsets == (1.0, 2.0, 5.0)
+    a, b = restart.groups
+    assert (a.root, a.blocks, a.shared_blocks) == (1, 4, 0)
+    assert [p.hittable_back for p in a.points] == [4, 4, 4] and a.status == "back at +1 s"
+    assert [p.hittable_back for p in b.points] == [0, 1, 1] and b.status == "not back"
+    assert restart.orphans == ()
