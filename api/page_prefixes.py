@@ -80,6 +80,10 @@ function prefixView(p) {
     + `offset with ${Math.round(100 * p.back_share)} % of a group's shared blocks hittable again`
     + (p.recovery_complete ? "" : " (partial: as of the offsets reached)")
     + (p.next_cursor ? `; the largest ${p.items.length} shown` : ""))];
+  if (p.unknown_because.length) {
+    notes.push(el("p", { class: "empty", id: "prefix-unknown" },
+      "The map after the clear may be incomplete: " + p.unknown_because.join("; ")));
+  }
   if (p.orphans_total) {
     const rejoined = p.orphans.filter((o) => o.rejoined_ts !== null).length;
     const removed = p.orphans.filter((o) => o.removed_ts !== null).length;

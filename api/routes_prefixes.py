@@ -103,4 +103,5 @@ def reset_prefixes(
         orphans_total=len(found.orphans),
         orphans=[_orphan_out(o, found.signed, roots) for o in found.orphans[:MAX_ORPHANS]],
         followed_until_ts=found.followed_until_ts,
+        unknown_because=list(found.unknown_because),
     )  # fmt: skip

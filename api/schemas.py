@@ -340,3 +340,7 @@ class ResetPrefixesPage(BaseModel):
     followed_until_ts: float = Field(
         description="The last batch the orphans were followed through (to the last offset)."
     )
+    unknown_because: list[str] = Field(
+        description="Degraded or incomplete intervals covering the map just after the clear: "
+        "the counts may be short."
+    )

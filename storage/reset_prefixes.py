@@ -108,6 +108,8 @@ class ResetPrefixes:
     """In the order they were stored."""
     followed_until_ts: float
     """The last batch the orphans were followed through."""
+    unknown_because: tuple[str, ...] = ()
+    """Why the map just after the clear may be incomplete (degraded or incomplete intervals)."""
 
 
 def status_of(back_at_s: float | None) -> str:
@@ -277,10 +279,11 @@ def reset_prefixes(conn: Connection, reset_id: int) -> ResetPrefixes:
     if row.reason == ClearReason.RESTART.value:
         # A new epoch from an empty map; its first batch (`seq`) is the first one followed.
         epoch, after = row.epoch + 1, row.seq - 1
-        view = PrefixMap(stream)
+        view, unknown = PrefixMap(stream), []
     else:
         epoch, after = row.epoch, row.seq
-        view = rebuild(conn, Position(row.stream_id, epoch, after, row.ts), stream).map
+        rebuilt = rebuild(conn, Position(row.stream_id, epoch, after, row.ts), stream)
+        view, unknown = rebuilt.map, rebuilt.unknown_because
     orphans = _Orphans(before_root)
     orphans.start(view, row.ts)
     states: list[dict[int, list[int]]] = []
@@ -340,6 +343,7 @@ def reset_prefixes(conn: Connection, reset_id: int) -> ResetPrefixes:
     return ResetPrefixes(
         reset_id=reset_id, ts=row.ts, offsets=offsets, complete=bool(row.recovery_complete),
         signed=signed, groups=tuple(groups), orphans=found_orphans, followed_until_ts=last_ts,
+        unknown_because=tuple(unknown),
     )  # fmt: skip
 
 

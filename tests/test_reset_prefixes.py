@@ -246,6 +246,7 @@ def test_the_api_pages_the_groups_and_says_partial(tmp_path: Any) -> None:
     whole = client.get("/resets/1/prefixes", params={"limit": 10_000}).json()
     assert whole["offsets_reached"] == [1.0, 2.0, 5.0, 10.0, 20.0, 30.0]  # computed again
     assert whole["recovery_complete"] is False  # the next reset cut it short
+    assert whole["unknown_because"] == []
     items = whole["items"]
     assert whole["next_cursor"] is None and len(items) == whole["groups_total"] >= 2
     assert [g["tokens"] for g in items] == sorted((g["tokens"] for g in items), reverse=True)
