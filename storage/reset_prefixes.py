@@ -171,14 +171,14 @@ def _state_of(
         table = view.tables.get(key)
         if table is None:
             continue
-        for h, group in of_group.items():
-            if h in table:
-                found = counts.setdefault(group, [0, 0, 0])
-                found[0] += 1
-                if table.is_hittable(h):
-                    found[1] += 1
-                    if h in shared[key]:
-                        found[2] += 1
+        # The blocks back, by a set intersection in C: after a reset most are not.
+        for h in table.counts().keys() & of_group.keys():
+            found = counts.setdefault(of_group[h], [0, 0, 0])
+            found[0] += 1
+            if table.is_hittable(h):
+                found[1] += 1
+                if h in shared[key]:
+                    found[2] += 1
     return counts
 
 
