@@ -15,6 +15,7 @@ from kvscope.api.metrics import make_registry
 from kvscope.api.page import page_router
 from kvscope.api.routes_cache import router as cache_router
 from kvscope.api.routes_history import router as history_router
+from kvscope.api.routes_prefixes import router as prefixes_router
 from kvscope.api.routes_resets import router as resets_router
 from kvscope.api.schemas import Health
 
@@ -39,6 +40,7 @@ def create_app(data: ApiData, settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(cache_router)
     app.include_router(history_router)
     app.include_router(resets_router)
+    app.include_router(prefixes_router)
 
     @app.get("/metrics", tags=["health"], response_class=Response)
     def metrics() -> Response:

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from kvscope.api.data import ApiData
 from kvscope.storage.reset_links import LINK_WINDOW_S
+from kvscope.storage.reset_prefixes import PrefixesCache
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class ApiContext:
     settings: ApiSettings
     registry: CollectorRegistry
     reset_counter: Counter
+    prefixes: PrefixesCache = field(default_factory=PrefixesCache)
+    """GET /resets/{id}/prefixes' answers, per reset, while nothing more was reached."""
 
 
 async def context(request: Request) -> ApiContext:

@@ -4,7 +4,9 @@ Plain HTML, CSS and a little vanilla JavaScript in this module: no build step, n
 package, nothing fetched from elsewhere. The script reads the API next to it (relative URLs, so
 the page works behind a path prefix too): `GET replicas` every 2 s, `GET resets` every 15 s,
 and `GET resets/{id}` for the reset shown (the newest by default, or `#reset=ID`), whose
-recovery it draws as an inline SVG chart. Data goes into the DOM as text nodes only, and a
+recovery it draws as an inline SVG chart, with `GET resets/{id}/prefixes`: its prefix groups
+before vs after, one rectangle per group, as wide as its tokens, coloured by when it was back
+(api/page_prefixes.py). Data goes into the DOM as text nodes only, and a
 Content-Security-Policy allows nothing but this page's own script and style (by hash) and
 requests to its own origin.
 """
@@ -16,6 +18,8 @@ import hashlib
 
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
+
+from kvscope.api.page_prefixes import PREFIXES_SCRIPT
 
 page_router = APIRouter(tags=["page"])
 
@@ -233,7 +237,10 @@ function renderReset(d) {
       : `partial: offsets up to +${reached} s reached, last batch at `
         + when(d.recovery_until_ts))];
   $("reset-body").replaceChildren(el("div", { class: "detail" }, left, right),
-    el("h3", {}, "Recovery"), ...partial, chart);
+    el("h3", {}, "Recovery"), ...partial, chart,
+    el("h3", {}, "What came back, prefix by prefix"),
+    el("div", { id: "prefixes" }, el("p", { class: "empty" }, "Loading prefixes\u2026")));
+  loadPrefixes(d.id);
 }
 
 function recoveryChart(d) {
@@ -329,6 +336,7 @@ refreshResets();
 setInterval(refreshReplicas, 2000);
 setInterval(refreshResets, 15000);
 """
+SCRIPT += PREFIXES_SCRIPT
 
 BODY = """
 <header><h1>kvscope</h1><span>vLLM prefix caches, their resets and recoveries</span>

@@ -272,3 +272,75 @@ class SeriesResponse(BaseModel):
     metric: str
     step: int
     series: list[Series]
+
+
+PrefixStatus = Literal["back at +1 s", "back at +10 s", "back at +60 s", "back later", "not back"]
+
+
+class PrefixGroupPoint(BaseModel):
+    offset_s: float
+    blocks_back: int = Field(description="The group's blocks cached again.")
+    hittable_back: int = Field(description="The group's blocks hittable again.")
+    shared_back: int = Field(description="The group's shared blocks hittable again.")
+
+
+class PrefixGroupOut(BaseModel):
+    medium: str
+    group: int
+    root: Hash = Field(description="The group's root: a block whose parent was not cached.")
+    root_text: str = Field(
+        description="`root` as a string: JavaScript's numbers hold 53 bits, vLLM's hashes 64."
+    )
+    orphan_root: bool = Field(description="The root named a parent that was not cached.")
+    first_tokens: list[int] | None = Field(description="The root's first 16 token ids.")
+    blocks: int
+    tokens: int = Field(description="blocks x block size.")
+    shared_blocks: int = Field(
+        description="Blocks two or more cached prefixes went through (0: a single chain)."
+    )
+    points: list[PrefixGroupPoint] = Field(description="One per offset reached, in order.")
+    back_at_s: float | None = Field(
+        description="The first offset reached at which 90 % of the shared blocks (of a single "
+        "chain: of its blocks) were hittable again."
+    )
+    status: PrefixStatus
+    orphans_left: int = Field(description="Orphans the reset left under this group's blocks.")
+
+
+class ResetOrphanOut(BaseModel):
+    medium: str
+    group: int
+    hash: Hash
+    parent: Hash
+    stored_ts: float
+    rejoined_ts: float | None = Field(description="Its parent was cached again (engine time).")
+    removed_ts: float | None = Field(description="It was removed before it rejoined.")
+    group_root: Hash | None = Field(description="The group its parent belonged to before.")
+
+
+class ResetPrefixesPage(BaseModel):
+    reset_id: int
+    replica: str
+    rank: int
+    ts: float
+    offsets_reached: list[float]
+    recovery_complete: bool
+    back_share: float
+    groups_total: int
+    blocks_total: int
+    tokens_total: int
+    tokens_by_status: dict[str, int] = Field(description="Every group's tokens, by status.")
+    items: list[PrefixGroupOut] = Field(description="Largest first (tokens, then blocks).")
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page.")
+    orphans_total: int
+    orphans: list[ResetOrphanOut] = Field(
+        description="The orphans the reset left (blocks stored after the clear whose parent "
+        "was not cached), in the order they were stored; the first 1000."
+    )
+    followed_until_ts: float = Field(
+        description="The last batch the orphans were followed through (to the last offset)."
+    )
+    unknown_because: list[str] = Field(
+        description="Degraded or incomplete intervals covering the map just after the clear: "
+        "the counts may be short."
+    )

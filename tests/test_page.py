@@ -210,3 +210,33 @@ def test_chromium_shows_replicas_resets_and_a_recovery_chart(served: Served) -> 
     assert struct.unpack(">II", header[16:24]) == (1280, 1500)
     assert shot.stat().st_size > 30_000  # text, tables and a chart, not a blank page
     assert time.monotonic() - started < 120
+
+
+def test_chromium_draws_the_prefix_groups_before_vs_after(served: Served) -> None:
+    resets = httpx.get(served.url + "/resets", timeout=30).json()
+    newest = resets[-1]["id"]
+    prefixes = httpx.get(served.url + f"/resets/{newest}/prefixes?limit=500", timeout=30).json()
+    assert prefixes["groups_total"] == len(prefixes["items"]) >= 2
+
+    dumped = chromium(served.folder, "--dump-dom", served.url + f"/#reset={newest}")
+    assert dumped.returncode == 0, dumped.stderr[-2000:]
+    dom = Dom()
+    dom.feed(dumped.stdout)
+    assert dom.find("svg", id="prefix-chart")
+    groups = [a for a in dom.find("rect") if a.get("class") == "group"]
+    assert len(groups) == prefixes["groups_total"]  # one rectangle per group
+    assert [a["data-status"] for a in groups] == [g["status"] for g in prefixes["items"]]
+    widths = [float(a["width"]) for a in groups]
+    assert widths == sorted(widths, reverse=True)  # as wide as their tokens, largest first
+    assert len([a for a in dom.find("rect") if a.get("class") == "back"]) == len(groups)
+    chart = dom.text_by_id["prefix-chart"]
+    assert all(f"root {g['root_text']} " in chart for g in prefixes["items"])  # the tooltips
+    legend = dom.text_by_id["prefix-legend"]
+    for status in ("back at +1 s", "back at +10 s", "back at +60 s", "back later", "not back"):
+        assert status in legend
+    assert "partial" in dom.text_by_id["prefix-summary"]
+    # The newest reset is the keep-running one: its orphans are told.
+    assert prefixes["orphans_total"] >= 1
+    assert dom.text_by_id["prefix-orphans"].startswith(
+        f"Orphans the reset left: {prefixes['orphans_total']}"
+    )

@@ -1,0 +1,383 @@
+"""What came back of a reset, prefix by prefix: the pre-reset cache as groups of chains, each
+group followed through the recovery offsets, and the orphans a keep-running reset left.
+
+A *group* is a root block of the `before` map (a cached block whose parent is None or not
+cached; in the lab, the first block of a shared system prompt) with every block under it. Its
+size is counted in blocks and tokens (blocks x block size). At each recovery offset reached
+(reset ts + offset on the engine clock, measured as the writer measures its recovery points:
+the map just before the first batch stamped past the offset) the group's blocks are counted
+again: cached again (`blocks_back`) and hittable again (`hittable_back`, every ancestor cached).
+
+The status rule: a group is *back* at the first offset reached at which at least 90 % of its
+blocks (`BACK_SHARE`) are hittable again; its status names the bucket of that offset:
+`back at +1 s` (1 s), `back at +10 s` (2 to 10 s), `back at +60 s` (20 to 60 s), `back later`
+(120 or 300 s) or `not back` (by none of the offsets reached: while the recovery is partial,
+not yet).
+
+An *orphan the reset left* is a block stored after the clear whose parent, named, was not
+cached when it was stored (a keep-running reset: the running requests' blocks were cleared
+under them). It *rejoins* its chain at the first batch after which its parent is cached again;
+it may be removed first. Both are followed batch by batch to the last offset reached.
+
+Everything comes from the stored data only: the reset's `before` map, and the map rebuilt just
+after the clear's batch (storage/history.py) fed the logged batches up to the last offset.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from kvscope.collector.block_table import BlockTable
+from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.sink import ClearReason
+from kvscope.collector.snapshot import decode_tables
+from kvscope.collector.types import BlocksStored, StreamId, TableKey
+from kvscope.collector.wire import BatchDecoder
+from kvscope.storage import batch_log, schema
+from kvscope.storage.history import NotInStore, Position, rebuild
+
+BACK_SHARE = 0.9
+"""A group is back once this share of its blocks is hittable again."""
+STATUS_BUCKETS = ((1.0, "back at +1 s"), (10.0, "back at +10 s"), (60.0, "back at +60 s"))
+BACK_LATER = "back later"
+NOT_BACK = "not back"
+STATUSES = (*(label for _, label in STATUS_BUCKETS), BACK_LATER, NOT_BACK)
+FIRST_TOKENS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPoint:
+    offset_s: float
+    blocks_back: int
+    hittable_back: int
+    shared_back: int
+    """Of the group's shared blocks, those hittable again."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixGroup:
+    table: TableKey
+    root: int
+    raw_root: bytes | None
+    orphan_root: bool
+    """The root's parent is named but was not cached before the reset (an orphan chain)."""
+    first_tokens: tuple[int, ...] | None
+    blocks: int
+    tokens: int
+    shared_blocks: int
+    """Blocks two or more cached prefixes went through (the common prefix: in the lab, the
+    system prompt); 0 for a single chain."""
+    points: tuple[GroupPoint, ...]
+    back_at_s: float | None
+    status: str
+    orphans_left: int
+    """Orphans the reset left whose parent was one of this group's blocks."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResetOrphan:
+    table: TableKey
+    hash: int
+    parent: int
+    stored_ts: float
+    rejoined_ts: float | None
+    removed_ts: float | None
+    """Removed before it rejoined (None: still cached, or it rejoined first)."""
+    raw_hash: bytes | None
+    raw_parent: bytes | None
+    group_root: int | None
+    """The group of the `before` map its parent belonged to (None: the parent was not cached
+    before the reset either)."""
+
+
+@dataclass(frozen=True)
+class ResetPrefixes:
+    reset_id: int
+    ts: float
+    offsets: tuple[float, ...]
+    complete: bool
+    signed: bool
+    groups: tuple[PrefixGroup, ...]
+    """Largest first (tokens, then blocks), then by table and root hash."""
+    orphans: tuple[ResetOrphan, ...]
+    """In the order they were stored."""
+    followed_until_ts: float
+    """The last batch the orphans were followed through."""
+    unknown_because: tuple[str, ...] = ()
+    """Why the map just after the clear may be incomplete (degraded or incomplete intervals)."""
+
+
+def status_of(back_at_s: float | None) -> str:
+    if back_at_s is None:
+        return NOT_BACK
+    for bound, label in STATUS_BUCKETS:
+        if back_at_s <= bound:
+            return label
+    return BACK_LATER
+
+
+def _chains(table: BlockTable) -> tuple[dict[int, int], set[int]]:
+    """hash -> the root of its chain (a block whose parent is None or not cached), and the
+    shared blocks: those with two or more leaves (cached prefixes) under them."""
+    present = table.counts()
+    parent_of = {h: table.parent_of(h) for h in present}
+    root_of: dict[int, int] = {}
+    order: list[int] = []
+    """Every hash after its parent."""
+    longest = len(present)
+    for start in present:
+        parent = parent_of[start]
+        known = None if parent is None else root_of.get(parent)
+        if known is not None:  # the common case: its parent came first
+            root_of[start] = known
+            order.append(start)
+            continue
+        path: list[int] = []
+        h = start
+        while h not in root_of:
+            parent = parent_of[h]
+            if parent is None or parent not in present or len(path) > longest:
+                root_of[h] = h  # (past `longest`: a cycle, in hostile input; cut here)
+                order.append(h)
+                break
+            path.append(h)
+            h = parent
+        root = root_of[h]
+        for member in reversed(path):
+            if member not in root_of:
+                root_of[member] = root
+                order.append(member)
+    leaves = dict.fromkeys(present, 1)
+    for h in order:
+        if root_of[h] != h:
+            leaves[parent_of[h]] = 0  # type: ignore[index]
+    for h in reversed(order):
+        if root_of[h] != h:
+            leaves[parent_of[h]] += leaves[h]  # type: ignore[index]
+    return root_of, {h for h, n in leaves.items() if n >= 2}
+
+
+def _state_of(
+    view: PrefixMap, members: dict[TableKey, dict[int, int]], shared: dict[TableKey, set[int]]
+) -> dict[int, list[int]]:
+    """Per group index: [cached again, hittable again, shared blocks hittable again]."""
+    counts: dict[int, list[int]] = {}
+    for key, of_group in members.items():
+        table = view.tables.get(key)
+        if table is None:
+            continue
+        # The blocks back, by a set intersection in C: after a reset most are not.
+        for h in table.counts().keys() & of_group.keys():
+            found = counts.setdefault(of_group[h], [0, 0, 0])
+            found[0] += 1
+            if table.is_hittable(h):
+                found[1] += 1
+                if h in shared[key]:
+                    found[2] += 1
+    return counts
+
+
+class _Orphans:
+    """The orphans stored after the clear, followed batch by batch."""
+
+    def __init__(self, before_root: dict[TableKey, dict[int, int]]) -> None:
+        self.before_root = before_root
+        self.found: list[list[Any]] = []
+        """[table, hash, parent, stored_ts, rejoined_ts, removed_ts, raw hash, raw parent]"""
+        self.open: list[list[Any]] = []
+
+    def _add(self, table: BlockTable, h: int, ts: float) -> None:
+        parent = table.parent_of(h)
+        if parent is None or parent in table:
+            return
+        entry = [table.key, h, parent, ts, None, None, table.raw_hash(h), table.raw_parent(h)]
+        self.found.append(entry)
+        self.open.append(entry)
+
+    def start(self, view: PrefixMap, ts: float) -> None:
+        for key in sorted(view.tables, key=lambda k: (k.medium, k.group)):
+            table = view.tables[key]
+            for h in sorted(table.counts()):
+                self._add(table, h, ts)
+
+    def after(self, view: PrefixMap, stored: Iterable[BlocksStored], ts: float) -> None:
+        still = []
+        for entry in self.open:
+            table = view.tables.get(entry[0])
+            if table is None or entry[1] not in table:
+                entry[5] = ts
+            elif entry[2] in table:
+                entry[4] = ts
+            else:
+                still.append(entry)
+        self.open = still
+        for event in stored:
+            if event.hashes and event.parent is not None:
+                table = view.tables.get(event.table)
+                h = event.hashes[0]
+                stored_here = table is not None and h in table
+                if stored_here and not any(e[1] == h and e[0] == event.table for e in self.open):
+                    self._add(table, h, ts)  # type: ignore[arg-type]
+
+    def result(self) -> tuple[ResetOrphan, ...]:
+        return tuple(
+            ResetOrphan(key, h, parent, stored, rejoined, removed, raw, raw_parent,
+                        self.before_root.get(key, {}).get(parent))
+            for key, h, parent, stored, rejoined, removed, raw, raw_parent in self.found
+        )  # fmt: skip
+
+
+def reset_prefixes(conn: Connection, reset_id: int) -> ResetPrefixes:
+    """The groups and orphans of a stored reset (NotInStore: no such reset, or its log is
+    gone)."""
+    r, s, rr = schema.resets, schema.streams, schema.reset_recovery
+    row = conn.execute(
+        select(r.c.id, r.c.stream_id, r.c.epoch, r.c.seq, r.c.ts, r.c.before,
+               r.c.recovery_complete, r.c.reason, s.c.replica, s.c.rank)
+        .join(s, s.c.id == r.c.stream_id)
+        .where(r.c.id == reset_id)
+    ).first()  # fmt: skip
+    if row is None:
+        raise NotInStore(f"no reset {reset_id}")
+    offsets = tuple(
+        float(o)
+        for o in conn.execute(
+            select(rr.c.offset_s).where(rr.c.reset_id == reset_id).order_by(rr.c.offset_s)
+        ).scalars()
+    )
+    before, signed = decode_tables(row.before)
+    keys = sorted(before, key=lambda k: (k.medium, k.group))
+    roots: list[tuple[TableKey, int]] = []
+    members: dict[TableKey, dict[int, int]] = {}
+    before_root: dict[TableKey, dict[int, int]] = {}
+    sizes: list[int] = []
+    shared: dict[TableKey, set[int]] = {}
+    shared_sizes: list[int] = []
+    for key in keys:
+        root_of, shared[key] = _chains(before[key])
+        before_root[key] = root_of
+        index: dict[int, int] = {}
+        of_group = members[key] = {}
+        for h in sorted(root_of):
+            root = root_of[h]
+            group = index.get(root)
+            if group is None:
+                group = index[root] = len(roots)
+                roots.append((key, root))
+                sizes.append(0)
+                shared_sizes.append(0)
+            of_group[h] = group
+            sizes[group] += 1
+            shared_sizes[group] += h in shared[key]
+
+    stream = StreamId(row.replica, row.rank)
+    if row.reason == ClearReason.RESTART.value:
+        # A new epoch from an empty map; its first batch (`seq`) is the first one followed.
+        epoch, after = row.epoch + 1, row.seq - 1
+        view, unknown = PrefixMap(stream), []
+    else:
+        epoch, after = row.epoch, row.seq
+        rebuilt = rebuild(conn, Position(row.stream_id, epoch, after, row.ts), stream)
+        view, unknown = rebuilt.map, rebuilt.unknown_because
+    orphans = _Orphans(before_root)
+    orphans.start(view, row.ts)
+    states: list[dict[int, list[int]]] = []
+    last_ts = row.ts
+    if offsets:
+        decoder = BatchDecoder()
+        last_instant = row.ts + offsets[-1]
+        for batch in batch_log.batches_between(conn, row.stream_id, epoch, after, 2**63 - 1):
+            while len(states) < len(offsets) and batch.ts > row.ts + offsets[len(states)]:
+                states.append(_state_of(view, members, shared))
+            if batch.ts > last_instant:
+                break
+            decoded = decoder.decode(batch.payload, batch.seq)
+            view.apply(decoded, epoch)
+            stored = [e for e in decoded.events if isinstance(e, BlocksStored)]
+            orphans.after(view, stored, batch.ts)
+            last_ts = batch.ts
+        while len(states) < len(offsets):  # the log ends at or before the last offset
+            states.append(_state_of(view, members, shared))
+
+    groups = []
+    left: dict[tuple[TableKey, int], int] = {}
+    found_orphans = orphans.result()
+    for orphan in found_orphans:
+        if orphan.group_root is not None:
+            group_key = (orphan.table, orphan.group_root)
+            left[group_key] = left.get(group_key, 0) + 1
+    for i, (key, root) in enumerate(roots):
+        table = before[key]
+        points = tuple(
+            GroupPoint(offset, *state.get(i, (0, 0, 0)))
+            for offset, state in zip(offsets, states, strict=True)
+        )
+        # One chain (nothing shared): the whole chain is what must come back.
+        trunk = shared_sizes[i] or sizes[i]
+        trunk_back = [p.shared_back if shared_sizes[i] else p.hittable_back for p in points]
+        back = next(
+            (
+                p.offset_s
+                for p, n in zip(points, trunk_back, strict=True)
+                if n >= BACK_SHARE * trunk
+            ),
+            None,
+        )
+        tokens = table.entry(root).token_ids
+        groups.append(
+            PrefixGroup(
+                table=key, root=root, raw_root=table.raw_hash(root),
+                orphan_root=table.parent_of(root) is not None,
+                first_tokens=None if tokens is None else tuple(tokens[:FIRST_TOKENS]),
+                blocks=sizes[i], tokens=sizes[i] * table.block_size,
+                shared_blocks=shared_sizes[i], points=points,
+                back_at_s=back, status=status_of(back), orphans_left=left.get((key, root), 0),
+            )
+        )  # fmt: skip
+    groups.sort(key=lambda g: (-g.tokens, -g.blocks, g.table.medium, g.table.group, g.root))
+    return ResetPrefixes(
+        reset_id=reset_id, ts=row.ts, offsets=offsets, complete=bool(row.recovery_complete),
+        signed=signed, groups=tuple(groups), orphans=found_orphans, followed_until_ts=last_ts,
+        unknown_because=tuple(unknown),
+    )  # fmt: skip
+
+
+class PrefixesCache:
+    """Computed answers by reset id, reused while the reset's offsets reached and completeness
+    are what they were (a partial recovery's answer is computed again once it reaches more)."""
+
+    def __init__(self, size: int = 32) -> None:
+        self.size = size
+        self._held: dict[int, ResetPrefixes] = {}
+        self._lock = threading.Lock()
+        """One computation at a time: two requests for one reset compute it once."""
+
+    def get(self, conn: Connection, reset_id: int) -> ResetPrefixes:
+        with self._lock:
+            return self._get(conn, reset_id)
+
+    def _get(self, conn: Connection, reset_id: int) -> ResetPrefixes:
+        r, rr = schema.resets, schema.reset_recovery
+        complete = conn.execute(select(r.c.recovery_complete).where(r.c.id == reset_id)).first()
+        if complete is None:
+            raise NotInStore(f"no reset {reset_id}")
+        offsets = tuple(
+            float(o)
+            for o in conn.execute(
+                select(rr.c.offset_s).where(rr.c.reset_id == reset_id).order_by(rr.c.offset_s)
+            ).scalars()
+        )
+        held = self._held.get(reset_id)
+        if held is not None and held.offsets == offsets and held.complete == bool(complete[0]):
+            return held
+        fresh = reset_prefixes(conn, reset_id)
+        self._held.pop(reset_id, None)
+        self._held[reset_id] = fresh
+        while len(self._held) > self.size:
+            self._held.pop(next(iter(self._held)))
+        return fresh
