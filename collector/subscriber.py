@@ -49,9 +49,8 @@ def recv_message(sock: zmq.Socket[bytes], flags: int = 0) -> list[bytes]:
 
     Made for the three frames of a live message: each is received as a `Frame`, whose `more`
     is read from libzmq directly, where `recv_multipart` asks `getsockopt(RCVMORE)` per frame
-    (slow in pyzmq). A message of any other length is read whole all the same, for the ingest
-    to count, but only its first four frames are kept. `flags` apply to the first frame; the
-    rest of a message is there once it is.
+    (slow in pyzmq). A message of any other length is read whole, for the ingest to count, but
+    only its first four frames are kept. `flags` apply to the first frame: the rest came with it.
     """
     recv = sock.recv
     first = recv(flags, False)
