@@ -143,14 +143,18 @@ def list_blocks(
     group: Annotated[int | None, Query(ge=0, le=1_000_000)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     cursor: Annotated[
-        str | None, Query(pattern=r"^[0-9]{1,20}$", description="From the previous page.")
+        str | None,
+        Query(
+            pattern=r"^[0-9]{1,20}(\.[A-Za-z0-9_:-]{1,64}\.[0-9]{1,7})?$",
+            description="From the previous page: the last entry's hash, tier and group.",
+        ),
     ] = None,
 ) -> BlockPage:
     """The map now or at any instant, ordered by hash, a page at a time."""
     stream = StreamId(replica, rank)
     if stream not in streams_of(ctx, replica):
         raise ApiError(404, "unknown_rank", f"replica {replica!r} has no rank {rank}")
-    after = -1 if cursor is None else int(cursor)
+    after = _after(cursor)
     with ctx.data.lock():
         view = ctx.data.map_now(stream) if at is None else ctx.data.map_at(stream, at)
         signed = view.map.counters.signed_hashes
@@ -160,7 +164,10 @@ def list_blocks(
                 group is not None and key.group != group
             ):
                 continue
-            hashes = heapq.nsmallest(limit + 1, (h for h in table.counts() if h > after))
+            # Entries sort by (hash, tier, group): a table after the cursor's own takes the
+            # cursor's hash too (the same block cached in two tiers).
+            lo = after[0] if (key.medium, key.group) > after[1:] else after[0] + 1
+            hashes = heapq.nsmallest(limit + 1, (h for h in table.counts() if h >= lo))
             chosen.extend((h, key, table) for h in hashes)
         chosen.sort(key=lambda item: (item[0], item[1].medium, item[1].group))
         page, more = chosen[:limit], len(chosen) > limit
@@ -182,8 +189,22 @@ def list_blocks(
     return BlockPage(
         replica=replica, rank=rank, source="live" if view.source == "live" else "store",
         epoch=view.epoch, seq=view.seq, ts=view.ts, unknown_because=view.unknown_because,
-        items=items, next_cursor=str(page[-1][0]) if more and page else None,
+        items=items,
+        next_cursor=f"{page[-1][0]}.{page[-1][1].medium}.{page[-1][1].group}"
+        if more and page else None,
     )  # fmt: skip
+
+
+def _after(cursor: str | None) -> tuple[int, str, int]:
+    """The (hash, tier, group) a page starts after; a bare hash (older cursors) means after
+    every entry of that hash."""
+    if cursor is None:
+        return (-1, "", -1)
+    block_hash, _, rest = cursor.partition(".")
+    if not rest:
+        return (int(block_hash), "\U0010ffff", 2**31)
+    medium, _, group = rest.rpartition(".")
+    return (int(block_hash), medium, int(group))
 
 
 @router.post("/lookup", response_model=LookupResponse, responses=NOT_FOUND)
