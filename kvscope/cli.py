@@ -37,7 +37,10 @@ from kvscope.pipeline import exit_if_failed, failure, running_pipeline
 from kvscope.serve import register as register_serve
 from kvscope.signals import stop_on_signals
 from kvscope.store_commands import (
+    DEFAULT_SPILL_BYTES,
     DEFAULT_STORE,
+    SpillBytesOpt,
+    SpillDirOpt,
     StoreOption,
     closing_writer,
     open_writer,
@@ -91,13 +94,16 @@ def collect(
     live: Annotated[bool, typer.Option(help="Show the live terminal view.")] = True,
     store: StoreOption = DEFAULT_STORE,
     shard: ShardOpt = None,
+    spill_bytes: SpillBytesOpt = DEFAULT_SPILL_BYTES,
+    spill_dir: SpillDirOpt = None,
 ) -> None:
     """Subscribe to replicas' KV event streams and keep each one's prefix-cache map."""
     config = load_config(
         config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes, metrics
     )
     deadline = None if duration is None else time.monotonic() + duration
-    with stop_on_signals() as stop, running_pipeline(config, store, shard) as (collector, writer):
+    pipeline = running_pipeline(config, store, shard, spill_bytes, spill_dir)
+    with stop_on_signals() as stop, pipeline as (collector, writer):
 
         def running() -> bool:
             return (

@@ -41,7 +41,13 @@ from kvscope.signals import stop_on_signals
 from kvscope.storage.engine import StoreError, may_write, open_store
 from kvscope.storage.redact import redact
 from kvscope.storage.writer import StoreWriter
-from kvscope.store_commands import DEFAULT_STORE, StoreOption
+from kvscope.store_commands import (
+    DEFAULT_SPILL_BYTES,
+    DEFAULT_STORE,
+    SpillBytesOpt,
+    SpillDirOpt,
+    StoreOption,
+)
 
 logger = logging.getLogger(__name__)
 DEFAULT_PORT = 8087
@@ -110,6 +116,8 @@ def serve(
     max_message_bytes: MaxMessageOpt = None,
     store: StoreOption = DEFAULT_STORE,
     shard: ShardOpt = None,
+    spill_bytes: SpillBytesOpt = DEFAULT_SPILL_BYTES,
+    spill_dir: SpillDirOpt = None,
     host: HostOpt = "127.0.0.1",
     port: PortOpt = DEFAULT_PORT,
     api_token: TokenOpt = None,
@@ -120,7 +128,7 @@ def serve(
         config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes,
         metrics, api_url,
     )  # fmt: skip
-    with running_pipeline(config, store, shard) as (collector, writer):
+    with running_pipeline(config, store, shard, spill_bytes, spill_dir) as (collector, writer):
         data = ApiData(collector=collector, engine=None if writer is None else writer.engine,
                        writer=writer)  # fmt: skip
         app = create_app(primed(data), api_settings(config, api_token))

@@ -46,6 +46,23 @@ StoreOption = Annotated[
         "postgresql+psycopg://USER@HOST/DB; 'none' keeps nothing.",
     ),
 ]
+SpillBytesOpt = Annotated[
+    int,
+    typer.Option(
+        envvar="KVSCOPE_SPILL_BYTES",
+        min=0,
+        help="While the store is down, rows its queue cannot hold wait in a local file up to "
+        "this size, in order; only past it are batches dropped. 0: no spill.",
+    ),
+]
+SpillDirOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar="KVSCOPE_SPILL_DIR",
+        help="Folder of that file (anonymous, removed at exit); default: the system's temp.",
+    ),
+]
+DEFAULT_SPILL_BYTES = StoreSettings.spill_bytes
 console = Console()
 err = Console(stderr=True)
 
@@ -65,7 +82,11 @@ def open_for_reading(url: str) -> Engine:
 
 
 def open_writer(
-    url: str, streams: Sequence[StreamId] = (), shard: str | None = None
+    url: str,
+    streams: Sequence[StreamId] = (),
+    shard: str | None = None,
+    spill_bytes: int = DEFAULT_SPILL_BYTES,
+    spill_dir: str | None = None,
 ) -> StoreWriter | None:
     """A writer on `url` owning `streams` (refused if another shard writes one of them)."""
     if url == NO_STORE:
@@ -73,7 +94,8 @@ def open_writer(
     try:
         engine = open_store(url)
         claim_streams(engine, list(streams), shard)
-        return StoreWriter(engine, StoreSettings(shard=shard))
+        settings = StoreSettings(shard=shard, spill_bytes=spill_bytes, spill_dir=spill_dir)
+        return StoreWriter(engine, settings)
     except ShardConflict as exc:
         raise _fail(str(exc)) from exc
     except SQLAlchemyError as exc:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.spill import Spill
+from kvscope.store_commands import open_writer
 
 
 def test_the_spill_keeps_rows_in_order_up_to_its_cap(tmp_path: Path) -> None:
@@ -61,3 +62,16 @@ def test_a_full_spill_refuses_and_a_consumer_drains_it_meanwhile(tmp_path: Path)
     queue.close()
     consumer.join(30)
     assert got == accepted + more  # in order, whatever was refused meanwhile
+
+
+def test_collect_and_serve_pass_the_spill_settings_to_the_writer(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    off = open_writer(url, spill_bytes=0)
+    assert off is not None and off.settings.spill_bytes == 0 and off.spill_bytes == 0
+    off.close()
+    on = open_writer(url, spill_bytes=4096, spill_dir=str(tmp_path))
+    assert on is not None and (on.settings.spill_bytes, on.settings.spill_dir) == (
+        4096,
+        str(tmp_path),
+    )
+    on.close()
