@@ -40,33 +40,36 @@ def _streams() -> list[Json]:
             },
         )
 
+    def up(name: str, title: str, description: str) -> Json:
+        """Red at 0: a part of some kvscope process stopped by itself."""
+        return stat(
+            title,
+            [prom(f"min({kv(name)})", "up")],
+            w=6,
+            description=description,
+            defaults={
+                "color": {"mode": "thresholds"},
+                "thresholds": thresholds((None, "red"), (1, "green")),
+            },
+        )
+
     return [
         row("Streams"),
         count("kvscope_stream_connected", "Connected streams", False),
         count("kvscope_stream_silent", "Silent streams", True),
         count("kvscope_stream_degraded", "Degraded streams", True),
-        stat(
+        up(
+            "kvscope_collector_up",
             "Collector up",
-            [prom(f"min({kv('kvscope_collector_up')})", "up")],
-            w=6,
-            description="0 once a collector's loop stopped by itself: nothing is collected, "
-            "/readyz says why, and the process exits 1 for its supervisor to restart it.",
-            defaults={
-                "color": {"mode": "thresholds"},
-                "thresholds": thresholds((None, "red"), (1, "green")),
-            },
+            "0 once a collector's loop stopped by itself: nothing is collected, /readyz says "
+            "why, and the process exits 1 for its supervisor to restart it.",
         ),
         count("kvscope_stream_tail_unverified", "Tail unverified", True),
-        stat(
+        up(
+            "kvscope_store_writer_up",
             "Store writer up",
-            [prom(f"min({kv('kvscope_store_writer_up')})", "up")],
-            w=6,
-            description="0 once a store writer thread stopped by itself: nothing more is "
-            "stored, /readyz says why, and the process exits 1.",
-            defaults={
-                "color": {"mode": "thresholds"},
-                "thresholds": thresholds((None, "red"), (1, "green")),
-            },
+            "0 once a store writer thread stopped by itself: nothing more is stored, /readyz "
+            "says why, and the process exits 1.",
         ),
         stat(
             "Last seq",

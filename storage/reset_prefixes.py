@@ -235,7 +235,7 @@ class _Orphans:
 def reset_prefixes(conn: Connection, reset_id: int) -> ResetPrefixes:
     """The groups and orphans of a stored reset (NotInStore: no such reset, or its log is
     gone)."""
-    r, s, rr = schema.resets, schema.streams, schema.reset_recovery
+    r, s = schema.resets, schema.streams
     row = conn.execute(
         select(r.c.id, r.c.stream_id, r.c.epoch, r.c.seq, r.c.ts, r.c.before,
                r.c.recovery_complete, r.c.reason, s.c.replica, s.c.rank)
@@ -244,12 +244,7 @@ def reset_prefixes(conn: Connection, reset_id: int) -> ResetPrefixes:
     ).first()  # fmt: skip
     if row is None:
         raise NotInStore(f"no reset {reset_id}")
-    offsets = tuple(
-        float(o)
-        for o in conn.execute(
-            select(rr.c.offset_s).where(rr.c.reset_id == reset_id).order_by(rr.c.offset_s)
-        ).scalars()
-    )
+    offsets = offsets_reached(conn, reset_id)
     before, signed = decode_tables(row.before)
     keys = sorted(before, key=lambda k: (k.medium, k.group))
     roots: list[tuple[TableKey, int]] = []
@@ -362,16 +357,11 @@ class PrefixesCache:
             return self._get(conn, reset_id)
 
     def _get(self, conn: Connection, reset_id: int) -> ResetPrefixes:
-        r, rr = schema.resets, schema.reset_recovery
+        r = schema.resets
         complete = conn.execute(select(r.c.recovery_complete).where(r.c.id == reset_id)).first()
         if complete is None:
             raise NotInStore(f"no reset {reset_id}")
-        offsets = tuple(
-            float(o)
-            for o in conn.execute(
-                select(rr.c.offset_s).where(rr.c.reset_id == reset_id).order_by(rr.c.offset_s)
-            ).scalars()
-        )
+        offsets = offsets_reached(conn, reset_id)
         held = self._held.get(reset_id)
         if held is not None and held.offsets == offsets and held.complete == bool(complete[0]):
             return held
@@ -381,3 +371,10 @@ class PrefixesCache:
         while len(self._held) > self.size:
             self._held.pop(next(iter(self._held)))
         return fresh
+
+
+def offsets_reached(conn: Connection, reset_id: int) -> tuple[float, ...]:
+    """The recovery offsets stored for a reset so far, ascending."""
+    rr = schema.reset_recovery
+    query = select(rr.c.offset_s).where(rr.c.reset_id == reset_id).order_by(rr.c.offset_s)
+    return tuple(float(o) for o in conn.execute(query).scalars())
