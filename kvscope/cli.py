@@ -17,6 +17,7 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.playback import play_into
 from kvscope.collector.types import StreamId
+from kvscope.config import StoreConfig
 from kvscope.dashboards.cli import dashboards_app
 from kvscope.lab.cli import register_lab
 from kvscope.options import (
@@ -32,15 +33,15 @@ from kvscope.options import (
     TopicOpt,
     fail,
     load_config,
+    with_store_flags,
 )
 from kvscope.pipeline import exit_if_failed, failure, running_pipeline
 from kvscope.serve import register as register_serve
 from kvscope.signals import stop_on_signals
 from kvscope.store_commands import (
-    DEFAULT_SPILL_BYTES,
-    DEFAULT_STORE,
     SpillBytesOpt,
     SpillDirOpt,
+    StoreFlag,
     StoreOption,
     closing_writer,
     open_writer,
@@ -92,17 +93,18 @@ def collect(
     max_message_bytes: MaxMessageOpt = None,
     duration: DurationOpt = None,
     live: Annotated[bool, typer.Option(help="Show the live terminal view.")] = True,
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreFlag = None,
     shard: ShardOpt = None,
-    spill_bytes: SpillBytesOpt = DEFAULT_SPILL_BYTES,
+    spill_bytes: SpillBytesOpt = None,
     spill_dir: SpillDirOpt = None,
 ) -> None:
     """Subscribe to replicas' KV event streams and keep each one's prefix-cache map."""
     config = load_config(
         config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes, metrics
     )
+    config = with_store_flags(config, store, shard, spill_bytes, spill_dir)
     deadline = None if duration is None else time.monotonic() + duration
-    pipeline = running_pipeline(config, store, shard, spill_bytes, spill_dir)
+    pipeline = running_pipeline(config)
     with stop_on_signals() as stop, pipeline as (collector, writer):
 
         def running() -> bool:
@@ -146,7 +148,7 @@ def replay(
         records = list(read_capture(capture))
     except (OSError, ValueError, EOFError) as exc:
         raise fail(f"cannot read capture {capture}: {exc}") from exc
-    writer = open_writer(store)
+    writer = open_writer(StoreConfig(store))
     ingest = StreamIngest(StreamId(replica, rank), can_replay=False, sink=writer)
     with Progress(console=err, transient=True) as progress, closing_writer(writer):
         task = progress.add_task("replaying", total=len(records))

@@ -14,6 +14,14 @@ The file lists replicas and collector settings:
     dp_ranks = 2
     topic = ""
     metrics = "http://10.0.0.5:8000/metrics"   # optional: vLLM's own metrics, scraped
+
+    [store]                                 # --store, --shard, --spill-bytes, --spill-dir
+    url = "postgresql+psycopg://kvscope@db/kvscope"
+    shard = "east"
+    spill_bytes = 1073741824
+    spill_dir = "/var/lib/kvscope/spill"
+
+Flags and their environment variables win over the file.
 """
 
 from __future__ import annotations
@@ -26,7 +34,9 @@ from typing import Any
 from kvscope.collector.discovery import DiscoveryError, discover
 from kvscope.collector.endpoints import StreamEndpoint, replica_streams
 from kvscope.collector.subscriber import CollectorSettings
+from kvscope.storage.engine import DEFAULT_STORE
 from kvscope.storage.redact import has_userinfo, redact
+from kvscope.storage.writer import StoreSettings
 
 
 class ConfigError(ValueError):
@@ -72,9 +82,20 @@ class ReplicaConfig:
 
 
 @dataclass(frozen=True)
+class StoreConfig:
+    """Where history goes, and how much of it may wait on local disk while the store is down."""
+
+    url: str = DEFAULT_STORE
+    shard: str | None = None
+    spill_bytes: int = StoreSettings.spill_bytes
+    spill_dir: str | None = None
+
+
+@dataclass(frozen=True)
 class Config:
     replicas: list[ReplicaConfig] = field(default_factory=list)
     collector: CollectorSettings = field(default_factory=CollectorSettings)
+    store: StoreConfig = field(default_factory=StoreConfig)
 
 
 def parse_replica_flag(spec: str) -> tuple[str, str]:
@@ -93,6 +114,7 @@ def load_file(path: Path) -> Config:
     return Config(
         replicas=[_replica(entry, i) for i, entry in enumerate(data.get("replica", []))],
         collector=_collector(data.get("collector", {})),
+        store=_store(data.get("store", {})),
     )
 
 
@@ -118,3 +140,20 @@ def _collector(section: Any) -> CollectorSettings:
         if not isinstance(value, int | float) or value < 0:
             raise ConfigError(f"[collector] {key} has value {value!r}, not a number >= 0")
     return CollectorSettings(**section)
+
+
+def _store(section: Any) -> StoreConfig:
+    unknown = set(section) - {f.name for f in fields(StoreConfig)}
+    if unknown:
+        raise ConfigError(f"[store]: unknown keys {sorted(unknown)}")
+    for key, value in section.items():
+        if key == "spill_bytes":
+            # bool is an int to Python, not to a reader of the file.
+            valid = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            expected = "a byte count >= 0"
+        else:
+            valid = isinstance(value, str) and value != ""
+            expected = "a non-empty string"
+        if not valid:
+            raise ConfigError(f"[store] {key} has value {value!r}, not {expected}")
+    return StoreConfig(**section)

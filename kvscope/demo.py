@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from kvscope.capture_source import CaptureSource
 from kvscope.collector.capture import read_capture
 from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
-from kvscope.config import Config, ReplicaConfig
+from kvscope.config import Config, ReplicaConfig, StoreConfig
 from kvscope.demo_table import Asked, reset_table
 from kvscope.lab.presets import KEEP_RESET_STUDY
 from kvscope.pipeline import running_pipeline
@@ -310,7 +310,7 @@ def run_demo(console: Console, options: DemoOptions) -> int:
         config = demo.config()
         settings = api_settings(config, token)
         base_id = max_reset_id(open_store(store))
-        with running_pipeline(config, store, None) as (collector, writer):
+        with running_pipeline(replace(config, store=StoreConfig(store))) as (collector, writer):
             assert writer is not None
             app = create_app(ApiData(collector=collector, engine=writer.engine, writer=writer),
                              settings)  # fmt: skip

@@ -11,7 +11,14 @@ import typer
 from rich.console import Console
 
 from kvscope.collector.ingest import DEFAULT_MAX_MESSAGE_BYTES
-from kvscope.config import Config, ConfigError, ReplicaConfig, load_file, parse_replica_flag
+from kvscope.config import (
+    Config,
+    ConfigError,
+    ReplicaConfig,
+    StoreConfig,
+    load_file,
+    parse_replica_flag,
+)
 
 err = Console(stderr=True)
 
@@ -143,3 +150,21 @@ def load_config(
         settings = dataclasses.replace(settings, max_message_bytes=max_message_bytes)
     merged = {r.name: r for r in [*config.replicas, *from_flags]}
     return dataclasses.replace(config, replicas=list(merged.values()), collector=settings)
+
+
+def with_store_flags(
+    config: Config,
+    url: str | None,
+    shard: str | None,
+    spill_bytes: int | None,
+    spill_dir: str | None,
+) -> Config:
+    """The file's [store] with each flag (or its environment variable) that was given on top."""
+    file = config.store
+    store = StoreConfig(
+        url=file.url if url is None else url,
+        shard=file.shard if shard is None else shard,
+        spill_bytes=file.spill_bytes if spill_bytes is None else spill_bytes,
+        spill_dir=file.spill_dir if spill_dir is None else spill_dir,
+    )
+    return dataclasses.replace(config, store=store)

@@ -16,7 +16,7 @@ from kvscope.storage.dangling import close_dangling_connections
 from kvscope.storage.resume import resume_point
 from kvscope.storage.retention import Retention
 from kvscope.storage.writer import StoreWriter
-from kvscope.store_commands import DEFAULT_SPILL_BYTES, closing_writer, open_writer, scraping
+from kvscope.store_commands import closing_writer, open_writer, scraping
 
 logger = logging.getLogger(__name__)
 FAILED_EXIT = 1
@@ -25,14 +25,8 @@ restarts the process, and the store's resume takes over as after a kill -9)."""
 
 
 @contextmanager
-def running_pipeline(
-    config: Config,
-    store: str,
-    shard: str | None,
-    spill_bytes: int = DEFAULT_SPILL_BYTES,
-    spill_dir: str | None = None,
-) -> Iterator[tuple[Collector, StoreWriter | None]]:
-    """A running collector (resumed from the store, when there is one) and its writer.
+def running_pipeline(config: Config) -> Iterator[tuple[Collector, StoreWriter | None]]:
+    """A running collector (resumed from `config.store`, when there is one) and its writer.
 
     On the way out the sockets close first, then the store is flushed.
     """
@@ -42,7 +36,7 @@ def running_pipeline(
         streams = [s for r in config.replicas for s in r.streams()]
     except ConfigError as exc:
         raise fail(str(exc)) from exc
-    writer = open_writer(store, [s.stream for s in streams], shard, spill_bytes, spill_dir)
+    writer = open_writer(config.store, [s.stream for s in streams])
     collector = Collector(streams, settings=config.collector, sink=writer)
     if writer is not None:
         for stream in collector.ingests:

@@ -35,19 +35,14 @@ from kvscope.options import (
     checked_token,
     fail,
     load_config,
+    with_store_flags,
 )
 from kvscope.pipeline import exit_if_failed, running_pipeline, watching
 from kvscope.signals import stop_on_signals
 from kvscope.storage.engine import StoreError, may_write, open_store
 from kvscope.storage.redact import redact
 from kvscope.storage.writer import StoreWriter
-from kvscope.store_commands import (
-    DEFAULT_SPILL_BYTES,
-    DEFAULT_STORE,
-    SpillBytesOpt,
-    SpillDirOpt,
-    StoreOption,
-)
+from kvscope.store_commands import SpillBytesOpt, SpillDirOpt, StoreFlag
 
 logger = logging.getLogger(__name__)
 DEFAULT_PORT = 8087
@@ -114,9 +109,9 @@ def serve(
     config_file: ConfigOpt = None,
     replay_timeout: ReplayTimeoutOpt = None,
     max_message_bytes: MaxMessageOpt = None,
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreFlag = None,
     shard: ShardOpt = None,
-    spill_bytes: SpillBytesOpt = DEFAULT_SPILL_BYTES,
+    spill_bytes: SpillBytesOpt = None,
     spill_dir: SpillDirOpt = None,
     host: HostOpt = "127.0.0.1",
     port: PortOpt = DEFAULT_PORT,
@@ -128,7 +123,8 @@ def serve(
         config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes,
         metrics, api_url,
     )  # fmt: skip
-    with running_pipeline(config, store, shard, spill_bytes, spill_dir) as (collector, writer):
+    config = with_store_flags(config, store, shard, spill_bytes, spill_dir)
+    with running_pipeline(config) as (collector, writer):
         data = ApiData(collector=collector, engine=None if writer is None else writer.engine,
                        writer=writer)  # fmt: skip
         app = create_app(primed(data), api_settings(config, api_token))
@@ -138,7 +134,7 @@ def serve(
 
 
 def api(
-    store: StoreOption = DEFAULT_STORE,
+    store: StoreFlag = None,
     config_file: ConfigOpt = None,
     host: HostOpt = "127.0.0.1",
     port: PortOpt = DEFAULT_PORT,
@@ -151,6 +147,7 @@ def api(
     """The API alone, over a store written by `kvscope collect` processes."""
     api_token = checked_token(api_token)
     config = load_config(config_file, [], [], [], "", None, None)
+    store = config.store.url if store is None else store
     settings = api_settings(config, api_token)
     for spec in api_url:
         name, _, url = spec.partition("=")

@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from kvscope.collector.dump import map_lines
 from kvscope.collector.types import StreamId
+from kvscope.config import StoreConfig
 from kvscope.options import JsonOpt
 from kvscope.storage import schema
 from kvscope.storage.engine import DEFAULT_STORE as _DEFAULT_STORE
@@ -46,23 +47,37 @@ StoreOption = Annotated[
         "postgresql+psycopg://USER@HOST/DB; 'none' keeps nothing.",
     ),
 ]
+StoreFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        envvar="KVSCOPE_STORE",
+        help="SQLAlchemy URL of the store: sqlite:///FILE (WAL) or "
+        "postgresql+psycopg://USER@HOST/DB; 'none' keeps nothing. Default: [store] url in "
+        f"--config, else {DEFAULT_STORE}.",
+        show_default=False,
+    ),
+]
+"""--store of the commands that also read a --config file (which may name the store)."""
 SpillBytesOpt = Annotated[
-    int,
+    int | None,
     typer.Option(
         envvar="KVSCOPE_SPILL_BYTES",
         min=0,
         help="While the store is down, rows its queue cannot hold wait in a local file up to "
-        "this size, in order; only past it are batches dropped. 0: no spill.",
+        "this size, in order; only past it are batches dropped. 0: no spill. Default: "
+        f"[store] spill_bytes, else {StoreSettings.spill_bytes}.",
+        show_default=False,
     ),
 ]
 SpillDirOpt = Annotated[
     str | None,
     typer.Option(
         envvar="KVSCOPE_SPILL_DIR",
-        help="Folder of that file (anonymous, removed at exit); default: the system's temp.",
+        help="Folder of that file (anonymous, removed at exit). Default: [store] spill_dir, else "
+        "the system's temp.",
     ),
 ]
-DEFAULT_SPILL_BYTES = StoreSettings.spill_bytes
 console = Console()
 err = Console(stderr=True)
 
@@ -81,20 +96,17 @@ def open_for_reading(url: str) -> Engine:
         raise _fail(redact(f"{url}: {exc}")) from exc
 
 
-def open_writer(
-    url: str,
-    streams: Sequence[StreamId] = (),
-    shard: str | None = None,
-    spill_bytes: int = DEFAULT_SPILL_BYTES,
-    spill_dir: str | None = None,
-) -> StoreWriter | None:
-    """A writer on `url` owning `streams` (refused if another shard writes one of them)."""
+def open_writer(store: StoreConfig, streams: Sequence[StreamId] = ()) -> StoreWriter | None:
+    """A writer on `store` owning `streams` (refused if another shard writes one of them)."""
+    url = store.url
     if url == NO_STORE:
         return None
     try:
         engine = open_store(url)
-        claim_streams(engine, list(streams), shard)
-        settings = StoreSettings(shard=shard, spill_bytes=spill_bytes, spill_dir=spill_dir)
+        claim_streams(engine, list(streams), store.shard)
+        settings = StoreSettings(
+            shard=store.shard, spill_bytes=store.spill_bytes, spill_dir=store.spill_dir
+        )
         return StoreWriter(engine, settings)
     except ShardConflict as exc:
         raise _fail(str(exc)) from exc

@@ -5,6 +5,7 @@ through `kvscope replay --store`'s path as through real sockets into the serve p
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -17,7 +18,7 @@ from kvscope.collector.capture import CaptureRecord, read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.playback import play_into
 from kvscope.collector.types import StreamId
-from kvscope.config import Config, ReplicaConfig
+from kvscope.config import Config, ReplicaConfig, StoreConfig
 from kvscope.pipeline import running_pipeline
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
@@ -88,7 +89,7 @@ def test_points_are_stored_as_the_stream_passes_them(tmp_path: Any) -> None:
 def test_same_rows_via_replay_and_via_sockets_and_partial_mid_stream(tmp_path: Any) -> None:
     records = capture()
     # `kvscope replay --store`: the capture through the ingest path, the writer still open.
-    replayed = open_writer(f"sqlite:///{tmp_path / 'replay.sqlite'}")
+    replayed = open_writer(StoreConfig(f"sqlite:///{tmp_path / 'replay.sqlite'}"))
     assert replayed is not None
     play_into(StreamIngest(STREAM, can_replay=False, sink=replayed), records)
     assert replayed.flush()
@@ -99,7 +100,7 @@ def test_same_rows_via_replay_and_via_sockets_and_partial_mid_stream(tmp_path: A
     try:
         config = Config([ReplicaConfig("lab", source.endpoint, replay=source.replay_endpoint)])
         store = f"sqlite:///{tmp_path / 'serve.sqlite'}"
-        with running_pipeline(config, store, None) as (collector, writer):
+        with running_pipeline(replace(config, store=StoreConfig(store))) as (collector, writer):
             assert writer is not None
             _until(lambda: collector.is_connected(STREAM), "the collector to connect")
             source.play()

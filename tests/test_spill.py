@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from kvscope.config import StoreConfig
 from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.spill import Spill
 from kvscope.store_commands import open_writer
@@ -66,10 +67,10 @@ def test_a_full_spill_refuses_and_a_consumer_drains_it_meanwhile(tmp_path: Path)
 
 def test_collect_and_serve_pass_the_spill_settings_to_the_writer(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
-    off = open_writer(url, spill_bytes=0)
+    off = open_writer(StoreConfig(url, spill_bytes=0))
     assert off is not None and off.settings.spill_bytes == 0 and off.spill_bytes == 0
     off.close()
-    on = open_writer(url, spill_bytes=4096, spill_dir=str(tmp_path))
+    on = open_writer(StoreConfig(url, spill_bytes=4096, spill_dir=str(tmp_path)))
     assert on is not None and (on.settings.spill_bytes, on.settings.spill_dir) == (
         4096,
         str(tmp_path),

@@ -1,0 +1,105 @@
+"""The store's settings from the config file's [store] section, under the environment and flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvscope.capture_source import CaptureSource
+from kvscope.cli import app
+from kvscope.collector.capture import read_capture
+from kvscope.config import ConfigError, StoreConfig, load_file
+from kvscope.demo import _bundled
+from kvscope.options import with_store_flags
+from kvscope.storage.engine import DEFAULT_STORE
+
+STORE_SECTION = """
+[store]
+url = "sqlite:///from-file.sqlite"
+shard = "east"
+spill_bytes = 4096
+spill_dir = "/var/tmp/kvscope"
+"""
+
+
+def test_the_store_section_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(STORE_SECTION)
+    assert load_file(path).store == StoreConfig(
+        "sqlite:///from-file.sqlite", "east", 4096, "/var/tmp/kvscope"
+    )
+
+
+def test_without_a_store_section_the_defaults_hold(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[collector]\nreplay_timeout_s = 2.0\n")
+    store = load_file(path).store
+    assert store.url == DEFAULT_STORE and store.shard is None and store.spill_dir is None
+    assert store.spill_bytes == 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[store]\nurl = 3\n", "url has value 3"),
+        ("[store]\nspill_bytes = -1\n", "spill_bytes has value -1"),
+        ("[store]\nspill_bytes = 'big'\n", "spill_bytes has value 'big'"),
+        ("[store]\nspill_bytes = true\n", "spill_bytes has value True"),
+        ("[store]\nshard = ''\n", "shard has value ''"),
+        ("[store]\npath = 'x'\n", r"unknown keys \['path'\]"),
+    ],
+)
+def test_store_errors_name_the_key_and_the_value(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_file(path)
+
+
+def test_flags_win_over_the_file_and_unset_flags_keep_it(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(STORE_SECTION)
+    config = load_file(path)
+    kept = with_store_flags(config, None, None, None, None).store
+    assert kept == config.store
+    over = with_store_flags(config, "sqlite:///flag.sqlite", "west", 0, "/tmp").store
+    assert over == StoreConfig("sqlite:///flag.sqlite", "west", 0, "/tmp")
+
+
+def _collect(tmp_path: Path, text: str, *flags: str, env: dict[str, str] | None = None) -> str:
+    """Runs `kvscope collect` for 2 s on 50 recorded batches; returns its output."""
+    source = CaptureSource(list(read_capture(_bundled("lab_3rps_180s.msgpack.gz")))[:50])
+    source.play()
+    config = tmp_path / "kvscope.toml"
+    config.write_text(
+        text + f'\n[[replica]]\nname = "lab"\nendpoint = "{source.endpoint}"\n'
+        f'replay = "{source.replay_endpoint}"\n'
+    )
+    try:
+        args = ["collect", "--config", str(config), "--duration", "2", "--no-live", *flags]
+        result = CliRunner().invoke(app, args, env=env)
+    finally:
+        source.close()
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_collect_writes_the_store_the_file_names(tmp_path: Path) -> None:
+    from_file = tmp_path / "from-file.sqlite"
+    _collect(tmp_path, f'[store]\nurl = "sqlite:///{from_file}"\nspill_dir = "{tmp_path}"\n')
+    dumped = CliRunner().invoke(
+        app, ["dump", "--store", f"sqlite:///{from_file}", "--replica", "lab", "--seq", "49"]
+    )
+    assert dumped.exit_code == 0, dumped.output
+    assert '"hash"' in dumped.output
+
+
+def test_the_environment_and_the_flag_win_over_the_file(tmp_path: Path) -> None:
+    from_file, from_env, from_flag = (tmp_path / f"{n}.sqlite" for n in ("file", "env", "flag"))
+    section = f'[store]\nurl = "sqlite:///{from_file}"\n'
+    _collect(tmp_path, section, env={"KVSCOPE_STORE": f"sqlite:///{from_env}"})
+    assert from_env.exists() and not from_file.exists()
+    _collect(tmp_path, section, "--store", f"sqlite:///{from_flag}")
+    assert from_flag.exists() and not from_file.exists()
