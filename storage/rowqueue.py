@@ -3,14 +3,20 @@
 A deque: putting a row costs an append and no signal (the ingest thread must not wait): the
 writer looks again every `poll_s` when it finds the queue empty, and gives a short queue up to
 `linger_s` to fill, so that it takes rows by the thousand, not each as it comes at the price of
-a thread switch, a transaction and a log chunk of its own. Only the rows that may be dropped
-count towards the bound; the rare ones always get in. With a `Spill`, droppable rows past the
-bound go to a local file instead (storage/spill.py), and every later one after them, until the
-writer has taken them all: they reach the store in the order they came.
+a thread switch, a transaction and a log chunk of its own.
+
+Memory is bounded twice: in rows that may be dropped (`droppable_limit`), and in bytes (each
+row's size as its producer gives it: a batch's payload, a map snapshot) of all rows held. A
+droppable row past either bound is refused; the rare ones (resets, epochs, recoveries,
+intervals) always get in. With a `Spill`, droppable rows past a bound go to a local file
+instead (storage/spill.py), and every later one after them, until the writer has taken them
+all: they reach the store in the order they came. Rare rows past `rare_bytes_limit` go to the
+spill too, even past its cap: on disk, never dropped. Without a spill they stay in memory.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import deque
@@ -31,13 +37,27 @@ class RowQueue(Generic[Row]):
         poll_s: float = 0.02,
         linger_s: float = 0.02,
         spill: Spill[Row] | None = None,
+        bytes_limit: int = sys.maxsize,
+        rare_bytes_limit: int = sys.maxsize,
+        take_spilled_bytes: int = 64 << 20,
     ) -> None:
         self.droppable_limit = droppable_limit
+        self.bytes_limit = bytes_limit
+        self.rare_bytes_limit = rare_bytes_limit
+        self.take_spilled_bytes = take_spilled_bytes
+        """What one `take` reads back from the spill, past its first row."""
         self.spill = spill
         self._taken_spilled = 0
         self.poll_s = poll_s
         self.linger_s = linger_s
         self._rows: deque[Row] = deque()
+        self._sizes: deque[int] = deque()
+        """The size of each row in `_rows`, as given to `put`."""
+        self._bytes_in = 0
+        self._bytes_out = 0
+        self._taken_bytes = 0
+        self.rare_spilled_total = 0
+        """Rare rows that waited in the spill (memory held `rare_bytes_limit` already)."""
         self._closing = threading.Event()
         self._hurry = threading.Event()
         self._droppable_in = 0
@@ -47,21 +67,38 @@ class RowQueue(Generic[Row]):
         """Rows ever queued (a mark for `written_total` to reach)."""
         self.written_total = 0
 
-    def put(self, row: Row, droppable: bool) -> bool:
-        """Queue `row`; a droppable one is refused (False) when the bound is reached."""
+    def put(self, row: Row, droppable: bool, nbytes: int = 0) -> bool:
+        """Queue `row` of `nbytes`; a droppable one is refused (False) past a bound. A row
+        larger than a bound still gets into an empty queue."""
+        spill = self.spill
+        held = self._bytes_in - self._bytes_out
         if droppable:
-            spill = self.spill
-            if (spill is not None and spill.active) or (
-                self._droppable_in - self._droppable_out >= self.droppable_limit
+            if (
+                (spill is not None and spill.active)
+                or self._droppable_in - self._droppable_out >= self.droppable_limit
+                or (held and held + nbytes > self.bytes_limit)
             ):
                 if spill is None or not spill.put(row):
                     return False
                 self.put_total += 1
                 return True
             self._droppable_in += 1
+        elif spill is not None and held and held + nbytes > self.rare_bytes_limit:
+            spill.put(row, past_cap=True)
+            self.rare_spilled_total += 1
+            self.put_total += 1
+            return True
+        # Its size first: the consumer pops as many sizes as it finds rows.
+        self._sizes.append(nbytes)
+        self._bytes_in += nbytes
         self._rows.append(row)
         self.put_total += 1
         return True
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of the rows held in memory, not yet in the store."""
+        return self._bytes_in - self._bytes_out
 
     @property
     def spill_active(self) -> bool:
@@ -95,6 +132,7 @@ class RowQueue(Generic[Row]):
                         break
                     self._hurry.wait(min(self.poll_s, left))
                 n = self._taken = min(max_rows, len(rows))
+                self._taken_bytes = sum(islice(iter(self._sizes.popleft, None), n))
                 return list(islice(iter(rows.popleft, None), n))  # popleft n times, in C
             if self._closing.is_set():
                 if rows or self.spill_active:  # put just before the close
@@ -109,8 +147,9 @@ class RowQueue(Generic[Row]):
         rows = self._rows
         n = len(rows)
         taken = list(islice(iter(rows.popleft, None), n))
+        self._taken_bytes = sum(islice(iter(self._sizes.popleft, None), n))
         assert self.spill is not None
-        spilled = self.spill.take(max_rows - n)
+        spilled = self.spill.take(max_rows - n, self.take_spilled_bytes)
         self._taken = n + len(spilled)
         self._taken_spilled = len(spilled)
         return taken + spilled
@@ -119,8 +158,9 @@ class RowQueue(Generic[Row]):
         """The rows last taken are in the store, `droppable` of them droppable: free their room."""
         # Spilled rows never took room in memory.
         self._droppable_out += droppable - self._taken_spilled
+        self._bytes_out += self._taken_bytes
         self.written_total += self._taken
-        self._taken = self._taken_spilled = 0
+        self._taken = self._taken_spilled = self._taken_bytes = 0
 
     @property
     def pending(self) -> int:

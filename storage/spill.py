@@ -36,11 +36,12 @@ class Spill(Generic[Row]):
         self.rows_total = 0
         """Rows ever spilled."""
 
-    def put(self, row: Row) -> bool:
-        """Keep `row` after those waiting; False (not kept) once the file would pass its cap."""
+    def put(self, row: Row, past_cap: bool = False) -> bool:
+        """Keep `row` after those waiting; False (not kept) once the file would pass its cap,
+        unless `past_cap`: a row that must never be dropped (the cap is for those that may)."""
         data = pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL)
         with self._lock:
-            if self._write_at + _LEN + len(data) > self.max_bytes:
+            if not past_cap and self._write_at + _LEN + len(data) > self.max_bytes:
                 return False
             if self._file is None:
                 # Kept open across calls; closed by `close`.
@@ -53,17 +54,23 @@ class Spill(Generic[Row]):
             self.active = True
         return True
 
-    def take(self, max_rows: int) -> list[Row]:
-        """The oldest waiting rows, up to `max_rows`; the file is emptied once all are taken."""
+    def take(self, max_rows: int, max_bytes: int | None = None) -> list[Row]:
+        """The oldest waiting rows, up to `max_rows` and (past the first) `max_bytes` of them
+        as kept; the file is emptied once all are taken."""
         with self._lock:
             if self._file is None or not self._rows:
                 return []
             self._file.seek(self._read_at)
             rows: list[Row] = []
+            budget = max_bytes if max_bytes is not None else self._write_at
             while len(rows) < max_rows and self._read_at < self._write_at:
                 size = int.from_bytes(self._file.read(_LEN), "big")
+                if rows and size > budget:
+                    self._file.seek(-_LEN, 1)
+                    break
                 rows.append(pickle.loads(self._file.read(size)))
                 self._read_at += _LEN + size
+                budget -= size
             self._rows -= len(rows)
             if self._read_at >= self._write_at:
                 self._file.seek(0)

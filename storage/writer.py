@@ -59,6 +59,12 @@ class StoreSettings:
     """Batch, rollup and checkpoint rows that may wait for the store; past this they are
     dropped (counted; dropped batches are marked incomplete in the store). The rare rows
     (epochs, resets, recoveries, intervals) always wait: dropping them would lose what matters."""
+    queue_bytes: int = 512 << 20
+    """Bytes (payloads, map snapshots) of the rows waiting in memory past which droppable rows
+    go to the spill, or are dropped: a publisher's large batches cannot fill memory either."""
+    rare_bytes: int = 256 << 20
+    """Past this many bytes held in memory, rare rows (a reset carries its map) wait in the
+    spill file, even past `spill_bytes`: they are never dropped. Without a spill they stay."""
     spill_bytes: int = 1 << 30
     """What the queue cannot hold goes to a local file up to this size (storage/spill.py),
     drained in order once the store answers: only past it are batches dropped. 0: no spill."""
@@ -135,7 +141,11 @@ class StoreWriter:
             else None
         )
         self._queue: RowQueue[Row] = RowQueue(
-            self.settings.queue_rows, linger_s=self.settings.linger_s, spill=self._spill
+            self.settings.queue_rows,
+            linger_s=self.settings.linger_s,
+            spill=self._spill,
+            bytes_limit=self.settings.queue_bytes,
+            rare_bytes_limit=self.settings.rare_bytes,
         )
         self._streams: dict[StreamId, _StreamState] = {}
         self._sql = RowWriter(self.settings.shard, self._checkpoint_written)
@@ -158,8 +168,9 @@ class StoreWriter:
             # Before the batch's log row: a store that holds the batch holds what it made known.
             for recovery in state.recoveries.after_batch(batch):
                 self._put_always(recovery)
+        payload = batch.payload
         if not self._queue.put(
-            (stream, epoch, batch.seq, batch.ts, batch.recv_ts, batch.payload), True
+            (stream, epoch, batch.seq, batch.ts, batch.recv_ts, payload), True, len(payload)
         ):
             self._note_drop(state, epoch, batch.seq, batch.ts)
         elif state.dropped_from is not None:
@@ -195,6 +206,7 @@ class StoreWriter:
             state.rollup.cleared()
         tables = cleared.tables
         key = (cleared.epoch, cleared.seq, cleared.reason.value)
+        before = encode_tables(tables, compressed=False)
         self._put_always(
             ResetRow(
                 stream=cleared.stream,
@@ -206,8 +218,9 @@ class StoreWriter:
                 before_hittable=sum(t.hittable_count for t in tables.values()),
                 before_orphans=sum(t.orphan_count for t in tables.values()),
                 before_tokens=sum(t.hittable_count * t.block_size for t in tables.values()),
-                before=encode_tables(tables, compressed=False),
-            )
+                before=before,
+            ),
+            len(before),
         )
         # A new clear ends the recoveries still being followed on this stream.
         for row in state.recoveries.cleared(key, cleared.ts, tables):
@@ -262,6 +275,8 @@ class StoreWriter:
         """Write what is queued (and the recoveries being followed), then stop the writer."""
         now = time.time()
         for stream, state in self._streams.items():
+            if state.dropped_from is not None:
+                self._close_drop(stream, state)  # a hole up to the end is a hole too
             for row in state.rollup.close():
                 self._put(row)
             if state.connected_since is not None:
@@ -323,6 +338,15 @@ class StoreWriter:
         return 0 if self._spill is None else self._spill.rows_total
 
     @property
+    def memory_bytes(self) -> int:
+        """Bytes of the rows waiting in memory (payloads, map snapshots)."""
+        return self._queue.memory_bytes
+
+    @property
+    def rare_spilled_total(self) -> int:
+        return self._queue.rare_spilled_total
+
+    @property
     def spill_bytes(self) -> int:
         """Bytes of rows waiting in the spill file."""
         return 0 if self._spill is None else self._spill.bytes_held
@@ -335,14 +359,14 @@ class StoreWriter:
             state = self._streams[stream] = _StreamState(SecondRollup(stream), recoveries)
         return state
 
-    def _put(self, row: Row) -> bool:
-        """Queue a droppable row; False (dropped) when `queue_rows` of them already wait."""
-        return self._queue.put(row, True)
+    def _put(self, row: Row, nbytes: int = 0) -> bool:
+        """Queue a droppable row; False (dropped) past `queue_rows` or `queue_bytes`."""
+        return self._queue.put(row, True, nbytes)
 
-    def _put_always(self, row: Row) -> None:
+    def _put_always(self, row: Row, nbytes: int = 0) -> None:
         """Rare rows (resets, epochs, intervals) are never dropped and never block, and go out
         without lingering: a reset is asked for as soon as it happened."""
-        self._queue.put(row, False)
+        self._queue.put(row, False, nbytes)
         self._queue.hurry()
 
     def _note_drop(self, state: _StreamState, epoch: int, seq: int, ts: float) -> None:
@@ -381,7 +405,7 @@ class StoreWriter:
             batch.view.totals().blocks,
             encode_map(batch.view, compressed=False),
         )
-        if self._put(row):
+        if self._put(row, len(row.snapshot)):
             state.batches_since_checkpoint = 0
             state.log_bytes_since_checkpoint = 0
             # Until the writer reports the size on disk, assume zstd's usual 40 %.

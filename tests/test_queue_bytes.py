@@ -1,0 +1,126 @@
+"""The store's queue is bounded in bytes, not only in rows: a publisher's large batches (up to
+the message limit each) or a reset's map snapshot cannot make it hold gigabytes in memory."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from sqlalchemy import select
+
+from kvscope.collector.capture import read_capture
+from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.types import StreamId
+from kvscope.storage import schema
+from kvscope.storage.engine import open_store
+from kvscope.storage.rowqueue import RowQueue
+from kvscope.storage.spill import Spill
+from kvscope.storage.writer import StoreSettings, StoreWriter
+from tests.conftest import capture_path
+
+STREAM = StreamId("lab", 0)
+
+ROW = 1_000
+
+
+def _drain(queue: RowQueue[tuple[str, int]], expect: int) -> list[tuple[str, int]]:
+    taken: list[tuple[str, int]] = []
+    while len(taken) < expect:
+        rows = queue.take(64)
+        assert rows is not None
+        taken.extend(rows)
+        queue.done(sum(1 for kind, _ in rows if kind == "batch"))
+    return taken
+
+
+def test_droppable_rows_past_the_byte_bound_are_refused_without_a_spill() -> None:
+    queue: RowQueue[tuple[str, int]] = RowQueue(1_000, linger_s=0.0, bytes_limit=5 * ROW)
+    accepted = [i for i in range(20) if queue.put(("batch", i), True, ROW)]
+    assert accepted == [0, 1, 2, 3, 4]
+    assert queue.memory_bytes == 5 * ROW
+    assert _drain(queue, 5) == [("batch", i) for i in range(5)]
+    assert queue.memory_bytes == 0
+    assert queue.put(("batch", 20), True, ROW)  # room again
+
+
+def test_droppable_rows_past_the_byte_bound_spill_and_come_back_in_order(tmp_path: Path) -> None:
+    spill: Spill[tuple[str, int]] = Spill(1 << 20, str(tmp_path))
+    queue: RowQueue[tuple[str, int]] = RowQueue(
+        1_000, linger_s=0.0, spill=spill, bytes_limit=5 * ROW
+    )
+    assert all(queue.put(("batch", i), True, ROW) for i in range(50))
+    assert queue.memory_bytes == 5 * ROW and len(spill) == 45
+    assert _drain(queue, 50) == [("batch", i) for i in range(50)]
+
+
+def test_rare_rows_past_their_bound_wait_on_disk_even_past_the_spills_cap(tmp_path: Path) -> None:
+    """A reset is never dropped; past `rare_bytes_limit` in memory it waits in the spill file,
+    whose cap is for what may be dropped."""
+    spill: Spill[tuple[str, int]] = Spill(2 * ROW, str(tmp_path))
+    queue: RowQueue[tuple[str, int]] = RowQueue(
+        1_000, linger_s=0.0, spill=spill, bytes_limit=5 * ROW, rare_bytes_limit=3 * ROW
+    )
+    for i in range(10):
+        queue.put(("reset", i), False, ROW)
+    assert queue.memory_bytes == 3 * ROW and len(spill) == 7
+    assert queue.pending == 10
+    assert _drain(queue, 10) == [("reset", i) for i in range(10)]
+    assert queue.memory_bytes == 0 and not spill.active
+
+
+def test_the_spill_hands_back_a_bounded_number_of_bytes_at_a_time(tmp_path: Path) -> None:
+    spill: Spill[bytes] = Spill(1 << 24, str(tmp_path))
+    for _ in range(100):
+        assert spill.put(bytes(10_000))
+    first = spill.take(1_000, max_bytes=50_000)
+    assert 4 <= len(first) <= 6
+    assert spill.take(1, max_bytes=1) == [bytes(10_000)]  # at least one row, whatever its size
+    rest = []
+    while batch := spill.take(1_000, max_bytes=50_000):
+        rest.append(batch)
+    assert len(first) + 1 + sum(map(len, rest)) == 100
+
+
+def test_the_writer_counts_payload_and_map_bytes_against_the_bounds(tmp_path: Path) -> None:
+    """StoreWriter hands each row's size to the queue. While the store cannot be written (a
+    real SQLite file locked by another connection, which the writer waits out), 5.7 MB of
+    payloads arrive: memory stays within the byte bounds plus one row (a map snapshot of this
+    recording is well under 1 MiB), the resets wait in the spill past its tiny cap, and once
+    the store answers every reset is there and the hole is said."""
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    bound = 256 << 10
+    settings = StoreSettings(
+        queue_rows=1_000_000,
+        queue_bytes=bound,
+        rare_bytes=bound,
+        spill_bytes=4096,
+        spill_dir=str(tmp_path),
+        retry_initial_s=0.01,
+        retry_max_s=0.05,
+        linger_s=0,
+    )
+    writer = StoreWriter(open_store(url), settings)
+    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
+    records = list(read_capture(capture_path("lab_10rps_300s.msgpack.gz")))
+    assert sum(len(r.frames[-1]) for r in records) > 20 * bound
+    lock = sqlite3.connect(tmp_path / "s.sqlite", isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        held = 0
+        for record in records:
+            ingest.live_frames(record.frames, record.recv_ts)
+            held = max(held, writer.memory_bytes)
+        assert held <= 2 * bound + (1 << 20)
+        assert writer.stats.batches_dropped > len(records) // 2
+        assert writer.rare_spilled_total > 0
+    finally:
+        lock.rollback()
+        lock.close()
+    writer.close(60)
+    with open_store(url).connect() as conn:
+        kinds = conn.execute(select(schema.intervals.c.kind)).scalars().all()
+        resets = conn.execute(select(schema.resets.c.seq)).scalars().all()
+    assert "incomplete" in kinds
+    sidecar = json.loads(capture_path("lab_10rps_300s.json").read_text())
+    assert sorted(resets) == [r["cleared_in_seq"] for r in sidecar["resets"] if r["result"]]
