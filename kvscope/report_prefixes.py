@@ -17,16 +17,12 @@ from matplotlib.patches import Patch
 from sqlalchemy import Engine
 
 from kvscope.storage.history import NotInStore
-from kvscope.storage.reset_prefixes import STATUSES, ResetPrefixes, reset_prefixes
-
-STATUS_COLORS = {
-    "back at +1 s": "#1b9e5a",
-    "back at +10 s": "#8cc43f",
-    "back at +60 s": "#f2b134",
-    "back later": "#e07b00",
-    "not back": "#c62828",
-}
-"""The page's colours (api/page_prefixes.py), so the two pictures read alike."""
+from kvscope.storage.reset_prefixes import (
+    STATUS_COLORS,
+    STATUSES,
+    ResetPrefixes,
+    reset_prefixes,
+)
 
 
 def load_prefixes(engine: Engine, ids: list[int]) -> list[ResetPrefixes]:
