@@ -32,6 +32,7 @@ from kvscope.dashboards.model import (
     timeseries,
     trend,
 )
+from kvscope.dashboards.reset_prefixes_panels import prefix_panels
 
 RESET_CHOICES = f"""
     SELECT r.id AS __value,
@@ -423,7 +424,14 @@ def build() -> Json:
                 "Sets the time range to 5 minutes before and 10 after the reset",
             )
         ],
-        panels=[*_the_reset(), *_before_after(), *_recovery(), *_overlay(), *_engine()],
+        panels=[
+            *_the_reset(),
+            *_before_after(),
+            *_recovery(),
+            *prefix_panels(),
+            *_overlay(),
+            *_engine(),
+        ],
         time_from="now-6h",
         refresh="",
     )

@@ -23,6 +23,7 @@ from rich.console import Console
 from sqlalchemy import Engine, Row, func, select
 
 from kvscope.options import fail
+from kvscope.report_prefixes import load_prefixes, write_prefixes
 from kvscope.storage import schema
 from kvscope.storage.redact import redact
 from kvscope.storage.reset_links import LINK_WINDOW_S, linked_modes, resets_query
@@ -163,8 +164,11 @@ def _cell(value: float | None, unit: str = " s") -> str:
     return "-" if value is None else f"{value:.1f}{unit}"
 
 
-def write_report(resets: list[ResetData], out: Path, name: str = "report") -> tuple[Path, Path]:
-    """`out/NAME.png` and `out/NAME.html` (the page embeds the PNG and a table per reset)."""
+def write_report(
+    resets: list[ResetData], out: Path, name: str = "report", extra_html: str = ""
+) -> tuple[Path, Path]:
+    """`out/NAME.png` and `out/NAME.html` (the page embeds the PNG and a table per reset, then
+    `extra_html`)."""
     out.mkdir(parents=True, exist_ok=True)
     png, page = out / f"{name}.png", out / f"{name}.html"
     fig = build_figure(resets)
@@ -190,6 +194,7 @@ def write_report(resets: list[ResetData], out: Path, name: str = "report") -> tu
         + "</tr>"
         + "".join(rows)
         + f'</table><p><img src="{png.name}" alt="recovery charts"></p>\n'
+        + extra_html
     )
     return png, page
 
@@ -220,5 +225,7 @@ def report(
         resets = load_resets(engine, ids)
     except KeyError as exc:
         raise fail(f"no reset {exc.args[0]} in {redact(store)}") from exc
-    png, page = write_report(resets, out)
+    out.mkdir(parents=True, exist_ok=True)
+    section = write_prefixes(load_prefixes(engine, ids), out)
+    png, page = write_report(resets, out, extra_html=section)
     console.print(f"wrote {png} and {page} ({len(resets)} resets)")

@@ -47,6 +47,10 @@ STATUS_BUCKETS = ((1.0, "back at +1 s"), (10.0, "back at +10 s"), (60.0, "back a
 BACK_LATER = "back later"
 NOT_BACK = "not back"
 STATUSES = (*(label for _, label in STATUS_BUCKETS), BACK_LATER, NOT_BACK)
+STATUS_COLORS = dict(
+    zip(STATUSES, ("#1b9e5a", "#8cc43f", "#f2b134", "#e07b00", "#c62828"), strict=True)
+)
+"""One colour per status for the report and the dashboard (the page's: api/page_prefixes.py)."""
 FIRST_TOKENS = 16
 
 

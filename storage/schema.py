@@ -125,6 +125,25 @@ reset_recovery = Table(
     Column("share_tokens_back", Float, nullable=False),
 )
 
+reset_prefix_groups = Table(
+    "reset_prefix_groups",
+    metadata,
+    # storage/reset_prefixes.py's groups of a reset as of the offsets reached, stored with each
+    # recovery row (the rule needs the map rebuilt from the log, which SQL cannot do).
+    Column("reset_id", Integer, ForeignKey("resets.id"), primary_key=True),
+    # Largest first, as reset_prefixes orders them.
+    Column("position", Integer, primary_key=True),
+    Column("medium", String(40), nullable=False),
+    Column("kv_group", Integer, nullable=False),
+    # The root hash in hex (a 64-bit unsigned hash does not fit BigInteger).
+    Column("root", String(40), nullable=False),
+    Column("blocks", Integer, nullable=False),
+    Column("tokens", BigInteger, nullable=False),
+    Column("shared_blocks", Integer, nullable=False),
+    Column("back_at_s", Float),
+    Column("status", String(20), nullable=False),
+)
+
 intervals = Table(
     "intervals",
     metadata,

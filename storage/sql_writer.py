@@ -14,6 +14,7 @@ from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.bulk_sql import insert_chunks, upsert_rollups
 from kvscope.storage.log_chunks import ChunkRow, pack
+from kvscope.storage.prefix_groups_store import store_prefix_groups
 from kvscope.storage.rows import (
     CheckpointRow,
     EpochRow,
@@ -106,6 +107,11 @@ class RowWriter:
             insert_chunks(conn, prepared.chunks, stream_id)
         if prepared.rollups:
             upsert_rollups(conn, prepared.rollups, stream_id)
+        # After the log: the groups are rebuilt from it (the batches up to an offset came
+        # before the recovery row that says it was reached).
+        followed = {(r.stream, r.key) for r in prepared.ordered if type(r) is RecoveryRow}
+        for stream, key in sorted(followed, key=str):
+            store_prefix_groups(conn, self._reset_id(conn, stream, key))
 
     def _write_one(self, conn: Connection, row: Row) -> None:
         if type(row) is EpochRow:
