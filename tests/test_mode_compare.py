@@ -102,6 +102,29 @@ def test_each_figure_matches_the_raw_rows(store: Engine, replica: str) -> None:
         assert f.share_back_10s is not None and 0 <= f.share_back_10s <= 1
 
 
+def test_the_api_answers_the_same_comparison(store: Engine) -> None:
+    from fastapi.testclient import TestClient
+
+    from kvscope.api.app import create_app
+    from kvscope.api.data import ApiData
+
+    client = TestClient(create_app(ApiData(engine=store)))
+    answer = client.get("/resets/compare", params={"replica": "lab-a"})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    compared = _compare(store, "lab-a")
+    assert [m["mode"] for m in body["modes"]] == ["default", "preempt", "keep"]
+    assert [r["reset_id"] for r in body["resets"]] == [f.reset_id for f in compared.resets]
+    assert body["modes"][1]["medians"]["preempted"] == compared.modes[1].medians["preempted"]
+    # Nothing in range: no resets, and the documented error shape for a bad bound.
+    assert (
+        client.get("/resets/compare", params={"replica": "lab-a", "to": 0}).json()["resets"] == []
+    )
+    bad = client.get("/resets/compare", params={"replica": "lab-a", "from": "x"})
+    assert bad.status_code == 422 and "error" in bad.json()
+    assert "/resets/compare" in client.get("/openapi.json").json()["paths"]
+
+
 def test_without_a_scrape_preemptions_are_unknown_not_zero(store: Engine) -> None:
     with store.begin() as conn:
         conn.execute(
