@@ -6,6 +6,7 @@ reset_requests), computed here another way."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -123,6 +124,23 @@ def test_the_api_answers_the_same_comparison(store: Engine) -> None:
     bad = client.get("/resets/compare", params={"replica": "lab-a", "from": "x"})
     assert bad.status_code == 422 and "error" in bad.json()
     assert "/resets/compare" in client.get("/openapi.json").json()["paths"]
+
+
+def test_report_compare_prints_json_and_an_80_column_table(store: Engine, tmp_path: Path) -> None:
+    import json
+
+    url = str(store.url)
+    args = ["report", "--store", url, "--out", str(tmp_path), "--replica", "lab-a", "--compare"]
+    printed = CliRunner().invoke(app, [*args, "--json"])
+    assert printed.exit_code == 0, printed.output
+    body = json.loads(printed.output)
+    compared = _compare(store, "lab-a")
+    assert [m["medians"] for m in body["modes"]] == [m.medians for m in compared.modes]
+    table = CliRunner().invoke(app, args, env={"COLUMNS": "80"})
+    assert table.exit_code == 0, table.output
+    assert all(len(line) <= 80 for line in table.output.splitlines())
+    assert "refused" in table.output and "1/1" in table.output
+    assert "modes side by side" in (tmp_path / "compare.html").read_text()
 
 
 def test_without_a_scrape_preemptions_are_unknown_not_zero(store: Engine) -> None:
