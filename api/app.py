@@ -14,6 +14,7 @@ from kvscope.api.guards import BodyLimit, UnexpectedErrors
 from kvscope.api.metrics import make_registry
 from kvscope.api.page import page_router
 from kvscope.api.routes_cache import router as cache_router
+from kvscope.api.routes_compare import router as compare_router
 from kvscope.api.routes_history import router as history_router
 from kvscope.api.routes_prefixes import router as prefixes_router
 from kvscope.api.routes_resets import router as resets_router
@@ -39,6 +40,7 @@ def create_app(data: ApiData, settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(page_router)
     app.include_router(cache_router)
     app.include_router(history_router)
+    app.include_router(compare_router)  # before /resets/{reset_id}
     app.include_router(resets_router)
     app.include_router(prefixes_router)
 

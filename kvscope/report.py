@@ -23,6 +23,7 @@ from rich.console import Console
 from sqlalchemy import Engine, Row, func, select
 
 from kvscope.options import fail
+from kvscope.report_compare import as_json, text_table, write_compare
 from kvscope.report_prefixes import load_prefixes, write_prefixes
 from kvscope.storage import schema
 from kvscope.storage.redact import redact
@@ -206,10 +207,24 @@ def report(
     replica: Annotated[str | None, typer.Option(help="Every reset of this replica...")] = None,
     from_: Annotated[float, typer.Option("--from", help="...from this Unix time...")] = 0.0,
     to: Annotated[float, typer.Option(help="...to this one.")] = 1e11,
+    compare: Annotated[bool, typer.Option(help="--replica's modes side by side.")] = False,
+    json_: Annotated[
+        bool, typer.Option("--json", help="With --compare: print it as JSON.")
+    ] = False,
 ) -> None:
     """Chart what resets did: blocks, prefixes back, hit rate and TTFT (PNG + HTML)."""
     console = Console()
     engine = open_for_reading(store)
+    if compare:
+        if replica is None:
+            raise fail("--compare needs --replica NAME")
+        found, written = write_compare(engine, replica, from_, to, out)
+        if json_:
+            print(as_json(found))
+        else:
+            console.print(text_table(found), highlight=False)
+            console.print(f"wrote {written}")
+        return
     if reset is not None:
         try:
             ids = [int(x) for x in reset.split(",") if x.strip()]

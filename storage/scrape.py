@@ -309,3 +309,33 @@ def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None
         count -= below
         rank -= below
     return start + (end - start) * (rank / count)
+
+
+class WindowFigures(NamedTuple):
+    hit_rate: float | None
+    ttft_p50: float | None
+
+
+def window_figures(
+    conn: Connection, replica: str, from_ts: float, to_ts: float
+) -> WindowFigures | None:
+    """Hit rate and TTFT p50 over the whole of [from_ts, to_ts] (the deltas of every pair of
+    consecutive scrapes in it, summed over engines, restarted pairs left out, as in
+    `hit_rate_series`); None when the window holds no such pair (not scraped)."""
+    t = schema.engine_samples
+    query = (
+        select(t)
+        .where(t.c.replica == replica, t.c.ts >= from_ts, t.c.ts <= to_ts)
+        .order_by(t.c.engine, t.c.ts)
+    )
+    total, pairs = _Interval(), 0
+    previous: dict[str, Row[Any]] = {}
+    for row in conn.execute(query):
+        before, previous[row.engine] = previous.get(row.engine), row
+        if before is not None and not _restarted(before, row):
+            total.add(before, row)
+            pairs += 1
+    if pairs == 0:
+        return None
+    rate = total.hits / total.queries if total.queries > 0 else None
+    return WindowFigures(rate, histogram_quantile(0.5, total.buckets))
