@@ -107,13 +107,17 @@ MAX_INTERNED_KEYS = 1024
 """Table keys interned for good (a real collector sees a few dozen); past that, new keys are
 made per event: equal, only not identical, so a hostile publisher's keys are not kept."""
 _table_keys: dict[tuple[str, int], TableKey] = {}
+MEDIUM_ALIASES = {"CPU_PINNED": "CPU"}
+"""Media that are another engine's name for a kvscope tier: SGLang's pinned host memory is
+vLLM's CPU tier. SGLang's DISK and EXTERNAL stay tiers of their own."""
 
 
 def table_key(medium: str | None, group: int | None) -> TableKey:
     """The interned key of a (medium, group) table; medium None (vLLM < 0.10.2) means GPU.
 
     The hot paths compare keys with `is`; both fields have passed `wire_rules` first."""
-    k = (medium or MEDIUM_GPU, group or 0)
+    medium = medium or MEDIUM_GPU
+    k = (MEDIUM_ALIASES.get(medium, medium), group or 0)
     key = _table_keys.get(k)
     if key is None:
         key = TableKey(*k)
