@@ -8,10 +8,10 @@ from contextlib import ExitStack
 import pytest
 
 # Imported, never importorskip'd: CI installs vLLM, and without it these tests must fail.
-from kvscope.collector.subscriber import CollectorSettings
-from kvscope.collector.types import StreamId
 from kvscope.lab.ports import free_port
 from tests.vllm_integration_support import (
+    RANK0,
+    RESETS,
     ClearRecorder,
     assert_exact,
     describe,
@@ -20,18 +20,9 @@ from tests.vllm_integration_support import (
     tcp,
     wait_synced,
 )
-from tests.vllm_source import LossyForwarder, ResetOdds
+from tests.vllm_source import LossyForwarder
 
 pytestmark = pytest.mark.vllm
-
-REPLICA = "r1"
-RANK0 = StreamId(REPLICA, 0)
-RANK1 = StreamId(REPLICA, 1)
-SYNC_TIMEOUT_S = 10.0
-SETTINGS = CollectorSettings(replay_timeout_s=2.0)
-RESETS = ResetOdds(default=0.03, preempt=0.02, keep=0.04, idle=0.015)
-"""Resets in every way vLLM can (and the proposed keep-running way)."""
-DP0_RESETS = ResetOdds(preempt=0.03, keep=0.05, idle=0.02)
 
 
 @pytest.fixture

@@ -17,28 +17,20 @@ import pytest
 from vllm.distributed.kv_events import KVEventBatch
 
 from kvscope.collector.sink import ClearReason
-from kvscope.collector.subscriber import CollectorSettings
-from kvscope.collector.types import StreamId
 from kvscope.lab.ports import free_port, free_port_run
 from tests.vllm_integration_support import (
+    DP0_RESETS,
+    RANK0,
+    RANK1,
+    RESETS,
     ClearRecorder,
     assert_exact,
     start_collector,
     start_source,
     tcp,
 )
-from tests.vllm_source import ResetOdds
 
 pytestmark = pytest.mark.vllm
-
-REPLICA = "r1"
-RANK0 = StreamId(REPLICA, 0)
-RANK1 = StreamId(REPLICA, 1)
-SYNC_TIMEOUT_S = 10.0
-SETTINGS = CollectorSettings(replay_timeout_s=2.0)
-RESETS = ResetOdds(default=0.03, preempt=0.02, keep=0.04, idle=0.015)
-"""Resets in every way vLLM can (and the proposed keep-running way)."""
-DP0_RESETS = ResetOdds(preempt=0.03, keep=0.05, idle=0.02)
 
 
 @pytest.fixture
