@@ -72,9 +72,12 @@ def create_app(data: ApiData, settings: ApiSettings | None = None) -> FastAPI:
                     str(s)
                     for s, ingest in collector.ingests.items()
                     if (ingest.replaying and not ingest.checking_tail)
-                    or (collector.is_connected(s) and ingest.counters.replays_requested == 0
-                        and ingest.can_replay)
-                ]  # fmt: skip
+                    or (
+                        collector.is_connected(s)
+                        and ingest.counters.replays_requested == 0
+                        and ingest.can_replay
+                    )
+                ]
             if waiting:
                 replaying = "replaying: " + ", ".join(waiting)
                 return error_response(ErrorBody(status=503, code="starting", message=replaying))

@@ -47,9 +47,19 @@ def error_response(body: ErrorBody, headers: Mapping[str, str] | None = None) ->
     )
 
 
-_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-          405: "method_not_allowed", 413: "too_large", 422: "invalid", 500: "internal",
-          502: "upstream_error", 503: "store_unavailable", 504: "upstream_timeout"}  # fmt: skip
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+    422: "invalid",
+    500: "internal",
+    502: "upstream_error",
+    503: "store_unavailable",
+    504: "upstream_timeout",
+}
 
 
 def unexpected_body(exc: BaseException) -> ErrorBody:

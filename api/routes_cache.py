@@ -44,11 +44,15 @@ def streams_of(ctx: ApiContext, replica: str) -> list[StreamId]:
 def _tables(view: MapView) -> list[TableStatus]:
     return [
         TableStatus(
-            medium=key.medium, group=key.group, blocks=s.blocks, copies=s.copies,
-            hittable=s.hittable, orphans=s.orphans,
+            medium=key.medium,
+            group=key.group,
+            blocks=s.blocks,
+            copies=s.copies,
+            hittable=s.hittable,
+            orphans=s.orphans,
         )
         for key, s in sorted(view.map.stats().items(), key=lambda kv: (kv[0].medium, kv[0].group))
-    ]  # fmt: skip
+    ]
 
 
 def _rank_status(ctx: ApiContext, stream: StreamId) -> RankStatus:
@@ -73,28 +77,51 @@ def _rank_status(ctx: ApiContext, stream: StreamId) -> RankStatus:
             received = ingest.last_message_at
             batch_ts = ingest.map.counters.last_ts
             return RankStatus(
-                rank=stream.rank, source="live", connected=collector.is_connected(stream),
-                silent=collector.is_silent(stream), epoch=ingest.epoch, last_seq=ingest.last_seq,
+                rank=stream.rank,
+                source="live",
+                connected=collector.is_connected(stream),
+                silent=collector.is_silent(stream),
+                epoch=ingest.epoch,
+                last_seq=ingest.last_seq,
                 last_batch_ts=batch_ts,
                 age_s=None if received is None else max(0.0, ctx.data.clock() - received),
                 engine_clock_offset_s=(
                     None if received is None or batch_ts is None else received - batch_ts
                 ),
-                degraded=degraded, degraded_intervals=len(ingest.degraded_history),
+                degraded=degraded,
+                degraded_intervals=len(ingest.degraded_history),
                 tail_unverified=ingest.tail_unverified(ctx.data.clock()),
-                ingest_errors=sum(c.ingest_errors.values()), gaps=c.gaps,
-                replays_ok=c.replays_ok, replays_failed=c.replays_failed,
-                restarts=c.restarts, blocks=totals.blocks, hittable=totals.hittable,
-                orphans=totals.orphans, tables=tables,
-            )  # fmt: skip
+                ingest_errors=sum(c.ingest_errors.values()),
+                gaps=c.gaps,
+                replays_ok=c.replays_ok,
+                replays_failed=c.replays_failed,
+                restarts=c.restarts,
+                blocks=totals.blocks,
+                hittable=totals.hittable,
+                orphans=totals.orphans,
+                tables=tables,
+            )
     return RankStatus(
-        rank=stream.rank, source="store", connected=None, silent=None, epoch=view.epoch,
-        last_seq=view.seq, last_batch_ts=view.ts, age_s=view.age_s,
+        rank=stream.rank,
+        source="store",
+        connected=None,
+        silent=None,
+        epoch=view.epoch,
+        last_seq=view.seq,
+        last_batch_ts=view.ts,
+        age_s=view.age_s,
         engine_clock_offset_s=None,
-        degraded=None, degraded_intervals=len(view.unknown_because), gaps=None, replays_ok=None,
-        replays_failed=None, restarts=None, blocks=totals.blocks, hittable=totals.hittable,
-        orphans=totals.orphans, tables=tables,
-    )  # fmt: skip
+        degraded=None,
+        degraded_intervals=len(view.unknown_because),
+        gaps=None,
+        replays_ok=None,
+        replays_failed=None,
+        restarts=None,
+        blocks=totals.blocks,
+        hittable=totals.hittable,
+        orphans=totals.orphans,
+        tables=tables,
+    )
 
 
 def _statuses(ctx: ApiContext, streams: list[StreamId]) -> list[ReplicaStatus]:
@@ -177,22 +204,33 @@ def list_blocks(
             items.append(
                 Block(
                     hash=show_hash(entry.hash, entry.raw_hash, signed),
-                    medium=key.medium, group=key.group, count=entry.count,
-                    parent=None if entry.parent is None
+                    medium=key.medium,
+                    group=key.group,
+                    count=entry.count,
+                    parent=None
+                    if entry.parent is None
                     else show_hash(entry.parent, table.raw_parent(block_hash), signed),
-                    hittable=entry.hittable, block_size=table.block_size,
+                    hittable=entry.hittable,
+                    block_size=table.block_size,
                     token_ids=None if entry.token_ids is None else list(entry.token_ids),
-                    lora_name=entry.lora_name, first_stored=entry.first_stored,
+                    lora_name=entry.lora_name,
+                    first_stored=entry.first_stored,
                     last_stored=entry.last_stored,
                 )
-            )  # fmt: skip
+            )
     return BlockPage(
-        replica=replica, rank=rank, source="live" if view.source == "live" else "store",
-        epoch=view.epoch, seq=view.seq, ts=view.ts, unknown_because=view.unknown_because,
+        replica=replica,
+        rank=rank,
+        source="live" if view.source == "live" else "store",
+        epoch=view.epoch,
+        seq=view.seq,
+        ts=view.ts,
+        unknown_because=view.unknown_because,
         items=items,
         next_cursor=f"{page[-1][0]}.{page[-1][1].medium}.{page[-1][1].group}"
-        if more and page else None,
-    )  # fmt: skip
+        if more and page
+        else None,
+    )
 
 
 def _after(cursor: str | None) -> tuple[int, str, int]:
@@ -267,10 +305,14 @@ def _lookup(ctx: ApiContext, tokens: TokenQuery, lora: str | None, wait: bool) -
         searched += 1
         for m in prefixes:
             match: dict[str, str | int | bool] = {
-                "replica": stream.replica, "rank": stream.rank, "medium": m.table.medium,
-                "group": m.table.group, "blocks": m.blocks, "tokens": m.tokens,
+                "replica": stream.replica,
+                "rank": stream.rank,
+                "medium": m.table.medium,
+                "group": m.table.group,
+                "blocks": m.blocks,
+                "tokens": m.tokens,
                 "hittable": m.blocks > 0,
-            }  # fmt: skip
+            }
             matches.append(match)
             if (key := (m.tokens, m.table.medium == "GPU")) > best_key:
                 best, best_key = match, key

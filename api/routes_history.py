@@ -46,9 +46,12 @@ def _stream(ctx: ApiContext, replica: str, rank: int) -> StreamId:
     "/replicas/{replica}/prefixes", response_model=ShapeResponse, responses=documented(404, 422)
 )
 def prefixes(
-    replica: str, ctx: Ctx, rank: Rank = 0, at: Instant = None,
+    replica: str,
+    ctx: Ctx,
+    rank: Rank = 0,
+    at: Instant = None,
     top: Annotated[int, Query(ge=1, le=1000)] = 10,
-) -> ShapeResponse:  # fmt: skip
+) -> ShapeResponse:
     """The shape of the cache: roots, chain lengths, the largest prefixes, orphan chains."""
     stream = _stream(ctx, replica, rank)
     with ctx.data.lock():
@@ -67,7 +70,10 @@ def prefixes(
             largest = sorted(roots, key=lambda t: max(t.leaf_depths, default=0), reverse=True)[:top]
             tables.append(
                 TableShape(
-                    medium=key.medium, group=key.group, blocks=len(table), roots=len(roots),
+                    medium=key.medium,
+                    group=key.group,
+                    blocks=len(table),
+                    roots=len(roots),
                     orphan_chains=len(trees) - len(roots),
                     orphan_chain_blocks=sum(t.blocks for t in trees if t.orphan),
                     chain_lengths=lengths,
@@ -75,27 +81,34 @@ def prefixes(
                         Prefix(
                             blocks=max(t.leaf_depths, default=0),
                             tokens=max(t.leaf_depths, default=0) * table.block_size,
-                            first_tokens=None if (e := table.entry(t.head)).token_ids is None
+                            first_tokens=None
+                            if (e := table.entry(t.head)).token_ids is None
                             else list(e.token_ids),
                             leaf=show_hash(t.deepest_leaf, table.raw_hash(t.deepest_leaf), signed),
                         )
                         for t in largest
                     ],
                 )
-            )  # fmt: skip
+            )
     return ShapeResponse(
-        replica=replica, rank=rank, source="live" if view.source == "live" else "store",
-        seq=view.seq, ts=view.ts, tables=tables,
-    )  # fmt: skip
+        replica=replica,
+        rank=rank,
+        source="live" if view.source == "live" else "store",
+        seq=view.seq,
+        ts=view.ts,
+        tables=tables,
+    )
 
 
 @router.get("/replicas/{replica}/diff", response_model=DiffResponse, responses=documented(404, 422))
 def diff(
-    replica: str, ctx: Ctx,
+    replica: str,
+    ctx: Ctx,
     from_: Annotated[float, Query(alias="from", ge=0, le=1e11)],
-    to: Instant = None, rank: Rank = 0,
+    to: Instant = None,
+    rank: Rank = 0,
     limit: Annotated[int, Query(ge=0, le=10_000)] = 100,
-) -> DiffResponse:  # fmt: skip
+) -> DiffResponse:
     """Blocks stored and removed between two instants (to: now when omitted)."""
     stream = _stream(ctx, replica, rank)
     if to is not None and to < from_:
@@ -111,23 +124,29 @@ def diff(
         sorted(before - after, key=lambda x: x[0]),
     )
     return DiffResponse(
-        replica=replica, rank=rank, from_seq=before_view.seq, to_seq=after_view.seq,
-        stored=len(stored), removed=len(removed), kept=len(after & before),
+        replica=replica,
+        rank=rank,
+        from_seq=before_view.seq,
+        to_seq=after_view.seq,
+        stored=len(stored),
+        removed=len(removed),
+        kept=len(after & before),
         stored_hashes=[show_hash(h, None, signed) for h, _ in stored[:limit]],
         removed_hashes=[show_hash(h, None, signed) for h, _ in removed[:limit]],
-    )  # fmt: skip
+    )
 
 
 @router.get(
     "/replicas/{replica}/series", response_model=SeriesResponse, responses=documented(404, 422)
 )
 def series(
-    replica: str, ctx: Ctx,
+    replica: str,
+    ctx: Ctx,
     metric: Literal["stored", "hittable", "orphans", "stores", "removes", "clears", "gaps"],
     from_: Annotated[float | None, Query(alias="from", ge=0, le=1e11)] = None,
     to: Instant = None,
     step: Annotated[int, Query(ge=1, le=86_400)] = 10,
-) -> SeriesResponse:  # fmt: skip
+) -> SeriesResponse:
     """The per-second rollups, averaged (levels) or summed (counts) over `step` seconds."""
     if ctx.data.engine is None:
         raise ApiError(404, "no_store", "this API keeps no store: no series")
@@ -155,6 +174,8 @@ def series(
                 SeriesPoint(t=float(row[3]), value=float(row[4]))
             )
     return SeriesResponse(
-        replica=replica, metric=metric, step=step,
+        replica=replica,
+        metric=metric,
+        step=step,
         series=[Series(rank=k[0], medium=k[1], group=k[2], points=v) for k, v in out.items()],
-    )  # fmt: skip
+    )

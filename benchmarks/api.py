@@ -232,16 +232,22 @@ def main() -> None:
         f"POST /lookup p99 {results['POST /lookup'][1]:.2f} ms  "
         f"(target <= 10 ms; baseline p99 {base[1]:.2f} ms)"
     )
-    print(json.dumps({
-        "replicas": args.replicas, "rate": args.rate,
-        "baseline_p50_ms": round(base[0], 2), "baseline_p99_ms": round(base[1], 2),
-        "lookup_p50_ms": round(results["POST /lookup"][0], 2),
-        "lookup_p99_ms": round(results["POST /lookup"][1], 2),
-        "replica_p50_ms": round(results["GET /replicas/{replica}"][0], 2),
-        "replica_p99_ms": round(results["GET /replicas/{replica}"][1], 2),
-        "reset_p50_ms": round(results["GET /resets/{id}"][0], 2),
-        "reset_p99_ms": round(results["GET /resets/{id}"][1], 2),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "replicas": args.replicas,
+                "rate": args.rate,
+                "baseline_p50_ms": round(base[0], 2),
+                "baseline_p99_ms": round(base[1], 2),
+                "lookup_p50_ms": round(results["POST /lookup"][0], 2),
+                "lookup_p99_ms": round(results["POST /lookup"][1], 2),
+                "replica_p50_ms": round(results["GET /replicas/{replica}"][0], 2),
+                "replica_p99_ms": round(results["GET /replicas/{replica}"][1], 2),
+                "reset_p50_ms": round(results["GET /resets/{id}"][0], 2),
+                "reset_p99_ms": round(results["GET /resets/{id}"][1], 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

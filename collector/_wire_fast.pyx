@@ -16,7 +16,7 @@ or signed hashes, a wrong type, a value a rule refuses, a duplicate key, truncat
 bytes, nesting deeper than MAX_DEPTH) returns None, and the caller decodes the payload the slow
 way, which alone decides what is malformed and why. So this module never has to judge an error:
 when unsure, it declines; what it accepts, the slow way accepts as the same batch
-(tests/test_wire_fast.py).
+(tests/test_wire_fast_*.py).
 
 Every read is checked against the payload's end; no Python object is made before a value is
 known to be whole.

@@ -64,10 +64,14 @@ def postgres_variable() -> Json:
 
 def replica_variable() -> Json:
     return query_variable(
-        "replica", "Replica", PROMETHEUS,
+        "replica",
+        "Replica",
+        PROMETHEUS,
         f"label_values({kv('kvscope_stream_epoch')}, replica)",
-        multi=True, include_all=True, description="kvscope's replica names",
-    )  # fmt: skip
+        multi=True,
+        include_all=True,
+        description="kvscope's replica names",
+    )
 
 
 def linked_request(reset: str = "r", stream: str = "s") -> str:

@@ -111,17 +111,33 @@ def panel(
 
 
 def timeseries(title: str, targets: Sequence[Json], **kw: Any) -> Json:
-    kw.setdefault("custom", {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 0,
-                             "showPoints": "never", "spanNulls": False})  # fmt: skip
+    kw.setdefault(
+        "custom",
+        {
+            "drawStyle": "line",
+            "lineWidth": 1,
+            "fillOpacity": 0,
+            "showPoints": "never",
+            "spanNulls": False,
+        },
+    )
     kw.setdefault("options", _LEGEND_TOOLTIP)
     return panel("timeseries", title, targets, **kw)
 
 
 def trend(title: str, x_field: str, targets: Sequence[Json], **kw: Any) -> Json:
     """A line chart over a numeric x field (seconds since a reset) instead of time."""
-    kw.setdefault("custom", {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 0,
-                             "showPoints": "always", "pointSize": 4,
-                             "spanNulls": True})  # fmt: skip
+    kw.setdefault(
+        "custom",
+        {
+            "drawStyle": "line",
+            "lineWidth": 1,
+            "fillOpacity": 0,
+            "showPoints": "always",
+            "pointSize": 4,
+            "spanNulls": True,
+        },
+    )
     kw.setdefault("options", {"xField": x_field, **_LEGEND_TOOLTIP})
     return panel("trend", title, targets, **kw)
 
@@ -165,8 +181,13 @@ _LEGEND_TOOLTIP: Json = {
 
 
 def row(title: str) -> Json:
-    return {"type": "row", "title": title, "collapsed": False, "panels": [],
-            "gridPos": {"h": 1, "w": GRID_WIDTH, "x": 0, "y": 0}}  # fmt: skip
+    return {
+        "type": "row",
+        "title": title,
+        "collapsed": False,
+        "panels": [],
+        "gridPos": {"h": 1, "w": GRID_WIDTH, "x": 0, "y": 0},
+    }
 
 
 def thresholds(*steps: tuple[float | None, str]) -> Json:
@@ -202,10 +223,18 @@ def layout(items: Iterable[Json]) -> list[Json]:
 # --- variables, annotations, the dashboard ------------------------------------------------------
 def datasource_variable(name: str, label: str, plugin: str) -> Json:
     return {
-        "type": "datasource", "name": name, "label": label, "query": plugin, "hide": 0,
-        "refresh": 1, "regex": "", "multi": False, "includeAll": False, "options": [],
+        "type": "datasource",
+        "name": name,
+        "label": label,
+        "query": plugin,
+        "hide": 0,
+        "refresh": 1,
+        "regex": "",
+        "multi": False,
+        "includeAll": False,
+        "options": [],
         "skipUrlSync": False,
-    }  # fmt: skip
+    }
 
 
 def query_variable(
@@ -222,11 +251,22 @@ def query_variable(
 ) -> Json:
     """Values from a query: PromQL's label_values(...) or SQL (`__value` / `__text` columns)."""
     return {
-        "type": "query", "name": name, "label": label, "description": description,
-        "datasource": datasource, "query": dedent_sql(query), "definition": dedent_sql(query),
-        "refresh": 2, "regex": "", "sort": sort, "multi": multi, "includeAll": include_all,
-        "hide": hide, "options": [], "skipUrlSync": False,
-    }  # fmt: skip
+        "type": "query",
+        "name": name,
+        "label": label,
+        "description": description,
+        "datasource": datasource,
+        "query": dedent_sql(query),
+        "definition": dedent_sql(query),
+        "refresh": 2,
+        "regex": "",
+        "sort": sort,
+        "multi": multi,
+        "includeAll": include_all,
+        "hide": hide,
+        "options": [],
+        "skipUrlSync": False,
+    }
 
 
 def sql_annotation(name: str, color: str, raw_sql: str, enable: bool = True) -> Json:
@@ -235,12 +275,22 @@ def sql_annotation(name: str, color: str, raw_sql: str, enable: bool = True) -> 
     Grafana's schema requires the built-in source's fields in every annotation target (limit,
     matchAny, tags, type: its defaults here, as Grafana writes them); the SQL source ignores
     them."""
-    target = {**sql(raw_sql), "refId": "Anno", "limit": 100, "matchAny": False, "tags": [],
-              "type": "dashboard"}  # fmt: skip
+    target = {
+        **sql(raw_sql),
+        "refId": "Anno",
+        "limit": 100,
+        "matchAny": False,
+        "tags": [],
+        "type": "dashboard",
+    }
     return {
-        "name": name, "datasource": POSTGRES, "enable": enable, "hide": False,
-        "iconColor": color, "target": target,
-    }  # fmt: skip
+        "name": name,
+        "datasource": POSTGRES,
+        "enable": enable,
+        "hide": False,
+        "iconColor": color,
+        "target": target,
+    }
 
 
 BUILT_IN_ANNOTATIONS: Json = {
@@ -293,7 +343,7 @@ def dashboard(
                 "keepTime": True,
             },
             *links,
-        ],  # fmt: skip
+        ],
         "annotations": {"list": [BUILT_IN_ANNOTATIONS, *annotations]},
         "templating": {"list": list(variables)},
         "panels": layout(panels),
@@ -303,7 +353,14 @@ def dashboard(
 def link(title: str, url: str, tooltip: str = "") -> Json:
     """A dashboard link to a URL (variables in it are interpolated by Grafana)."""
     return {
-        "title": title, "type": "link", "url": url, "tooltip": tooltip, "icon": "dashboard",
-        "tags": [], "asDropdown": False, "targetBlank": False, "includeVars": False,
+        "title": title,
+        "type": "link",
+        "url": url,
+        "tooltip": tooltip,
+        "icon": "dashboard",
+        "tags": [],
+        "asDropdown": False,
+        "targetBlank": False,
+        "includeVars": False,
         "keepTime": False,
-    }  # fmt: skip
+    }

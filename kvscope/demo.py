@@ -165,20 +165,26 @@ class LabDemo:
                     _, totals, _ = _map_of(collector, r.name)
                     done = len(r.resets)
                     future = pool.submit(
-                        httpx.post, f"{api}/replicas/{r.name}/reset", params={"mode": mode},
-                        headers={"Authorization": f"Bearer {token}"}, timeout=30,
-                    )  # fmt: skip
+                        httpx.post,
+                        f"{api}/replicas/{r.name}/reset",
+                        params={"mode": mode},
+                        headers={"Authorization": f"Bearer {token}"},
+                        timeout=30,
+                    )
                     while not future.done():
                         r.apply_pending(timeout=0.02)
                     response = future.result()
                     response.raise_for_status()
                     # The engine's own record of the reset, when the request reached it.
                     record = r.resets[-1] if len(r.resets) > done else None
-                    asked.append(Asked(
-                        int(response.json()["id"]), (totals.blocks, totals.hittable),
-                        None if record is None else record.running_before,
-                        None if record is None else record.held_blocks_before,
-                    ))  # fmt: skip
+                    asked.append(
+                        Asked(
+                            int(response.json()["id"]),
+                            (totals.blocks, totals.hittable),
+                            None if record is None else record.running_before,
+                            None if record is None else record.held_blocks_before,
+                        )
+                    )
             advance(WARM_S + (len(MODES) - 1) * GAP_S + TAIL_S)
         for r in self.replicas:
             if r.pending_events:
@@ -194,8 +200,10 @@ class LabDemo:
             same = counts == truth and degraded is None
             exact &= same
             verdict = "[green]equals[/]" if same else "[red]DIFFERS FROM[/]"
-            console.print(f"{r.name}: the map {verdict} vLLM's BlockPool.cached_block_hash_to_block"
-                          f" at seq {r.last_seq} ({len(truth)} hashes)")  # fmt: skip
+            console.print(
+                f"{r.name}: the map {verdict} vLLM's BlockPool.cached_block_hash_to_block"
+                f" at seq {r.last_seq} ({len(truth)} hashes)"
+            )
         return exact
 
 
@@ -210,8 +218,12 @@ class CaptureDemo:
             stack.callback(source.close)
 
     def config(self) -> Config:
-        return Config([ReplicaConfig(n, s.endpoint, replay=s.replay_endpoint)
-                       for n, s in zip(NAMES, self.sources, strict=True)])  # fmt: skip
+        return Config(
+            [
+                ReplicaConfig(n, s.endpoint, replay=s.replay_endpoint)
+                for n, s in zip(NAMES, self.sources, strict=True)
+            ]
+        )
 
     def run(self, collector: Collector, writer: StoreWriter, api: str, token: str) -> list[Asked]:
         for source in self.sources:
@@ -241,13 +253,19 @@ class CaptureDemo:
             sid = stream_id(conn, name)
             arrived = max(held.batch.recv_ts for held in batch_log.held_at(conn, sid, seq))
             request_id = conn.execute(
-                insert(t).values(
-                    replica=name, requested_at=arrived, requested_by=f"recording {CAPTURE}",
-                    mode=reset["mode"], external=bool(reset.get("reset_external", False)),
-                    outcome="success" if reset["result"] else "refused", http_status=None,
+                insert(t)
+                .values(
+                    replica=name,
+                    requested_at=arrived,
+                    requested_by=f"recording {CAPTURE}",
+                    mode=reset["mode"],
+                    external=bool(reset.get("reset_external", False)),
+                    outcome="success" if reset["result"] else "refused",
+                    http_status=None,
                     detail=f"recorded at {reset['sim_t']:.2f} s (simulated), step {reset['step']}",
-                ).returning(t.c.id)
-            ).scalar_one()  # fmt: skip
+                )
+                .returning(t.c.id)
+            ).scalar_one()
         return Asked(int(request_id), None, reset["running_before"], reset["held_blocks_before"])
 
     def check(self, collector: Collector, console: Console) -> bool:
@@ -262,9 +280,11 @@ class CaptureDemo:
             same = counts == expected and degraded is None
             exact &= same
             verdict = "[green]equals[/]" if same else "[red]DIFFERS FROM[/]"
-            console.print(f"{name}: the map {verdict} vLLM's BlockPool.cached_block_hash_to_block"
-                          f" at seq {truth['published_through_seq']} (recorded, "
-                          f"{len(expected)} hashes)")  # fmt: skip
+            console.print(
+                f"{name}: the map {verdict} vLLM's BlockPool.cached_block_hash_to_block"
+                f" at seq {truth['published_through_seq']} (recorded, "
+                f"{len(expected)} hashes)"
+            )
         return exact
 
 
@@ -283,8 +303,10 @@ def _finish(
     png, page = write_report(linked or resets, out)
     engine.dispose()
     console.print(f"report: {page} ({png.name}); store: {store}")
-    console.print(f"again: kvscope report --store {store} --reset "
-                  f"{','.join(str(d.id) for d in linked or resets)} --out {out}")  # fmt: skip
+    console.print(
+        f"again: kvscope report --store {store} --reset "
+        f"{','.join(str(d.id) for d in linked or resets)} --out {out}"
+    )
 
 
 def _urls(console: Console, api: str) -> None:
@@ -304,20 +326,27 @@ def run_demo(console: Console, options: DemoOptions) -> int:
     started = time.monotonic()
     with ExitStack() as stack:
         demo: LabDemo | CaptureDemo = (LabDemo if lab else CaptureDemo)(stack, options.speed)
-        what = ("two lab replicas (vLLM's real scheduler, simulated time)" if lab
-                else f"the bundled capture {CAPTURE} played as two replicas")  # fmt: skip
+        what = (
+            "two lab replicas (vLLM's real scheduler, simulated time)"
+            if lab
+            else f"the bundled capture {CAPTURE} played as two replicas"
+        )
         console.print(f"[bold]kvscope demo[/]: {what}: {', '.join(NAMES)}")
         config = demo.config()
         settings = api_settings(config, token)
         base_id = max_reset_id(open_store(store))
         with running_pipeline(replace(config, store=StoreConfig(store))) as (collector, writer):
             assert writer is not None
-            app = create_app(ApiData(collector=collector, engine=writer.engine, writer=writer),
-                             settings)  # fmt: skip
+            app = create_app(
+                ApiData(collector=collector, engine=writer.engine, writer=writer), settings
+            )
             with serving_api(app, options.port) as api:
                 _urls(console, api)
-                _wait(lambda: all(collector.is_connected(s) for s in collector.ingests), 20,
-                      "the collector to connect")  # fmt: skip
+                _wait(
+                    lambda: all(collector.is_connected(s) for s in collector.ingests),
+                    20,
+                    "the collector to connect",
+                )
                 asked = demo.run(collector, writer, api, token)
                 exact = demo.check(collector, console)
                 # Recovery points are queued as the streams pass them: the table reads them

@@ -33,8 +33,10 @@ def _why(a: Asked, request: Any, window: float) -> str:
     """Why a request made no clear, from what was recorded; never guessed."""
     what = f"#{request.id} {request.replica} {request.mode} {request.outcome}"
     if request.outcome == "refused" and a.running is not None:
-        return (f"{what}: {a.running} requests running, holding {a.held} blocks "
-                "(vLLM resets only when no block is held)")  # fmt: skip
+        return (
+            f"{what}: {a.running} requests running, holding {a.held} blocks "
+            "(vLLM resets only when no block is held)"
+        )
     if request.outcome == "success":
         return f"{what}, but no clear arrived within {window:g} s"
     return f"{what}: {request.detail or 'no detail'}"
@@ -55,8 +57,18 @@ def reset_table(
         padding=0,  # the box's blank divider parts the columns: the table fits 80 columns
         caption_justify="left",
     )
-    for column in ("asked", "mode", "outcome", "clear", "before", "+1s", "+10s", "+60s",
-                   "50%", "90%"):  # fmt: skip
+    for column in (
+        "asked",
+        "mode",
+        "outcome",
+        "clear",
+        "before",
+        "+1s",
+        "+10s",
+        "+60s",
+        "50%",
+        "90%",
+    ):
         table.add_column(column, no_wrap=True)
     notes = []
     for a in asked:

@@ -120,13 +120,21 @@ def serve(
     """Collector, store and API in one process: the embedded default (SQLite, 127.0.0.1)."""
     api_token = checked_token(api_token)
     config = load_config(
-        config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes,
-        metrics, api_url,
-    )  # fmt: skip
+        config_file,
+        replica,
+        replay,
+        dp_ranks,
+        topic,
+        replay_timeout,
+        max_message_bytes,
+        metrics,
+        api_url,
+    )
     config = with_store_flags(config, store, shard, spill_bytes, spill_dir)
     with running_pipeline(config) as (collector, writer):
-        data = ApiData(collector=collector, engine=None if writer is None else writer.engine,
-                       writer=writer)  # fmt: skip
+        data = ApiData(
+            collector=collector, engine=None if writer is None else writer.engine, writer=writer
+        )
         app = create_app(primed(data), api_settings(config, api_token))
         logger.warning("kvscope API on http://%s:%d (docs at /docs)", host, port)
         run_uvicorn(app, host, port, collector, writer)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates dashboards/schema/grafana-*.schema.json: Grafana's own dashboard schema as JSON
-# Schema, for tests/test_dashboards.py (which reads the committed files: no npm there).
+# Schema, for tests/test_dashboards_schema.py (which reads the committed files: no npm there).
 #
 # Source: the TypeScript that Grafana generates from its CUE kinds and publishes in the npm
 # package @grafana/schema (Apache-2.0), converted by ts-json-schema-generator. Both are pinned,

@@ -99,12 +99,16 @@ def _stored_behind(conn: Connection, row: Row[Any], tracker: RecoveryTracker) ->
     rr = schema.reset_recovery
     stored = conn.execute(
         select(
-            rr.c.offset_s, rr.c.blocks, rr.c.hittable, rr.c.orphans,
-            rr.c.share_blocks_back, rr.c.share_tokens_back,
+            rr.c.offset_s,
+            rr.c.blocks,
+            rr.c.hittable,
+            rr.c.orphans,
+            rr.c.share_blocks_back,
+            rr.c.share_tokens_back,
         )
         .where(rr.c.reset_id == row.id)
         .order_by(rr.c.offset_s)
-    ).all()  # fmt: skip
+    ).all()
     mine = [
         (p.offset_s, p.blocks, p.hittable, p.orphans, p.share_blocks_back, p.share_tokens_back)
         for p in tracker.points

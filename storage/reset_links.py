@@ -67,7 +67,8 @@ def linked_request(reset: Row[Any], requests: Requests, window: float) -> Row[An
 def linked_request_sql(window: float, reset: str = "r", stream: str = "s", as_: str = "q") -> str:
     """`linked_request` as a LEFT JOIN of `reset_requests AS {as_}` (NULLs when none), after
     `FROM resets {reset} JOIN streams {stream}`: plain SQL that PostgreSQL and SQLite both run,
-    for the dashboards. `tests/test_dashboards.py` checks it pairs as `linked_request` does."""
+    for the dashboards. `tests/test_dashboards_names.py` checks it pairs as `linked_request`
+    does."""
     arrived = f"COALESCE({reset}.recv_ts, {reset}.ts)"
     return f"""
     LEFT JOIN reset_requests {as_} ON {as_}.id = (

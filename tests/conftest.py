@@ -15,6 +15,14 @@ from hypothesis.configuration import set_hypothesis_home_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
+# vLLM on CPU and offline, before any test module imports it (as scripts/test.sh sets them).
+for _name, _value in (
+    ("VLLM_TARGET_DEVICE", "cpu"),
+    ("HF_HUB_OFFLINE", "1"),
+    ("TRANSFORMERS_OFFLINE", "1"),
+):
+    os.environ.setdefault(_name, _value)
+
 # Hypothesis keeps nothing in the checkout (.hypothesis/: examples, constants): no test writes
 # there.
 _HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="kvscope-hypothesis-")

@@ -24,7 +24,8 @@ from kvscope.collector.sink import MapReader, NullSink, Span
 from kvscope.collector.snapshot import encode_map
 from kvscope.collector.types import AllCleared, Batch, BlocksRemoved, BlocksStored, StreamId
 from kvscope.collector.wire import BatchDecoder, table_key
-from tests.test_wire_fast import MAX_BS, SETTINGS, batch, encoded
+from tests.wire_fast_strategies import SETTINGS, batch, encoded
+from tests.wire_fast_support import MAX_BS
 
 E = msgspec.msgpack.encode
 STREAM = StreamId("r", 0)

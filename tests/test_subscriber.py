@@ -2,7 +2,7 @@
 
 The publisher here is a few lines of pyzmq speaking vLLM's framing, because these cases need
 frames vLLM never sends (malformed, oversize, the pre-0.26 replay layout). The map against
-vLLM's own publisher is proven in test_vllm_integration.py.
+vLLM's own publisher is proven in test_vllm_integration_*.py.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from kvscope.collector.errors import MalformedKind, MalformedPayload
 from kvscope.collector.limits import IngestLimits
 from kvscope.collector.types import AllCleared, BlocksRemoved, BlocksStored, TableKey
 from kvscope.collector.wire import BatchDecoder
-from tests.test_wire_fast import SETTINGS, batch, encoded
+from tests.wire_fast_strategies import SETTINGS, batch, encoded
 
 E = msgspec.msgpack.encode
 GOOD = {"type": "BlockStored", "block_hashes": [1, 2], "token_ids": [5] * 32, "block_size": 16}

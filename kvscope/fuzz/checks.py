@@ -140,22 +140,27 @@ def after_stop(log_path: Path, result: FuzzResult) -> None:
 
 def summary(result: FuzzResult) -> str:
     t = result.tally
-    lines = [f"hostile messages: {t.sent.total()} ({t.hostile_bytes / 2**20:.1f} MiB), "
-             f"honest batches: {t.honest_messages} on each replica"]  # fmt: skip
+    lines = [
+        f"hostile messages: {t.sent.total()} ({t.hostile_bytes / 2**20:.1f} MiB), "
+        f"honest batches: {t.honest_messages} on each replica"
+    ]
     lines += [f"  {cls:<14} {n:>8}" for cls, n in sorted(t.sent.items())]
     live = result.malformed.get(HOSTILE, {})
     lines.append(f"malformed counted (hostile): {sum(live.values())}")
     lines += [f"  {kind:<22} {n:>8}" for kind, n in sorted(live.items())]
     before, after, peak = result.rss_kib
-    lines.append(f"serve RSS: {before / 1024:.1f} MiB before, {after / 1024:.1f} MiB after "
-                 f"(+{(after - before) / 1024:.1f}), peak {peak / 1024:.1f} MiB")  # fmt: skip
+    lines.append(
+        f"serve RSS: {before / 1024:.1f} MiB before, {after / 1024:.1f} MiB after "
+        f"(+{(after - before) / 1024:.1f}), peak {peak / 1024:.1f} MiB"
+    )
     lines.append(f"store writer queue at the end: {result.store_queue_rows:.0f} rows")
     if result.drained is not None:
         waited, rss = result.drained
         lines.append(f"  emptied {waited:.1f} s later; serve RSS then {rss / 1024:.1f} MiB")
     end = f"degraded ({result.hostile_degraded})" if result.hostile_degraded else "known"
-    lines.append(f"hostile at the end: {end}; "
-                 f"every taint before the last clear: {result.clean_end}")  # fmt: skip
+    lines.append(
+        f"hostile at the end: {end}; every taint before the last clear: {result.clean_end}"
+    )
     lines.append(f"wall time: {result.wall_s:.1f} s; serve exit: {result.exit_code}")
     lines += [f"note: {n}" for n in result.notes]
     lines += [f"FAILED: {f}" for f in result.failures] or ["result: PASS"]

@@ -92,8 +92,16 @@ class _Serve:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "serve.log"
-        command = [sys.executable, "-m", "kvscope.cli", "serve", "--store",
-                   f"sqlite:///{workdir / 'fuzz.sqlite'}", "--port", str(self.port)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "kvscope.cli",
+            "serve",
+            "--store",
+            f"sqlite:///{workdir / 'fuzz.sqlite'}",
+            "--port",
+            str(self.port),
+        ]
         for name, endpoint in endpoints.items():
             command += ["--replica", f"{name}={endpoint}"]
         self._log = self.log_path.open("wb")
@@ -226,15 +234,26 @@ def _fuzz(options: FuzzOptions) -> FuzzResult:
 
 
 def _run(
-    serve: _Serve, pubs: dict[str, _Publisher], plan: Interleaving, options: FuzzOptions,
+    serve: _Serve,
+    pubs: dict[str, _Publisher],
+    plan: Interleaving,
+    options: FuzzOptions,
     result: FuzzResult,
-) -> None:  # fmt: skip
+) -> None:
     deadline = time.monotonic() + options.timeout_s
     _until("/readyz", min(deadline, time.monotonic() + 120), lambda: _ready(serve), serve)
-    _until("both subscriptions", deadline,
-           lambda: all(p.take_subscriptions() for p in pubs.values()), serve)  # fmt: skip
-    _until("both streams connected", deadline,
-           lambda: all(serve.rank(n)["connected"] for n in pubs), serve)  # fmt: skip
+    _until(
+        "both subscriptions",
+        deadline,
+        lambda: all(p.take_subscriptions() for p in pubs.values()),
+        serve,
+    )
+    _until(
+        "both streams connected",
+        deadline,
+        lambda: all(serve.rank(n)["connected"] for n in pubs),
+        serve,
+    )
     rss_before = serve.rss_kib()
     options.log(f"serve pid {serve.proc.pid} ready at {serve.url}, RSS {rss_before} KiB")
     in_flight = in_bytes = sent = 0
@@ -271,8 +290,12 @@ def _drain(serve: _Serve, options: FuzzOptions, result: FuzzResult) -> None:
     a leak."""
     started = time.monotonic()
     try:
-        _until("the store's queue to empty", started + options.drain_s,
-               lambda: checks.store_queue_rows(serve.get("/metrics").text) == 0, serve)  # fmt: skip
+        _until(
+            "the store's queue to empty",
+            started + options.drain_s,
+            lambda: checks.store_queue_rows(serve.get("/metrics").text) == 0,
+            serve,
+        )
     except TimeoutError:
         result.notes.append(f"the store's queue did not empty in {options.drain_s:.0f} s")
         return
@@ -284,8 +307,12 @@ def _sync(serve: _Serve, plan: Interleaving, deadline: float) -> None:
     honest one its last seq, the hostile one where the oracle is, last seq and refusals (a
     batch it refused, a seq that went back too soon, moves no seq)."""
     honest_seq, oracle = plan.tally.honest_last_seq, plan.oracle
-    _until(f"{HONEST} to reach seq {honest_seq}", deadline,
-           lambda: serve.rank(HONEST)["last_seq"] == honest_seq, serve)  # fmt: skip
+    _until(
+        f"{HONEST} to reach seq {honest_seq}",
+        deadline,
+        lambda: serve.rank(HONEST)["last_seq"] == honest_seq,
+        serve,
+    )
     want = (oracle.last_seq, dict(oracle.counters.malformed))
 
     def caught_up() -> bool:

@@ -77,19 +77,41 @@ def map_rows(prefix_map: PrefixMap) -> MapRows:
                 None if e.parent is None else show_hash(e.parent, table.raw_parent(e.hash), signed)
             )
             tokens = None if e.token_ids is None else tuple(e.token_ids)
-            rows.append((show_hash(e.hash, e.raw_hash, signed), key.medium, key.group, e.count,
-                         parent, e.hittable, table.block_size, tokens, e.lora_name,
-                         e.first_stored, e.last_stored))  # fmt: skip
+            rows.append(
+                (
+                    show_hash(e.hash, e.raw_hash, signed),
+                    key.medium,
+                    key.group,
+                    e.count,
+                    parent,
+                    e.hittable,
+                    table.block_size,
+                    tokens,
+                    e.lora_name,
+                    e.first_stored,
+                    e.last_stored,
+                )
+            )
     return sorted(rows, key=repr)
 
 
 def api_rows(items: list[dict[str, Any]]) -> MapRows:
     rows = [
-        (i["hash"], i["medium"], i["group"], i["count"], i["parent"], i["hittable"],
-         i["block_size"], None if i["token_ids"] is None else tuple(i["token_ids"]),
-         i["lora_name"], i["first_stored"], i["last_stored"])
+        (
+            i["hash"],
+            i["medium"],
+            i["group"],
+            i["count"],
+            i["parent"],
+            i["hittable"],
+            i["block_size"],
+            None if i["token_ids"] is None else tuple(i["token_ids"]),
+            i["lora_name"],
+            i["first_stored"],
+            i["last_stored"],
+        )
         for i in items
-    ]  # fmt: skip
+    ]
     return sorted(rows, key=repr)
 
 

@@ -23,15 +23,52 @@ Builder = Callable[[random.Random, list[Event]], bytes]
 
 HUGE_INTS = (2**63, 2**64 - 1, -1, -(2**63), 2**63 - 1, 2**32, -(2**31))
 HOSTILE_VALUES: tuple[object, ...] = (
-    None, True, False, 0, -1, *HUGE_INTS, 1.5, math.nan, math.inf, -math.inf, "", "GPU" * 40,
-    b"", b"\xff" * 100, [], [None], [[]], [[[[1]]]], {}, {"a": 1}, {1: 2}, [2**64 - 1] * 3,
-    [-1], [1.5], ["a"], [True], [b"x" * 65], Raw(b"\xa2\xff\xfe"), Raw(float32(math.nan)),
-    Ext(1, b"abcd"), Ext(-1, b"\x00" * 12),
-)  # fmt: skip
+    None,
+    True,
+    False,
+    0,
+    -1,
+    *HUGE_INTS,
+    1.5,
+    math.nan,
+    math.inf,
+    -math.inf,
+    "",
+    "GPU" * 40,
+    b"",
+    b"\xff" * 100,
+    [],
+    [None],
+    [[]],
+    [[[[1]]]],
+    {},
+    {"a": 1},
+    {1: 2},
+    [2**64 - 1] * 3,
+    [-1],
+    [1.5],
+    ["a"],
+    [True],
+    [b"x" * 65],
+    Raw(b"\xa2\xff\xfe"),
+    Raw(float32(math.nan)),
+    Ext(1, b"abcd"),
+    Ext(-1, b"\x00" * 12),
+)
 STORED_FIELDS = (
-    "type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium",
-    "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window",
-)  # fmt: skip
+    "type",
+    "block_hashes",
+    "parent_block_hash",
+    "token_ids",
+    "block_size",
+    "lora_id",
+    "medium",
+    "lora_name",
+    "extra_keys",
+    "group_idx",
+    "kv_cache_spec_kind",
+    "kv_cache_spec_sliding_window",
+)
 REMOVED_FIELDS = ("type", "block_hashes", "medium", "group_idx")
 DEEP = (2_000, 20_000, 200_000)
 
@@ -45,8 +82,14 @@ def _stored(rng: random.Random, real: list[Event]) -> Event:
     if stored:
         return dict(rng.choice(stored))
     size = 16
-    return {"type": "BlockStored", "block_hashes": [rng.getrandbits(64)], "parent_block_hash": None,
-            "token_ids": [1] * size, "block_size": size, "medium": "GPU"}  # fmt: skip
+    return {
+        "type": "BlockStored",
+        "block_hashes": [rng.getrandbits(64)],
+        "parent_block_hash": None,
+        "token_ids": [1] * size,
+        "block_size": size,
+        "medium": "GPU",
+    }
 
 
 def _removed(rng: random.Random, real: list[Event]) -> Event:
@@ -97,8 +140,17 @@ def nil_field(rng: random.Random, real: list[Event]) -> bytes:
 
 def huge_int(rng: random.Random, real: list[Event]) -> bytes:
     event = _stored(rng, real)
-    field = rng.choice(("block_hashes", "parent_block_hash", "token_ids", "block_size",
-                        "group_idx", "lora_id", "rank"))  # fmt: skip
+    field = rng.choice(
+        (
+            "block_hashes",
+            "parent_block_hash",
+            "token_ids",
+            "block_size",
+            "group_idx",
+            "lora_id",
+            "rank",
+        )
+    )
     value = rng.choice(HUGE_INTS)
     if field == "rank":
         return _batch([event], rank=value)
@@ -112,8 +164,20 @@ def huge_int(rng: random.Random, real: list[Event]) -> bytes:
 
 
 def bad_ts(rng: random.Random, real: list[Event]) -> bytes:
-    ts = rng.choice((math.nan, math.inf, -math.inf, Raw(float32(math.nan)), Raw(float32(math.inf)),
-                     None, "1.0", b"\x00" * 8, [1.0], 2**64 - 1))  # fmt: skip
+    ts = rng.choice(
+        (
+            math.nan,
+            math.inf,
+            -math.inf,
+            Raw(float32(math.nan)),
+            Raw(float32(math.inf)),
+            None,
+            "1.0",
+            b"\x00" * 8,
+            [1.0],
+            2**64 - 1,
+        )
+    )
     return _batch([_stored(rng, real)], ts=ts)
 
 

@@ -21,23 +21,18 @@ import httpx
 import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import Engine
-from sqlalchemy.exc import OperationalError
 
 from kvscope.api.app import create_app
 from kvscope.api.context import ApiSettings
 from kvscope.api.data import ApiData
 from kvscope.api.schemas import LookupResponse
-from kvscope.collector.capture import read_capture
 from kvscope.collector.endpoints import replica_streams
-from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.metrics import METRICS
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
 from kvscope.lab.ports import free_port
 from kvscope.storage.engine import open_store
 from kvscope.storage.writer import StoreSettings, StoreWriter
-from tests.conftest import capture_path
 from tests.vllm_source import Source
 
 pytestmark = pytest.mark.vllm
@@ -327,144 +322,3 @@ def test_prefixes_diff_and_series(stack: Stack) -> None:
     series = get(stack, "/replicas/r1/series", metric="stores", step=1).json()
     assert series["series"] and sum(p["value"] for p in series["series"][0]["points"]) > 0
     assert get(stack, "/replicas/r1/series", metric="nope").status_code == 422
-
-
-def _link_store(
-    path: Path,
-    clears: list[tuple[int, float, float]],
-    requests: list[tuple[float, str, str]],
-    restarts: frozenset[int] = frozenset(),
-) -> Engine:
-    """A store of replica "lab": clears (seq, engine ts, recv_ts), requests (at, mode, outcome);
-    the clears whose seq is in `restarts` are engine restarts."""
-    from sqlalchemy import insert
-
-    from kvscope.storage import schema
-
-    engine = open_store(f"sqlite:///{path / 's.sqlite'}")
-    with engine.begin() as conn:
-        sid = conn.execute(
-            insert(schema.streams).values(replica="lab", rank=0)
-        ).inserted_primary_key
-        common = {
-            "stream_id": sid[0], "epoch": 0, "degraded": False, "before_blocks": 5,
-            "before_hittable": 5, "before_orphans": 0, "before_tokens": 80, "before": b"",
-        }  # fmt: skip
-        for seq, ts, recv_ts in clears:
-            reason = "restart" if seq in restarts else "all_blocks_cleared"
-            conn.execute(
-                insert(schema.resets).values(
-                    seq=seq, ts=ts, recv_ts=recv_ts, reason=reason, **common
-                )
-            )
-        for at, mode, outcome in requests:
-            conn.execute(
-                insert(schema.reset_requests).values(
-                    replica="lab", requested_at=at, requested_by="t", mode=mode, external=False,
-                    outcome=outcome, http_status=200, detail="",
-                )
-            )  # fmt: skip
-    return engine
-
-
-def test_a_reset_request_links_by_the_collectors_clock_not_the_engines(tmp_path: Path) -> None:
-    """A lab's batches carry simulated time: the clear is matched by when it arrived."""
-    from fastapi.testclient import TestClient
-
-    now = time.time()
-    engine = _link_store(tmp_path, [(7, now + 5000, now + 1)], [(now, "keep", "success")])
-    client = TestClient(create_app(ApiData(engine=engine)))
-    (reset,) = client.get("/resets").json()
-    assert reset["mode"] == "keep" and reset["request"]["mode"] == "keep"
-
-
-def test_the_demos_links_are_the_apis(tmp_path: Path) -> None:
-    """`clears_by_request` (the demo's table) and GET /resets link by the same rule."""
-    from fastapi.testclient import TestClient
-
-    from kvscope.storage.reset_links import clears_by_request
-
-    now = time.time()
-    engine = _link_store(
-        tmp_path,
-        [(3, 3, now + 1), (9, 9, now + 12), (20, 20, now + 500)],
-        [(now, "default", "refused"), (now + 0.5, "preempt", "success"),
-         (now + 10, "keep", "success")],
-    )  # fmt: skip
-    with engine.connect() as conn:
-        links = clears_by_request(conn, ApiSettings().link_window_s)
-    client = TestClient(create_app(ApiData(engine=engine)))
-    api: dict[int, list[int]] = {}
-    for reset in client.get("/resets").json():
-        if reset["request"] is not None:
-            api.setdefault(reset["request"]["id"], []).append(reset["id"])
-    # The refused request made no clear; the last clear came long after any request.
-    assert links == api == {2: [1], 3: [2]}
-
-
-def test_a_restart_soon_after_a_request_is_not_its_reset(tmp_path: Path) -> None:
-    """Only an AllBlocksCleared is what a reset request made; a restart empties the cache too,
-    but of its own accord."""
-    from fastapi.testclient import TestClient
-
-    from kvscope.storage.reset_links import clears_by_request
-
-    now = time.time()
-    engine = _link_store(
-        tmp_path,
-        [(4, 4, now + 1), (1, 5, now + 2)],
-        [(now, "keep", "success"), (now + 1.5, "preempt", "success")],
-        restarts=frozenset({1}),
-    )
-    with engine.connect() as conn:
-        links = clears_by_request(conn, ApiSettings().link_window_s)
-    assert links == {1: [1]}  # the restart (reset 2) follows request 2 closely, yet is no link
-    client = TestClient(create_app(ApiData(engine=engine)))
-    by_reason = {reset["reason"]: reset for reset in client.get("/resets").json()}
-    assert by_reason["restart"]["request"] is None and by_reason["restart"]["mode"] is None
-    assert by_reason["all_blocks_cleared"]["request"]["id"] == 1
-
-
-class StoreRefusesWrites:
-    """The writer's engine while the store takes no writes (reads still work)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    def begin(self) -> object:
-        raise OperationalError("BEGIN", {}, ConnectionError("store unreachable"))
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.engine, name)
-
-
-def test_an_instant_the_lagging_writer_may_not_have_stored_is_said_to_be_unknown(
-    tmp_path: Path,
-) -> None:
-    records = list(read_capture(capture_path("lab_3rps_180s.msgpack.gz")))
-    engine = open_store(f"sqlite:///{tmp_path / 's.sqlite'}")
-    writer = StoreWriter(engine, StoreSettings(retry_initial_s=0.05, retry_max_s=0.05))
-    lab = StreamId("lab", 0)
-    ingest = StreamIngest(lab, can_replay=False, sink=writer)
-    half = len(records) // 2
-    for record in records[:half]:
-        ingest.live_frames(record.frames, record.recv_ts)
-    assert writer.flush()
-    early_ts, early = ingest.map.counters.last_ts, ingest.map.counts()
-    writer.engine = StoreRefusesWrites(engine)  # type: ignore[assignment]
-    for record in records[half:]:
-        ingest.live_frames(record.frames, record.recv_ts)
-    data = ApiData(engine=engine, writer=writer)
-    try:
-        lagging = data.map_at(lab, ingest.map.counters.last_ts)
-        assert any("writer is behind" in reason for reason in lagging.unknown_because)
-        assert lagging.seq < ingest.last_seq  # what the store holds, and it says so
-        # Batches stamped after an instant are stored: that instant is whole.
-        past = data.map_at(lab, early_ts - 5)
-        assert not past.unknown_because
-    finally:
-        writer.engine = engine
-    caught_up = data.map_at(lab, ingest.map.counters.last_ts)
-    assert caught_up.unknown_because == [] and caught_up.map.counts() == ingest.map.counts()
-    assert data.map_at(lab, early_ts).map.counts() == early
-    writer.close()
