@@ -39,7 +39,8 @@ from kvscope.collector.subscriber import Collector
 from kvscope.demo import _bundled
 from kvscope.serve import api_server
 from kvscope.storage.engine import open_store
-from kvscope.storage.writer import StoreSettings, StoreWriter
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
 
 
 def build(replicas: int, store: str) -> tuple[Collector, StoreWriter, list[list[CaptureRecord]]]:

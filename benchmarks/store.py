@@ -35,7 +35,8 @@ from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
-from kvscope.storage.writer import StoreSettings, StoreWriter
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest import make_stream

@@ -36,7 +36,7 @@ from kvscope.collector.endpoints import StreamEndpoint, replica_streams
 from kvscope.collector.subscriber import CollectorSettings
 from kvscope.storage.engine import DEFAULT_STORE
 from kvscope.storage.redact import has_userinfo, redact
-from kvscope.storage.writer import StoreSettings
+from kvscope.storage.store_settings import StoreSettings
 
 
 class ConfigError(ValueError):

@@ -34,7 +34,8 @@ from kvscope.storage.reset_links import LINK_WINDOW_S, linked_modes, resets_quer
 from kvscope.storage.retention import DAY, Pruner, Retention, prune
 from kvscope.storage.scrape import MetricsScraper
 from kvscope.storage.shards import ShardConflict, claim_streams
-from kvscope.storage.writer import StoreSettings, StoreWriter
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
 from kvscope.tables import TableData, show_table
 
 DEFAULT_STORE = _DEFAULT_STORE

@@ -20,9 +20,10 @@ from kvscope.storage.engine import store_down
 from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.rows import Row
 from kvscope.storage.sql_writer import Prepared, RowWriter, droppable
+from kvscope.storage.store_settings import StoreSettings
 
 if TYPE_CHECKING:
-    from kvscope.storage.writer import StoreSettings, WriterStats
+    from kvscope.storage.writer import WriterStats
 
 logger = logging.getLogger("kvscope.storage.writer")
 

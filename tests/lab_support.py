@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,10 +16,10 @@ from kvscope.collector.discovery import discover
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
 from kvscope.lab.replica import LabReplica
+from tests.vllm_integration_support import wait_for
 
 pytestmark = pytest.mark.vllm
 
-SYNC_TIMEOUT_S = 10.0
 BLOCK = 16
 
 
@@ -43,18 +41,6 @@ def start_collector(replica: LabReplica) -> tuple[Collector, StreamId]:
         lambda: f"{stream} ready",
     )
     return collector, stream
-
-
-def wait_for(collector: Collector, condition: Callable[[], bool], what: Callable[[], str]) -> None:
-    deadline = time.monotonic() + SYNC_TIMEOUT_S
-    while True:
-        with collector.lock:
-            if condition():
-                return
-        if time.monotonic() > deadline:
-            with collector.lock:
-                raise AssertionError(f"timed out waiting for {what()}")
-        time.sleep(0.002)
 
 
 def assert_exact(collector: Collector, stream: StreamId, replica: LabReplica) -> int:

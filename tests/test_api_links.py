@@ -17,7 +17,8 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
 from kvscope.storage.engine import open_store
-from kvscope.storage.writer import StoreSettings, StoreWriter
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
 
 pytestmark = pytest.mark.vllm

@@ -32,7 +32,8 @@ from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
 from kvscope.lab.ports import free_port
 from kvscope.storage.engine import open_store
-from kvscope.storage.writer import StoreSettings, StoreWriter
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
 from tests.vllm_source import Source
 
 pytestmark = pytest.mark.vllm

@@ -23,7 +23,8 @@ from kvscope.collector.endpoints import replica_streams
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.dashboards.model import Json
 from kvscope.storage.engine import open_store
-from kvscope.storage.writer import StoreSettings, StoreWriter
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
 from tests.dashboards_stack import (
     LabVllm,
     Stack,

@@ -33,7 +33,8 @@ from kvscope.demo import _bundled
 from kvscope.lab.ports import free_port
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
-from kvscope.storage.writer import StoreSettings, StoreWriter
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
 from tests.conftest import collector_time
 
 REPLICA = "lab"

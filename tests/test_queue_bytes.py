@@ -16,7 +16,8 @@ from kvscope.storage import schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.spill import Spill
-from kvscope.storage.writer import StoreSettings, StoreWriter
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
 
 STREAM = StreamId("lab", 0)

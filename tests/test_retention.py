@@ -9,7 +9,7 @@ from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import NotInStore, position_at_time, rebuild, stream_id
 from kvscope.storage.retention import Retention, prune
-from kvscope.storage.writer import StoreSettings
+from kvscope.storage.store_settings import StoreSettings
 from tests.test_store import STREAM, ingest_capture
 
 

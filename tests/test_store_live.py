@@ -18,7 +18,8 @@ from kvscope.lab.ports import free_port
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, position_at_time, rebuild, stream_id
-from kvscope.storage.writer import StoreSettings, StoreWriter
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
 from tests.vllm_source import ResetOdds, Source
 
 pytestmark = pytest.mark.vllm

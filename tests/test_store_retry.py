@@ -22,7 +22,8 @@ from kvscope.collector.types import StreamId
 from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
-from kvscope.storage.writer import StoreSettings, StoreWriter
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
 
 STREAM = StreamId("lab", 0)

@@ -12,7 +12,8 @@ from kvscope.collector.sink import ResumePoint
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
-from kvscope.storage.writer import StoreSettings, StoreWriter
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
 from tests.test_ingest import CLEAR, frames, payload, remove, store
 
 STREAM = StreamId("roll", 0)

@@ -1,0 +1,51 @@
+"""How the store's writer queues, spills, batches, checkpoints and retries (storage/writer.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvscope.storage.recovery import DEFAULT_OFFSETS_S
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    queue_rows: int = 50_000
+    """Batch, rollup and checkpoint rows that may wait for the store; past this they are
+    dropped (counted; dropped batches are marked incomplete in the store). The rare rows
+    (epochs, resets, recoveries, intervals) always wait: dropping them would lose what matters."""
+    queue_bytes: int = 512 << 20
+    """Bytes (payloads, map snapshots) of the rows waiting in memory past which droppable rows
+    go to the spill, or are dropped: a publisher's large batches cannot fill memory either."""
+    rare_bytes: int = 256 << 20
+    """Past this many bytes held in memory, rare rows (a reset carries its map) wait in the
+    spill file, even past `spill_bytes`: they are never dropped. Without a spill they stay."""
+    spill_bytes: int = 1 << 30
+    """What the queue cannot hold goes to a local file up to this size (storage/spill.py),
+    drained in order once the store answers: only past it are batches dropped. 0: no spill."""
+    spill_dir: str | None = None
+    """Where that file lives (anonymous, removed at exit); None: the system's temp folder."""
+    rows_per_transaction: int = 5_000
+    linger_s: float = 1.0
+    """How long the writer lets fewer than `rows_per_transaction` rows wait for more: a
+    transaction and a log chunk per second, not per few batches, at a replica's usual rates
+    (small chunks compress poorly). What waits is lost by a crash only until the restart asks
+    the replay socket for it."""
+    checkpoint_log_ratio: float = 3.0
+    """Checkpoint once the log received since the last checkpoint (its payloads' bytes as
+    received) is this many times that checkpoint's size on disk.
+
+    This bounds both costs: rebuilding an instant replays at most this many checkpoints' worth
+    of log, and checkpoints take a known share of the writer's work. In benchmarks/store.py (a
+    100k-block map): 3.0 rebuilds in a median of 63-70 ms and keeps the store at 0.50-0.59x
+    memory-only ingest; 2.0 rebuilds in ~43 ms at 0.45-0.49x; 4.0 takes ~95 ms."""
+    checkpoint_every_batches: int = 20_000
+    """A checkpoint at least this often (in batches), whatever the sizes."""
+    gil_switch_interval_s: float | None = 0.0005
+    """Set as the process's GIL switch interval (`sys.setswitchinterval`) unless it is already
+    shorter; None leaves it. The writer thread lets go of the GIL for each compression and SQL
+    call; taking it back from a busy ingest thread waits out the interval (CPython's default 5
+    ms), which cost the writer about as much as its own work (benchmarks/store.py)."""
+    retry_initial_s: float = 0.2
+    retry_max_s: float = 5.0
+    recovery_offsets_s: tuple[float, ...] = DEFAULT_OFFSETS_S
+    shard: str | None = None
