@@ -95,6 +95,8 @@ class StateCollector(PromCollector):
             st = writer.stats
             f["kvscope_store_queue_rows"].add_metric([], writer.queue_depth)
             f["kvscope_store_spill_bytes"].add_metric([], writer.spill_bytes)
+            f["kvscope_store_queue_bytes"].add_metric([], writer.memory_bytes)
+            f["kvscope_store_rare_spilled_rows_total"].add_metric([], writer.rare_spilled_total)
             f["kvscope_store_spilled_rows_total"].add_metric([], writer.spilled_rows_total)
             f["kvscope_store_dropped_batches_total"].add_metric([], st.batches_dropped)
             f["kvscope_store_write_seconds_total"].add_metric([], st.write_seconds_total)

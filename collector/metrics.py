@@ -116,6 +116,18 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec("kvscope_store_queue_rows", "gauge", "Rows waiting for the store.", ()),
     MetricSpec(
+        "kvscope_store_queue_bytes",
+        "gauge",
+        "Bytes of the rows waiting in memory (payloads, map snapshots); bounded by queue_bytes.",
+        (),
+    ),
+    MetricSpec(
+        "kvscope_store_rare_spilled_rows_total",
+        "counter",
+        "Resets and other rare rows that waited on disk past the spill's cap (never dropped).",
+        (),
+    ),
+    MetricSpec(
         "kvscope_store_writer_up",
         "gauge",
         "1 while the store's writer thread runs; 0 once it stopped by itself (see /readyz).",

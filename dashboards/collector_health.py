@@ -194,15 +194,17 @@ def _store() -> list[Json]:
             [
                 prom(f"max({kv('kvscope_store_queue_rows')})", "rows waiting"),
                 prom(f"max({kv('kvscope_store_spill_bytes')})", "spill file", "B"),
+                prom(f"max({kv('kvscope_store_queue_bytes')})", "in memory", "C"),
             ],
-            description="Rows waiting for the store's writer thread (in memory or spilled), and "
-            "the bytes waiting in the local spill file that takes the queue's overflow during "
-            "an outage; only past the spill's cap are batches dropped (and the log marked "
-            "incomplete).",
+            description="Rows waiting for the store's writer thread (in memory or spilled), the "
+            "bytes of those held in memory (bounded by the store's queue_bytes), and the bytes "
+            "waiting in the local spill file that takes the queue's overflow during an outage; "
+            "only past the spill's cap are batches dropped (and the log marked incomplete). "
+            "Resets are never dropped: past rare_bytes they wait on disk.",
             unit="short",
             min_value=0,
             w=8,
-            overrides=[override("spill file", unit="bytes")],
+            overrides=[override("spill file", unit="bytes"), override("in memory", unit="bytes")],
         ),
         timeseries(
             "Store write latency",
@@ -226,6 +228,11 @@ def _store() -> list[Json]:
                     f"sum(rate({kv('kvscope_store_spilled_rows_total')}[{RATE}]))",
                     "spilled rows",
                     "D",
+                ),
+                prom(
+                    f"sum(rate({kv('kvscope_store_rare_spilled_rows_total')}[{RATE}]))",
+                    "resets waiting on disk",
+                    "F",
                 ),
                 prom(
                     f"sum(rate({kv('kvscope_store_rows_refused_total')}[{RATE}]))",

@@ -7,8 +7,13 @@ import json
 import sqlite3
 from pathlib import Path
 
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 
+from kvscope.api.app import create_app
+from kvscope.api.context import ApiSettings
+from kvscope.api.data import ApiData
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
@@ -83,6 +88,18 @@ def test_the_spill_hands_back_a_bounded_number_of_bytes_at_a_time(tmp_path: Path
     assert len(first) + 1 + sum(map(len, rest)) == 100
 
 
+def _store_gauges(writer: StoreWriter) -> dict[str, float]:
+    """The store's own samples from /metrics (read without the store: it is locked)."""
+    client = TestClient(create_app(ApiData(engine=writer.engine, writer=writer), ApiSettings()))
+    text = client.get("/metrics").text
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("kvscope_store_")
+    }
+
+
 def test_the_writer_counts_payload_and_map_bytes_against_the_bounds(tmp_path: Path) -> None:
     """StoreWriter hands each row's size to the queue. While the store cannot be written (a
     real SQLite file locked by another connection, which the writer waits out), 5.7 MB of
@@ -115,6 +132,9 @@ def test_the_writer_counts_payload_and_map_bytes_against_the_bounds(tmp_path: Pa
         assert held <= 2 * bound + (1 << 20)
         assert writer.stats.batches_dropped > len(records) // 2
         assert writer.rare_spilled_total > 0
+        exported = _store_gauges(writer)
+        assert exported["kvscope_store_queue_bytes"] == writer.memory_bytes > 0
+        assert exported["kvscope_store_rare_spilled_rows_total"] == writer.rare_spilled_total
     finally:
         lock.rollback()
         lock.close()
