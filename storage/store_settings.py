@@ -22,6 +22,9 @@ class StoreSettings:
     spill_bytes: int = 1 << 30
     """What the queue cannot hold goes to a local file up to this size (storage/spill.py),
     drained in order once the store answers: only past it are batches dropped. 0: no spill."""
+    trim_after_bytes: int = 64 << 20
+    """Once the rows in memory reached this many bytes and then drained, the freed heap is
+    handed back to the OS (storage/heap_trim.py): RSS falls back after an outage."""
     spill_dir: str | None = None
     """Where that file lives (anonymous, removed at exit); None: the system's temp folder."""
     rows_per_transaction: int = 5_000

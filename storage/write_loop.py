@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.storage.engine import store_down
+from kvscope.storage.heap_trim import rss_bytes, trim_heap
 from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.rows import Row
 from kvscope.storage.sql_writer import Prepared, RowWriter, droppable
@@ -44,21 +45,47 @@ class WriteLoop:
         self.stats = stats
         self.failure: str | None = None
         self._refusals = RateLimitedLog(logger)
+        self._held_peak = 0
+        """The most bytes held in memory since the heap was last trimmed."""
         self.thread = threading.Thread(target=self._run, name="kvscope-store-writer", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
         try:
             while (rows := self.queue.take(self.settings.rows_per_transaction)) is not None:
+                # Before `done`: what was just taken still counts as held.
+                self._held_peak = max(self._held_peak, self.queue.memory_bytes)
                 started = time.perf_counter()
                 droppable = self._write_rows(rows)
                 self.stats.write_seconds_total += time.perf_counter() - started
                 self.stats.rows_written += len(rows)
                 self.stats.transactions += 1
                 self.queue.done(droppable)
+                self._trim_after_backlog()
         except Exception as exc:  # said, not hidden: see `failure`
             self.failure = f"{type(exc).__name__}: {exc}"
             logger.exception("the store writer stopped: %s", self.failure)
+
+    def _trim_after_backlog(self) -> None:
+        """A backlog past `trim_after_bytes` has drained (to a sixteenth of it, since rows
+        keep coming): hand the heap it used back to the OS, once per backlog."""
+        limit = self.settings.trim_after_bytes
+        if self._held_peak < limit or self.queue.memory_bytes > limit // 16:
+            return
+        if self.queue.spill_active:
+            return
+        before = rss_bytes()
+        self._held_peak = 0
+        if not trim_heap():
+            return
+        self.stats.heap_trims += 1
+        after = rss_bytes()
+        if before is not None and after is not None:
+            logger.info(
+                "store backlog drained; heap handed back: RSS %.0f -> %.0f MiB",
+                before / 2**20,
+                after / 2**20,
+            )
 
     def _write_rows(self, rows: list[Row]) -> int:
         """Write `rows` in one transaction, waiting out a store that is down; the number of

@@ -83,6 +83,8 @@ class WriterStats:
     """Rows the store refused for good (left out, logged): a hole, said in the metrics."""
     last_error: str | None = None
     write_seconds_total: float = 0.0
+    heap_trims: int = 0
+    """Times a drained backlog's freed heap was handed back to the OS."""
 
 
 class StoreWriter:
