@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
+from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.sink import (
     AppliedBatch,
     ClearedMap,
@@ -93,6 +94,7 @@ class StoreWriter:
     def __init__(self, engine: Engine, settings: StoreSettings | None = None) -> None:
         self.settings = settings or StoreSettings()
         self.stats = WriterStats()
+        self._drop_log = RateLimitedLog(logger)
         self._spill: Spill[Row] | None = (
             Spill(self.settings.spill_bytes, self.settings.spill_dir)
             if self.settings.spill_bytes > 0
@@ -130,7 +132,7 @@ class StoreWriter:
         if not self._queue.put(
             (stream, epoch, batch.seq, batch.ts, batch.recv_ts, payload), True, len(payload)
         ):
-            self._note_drop(state, epoch, batch.seq, batch.ts)
+            self._note_drop(batch.stream, state, epoch, batch.seq, batch.ts)
         elif state.dropped_from is not None:
             self._close_drop(stream, state)
         state.batches_since_checkpoint += 1
@@ -327,12 +329,20 @@ class StoreWriter:
         self._queue.put(row, False, nbytes)
         self._queue.hurry()
 
-    def _note_drop(self, state: _StreamState, epoch: int, seq: int, ts: float) -> None:
+    def _note_drop(
+        self, stream: StreamId, state: _StreamState, epoch: int, seq: int, ts: float
+    ) -> None:
         """Batch times (engine clock) bound the hole: instants are asked for in that clock."""
         self.stats.batches_dropped += 1
         if state.dropped_from is None:
             state.dropped_from = (epoch, seq, ts)
-            logger.warning("store queue full: dropping batches from seq %d (counted)", seq)
+            # One line per interval for all streams: an outage overflows every stream at once.
+            self._drop_log.warning(
+                "queue_full",
+                "store queue full: dropping batches of %s from seq %d (counted)",
+                stream,
+                seq,
+            )
         state.dropped_to = (seq, ts)
         state.force_checkpoint = True
 
