@@ -21,6 +21,10 @@ The file lists replicas and collector settings:
     spill_bytes = 1073741824
     spill_dir = "/var/lib/kvscope/spill"
 
+    [fleet]                                 # publishers that connect: kvscope/fleet_config.py
+    bind = "tcp://0.0.0.0:5557"
+    replay_template = "tcp://{ip}:5558"
+
 Flags and their environment variables win over the file.
 """
 
@@ -33,7 +37,9 @@ from typing import Any
 
 from kvscope.collector.discovery import DiscoveryError, discover
 from kvscope.collector.endpoints import StreamEndpoint, replica_streams
+from kvscope.collector.fleet import FleetError, FleetSettings
 from kvscope.collector.subscriber import CollectorSettings
+from kvscope.fleet_config import fleet_section
 from kvscope.storage.engine import DEFAULT_STORE
 from kvscope.storage.redact import has_userinfo, redact
 from kvscope.storage.store_settings import StoreSettings
@@ -96,6 +102,8 @@ class Config:
     replicas: list[ReplicaConfig] = field(default_factory=list)
     collector: CollectorSettings = field(default_factory=CollectorSettings)
     store: StoreConfig = field(default_factory=StoreConfig)
+    fleet: FleetSettings | None = None
+    """Publishers that connect to one bound address (collector/fleet.py); None: no fleet."""
 
 
 def parse_replica_flag(spec: str) -> tuple[str, str]:
@@ -111,10 +119,15 @@ def load_file(path: Path) -> Config:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"config file {path}: {exc}") from exc
+    try:
+        fleet = fleet_section(data["fleet"]) if "fleet" in data else None
+    except FleetError as exc:
+        raise ConfigError(str(exc)) from exc
     return Config(
         replicas=[_replica(entry, i) for i, entry in enumerate(data.get("replica", []))],
         collector=_collector(data.get("collector", {})),
         store=_store(data.get("store", {})),
+        fleet=fleet,
     )
 
 
