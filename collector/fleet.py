@@ -46,6 +46,8 @@ class FleetSettings:
     replay, a gap leaves the map degraded. The DP rank is added to its port, as vLLM does."""
     gone_after_s: float = DEFAULT_GONE_AFTER_S
     """A publisher silent this long is shown as gone (kept, and revived if it speaks again)."""
+    dp_ranks: int = 1
+    """Ports bound, from `bind`'s up: vLLM's DP rank r connects to the given port + r."""
     max_publishers: int = DEFAULT_MAX_PUBLISHERS
     """Streams registered at most: topics past it are refused, so hostile topics cannot grow
     memory without bound."""

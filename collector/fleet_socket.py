@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 import zmq
 
+from kvscope.collector.endpoints import offset_port
 from kvscope.collector.fleet import FleetSettings
 from kvscope.collector.fleet_router import FleetRouter
 from kvscope.collector.sockets import (
@@ -40,7 +41,8 @@ class FleetSocket:
         sub.setsockopt(zmq.MAXMSGSIZE, settings.max_message_bytes)
         sub.setsockopt(zmq.RCVHWM, settings.rcvhwm)
         sub.setsockopt(zmq.LINGER, 0)
-        sub.bind(self.settings.bind)
+        for rank in range(self.settings.dp_ranks):  # one socket; the batch names the rank
+            sub.bind(offset_port(self.settings.bind, rank))
         self.sub, self.read = sub, message_reader(sub)
 
     def gone_now(self, stream: StreamSockets, now: float) -> bool:

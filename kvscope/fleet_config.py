@@ -6,6 +6,7 @@ topic_pattern = 'kv@(?P<ip>[^@]+):(?P<port>\\d+)@(?P<model>.+)'
 replica_format = "{ip}:{port}"
 replay_template = "tcp://{ip}:5558"
 gone_after_s = 60.0
+dp_ranks = 1                             # binds bind's port .. + dp_ranks - 1
 max_publishers = 4096
 """
 
@@ -74,7 +75,7 @@ def fleet_section(section: Any) -> FleetSettings:
     for key, value in section.items():
         if key in _TEXT:
             valid, expected = isinstance(value, str) and value != "", "a non-empty string"
-        elif key == "max_publishers":
+        elif key in ("max_publishers", "dp_ranks"):
             valid = isinstance(value, int) and not isinstance(value, bool) and value >= 1
             expected = "a count >= 1"
         else:
@@ -120,6 +121,7 @@ def fleet_with_flags(
             replica_format=base.replica_format if replica_format is None else replica_format,
             replay_template=base.replay_template if replay_template is None else replay_template,
             gone_after_s=base.gone_after_s if gone_after_s is None else gone_after_s,
+            dp_ranks=base.dp_ranks,
             max_publishers=base.max_publishers,
         )
     )

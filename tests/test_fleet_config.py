@@ -42,6 +42,7 @@ def test_the_fleet_section_is_read(tmp_path: Path) -> None:
         ("[fleet]\nbind = 5557\n", "bind has value 5557"),
         ("[fleet]\nbind = 'tcp://*:1'\ngone_after_s = 0\n", "gone_after_s has value 0"),
         ("[fleet]\nbind = 'tcp://*:1'\nmax_publishers = true\n", "max_publishers has value True"),
+        ("[fleet]\nbind = 'tcp://*:1'\ndp_ranks = 0\n", "dp_ranks has value 0"),
         ("[fleet]\nbind = 'tcp://*:1'\ntopic_pattern = '(?P<ip'\n", "topic pattern"),
         ("[fleet]\nbind = 'tcp://*:1'\nreplay_template = 'tcp://{pod}:1'\n", r"\['pod'\]"),
         ("[fleet]\nbind = '0.0.0.0:5557'\n", "expected tcp://HOST:PORT"),

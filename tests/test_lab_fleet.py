@@ -20,7 +20,7 @@ from kvscope.collector.fleet import FleetSettings
 from kvscope.collector.fleet_router import Refusal
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
-from kvscope.lab.ports import free_port
+from kvscope.lab.ports import free_port, free_port_run
 from kvscope.lab.replica import LabReplica
 from kvscope.lab.settings import EngineSettings
 from kvscope.lab.workload import WorkloadSpec
@@ -159,3 +159,38 @@ def test_topics_the_pattern_does_not_read_are_counted(stack: ExitStack) -> None:
     with collector.lock:
         assert router.router.refused[Refusal.UNMATCHED] >= 3
         assert collector.ingests == {} and collector.up
+
+
+def test_the_dp_ranks_of_one_pod_are_streams_of_their_own(stack: ExitStack) -> None:
+    """vLLM's rank r connects to the bound port + r, under the pod's one topic; the rank is
+    read from each batch, and the replay endpoint is the template's + r."""
+    bind, replay = free_port_run(2), free_port_run(2)
+    collector = Collector(
+        [],
+        settings=CollectorSettings(replay_timeout_s=2.0),
+        fleet=FleetSettings(tcp(bind), replay_template="tcp://{ip}:{port}", dp_ranks=2),
+    )
+    collector.start()
+    stack.callback(collector.stop)
+    topic = f"kv@127.0.0.1:{replay}@lab"
+    ranks = {}
+    for rank in (0, 1):
+        replica = LabReplica(
+            f"dp{rank}",
+            WorkloadSpec(rate=4.0, seed=40 + rank),
+            EngineSettings(topic=topic),
+            rank=rank,
+            replay_port=replay,
+            http_port=None,
+            publish_to=tcp(bind),
+        )
+        stack.callback(replica.close)
+        ranks[StreamId(f"127.0.0.1:{replay}", rank)] = replica
+    for replica in ranks.values():
+        replica.run_for(3.0)
+    for stream, replica in ranks.items():
+        registered(collector, stream)
+        assert_exact(collector, stream, replica)
+    with collector.lock:
+        assert set(collector.ingests) == set(ranks)
+        assert all(i.counters.rank_mismatches == 0 for i in collector.ingests.values())
