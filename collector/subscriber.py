@@ -71,7 +71,7 @@ class Collector:
         `kvscope_collector_up` and the exit status say so."""
 
     def _new_ingest(self, spec: StreamEndpoint) -> StreamIngest:
-        return StreamIngest(
+        ingest = StreamIngest(
             spec.stream,
             can_replay=spec.replay_endpoint is not None,
             replay_timeout_s=self.settings.replay_timeout_s,
@@ -79,6 +79,8 @@ class Collector:
             tail_check_after_s=self.settings.tail_check_after_s,
             sink=self._sink,
         )
+        ingest.engine = spec.engine
+        return ingest
 
     def resume(self, point: ResumePoint) -> None:
         """Start `point.stream` where a store left off (before `start`)."""

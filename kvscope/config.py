@@ -30,6 +30,7 @@ Flags and their environment variables win over the file.
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -37,6 +38,7 @@ from typing import Any
 
 from kvscope.collector.discovery import DiscoveryError, discover
 from kvscope.collector.endpoints import StreamEndpoint, replica_streams
+from kvscope.collector.engine_kind import ENGINES, Engine
 from kvscope.collector.fleet import FleetError, FleetSettings
 from kvscope.collector.subscriber import CollectorSettings
 from kvscope.fleet_config import fleet_section
@@ -60,6 +62,8 @@ class ReplicaConfig:
     """vLLM's /metrics URL: scraped into the store (hit rate, TTFT, preemptions...)."""
     api: str | None = None
     """vLLM's API server URL (for resets); an http(s) `endpoint` is used when this is unset."""
+    engine: Engine | None = None
+    """"vllm" or "sglang"; unset: told by the stream's batches."""
 
     @property
     def api_url(self) -> str | None:
@@ -84,7 +88,8 @@ class ReplicaConfig:
                     f"replica {self.name!r}: {redact(endpoint)} has a user or password, which "
                     "ZMQ endpoints cannot carry (tcp://HOST:PORT)"
                 )
-        return replica_streams(self.name, self.endpoint, self.replay, self.dp_ranks, self.topic)
+        streams = replica_streams(self.name, self.endpoint, self.replay, self.dp_ranks, self.topic)
+        return [dataclasses.replace(s, engine=self.engine) for s in streams]
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,10 @@ def _replica(entry: Any, index: int) -> ReplicaConfig:
     unknown = set(entry) - known
     if unknown:
         raise ConfigError(f"replica {entry['name']!r}: unknown keys {sorted(unknown)}")
+    if entry.get("engine", "vllm") not in ENGINES:
+        raise ConfigError(
+            f"replica {entry['name']!r}: engine has value {entry['engine']!r}, not one of {ENGINES}"
+        )
     dp = entry.get("dp_ranks", 1)
     if not isinstance(dp, int) or dp < 1:
         raise ConfigError(f"replica {entry['name']!r}: dp_ranks has value {dp!r}, not a count >= 1")

@@ -76,3 +76,13 @@ def test_collect_refuses_a_template_the_pattern_cannot_fill() -> None:
     )
     assert result.exit_code == 2, result.output
     assert "replay template" in result.output and "host" in result.output
+
+
+def test_a_replicas_engine_is_configured_or_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[[replica]]\nname = "s"\nendpoint = "tcp://h:1"\nengine = "sglang"\n')
+    (replica,) = load_file(path).replicas
+    assert [s.engine for s in replica.streams()] == ["sglang"]
+    path.write_text('[[replica]]\nname = "s"\nendpoint = "tcp://h:1"\nengine = "trt"\n')
+    with pytest.raises(ConfigError, match="engine has value 'trt'"):
+        load_file(path)

@@ -91,6 +91,7 @@ def test_a_fleet_replica_is_served_goes_and_is_resumed_from_the_store(tmp_path: 
                 f"{name} at seq {last}",
             )
             assert rank["connected"] and rank["gone"] is False and rank["degraded"] is None
+            assert rank["engine"] == "vllm"
             gone = eventually(
                 lambda: (r := rank_of(url, name)) is not None and r["gone"] and r, "gone"
             )

@@ -6,9 +6,11 @@ import msgspec
 import pytest
 from vllm.distributed.kv_events import BlockStored, KVEventBatch
 
+from kvscope.collector.engine_kind import engine_of
 from kvscope.collector.fleet import FleetError, FleetSettings, TopicPattern, batch_rank
 from kvscope.collector.fleet_router import FleetRouter, Refusal
 from kvscope.collector.types import StreamId
+from kvscope.collector.wire import BatchDecoder
 
 pytestmark = pytest.mark.vllm
 
@@ -110,3 +112,10 @@ def test_the_router_counts_what_it_refuses() -> None:
         Refusal.NAME_TAKEN: 2,
         Refusal.FULL: 100,
     }
+
+
+def test_a_vllm_batch_tells_its_engine() -> None:
+    stored = payload(0)
+    events = BatchDecoder().decode(stored, 0).events
+    assert engine_of(stored, events) == "vllm"
+    assert engine_of(stored, []) is None

@@ -194,3 +194,4 @@ def test_the_dp_ranks_of_one_pod_are_streams_of_their_own(stack: ExitStack) -> N
     with collector.lock:
         assert set(collector.ingests) == set(ranks)
         assert all(i.counters.rank_mismatches == 0 for i in collector.ingests.values())
+        assert all(i.engine == "vllm" for i in collector.ingests.values())
