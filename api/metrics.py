@@ -49,6 +49,7 @@ class StateCollector(PromCollector):
                         s, float(collector.is_silent(stream, now))
                     )
                     f["kvscope_stream_degraded"].add_metric(s, float(ingest.degraded is not None))
+                    f["kvscope_stream_gone"].add_metric(s, float(collector.is_gone(stream)))
                     f["kvscope_stream_tail_unverified"].add_metric(
                         s, float(ingest.tail_unverified(now))
                     )
@@ -90,6 +91,11 @@ class StateCollector(PromCollector):
                     f["kvscope_ingest_replays_total"].add_metric([*s, "failed"], c.replays_failed)
                     f["kvscope_ingest_restarts_total"].add_metric(s, c.restarts)
                     f["kvscope_ingest_clears_total"].add_metric(s, m.clears)
+                fleet = collector.fleet
+                if fleet is not None:
+                    f["kvscope_fleet_publishers"].add_metric([], fleet.router.registered)
+                    for reason, n in fleet.router.refused.items():
+                        f["kvscope_fleet_refused_messages_total"].add_metric([reason.value], n)
         writer = self.data.writer
         if writer is not None:
             st = writer.stats

@@ -81,6 +81,8 @@ def _rank_status(ctx: ApiContext, stream: StreamId) -> RankStatus:
                 source="live",
                 connected=collector.is_connected(stream),
                 silent=collector.is_silent(stream),
+                gone=collector.is_gone(stream),
+                engine=ingest.engine,
                 epoch=ingest.epoch,
                 last_seq=ingest.last_seq,
                 last_batch_ts=batch_ts,

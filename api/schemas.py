@@ -31,6 +31,16 @@ class RankStatus(BaseModel):
     source: Literal["live", "store"]
     connected: bool | None = Field(description="None when only the store is known.")
     silent: bool | None
+    engine: Literal["vllm", "sglang"] | None = Field(
+        default=None,
+        description="The publishing engine: configured, or told by the stream's batches "
+        "(SGLang's carry cache_salt and session_id). None until a batch stores a block.",
+    )
+    gone: bool | None = Field(
+        default=None,
+        description="A fleet's publisher silent past gone_after_s: its map and history are "
+        "kept, and it is followed again when it speaks. None when only the store is known.",
+    )
     epoch: int
     last_seq: int | None
     last_batch_ts: float | None

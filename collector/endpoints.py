@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvscope.collector.engine_kind import Engine
 from kvscope.collector.types import StreamId
 
 
@@ -18,6 +19,8 @@ class StreamEndpoint:
     bind: bool
     replay_endpoint: str | None
     topic: bytes = b""
+    engine: Engine | None = None
+    """Configured; None: told by the stream's batches (collector/engine_kind.py)."""
 
 
 def offset_port(endpoint: str, rank: int) -> str:

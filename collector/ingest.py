@@ -20,6 +20,7 @@ import logging
 from collections import deque
 
 from kvscope.collector.degraded import Degradation, DegradedInterval
+from kvscope.collector.engine_kind import Engine, engine_of
 from kvscope.collector.errors import MalformedKind, MalformedPayload
 from kvscope.collector.ingest_errors import IngestErrors
 from kvscope.collector.prefix_map import PrefixMap
@@ -86,6 +87,8 @@ class StreamIngest(ReplayRules):
         """The next seq to apply; None until the stream's position is known."""
         self.last_seq: int | None = None
         self.last_message_at: float | None = None
+        self.engine: Engine | None = None
+        """"vllm" or "sglang": configured, else told by the first batch that stores a block."""
         self.restarts_at: deque[tuple[int, float]] = deque(maxlen=256)
         """(new epoch, receive time) of the last restarts noticed."""
         self._replay: Replay | None = None
@@ -279,6 +282,8 @@ class StreamIngest(ReplayRules):
             self._malformed(error.kind, seq, error.detail)
             if error.kind.loses_map_state:
                 self._degrade("event dropped", seq, seq, now)
+        if self.engine is None:
+            self.engine = engine_of(payload, batch.events)
         if batch.rank is not None and batch.rank != self.stream.rank:
             self.counters.rank_mismatches += 1
         sink, ts = self.sink, batch.ts

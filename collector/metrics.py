@@ -37,6 +37,25 @@ METRICS: tuple[MetricSpec, ...] = (
         STREAM,
     ),
     MetricSpec(
+        "kvscope_stream_gone",
+        "gauge",
+        "1 when a fleet's publisher was silent past gone_after_s (kept; 1 -> 0 when heard again).",
+        STREAM,
+    ),
+    MetricSpec(
+        "kvscope_fleet_publishers",
+        "gauge",
+        "Streams a fleet's bound socket registered (gone ones included), up to max_publishers.",
+        (),
+    ),
+    MetricSpec(
+        "kvscope_fleet_refused_messages_total",
+        "counter",
+        "Messages on a fleet's bound socket that no stream took, by reason (unmatched topic, "
+        "full, name_taken, frame_count).",
+        ("reason",),
+    ),
+    MetricSpec(
         "kvscope_stream_degraded", "gauge", "1 while the map is known to be incomplete.", STREAM
     ),
     MetricSpec(

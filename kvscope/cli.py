@@ -19,6 +19,13 @@ from kvscope.collector.playback import play_into
 from kvscope.collector.types import StreamId
 from kvscope.config import StoreConfig
 from kvscope.dashboards.cli import dashboards_app
+from kvscope.fleet_config import (
+    BindOpt,
+    GoneAfterOpt,
+    ReplayTemplateOpt,
+    ReplicaFormatOpt,
+    TopicPatternOpt,
+)
 from kvscope.lab.cli import register_lab
 from kvscope.options import (
     ConfigOpt,
@@ -33,6 +40,7 @@ from kvscope.options import (
     TopicOpt,
     fail,
     load_config,
+    with_fleet_flags,
     with_store_flags,
 )
 from kvscope.pipeline import exit_if_failed, failure, running_pipeline
@@ -97,12 +105,20 @@ def collect(
     shard: ShardOpt = None,
     spill_bytes: SpillBytesOpt = None,
     spill_dir: SpillDirOpt = None,
+    bind: BindOpt = None,
+    topic_pattern: TopicPatternOpt = None,
+    replica_format: ReplicaFormatOpt = None,
+    replay_template: ReplayTemplateOpt = None,
+    gone_after: GoneAfterOpt = None,
 ) -> None:
     """Subscribe to replicas' KV event streams and keep each one's prefix-cache map."""
     config = load_config(
         config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes, metrics
     )
     config = with_store_flags(config, store, shard, spill_bytes, spill_dir)
+    config = with_fleet_flags(
+        config, bind, topic_pattern, replica_format, replay_template, gone_after
+    )
     deadline = None if duration is None else time.monotonic() + duration
     pipeline = running_pipeline(config)
     with stop_on_signals() as stop, pipeline as (collector, writer):

@@ -21,11 +21,16 @@ The file lists replicas and collector settings:
     spill_bytes = 1073741824
     spill_dir = "/var/lib/kvscope/spill"
 
+    [fleet]                                 # publishers that connect: kvscope/fleet_config.py
+    bind = "tcp://0.0.0.0:5557"
+    replay_template = "tcp://{ip}:5558"
+
 Flags and their environment variables win over the file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -33,7 +38,10 @@ from typing import Any
 
 from kvscope.collector.discovery import DiscoveryError, discover
 from kvscope.collector.endpoints import StreamEndpoint, replica_streams
+from kvscope.collector.engine_kind import ENGINES, Engine
+from kvscope.collector.fleet import FleetError, FleetSettings
 from kvscope.collector.subscriber import CollectorSettings
+from kvscope.fleet_config import fleet_section
 from kvscope.storage.engine import DEFAULT_STORE
 from kvscope.storage.redact import has_userinfo, redact
 from kvscope.storage.store_settings import StoreSettings
@@ -54,6 +62,8 @@ class ReplicaConfig:
     """vLLM's /metrics URL: scraped into the store (hit rate, TTFT, preemptions...)."""
     api: str | None = None
     """vLLM's API server URL (for resets); an http(s) `endpoint` is used when this is unset."""
+    engine: Engine | None = None
+    """"vllm" or "sglang"; unset: told by the stream's batches."""
 
     @property
     def api_url(self) -> str | None:
@@ -78,7 +88,8 @@ class ReplicaConfig:
                     f"replica {self.name!r}: {redact(endpoint)} has a user or password, which "
                     "ZMQ endpoints cannot carry (tcp://HOST:PORT)"
                 )
-        return replica_streams(self.name, self.endpoint, self.replay, self.dp_ranks, self.topic)
+        streams = replica_streams(self.name, self.endpoint, self.replay, self.dp_ranks, self.topic)
+        return [dataclasses.replace(s, engine=self.engine) for s in streams]
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,8 @@ class Config:
     replicas: list[ReplicaConfig] = field(default_factory=list)
     collector: CollectorSettings = field(default_factory=CollectorSettings)
     store: StoreConfig = field(default_factory=StoreConfig)
+    fleet: FleetSettings | None = None
+    """Publishers that connect to one bound address (collector/fleet.py); None: no fleet."""
 
 
 def parse_replica_flag(spec: str) -> tuple[str, str]:
@@ -111,10 +124,15 @@ def load_file(path: Path) -> Config:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"config file {path}: {exc}") from exc
+    try:
+        fleet = fleet_section(data["fleet"]) if "fleet" in data else None
+    except FleetError as exc:
+        raise ConfigError(str(exc)) from exc
     return Config(
         replicas=[_replica(entry, i) for i, entry in enumerate(data.get("replica", []))],
         collector=_collector(data.get("collector", {})),
         store=_store(data.get("store", {})),
+        fleet=fleet,
     )
 
 
@@ -125,6 +143,10 @@ def _replica(entry: Any, index: int) -> ReplicaConfig:
     unknown = set(entry) - known
     if unknown:
         raise ConfigError(f"replica {entry['name']!r}: unknown keys {sorted(unknown)}")
+    if entry.get("engine", "vllm") not in ENGINES:
+        raise ConfigError(
+            f"replica {entry['name']!r}: engine has value {entry['engine']!r}, not one of {ENGINES}"
+        )
     dp = entry.get("dp_ranks", 1)
     if not isinstance(dp, int) or dp < 1:
         raise ConfigError(f"replica {entry['name']!r}: dp_ranks has value {dp!r}, not a count >= 1")

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from kvscope.collector.fleet import FleetError
 from kvscope.collector.ingest import DEFAULT_MAX_MESSAGE_BYTES
 from kvscope.config import (
     Config,
@@ -19,6 +20,7 @@ from kvscope.config import (
     load_file,
     parse_replica_flag,
 )
+from kvscope.fleet_config import fleet_with_flags
 
 err = Console(stderr=True)
 
@@ -168,3 +170,21 @@ def with_store_flags(
         spill_dir=file.spill_dir if spill_dir is None else spill_dir,
     )
     return dataclasses.replace(config, store=store)
+
+
+def with_fleet_flags(
+    config: Config,
+    bind: str | None,
+    topic_pattern: str | None,
+    replica_format: str | None,
+    replay_template: str | None,
+    gone_after: float | None,
+) -> Config:
+    """The file's [fleet] with each flag (or its environment variable) that was given on top."""
+    try:
+        fleet = fleet_with_flags(
+            config.fleet, bind, topic_pattern, replica_format, replay_template, gone_after
+        )
+    except FleetError as exc:
+        raise fail(str(exc)) from exc
+    return dataclasses.replace(config, fleet=fleet)

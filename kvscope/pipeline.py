@@ -9,7 +9,9 @@ from contextlib import contextmanager
 
 import typer
 
+from kvscope.collector.sink import ResumePoint
 from kvscope.collector.subscriber import Collector
+from kvscope.collector.types import StreamId
 from kvscope.config import Config, ConfigError
 from kvscope.options import err, fail
 from kvscope.storage.dangling import close_dangling_connections
@@ -24,27 +26,46 @@ FAILED_EXIT = 1
 restarts the process, and the store's resume takes over as after a kill -9)."""
 
 
+class StoreStarter:
+    """A stream starts where the store left it (`collector.fleet.StreamStarter`): at start-up
+    for configured replicas, when first heard for a fleet's publishers."""
+
+    def __init__(self, writer: StoreWriter) -> None:
+        self.writer = writer
+
+    def resume_point(self, stream: StreamId) -> ResumePoint | None:
+        close_dangling_connections(self.writer.engine, stream)
+        point = resume_point(self.writer.engine, stream)
+        if point is not None:
+            self.writer.resumed(point)  # the recovery window it left open, followed on
+        return point
+
+
 @contextmanager
 def running_pipeline(config: Config) -> Iterator[tuple[Collector, StoreWriter | None]]:
     """A running collector (resumed from `config.store`, when there is one) and its writer.
 
     On the way out the sockets close first, then the store is flushed.
     """
-    if not config.replicas:
-        raise fail("no replica: give --replica NAME=ENDPOINT or a --config file with [[replica]]")
+    if not config.replicas and config.fleet is None:
+        raise fail(
+            "no replica: give --replica NAME=ENDPOINT, --bind ADDRESS for a fleet, or a "
+            "--config file with [[replica]] or [fleet]"
+        )
     try:
         streams = [s for r in config.replicas for s in r.streams()]
     except ConfigError as exc:
         raise fail(str(exc)) from exc
     writer = open_writer(config.store, [s.stream for s in streams])
-    collector = Collector(streams, settings=config.collector, sink=writer)
-    if writer is not None:
+    starter = None if writer is None else StoreStarter(writer)
+    collector = Collector(
+        streams, settings=config.collector, sink=writer, fleet=config.fleet, starter=starter
+    )
+    if starter is not None:
         for stream in collector.ingests:
-            close_dangling_connections(writer.engine, stream)
-            point = resume_point(writer.engine, stream)
+            point = starter.resume_point(stream)
             if point is not None:
                 collector.resume(point)
-                writer.resumed(point)  # the recovery window it left open, followed on
     scrape_targets = {r.name: r.metrics for r in config.replicas if r.metrics}
     with closing_writer(writer, Retention()), scraping(writer, scrape_targets), collector:
         yield collector, writer

@@ -18,6 +18,13 @@ from kvscope.api.context import ApiSettings
 from kvscope.api.data import ApiData
 from kvscope.collector.subscriber import Collector
 from kvscope.config import Config
+from kvscope.fleet_config import (
+    BindOpt,
+    GoneAfterOpt,
+    ReplayTemplateOpt,
+    ReplicaFormatOpt,
+    TopicPatternOpt,
+)
 from kvscope.options import (
     ApiUrlOpt,
     ConfigOpt,
@@ -35,6 +42,7 @@ from kvscope.options import (
     checked_token,
     fail,
     load_config,
+    with_fleet_flags,
     with_store_flags,
 )
 from kvscope.pipeline import exit_if_failed, running_pipeline, watching
@@ -113,6 +121,11 @@ def serve(
     shard: ShardOpt = None,
     spill_bytes: SpillBytesOpt = None,
     spill_dir: SpillDirOpt = None,
+    bind: BindOpt = None,
+    topic_pattern: TopicPatternOpt = None,
+    replica_format: ReplicaFormatOpt = None,
+    replay_template: ReplayTemplateOpt = None,
+    gone_after: GoneAfterOpt = None,
     host: HostOpt = "127.0.0.1",
     port: PortOpt = DEFAULT_PORT,
     api_token: TokenOpt = None,
@@ -131,6 +144,9 @@ def serve(
         api_url,
     )
     config = with_store_flags(config, store, shard, spill_bytes, spill_dir)
+    config = with_fleet_flags(
+        config, bind, topic_pattern, replica_format, replay_template, gone_after
+    )
     with running_pipeline(config) as (collector, writer):
         data = ApiData(
             collector=collector, engine=None if writer is None else writer.engine, writer=writer

@@ -40,7 +40,9 @@ def stream_table(collector: Collector) -> Table:
             for key, s in stats.items():
                 name = key.medium if key.group == 0 else f"{key.medium}/g{key.group}"
                 tiers[name] = (s.blocks, s.hittable, s.orphans)
-            if ingest.degraded is not None:
+            if collector.is_gone(stream):
+                state = "[dim]gone[/]"  # a fleet's publisher, silent past gone_after_s
+            elif ingest.degraded is not None:
                 state = f"[red]degraded[/] ({ingest.degraded.reason})"
             elif ingest.replaying:
                 state = "[yellow]replaying[/]"

@@ -14,7 +14,8 @@ import msgspec
 import pytest
 
 from kvscope.collector.errors import MalformedPayload
-from kvscope.collector.types import AllCleared, BlocksRemoved, BlocksStored
+from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.types import AllCleared, BlocksRemoved, BlocksStored, StreamId
 from kvscope.collector.wire import BatchDecoder
 
 PAGE = 16
@@ -81,3 +82,16 @@ def test_unknown_event_and_fields_are_skipped_not_fatal() -> None:
     assert len(errors) == 1
     assert type(events[0]) is BlocksStored and events[0].hashes == [9]
     assert type(events[1]) is AllCleared
+
+
+def test_an_sglang_stream_is_told_by_its_fields() -> None:
+    ingest = StreamIngest(StreamId("s", 0), can_replay=False)
+    ingest.live_frames([b"", (0).to_bytes(8, "big"), batch([removed(1, "GPU")])], 1.0)
+    assert ingest.engine is None  # nothing stored yet: nothing to tell by
+    tokens = list(range(PAGE))
+    ingest.live_frames([b"", (1).to_bytes(8, "big"), batch([stored(-2, None, tokens, None)])], 2.0)
+    assert ingest.engine == "sglang" and ingest.counters.batches_applied == 2
+
+
+def batch(events: list[Any]) -> bytes:
+    return msgspec.msgpack.encode([1700000000.25, events, 0])

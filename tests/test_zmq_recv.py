@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from kvscope.collector import _zmq_recv, subscriber
-from kvscope.collector.subscriber import message_reader, recv_message
+from kvscope.collector import _zmq_recv, sockets
+from kvscope.collector.sockets import message_reader, recv_message
 
 MESSAGES = [
     [b"", (7).to_bytes(8, "big"), b"\x93\xcb" + bytes(900)],
@@ -89,7 +89,7 @@ def test_pyzmq_fallback_when_libzmq_is_not_found(
     pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pub, sub = pair
-    monkeypatch.setattr(subscriber._zmq_recv, "available", lambda: False)
+    monkeypatch.setattr(sockets._zmq_recv, "available", lambda: False)
     read = message_reader(sub)
     assert not isinstance(read, _zmq_recv.MessageReceiver)
     assert read() is None

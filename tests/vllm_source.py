@@ -272,9 +272,18 @@ class LossyForwarder:
     It subscribes to the publisher (`upstream`, e.g. `tcp://127.0.0.1:5557`) and republishes on
     `downstream` (e.g. `tcp://127.0.0.1:6000`, bound here) for the collector to connect to. The
     collector's replay endpoint should point at the publisher itself, which still has every batch.
+    `connect_mode`: the other way round, as in a fleet: it binds `upstream` (the publisher
+    connects to it) and connects to `downstream` (the collector's bound address).
     """
 
-    def __init__(self, upstream: str, downstream: str, drop: Callable[[int], bool]) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        downstream: str,
+        drop: Callable[[int], bool],
+        connect_mode: bool = False,
+    ) -> None:
+        self.connect_mode = connect_mode
         self.upstream = upstream
         self.downstream = downstream
         self.drop = drop
@@ -309,8 +318,13 @@ class LossyForwarder:
             sub.setsockopt(zmq.LINGER, 0)
             sub.setsockopt(zmq.SUBSCRIBE, b"")
             pub.setsockopt(zmq.LINGER, 0)
-            pub.bind(self.downstream)
-            sub.connect(self.upstream)
+            if self.connect_mode:  # no handshake to wait for: the publisher connects later
+                sub.bind(self.upstream)
+                pub.connect(self.downstream)
+                self._ready.set()
+            else:
+                pub.bind(self.downstream)
+                sub.connect(self.upstream)
             poller = zmq.Poller()
             poller.register(sub, zmq.POLLIN)
             poller.register(monitor, zmq.POLLIN)

@@ -136,16 +136,20 @@ class Engine:
         rank: int = 0,
         vocab: int = 32_000,
         token_seed: str = "kvscope-lab-tokens",
+        publish_to: str | None = None,
     ) -> None:
         """Build the scheduler and bind its publisher (`port` + `rank`, `replay_port` + `rank`;
-        0: chosen by the OS; `replay_port` None: no replay socket). Nothing is published yet."""
+        0: chosen by the OS; `replay_port` None: no replay socket), or connect it to
+        `publish_to` (a fleet's bound address). Nothing is published yet."""
         self.settings = settings or EngineSettings()
         self.rank = rank
         self.vocab = vocab
         self._model_dir = Path(tempfile.mkdtemp(prefix="kvscope-lab-model-"))
         try:
             write_model(self._model_dir)
-            built = build_scheduler(self.settings, self._model_dir, port, replay_port, rank)
+            built = build_scheduler(
+                self.settings, self._model_dir, port, replay_port, rank, publish_to=publish_to
+            )
         except BaseException:
             shutil.rmtree(self._model_dir, ignore_errors=True)
             raise

@@ -115,7 +115,7 @@ class BuiltScheduler:
     scheduler: Scheduler
     config: VllmConfig
     port: int
-    """The port the publisher bound (base port + rank)."""
+    """The port the publisher bound (base port + rank); 0 when it connects (`publish_to`)."""
     replay_port: int | None
 
 
@@ -126,8 +126,12 @@ def build_scheduler(
     replay_port: int | None = 0,
     rank: int = 0,
     timeout: float = 5.0,
+    publish_to: str | None = None,
 ) -> BuiltScheduler:
     """vLLM's Scheduler, its publisher bound to `port` + `rank` (and `replay_port` + `rank`).
+
+    `publish_to` (a concrete `tcp://host:port`): the publisher connects there instead, as in
+    a fleet (vLLM connects when the endpoint has no wildcard); its replay socket still binds.
 
     Ports 0: chosen by the OS, chosen again if another socket took one first. A given port
     still held by a closed publisher (libzmq closes asynchronously) is waited for.
@@ -135,11 +139,11 @@ def build_scheduler(
     deadline = time.monotonic() + timeout
     while True:
         # Bound ports: vLLM adds the rank to the base port it is given.
-        bound = port + rank if port else free_port()
+        bound = 0 if publish_to else port + rank if port else free_port()
         bound_replay = None
         if replay_port is not None:
             bound_replay = replay_port + rank if replay_port else free_port(exclude=[bound])
-        if port:
+        if port and not publish_to:
             wait_port_free(bound, timeout)
         if replay_port:
             assert bound_replay is not None
@@ -147,7 +151,7 @@ def build_scheduler(
         config = vllm_config(
             settings,
             model_dir,
-            f"tcp://*:{bound - rank}",
+            publish_to or f"tcp://*:{bound - rank}",
             None if bound_replay is None else f"tcp://*:{bound_replay - rank}",
             rank,
         )

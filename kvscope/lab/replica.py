@@ -79,6 +79,7 @@ class LabReplica(Driver):
         snapshot_every: float | None = 30.0,
         http_timeout_s: float = 30.0,
         preset: str | None = None,
+        publish_to: str | None = None,
     ) -> None:
         """Build the engine, bind its sockets, start its HTTP server; nothing runs yet.
 
@@ -87,6 +88,7 @@ class LabReplica(Driver):
         rank r does. `speed`: 1 runs in real time, 10 ten times faster, 0 as fast as possible.
         `record`: write the stream (as a SUB socket receives it) there at `close()`, with a
         JSON sidecar (`X.msgpack.gz` -> `X.json`). `preset`: its name, for the sidecar.
+        `publish_to`: the publisher connects to this bound address (a fleet) instead of binding.
         """
         started = time.monotonic()
         self.workload_spec = workload or WorkloadSpec()
@@ -111,6 +113,7 @@ class LabReplica(Driver):
             rank=rank,
             vocab=self.workload_spec.vocab,
             token_seed=f"kvscope-lab-tokens/{seed}/{stream}",
+            publish_to=publish_to,
         )
         try:
             metrics = ReplicaMetrics(built.vllm_config)

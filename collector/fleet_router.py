@@ -1,0 +1,92 @@
+"""Which stream a fleet's message belongs to: (topic, DP rank in the batch) -> a `StreamId`.
+
+Socket-free, like the ingest: the collector hands it each message from the fleet's bound SUB
+and registers a stream for each new route it returns. What it refuses is counted by reason
+and logged at most once per interval per reason (collector/ratelog.py), never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from kvscope.collector.fleet import FleetSettings, Publisher, TopicPattern, batch_rank
+from kvscope.collector.ratelog import RateLimitedLog
+from kvscope.collector.types import StreamId
+
+logger = logging.getLogger(__name__)
+
+
+class Refusal(StrEnum):
+    UNMATCHED = "unmatched"
+    """The topic does not match the fleet's topic pattern."""
+    FULL = "full"
+    """`max_publishers` streams are registered already."""
+    NAME_TAKEN = "name_taken"
+    """Another topic (or a configured replica) already has this replica name and rank."""
+    FRAME_COUNT = "frame_count"
+    """Not a [topic, seq, payload] message: no topic or batch to route it by."""
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    stream: StreamId
+    replay_endpoint: str | None
+    new: bool
+    """First heard: the collector registers the stream."""
+
+
+class FleetRouter:
+    def __init__(self, settings: FleetSettings, taken: Iterable[StreamId] = ()) -> None:
+        self.settings = settings
+        self.pattern = TopicPattern(settings)
+        self.refused: Counter[Refusal] = Counter()
+        self._routes: dict[tuple[bytes, int], StreamId] = {}
+        self._publishers: dict[bytes, Publisher] = {}
+        """Matched topics (at most one per registered stream): the regex runs once per topic."""
+        self._taken = set(taken)
+        self._log = RateLimitedLog(logger)
+
+    @property
+    def registered(self) -> int:
+        return len(self._routes)
+
+    def route(self, frames: list[bytes]) -> Route | None:
+        """The stream of one message, or None (counted) when it belongs to none."""
+        if len(frames) != 3:
+            self._refuse(Refusal.FRAME_COUNT, frames[0] if frames else b"")
+            return None
+        topic, _seq, payload = frames
+        rank = batch_rank(payload)
+        stream = self._routes.get((topic, rank))
+        if stream is not None:
+            return Route(stream, None, False)
+        publisher = self._publishers.get(topic) or self.pattern.match(topic)
+        if publisher is None:
+            self._refuse(Refusal.UNMATCHED, topic)
+            return None
+        if len(self._routes) >= self.settings.max_publishers:
+            self._refuse(Refusal.FULL, topic)
+            return None
+        stream = publisher.stream(rank)
+        if stream in self._taken:
+            self._refuse(Refusal.NAME_TAKEN, topic)
+            return None
+        self._publishers[topic] = publisher
+        self._routes[(topic, rank)] = stream
+        self._taken.add(stream)
+        return Route(stream, publisher.replay_endpoint(rank), True)
+
+    def _refuse(self, why: Refusal, topic: bytes) -> None:
+        self.refused[why] += 1
+        self._log.warning(
+            f"fleet:{why}",
+            "fleet %s: a message refused (%s), topic %r",
+            self.settings.bind,
+            why,
+            topic[:80],
+        )
+        return None

@@ -1,0 +1,121 @@
+"""A fleet's topics: the pattern, the replica name, the replay template, the rank, refusals."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from vllm.distributed.kv_events import BlockStored, KVEventBatch
+
+from kvscope.collector.engine_kind import engine_of
+from kvscope.collector.fleet import FleetError, FleetSettings, TopicPattern, batch_rank
+from kvscope.collector.fleet_router import FleetRouter, Refusal
+from kvscope.collector.types import StreamId
+from kvscope.collector.wire import BatchDecoder
+
+pytestmark = pytest.mark.vllm
+
+BIND = "tcp://127.0.0.1:5557"
+
+
+def payload(rank: int | None) -> bytes:
+    """A batch as vLLM's publisher encodes it."""
+    event = BlockStored(
+        block_hashes=[1, 2],
+        parent_block_hash=None,
+        token_ids=list(range(32)),
+        block_size=16,
+        lora_id=None,
+        medium="GPU",
+        lora_name=None,
+    )
+    return msgspec.msgpack.encode(KVEventBatch(ts=1.0, events=[event], data_parallel_rank=rank))
+
+
+def message(topic: bytes, rank: int | None = 0, seq: int = 0) -> list[bytes]:
+    return [topic, seq.to_bytes(8, "big"), payload(rank)]
+
+
+def test_the_default_pattern_reads_llm_d_topics() -> None:
+    pattern = TopicPattern(FleetSettings(BIND, replay_template="tcp://{ip}:5558"))
+    found = pattern.match(b"kv@10.0.0.5:8000@meta-llama/Llama-3.1-8B")
+    assert found is not None
+    assert found.replica == "10.0.0.5:8000"
+    assert found.replay_endpoint(0) == "tcp://10.0.0.5:5558"
+    assert found.replay_endpoint(2) == "tcp://10.0.0.5:5560"  # + the rank, as vLLM binds it
+    for topic in (b"kv-events", b"kv@10.0.0.5@llama", b"kv@10.0.0.5:x@m", b"\xff\xfe", b""):
+        assert pattern.match(topic) is None, topic
+
+
+def test_a_pattern_and_format_of_ones_own() -> None:
+    settings = FleetSettings(
+        BIND,
+        topic_pattern=r"(?P<pod>[a-z0-9-]+)\.(?P<ns>[a-z]+)",
+        replica_format="{ns}/{pod}",
+        replay_template=None,
+    )
+    found = TopicPattern(settings).match(b"vllm-0.prod")
+    assert found is not None and found.replica == "prod/vllm-0"
+    assert found.replay_endpoint(0) is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        (FleetSettings(BIND, topic_pattern="kv@(?P<ip>"), "topic pattern"),
+        (FleetSettings(BIND, replica_format="{host}"), "replica format"),
+        (FleetSettings(BIND, replay_template="tcp://{ip}:{replay}"), "replay template"),
+        (FleetSettings(BIND, replay_template="tcp://{}:5558"), "replay template"),
+        (FleetSettings(BIND, replica_format="{ip"), "replica format"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused(settings: FleetSettings, says: str) -> None:
+    with pytest.raises(FleetError, match=says):
+        TopicPattern(settings)
+
+
+def test_the_rank_is_read_from_the_batch() -> None:
+    assert batch_rank(payload(3)) == 3
+    assert batch_rank(payload(None)) == 0
+    assert batch_rank(b"\x92\xcb" + bytes(8) + b"\x90") == 0  # [ts, []]: vLLM 0.9, no rank
+    assert batch_rank(b"not msgpack") == 0
+    assert batch_rank(msgspec.msgpack.encode([1.0, [], 1 << 40])) == 0  # not a DP rank
+
+
+def test_the_router_registers_each_topic_and_rank_once() -> None:
+    router = FleetRouter(FleetSettings(BIND, replay_template="tcp://{ip}:{port}"))
+    first = router.route(message(b"kv@10.0.0.5:7000@m", rank=0))
+    assert first is not None and first.new
+    assert first.stream == StreamId("10.0.0.5:7000", 0)
+    assert first.replay_endpoint == "tcp://10.0.0.5:7000"
+    again = router.route(message(b"kv@10.0.0.5:7000@m", rank=0, seq=1))
+    assert again is not None and not again.new and again.stream == first.stream
+    rank1 = router.route(message(b"kv@10.0.0.5:7000@m", rank=1))
+    assert rank1 is not None and rank1.new and rank1.stream == StreamId("10.0.0.5:7000", 1)
+    assert rank1.replay_endpoint == "tcp://10.0.0.5:7001"
+    assert router.registered == 2
+
+
+def test_the_router_counts_what_it_refuses() -> None:
+    router = FleetRouter(FleetSettings(BIND, max_publishers=2), taken=[StreamId("10.0.0.9:1", 0)])
+    assert router.route(message(b"kv-events")) is None
+    assert router.route([b"kv@10.0.0.1:1@m"]) is None
+    assert router.route(message(b"kv@10.0.0.9:1@m")) is None  # a configured replica's name
+    assert router.route(message(b"kv@10.0.0.1:1@m")) is not None
+    assert router.route(message(b"kv@10.0.0.1:1@other")) is None  # same replica, other topic
+    assert router.route(message(b"kv@10.0.0.2:1@m")) is not None
+    for i in range(100):  # hostile topics: none registered past the cap
+        assert router.route(message(f"kv@10.1.0.{i}:1@m".encode())) is None
+    assert router.registered == 2
+    assert router.refused == {
+        Refusal.UNMATCHED: 1,
+        Refusal.FRAME_COUNT: 1,
+        Refusal.NAME_TAKEN: 2,
+        Refusal.FULL: 100,
+    }
+
+
+def test_a_vllm_batch_tells_its_engine() -> None:
+    stored = payload(0)
+    events = BatchDecoder().decode(stored, 0).events
+    assert engine_of(stored, events) == "vllm"
+    assert engine_of(stored, []) is None
