@@ -16,20 +16,13 @@ from typer.testing import CliRunner
 from kvscope.cli import app
 from kvscope.collector.snapshot import decode_tables
 from kvscope.storage import schema
-from kvscope.storage.engine import open_store
 from kvscope.storage.mode_compare import SCRAPE_WINDOW_S, ModeComparison, compare_modes
-
-REPLICAS = ("lab-a", "lab-b")
+from tests.mode_compare_support import REPLICAS, demo_lab_store
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    import vllm  # noqa: F401 - the lab needs it; never skipped
-
-    out = tmp_path_factory.mktemp("modes") / "demo"
-    result = CliRunner().invoke(app, ["demo", "--source", "lab", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    engine = open_store(f"sqlite:///{out / 'demo.sqlite'}")
+    engine = demo_lab_store(tmp_path_factory)
     yield engine
     engine.dispose()
 
