@@ -5,7 +5,6 @@ reset_requests), computed here another way."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +16,12 @@ from kvscope.cli import app
 from kvscope.collector.snapshot import decode_tables
 from kvscope.storage import schema
 from kvscope.storage.mode_compare import SCRAPE_WINDOW_S, ModeComparison, compare_modes
-from tests.mode_compare_support import REPLICAS, demo_lab_store
+from tests.mode_compare_support import REPLICAS
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    engine = demo_lab_store(tmp_path_factory)
-    yield engine
-    engine.dispose()
+def store(lab_demo_store: Engine) -> Engine:
+    return lab_demo_store
 
 
 def _compare(store: Engine, replica: str) -> ModeComparison:

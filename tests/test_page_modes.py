@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from kvscope.api.app import create_app
 from kvscope.api.data import ApiData
-from tests.mode_compare_support import REPLICAS, demo_lab_store
+from tests.mode_compare_support import REPLICAS
 from tests.test_page import Dom, chromium, serving, with_page
 
 PERCENT = ("share_back_10s", "hit_rate_before", "hit_rate_after")
@@ -52,12 +52,12 @@ class ModesDom(Dom):
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    engine: Engine = demo_lab_store(tmp_path_factory)
+def served(
+    lab_demo_store: Engine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path]]:
     folder = tmp_path_factory.mktemp("page-modes")
-    with serving(with_page(create_app(ApiData(engine=engine)))) as url:
+    with serving(with_page(create_app(ApiData(engine=lab_demo_store)))) as url:
         yield url, folder
-    engine.dispose()
 
 
 def _shown_matches(key: str, text: str, value: float | None) -> bool:
