@@ -1,6 +1,7 @@
 """Reset explorer: one reset's before and after, its recovery, the engine around it, and several
 resets overlaid against seconds since each. The rows are built in reset_explorer_reset.py,
-reset_explorer_recovery.py, reset_prefixes_panels.py and reset_explorer_engine.py."""
+reset_explorer_recovery.py, reset_prefixes_panels.py, reset_modes_panels.py and
+reset_explorer_engine.py."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from kvscope.dashboards.model import (
 from kvscope.dashboards.reset_explorer_engine import engine_panels
 from kvscope.dashboards.reset_explorer_recovery import overlay_panels, recovery_panels
 from kvscope.dashboards.reset_explorer_reset import before_after_panels, the_reset_panels
+from kvscope.dashboards.reset_modes_panels import modes_panels
 from kvscope.dashboards.reset_prefixes_panels import prefix_panels
 
 RESET_CHOICES = f"""
@@ -112,6 +114,7 @@ def build() -> Json:
             *before_after_panels(),
             *recovery_panels(),
             *prefix_panels(),
+            *modes_panels(),
             *overlay_panels(),
             *engine_panels(),
         ],
