@@ -1,5 +1,6 @@
 """`kvscope report --compare`: the modes side by side (storage/mode_compare.py) as an HTML
-table and, with `--json`, the comparison itself for scripts."""
+table with a PNG of bars (kvscope/report_compare_chart.py) and, with `--json`, the comparison
+itself for scripts."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
+from kvscope.report_compare_chart import write_compare_png
 from kvscope.storage.mode_compare import ModeComparison, compare_modes
 
 ROWS = (
@@ -60,6 +62,7 @@ def write_compare(
         found = compare_modes(conn, replica, from_, to)
     out.mkdir(parents=True, exist_ok=True)
     page = out / "compare.html"
+    png = write_compare_png(found, out)
     head = "".join(f"<th>{html.escape(m.mode)}</th>" for m in found.modes)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
@@ -67,7 +70,8 @@ def write_compare(
     )
     page.write_text(
         f"<!doctype html><title>modes side by side</title><h1>{html.escape(replica)}: modes side"
-        f" by side</h1><table><tr><th></th>{head}</tr>{body}</table>\n"
+        f" by side</h1><table><tr><th></th>{head}</tr>{body}</table>"
+        f'<p><img src="{png.name}" alt="the modes side by side"></p>\n'
     )
     return found, page
 

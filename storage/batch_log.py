@@ -183,3 +183,23 @@ def all_batches(conn: Connection, sid: int) -> Iterator[EpochBatch]:
         chunk = Chunk(data)
         for i in range(len(chunk)):
             yield EpochBatch(epoch, chunk.batch(i))
+
+
+def engine_time(conn: Connection, sid: int, recv_at: float) -> float | None:
+    """The engine-clock instant of `recv_at` on the collector's clock: shifted by the two clocks'
+    offset at the last batch received at or before it (or the first after, if none was), since
+    the engine's clock may be skewed or, in the lab, simulated. None: no batch stored."""
+    before: tuple[float, float] | None = None  # (recv_ts, ts), the latest at or before
+    after: tuple[float, float] | None = None  # the earliest after
+    rows = conn.execute(
+        select(_t.c.data).where(_t.c.stream_id == sid).order_by(_t.c.epoch, _t.c.first_seq)
+    ).scalars()
+    for data in rows:
+        chunk = Chunk(data)
+        for pair in zip(chunk.recv_ts, chunk.ts, strict=True):
+            if pair[0] <= recv_at:
+                before = pair if before is None or pair[0] >= before[0] else before
+            elif after is None or pair[0] < after[0]:
+                after = pair
+    nearest = before or after
+    return None if nearest is None else recv_at + nearest[1] - nearest[0]

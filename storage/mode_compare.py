@@ -19,7 +19,8 @@ through kvscope and every stored clear, each as a `ResetFigures`:
 - hit rate and TTFT p50 from the scrape, over `SCRAPE_WINDOW_S` before and after the clear.
 
 `ModeFigures` holds each figure's median over the mode's resets (None where none has it) and
-the share refused. Scrape and engine times are compared on the engine's clock (`ts`).
+the share refused. Scrape and engine times are compared on the engine's clock (`ts`); a refused
+request's `ts` is its `requested_at` (collector clock) moved onto the engine's clock.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, select
 
-from kvscope.storage import schema
+from kvscope.storage import batch_log, schema
 from kvscope.storage.reset_links import (
     LINK_WINDOW_S,
     linked_mode,
@@ -147,13 +148,13 @@ def _of_reset(conn: Connection, reset: Row[Any], mode: str | None, request: Any)
     )
 
 
-def _of_refused(request: Row[Any]) -> ResetFigures:
+def _of_refused(request: Row[Any], ts: float) -> ResetFigures:
     unknown = dict.fromkeys(MEDIAN_FIELDS)
     return ResetFigures(
         mode=str(request.mode),
         request_id=int(request.id),
         reset_id=None,
-        ts=float(request.requested_at),
+        ts=ts,
         outcome=str(request.outcome),
         refused=True,
         **unknown,
@@ -187,7 +188,8 @@ def compare_modes(
     window: float = LINK_WINDOW_S,
 ) -> ModeComparison:
     """The comparison of `replica`'s resets (clears by engine `ts`, requests that made none by
-    `requested_at`) in [from_ts, to_ts]; either bound may be open."""
+    `requested_at` shifted onto the engine's clock, batch_log.engine_time) in [from_ts, to_ts],
+    on the engine's clock; either bound may be open."""
 
     def inside(ts: float) -> bool:
         return (from_ts is None or ts >= from_ts) and (to_ts is None or ts <= to_ts)
@@ -200,8 +202,18 @@ def compare_modes(
             continue
         request = linked_request(reset, requests, window)
         figures.append(_of_reset(conn, reset, linked_mode(reset.mode, request), request))
+    sid = conn.execute(
+        select(schema.streams.c.id)
+        .where(schema.streams.c.replica == replica)
+        .order_by(schema.streams.c.rank)
+    ).first()
     for request in requests.get(replica, ()):
-        if request.outcome != "success" and inside(request.requested_at):
-            figures.append(_of_refused(request))
+        if request.outcome == "success":
+            continue
+        # Requested on the collector's clock; compared with clears on the engine's.
+        at = None if sid is None else batch_log.engine_time(conn, sid.id, request.requested_at)
+        ts = float(request.requested_at if at is None else at)
+        if inside(ts):
+            figures.append(_of_refused(request, ts))
     figures.sort(key=lambda f: f.ts)
     return ModeComparison(replica, from_ts, to_ts, tuple(figures), _by_mode(figures))

@@ -86,6 +86,16 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("pg_url"))
 
 
+@pytest.fixture(scope="module")
+def lab_demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real `kvscope demo --source lab` run per test module (tests/mode_compare_support.py)."""
+    from tests.mode_compare_support import demo_lab_store
+
+    engine = demo_lab_store(tmp_path_factory)
+    yield engine
+    engine.dispose()
+
+
 def collector_time(conn: Any, engine_ts: float) -> float:
     """The collector's receive time of the last stored batch at or before `engine_ts`.
 

@@ -5,7 +5,6 @@ reset_requests), computed here another way."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,23 +14,14 @@ from typer.testing import CliRunner
 
 from kvscope.cli import app
 from kvscope.collector.snapshot import decode_tables
-from kvscope.storage import schema
-from kvscope.storage.engine import open_store
+from kvscope.storage import batch_log, schema
 from kvscope.storage.mode_compare import SCRAPE_WINDOW_S, ModeComparison, compare_modes
-
-REPLICAS = ("lab-a", "lab-b")
+from tests.mode_compare_support import REPLICAS
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    import vllm  # noqa: F401 - the lab needs it; never skipped
-
-    out = tmp_path_factory.mktemp("modes") / "demo"
-    result = CliRunner().invoke(app, ["demo", "--source", "lab", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    engine = open_store(f"sqlite:///{out / 'demo.sqlite'}")
-    yield engine
-    engine.dispose()
+def store(lab_demo_store: Engine) -> Engine:
+    return lab_demo_store
 
 
 def _compare(store: Engine, replica: str) -> ModeComparison:
@@ -141,6 +131,32 @@ def test_report_compare_prints_json_and_an_80_column_table(store: Engine, tmp_pa
     assert all(len(line) <= 80 for line in table.output.splitlines())
     assert "refused" in table.output and "1/1" in table.output
     assert "modes side by side" in (tmp_path / "compare.html").read_text()
+
+
+@pytest.mark.parametrize("replica", REPLICAS)
+def test_a_refused_request_is_placed_on_the_engine_clock(store: Engine, replica: str) -> None:
+    # The lab's engine clock is simulated: requests (collector clock) and clears (engine
+    # clock) differ by more than the whole window below.
+    s = schema.streams
+    with store.connect() as conn:
+        sid = conn.execute(select(s.c.id).where(s.c.replica == replica)).scalar_one()
+        batches = [b.batch for b in batch_log.all_batches(conn, sid)]
+    (refused,) = [f for f in _compare(store, replica).resets if f.refused]
+    with store.connect() as conn:
+        t = schema.reset_requests
+        requested_at = conn.execute(
+            select(t.c.requested_at).where(t.c.id == refused.request_id)
+        ).scalar_one()
+    # The last batch received at or before the request gives the engine clock's offset then.
+    last = max((b for b in batches if b.recv_ts <= requested_at), key=lambda b: b.recv_ts)
+    engine_at = requested_at + (last.ts - last.recv_ts)
+    assert abs(last.ts - last.recv_ts) > 10  # the two clocks differ here
+    assert refused.ts == pytest.approx(engine_at, abs=1e-6)
+    # A window on the engine clock around that instant holds it, and no clear.
+    with store.connect() as conn:
+        around = compare_modes(conn, replica, engine_at - 0.5, engine_at + 0.5)
+    assert [f.request_id for f in around.resets] == [refused.request_id]
+    assert [m.mode for m in around.modes] == ["default"]
 
 
 def test_without_a_scrape_preemptions_are_unknown_not_zero(store: Engine) -> None:

@@ -13,6 +13,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -78,12 +79,9 @@ class Served:
     folder: Path
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    folder = tmp_path_factory.mktemp("page")
-    store = f"sqlite:///{folder / 'store.sqlite'}"
-    fill_store(store)
-    app = with_page(create_app(ApiData(engine=open_store(store))))
+@contextmanager
+def serving(app: FastAPI) -> Iterator[str]:
+    """`app` on a real uvicorn at a free port; yields its base URL."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -93,10 +91,19 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.01)
     try:
-        yield Served(f"http://127.0.0.1:{port}", folder)
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    folder = tmp_path_factory.mktemp("page")
+    store = f"sqlite:///{folder / 'store.sqlite'}"
+    fill_store(store)
+    with serving(with_page(create_app(ApiData(engine=open_store(store))))) as url:
+        yield Served(url, folder)
 
 
 def chromium(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,46 @@
+"""The reset explorer's modes side by side (dashboards/reset_modes_panels.py): a real
+`kvscope demo --source lab` run stored in the real PostgreSQL, the panel's SQL run there per
+replica, and its rows compared with storage/mode_compare.py's figures. Grafana itself cannot run
+here: only its $reset_replica substitution is done by hand."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from kvscope.cli import app
+from kvscope.dashboards.reset_modes_panels import MODES_SQL
+from kvscope.storage.engine import make_engine
+from kvscope.storage.mode_compare import compare_modes
+from tests.mode_compare_support import REPLICAS
+
+
+def test_the_modes_panel_returns_mode_compares_figures(pg_url: str, tmp_path: object) -> None:
+    import vllm  # noqa: F401 - the lab needs it; never skipped
+
+    out = str(tmp_path) + "/demo"
+    result = CliRunner().invoke(app, ["demo", "--source", "lab", "--store", pg_url, "--out", out])
+    assert result.exit_code == 0, result.output
+    engine = make_engine(pg_url)
+    with engine.connect() as conn:
+        for replica in REPLICAS:
+            want = compare_modes(conn, replica)
+            got = conn.execute(sa.text(MODES_SQL.replace("$reset_replica", replica))).all()
+            assert [r.mode for r in got] == [m.mode for m in want.modes] == [
+                "default", "preempt", "keep"
+            ]  # fmt: skip
+            for r, m in zip(got, want.modes, strict=True):
+                assert (r.resets, r.refused) == (m.resets, m.refused)
+                keys = ("preempted", "t50_s", "t90_s", "share_back_10s")
+                shown = dict(zip(keys, r[3:], strict=True))
+                for key, value in shown.items():
+                    expected = m.medians[key]
+                    if expected is None:
+                        assert value is None, (replica, m.mode, key)
+                    else:
+                        assert value == pytest.approx(expected, rel=1e-9), (replica, m.mode, key)
+            # The lab's figures are not all empty: the panel shows the study's contrast.
+            preempt = {r.mode: r for r in got}["preempt"]
+            assert preempt.preempted is not None and preempt.preempted > 0
+    engine.dispose()
