@@ -6,6 +6,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,14 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'kvscope.sqlite'}"
     return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def stack() -> Iterator[ExitStack]:
+    """Publishers, forwarders, collectors and processes registered here are shut down after the
+    test, last registered first."""
+    with ExitStack() as exit_stack:
+        yield exit_stack
 
 
 def collector_time(conn: Any, engine_ts: float) -> float:

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -33,12 +32,6 @@ from tests.vllm_source import ResetOdds, Source
 pytestmark = pytest.mark.vllm
 RESETS = ResetOdds(keep=0.02, preempt=0.01)
 STREAM = StreamId("r", 0)
-
-
-@pytest.fixture
-def stack() -> Iterator[ExitStack]:
-    with ExitStack() as s:
-        yield s
 
 
 def start_collect(store: str, port: int, replay_port: int, log: Path) -> subprocess.Popen[bytes]:
