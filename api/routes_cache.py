@@ -253,9 +253,9 @@ async def lookup(body: LookupRequest, ctx: Ctx) -> Response:
     recomputed), so a match is what a prefix-cache lookup on that replica would hit.
     """
     tokens = TokenQuery(body.token_ids)  # shared by every table of every replica
-    # In the event loop when nothing has to be waited for: the pass over 100 replicas takes
-    # ~0.2 ms, less than a hop to a worker thread and back, whose two GIL hand-offs each wait
-    # while other threads run. Else (ingest holds the maps, the store is to be read) in one.
+    # In the event loop when nothing has to be waited for: the pass over every replica takes
+    # less than a hop to a worker thread and back, whose two GIL hand-offs each wait while other
+    # threads run (benchmarks/api.py). Else (ingest holds the maps, the store is to be read) in one.
     answer = _lookup(ctx, tokens, body.lora_name, wait=False)
     if answer is None:
         answer = await run_in_threadpool(_lookup, ctx, tokens, body.lora_name, True)
@@ -280,8 +280,8 @@ def _lookup(ctx: ApiContext, tokens: TokenQuery, lora: str | None, wait: bool) -
                 found[i] = live.longest_prefix(tokens, lora)
             elif not wait:
                 return None  # known to the store only: its map is read from the store
-    # LookupResponse's JSON from plain dicts: a LookupMatch model per match cost ~4 us, as much
-    # as the walks themselves over 100 replicas.
+    # LookupResponse's JSON from plain dicts: a LookupMatch model per match costs as much as
+    # the walks themselves.
     matches: list[dict[str, str | int | bool]] = []
     best: dict[str, str | int | bool] | None = None
     best_key = (0, True)  # the first match with the most tokens, on the GPU if tied; none if 0
