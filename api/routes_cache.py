@@ -10,7 +10,6 @@ from fastapi import APIRouter, Depends, Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from kvscope.api.context import ApiContext, context
-from kvscope.api.data import MapView
 from kvscope.api.errors import ONLY_IN_STORE, ApiError, documented
 from kvscope.api.schemas import (
     Block,
@@ -20,8 +19,8 @@ from kvscope.api.schemas import (
     LookupResponse,
     RankStatus,
     ReplicaStatus,
-    TableStatus,
     UnavailableRank,
+    table_statuses,
 )
 from kvscope.collector.block_table import BlockTable, TokenQuery
 from kvscope.collector.dump import show_hash
@@ -41,26 +40,12 @@ def streams_of(ctx: ApiContext, replica: str) -> list[StreamId]:
     return streams
 
 
-def _tables(view: MapView) -> list[TableStatus]:
-    return [
-        TableStatus(
-            medium=key.medium,
-            group=key.group,
-            blocks=s.blocks,
-            copies=s.copies,
-            hittable=s.hittable,
-            orphans=s.orphans,
-        )
-        for key, s in sorted(view.map.stats().items(), key=lambda kv: (kv[0].medium, kv[0].group))
-    ]
-
-
 def _rank_status(ctx: ApiContext, stream: StreamId) -> RankStatus:
     collector = ctx.data.collector
     with ctx.data.lock():
         view = ctx.data.map_now(stream)
         totals = view.map.totals()
-        tables = _tables(view)
+        tables = table_statuses(view.map.stats())
         live = collector is not None and stream in collector.ingests
         if live:
             assert collector is not None

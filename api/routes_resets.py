@@ -18,7 +18,7 @@ from kvscope.api.schemas import (
     ResetDetail,
     ResetOut,
     ResetRequestOut,
-    TableStatus,
+    table_statuses,
 )
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.snapshot import decode_tables
@@ -146,17 +146,7 @@ def get_reset(reset_id: Annotated[int, Path(ge=1, le=2**62)], ctx: Ctx) -> Reset
             linked_request(row, requests, ctx.settings.link_window_s),
             {reset_id: [p.offset_s for p in points]},
         ),
-        before_tables=[
-            TableStatus(
-                medium=k.medium,
-                group=k.group,
-                blocks=len(t),
-                copies=t.copies,
-                hittable=t.hittable_count,
-                orphans=t.orphan_count,
-            )
-            for k, t in sorted(tables.items(), key=lambda kv: (kv[0].medium, kv[0].group))
-        ],
+        before_tables=table_statuses({key: table.stats() for key, table in tables.items()}),
         recovery=[
             RecoveryPointOut(
                 offset_s=p.offset_s,
