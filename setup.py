@@ -3,7 +3,8 @@
 collector/_slot_map.pyx is the block table's hash -> slot map; collector/_table_core.pyx its
 state and hot writes (its contract with block_table.py in _table_core.pxd), _lookup.pyx the
 lookup by tokens over it, _admit.pyx the check of a stream's limits before each batch;
-collector/_wire_fast.pyx decodes the common vLLM batch straight from its msgpack bytes;
+collector/_wire_fast.pyx decodes the common vLLM batch straight from its msgpack bytes (its
+msgpack reads inline in _msgpack.pxd, its scan of an event map in _wire_scan.pxd);
 collector/_zmq_recv.pyx receives a whole message with libzmq's own calls (all Cython).
 Installing kvscope therefore needs a C compiler and the Python headers, as any package with an
 extension built from source does.

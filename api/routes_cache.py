@@ -10,7 +10,6 @@ from fastapi import APIRouter, Depends, Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from kvscope.api.context import ApiContext, context
-from kvscope.api.data import MapView
 from kvscope.api.errors import ONLY_IN_STORE, ApiError, documented
 from kvscope.api.schemas import (
     Block,
@@ -20,8 +19,8 @@ from kvscope.api.schemas import (
     LookupResponse,
     RankStatus,
     ReplicaStatus,
-    TableStatus,
     UnavailableRank,
+    table_statuses,
 )
 from kvscope.collector.block_table import BlockTable, TokenQuery
 from kvscope.collector.dump import show_hash
@@ -41,26 +40,12 @@ def streams_of(ctx: ApiContext, replica: str) -> list[StreamId]:
     return streams
 
 
-def _tables(view: MapView) -> list[TableStatus]:
-    return [
-        TableStatus(
-            medium=key.medium,
-            group=key.group,
-            blocks=s.blocks,
-            copies=s.copies,
-            hittable=s.hittable,
-            orphans=s.orphans,
-        )
-        for key, s in sorted(view.map.stats().items(), key=lambda kv: (kv[0].medium, kv[0].group))
-    ]
-
-
 def _rank_status(ctx: ApiContext, stream: StreamId) -> RankStatus:
     collector = ctx.data.collector
     with ctx.data.lock():
         view = ctx.data.map_now(stream)
         totals = view.map.totals()
-        tables = _tables(view)
+        tables = table_statuses(view.map.stats())
         live = collector is not None and stream in collector.ingests
         if live:
             assert collector is not None
@@ -255,9 +240,9 @@ async def lookup(body: LookupRequest, ctx: Ctx) -> Response:
     recomputed), so a match is what a prefix-cache lookup on that replica would hit.
     """
     tokens = TokenQuery(body.token_ids)  # shared by every table of every replica
-    # In the event loop when nothing has to be waited for: the pass over 100 replicas takes
-    # ~0.2 ms, less than a hop to a worker thread and back, whose two GIL hand-offs each wait
-    # while other threads run. Else (ingest holds the maps, the store is to be read) in one.
+    # In the event loop when nothing has to be waited for: the pass over every replica takes
+    # less than a hop to a worker thread and back, whose two GIL hand-offs each wait while other
+    # threads run (benchmarks/api.py). Else (ingest holds the maps, the store is to be read) in one.
     answer = _lookup(ctx, tokens, body.lora_name, wait=False)
     if answer is None:
         answer = await run_in_threadpool(_lookup, ctx, tokens, body.lora_name, True)
@@ -282,8 +267,8 @@ def _lookup(ctx: ApiContext, tokens: TokenQuery, lora: str | None, wait: bool) -
                 found[i] = live.longest_prefix(tokens, lora)
             elif not wait:
                 return None  # known to the store only: its map is read from the store
-    # LookupResponse's JSON from plain dicts: a LookupMatch model per match cost ~4 us, as much
-    # as the walks themselves over 100 replicas.
+    # LookupResponse's JSON from plain dicts: a LookupMatch model per match costs as much as
+    # the walks themselves.
     matches: list[dict[str, str | int | bool]] = []
     best: dict[str, str | int | bool] | None = None
     best_key = (0, True)  # the first match with the most tokens, on the GPU if tied; none if 0

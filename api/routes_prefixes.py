@@ -31,29 +31,42 @@ MAX_ORPHANS = 1000
 def _group_out(g: PrefixGroup, signed: bool) -> PrefixGroupOut:
     root = show_hash(g.root, g.raw_root, signed)
     return PrefixGroupOut(
-        medium=g.table.medium, group=g.table.group, root=root, root_text=str(root),
+        medium=g.table.medium,
+        group=g.table.group,
+        root=root,
+        root_text=str(root),
         orphan_root=g.orphan_root,
         first_tokens=None if g.first_tokens is None else list(g.first_tokens),
-        blocks=g.blocks, tokens=g.tokens, shared_blocks=g.shared_blocks,
+        blocks=g.blocks,
+        tokens=g.tokens,
+        shared_blocks=g.shared_blocks,
         points=[
-            PrefixGroupPoint(offset_s=p.offset_s, blocks_back=p.blocks_back,
-                             hittable_back=p.hittable_back, shared_back=p.shared_back)
+            PrefixGroupPoint(
+                offset_s=p.offset_s,
+                blocks_back=p.blocks_back,
+                hittable_back=p.hittable_back,
+                shared_back=p.shared_back,
+            )
             for p in g.points
         ],
-        back_at_s=g.back_at_s, status=g.status,  # type: ignore[arg-type]
+        back_at_s=g.back_at_s,
+        status=g.status,  # type: ignore[arg-type]
         orphans_left=g.orphans_left,
-    )  # fmt: skip
+    )
 
 
 def _orphan_out(o: ResetOrphan, signed: bool, roots: dict[Any, bytes | None]) -> ResetOrphanOut:
     root = o.group_root
     return ResetOrphanOut(
-        medium=o.table.medium, group=o.table.group, hash=show_hash(o.hash, o.raw_hash, signed),
-        parent=show_hash(o.parent, o.raw_parent, signed), stored_ts=o.stored_ts,
-        rejoined_ts=o.rejoined_ts, removed_ts=o.removed_ts,
-        group_root=None if root is None
-        else show_hash(root, roots.get((o.table, root)), signed),
-    )  # fmt: skip
+        medium=o.table.medium,
+        group=o.table.group,
+        hash=show_hash(o.hash, o.raw_hash, signed),
+        parent=show_hash(o.parent, o.raw_parent, signed),
+        stored_ts=o.stored_ts,
+        rejoined_ts=o.rejoined_ts,
+        removed_ts=o.removed_ts,
+        group_root=None if root is None else show_hash(root, roots.get((o.table, root)), signed),
+    )
 
 
 @router.get(
@@ -93,10 +106,16 @@ def reset_prefixes(
         by_status[g.status] += g.tokens
     roots = {(g.table, g.root): g.raw_root for g in groups}
     return ResetPrefixesPage(
-        reset_id=reset_id, replica=row.replica, rank=row.rank, ts=found.ts,
-        offsets_reached=list(found.offsets), recovery_complete=found.complete,
-        back_share=BACK_SHARE, groups_total=len(groups),
-        blocks_total=sum(g.blocks for g in groups), tokens_total=sum(g.tokens for g in groups),
+        reset_id=reset_id,
+        replica=row.replica,
+        rank=row.rank,
+        ts=found.ts,
+        offsets_reached=list(found.offsets),
+        recovery_complete=found.complete,
+        back_share=BACK_SHARE,
+        groups_total=len(groups),
+        blocks_total=sum(g.blocks for g in groups),
+        tokens_total=sum(g.tokens for g in groups),
         tokens_by_status=by_status,
         items=[_group_out(g, found.signed) for g in page],
         next_cursor=str(start + limit) if more else None,
@@ -104,4 +123,4 @@ def reset_prefixes(
         orphans=[_orphan_out(o, found.signed, roots) for o in found.orphans[:MAX_ORPHANS]],
         followed_until_ts=found.followed_until_ts,
         unknown_because=list(found.unknown_because),
-    )  # fmt: skip
+    )

@@ -18,7 +18,7 @@ from kvscope.api.schemas import (
     ResetDetail,
     ResetOut,
     ResetRequestOut,
-    TableStatus,
+    table_statuses,
 )
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.snapshot import decode_tables
@@ -43,10 +43,16 @@ def _engine(ctx: ApiContext) -> Any:
 
 def _request_out(row: Row[Any]) -> ResetRequestOut:
     return ResetRequestOut(
-        id=row.id, replica=row.replica, requested_at=row.requested_at,
-        requested_by=row.requested_by, mode=row.mode, external=row.external,
-        outcome=row.outcome, http_status=row.http_status, detail=row.detail,
-    )  # fmt: skip
+        id=row.id,
+        replica=row.replica,
+        requested_at=row.requested_at,
+        requested_by=row.requested_by,
+        mode=row.mode,
+        external=row.external,
+        outcome=row.outcome,
+        http_status=row.http_status,
+        detail=row.detail,
+    )
 
 
 def _offsets_reached(conn: Any, resets: Select[Any]) -> dict[int, list[float]]:
@@ -69,18 +75,27 @@ def _reset_out(
     row: Row[Any], request: Row[Any] | None, offsets: dict[int, list[float]]
 ) -> dict[str, Any]:
     return {
-        "id": row.id, "replica": row.replica, "rank": row.rank, "epoch": row.epoch,
-        "seq": row.seq, "ts": row.ts, "reason": row.reason,
+        "id": row.id,
+        "replica": row.replica,
+        "rank": row.rank,
+        "epoch": row.epoch,
+        "seq": row.seq,
+        "ts": row.ts,
+        "reason": row.reason,
         "mode": linked_mode(row.mode, request),
-        "degraded": row.degraded, "before_blocks": row.before_blocks,
-        "before_hittable": row.before_hittable, "before_orphans": row.before_orphans,
-        "before_tokens": row.before_tokens, "t50_s": row.t50_s, "t90_s": row.t90_s,
+        "degraded": row.degraded,
+        "before_blocks": row.before_blocks,
+        "before_hittable": row.before_hittable,
+        "before_orphans": row.before_orphans,
+        "before_tokens": row.before_tokens,
+        "t50_s": row.t50_s,
+        "t90_s": row.t90_s,
         "peak_orphans": row.peak_orphans,
         "recovery_complete": bool(row.recovery_complete),
         "recovery_until_ts": row.recovery_until_ts,
         "offsets_reached": offsets.get(row.id, []),
         "request": None if request is None else _request_out(request),
-    }  # fmt: skip
+    }
 
 
 @router.get("/resets", response_model=list[ResetOut], responses=ERRORS)
@@ -131,21 +146,19 @@ def get_reset(reset_id: Annotated[int, Path(ge=1, le=2**62)], ctx: Ctx) -> Reset
             linked_request(row, requests, ctx.settings.link_window_s),
             {reset_id: [p.offset_s for p in points]},
         ),
-        before_tables=[
-            TableStatus(
-                medium=k.medium, group=k.group, blocks=len(t), copies=t.copies,
-                hittable=t.hittable_count, orphans=t.orphan_count,
-            )
-            for k, t in sorted(tables.items(), key=lambda kv: (kv[0].medium, kv[0].group))
-        ],
+        before_tables=table_statuses({key: table.stats() for key, table in tables.items()}),
         recovery=[
             RecoveryPointOut(
-                offset_s=p.offset_s, blocks=p.blocks, hittable=p.hittable, orphans=p.orphans,
-                share_blocks_back=p.share_blocks_back, share_tokens_back=p.share_tokens_back,
+                offset_s=p.offset_s,
+                blocks=p.blocks,
+                hittable=p.hittable,
+                orphans=p.orphans,
+                share_blocks_back=p.share_blocks_back,
+                share_tokens_back=p.share_tokens_back,
             )
             for p in points
         ],
-    )  # fmt: skip
+    )
 
 
 def _authorize(ctx: ApiContext, authorization: str | None) -> None:
@@ -194,10 +207,16 @@ async def reset_replica(
         base.rstrip("/") + "/reset_prefix_cache", params, ctx.settings.reset_timeout_s
     )
     record = ResetRequestOut(
-        id=0, replica=replica, requested_at=requested_at,
+        id=0,
+        replica=replica,
+        requested_at=requested_at,
         requested_by=f"token@{request.client.host if request.client else 'unknown'}",
-        mode=chosen, external=external, outcome=outcome, http_status=status, detail=detail,
-    )  # fmt: skip
+        mode=chosen,
+        external=external,
+        outcome=outcome,
+        http_status=status,
+        detail=detail,
+    )
     ctx.reset_counter.labels(replica, chosen, outcome).inc()
     if ctx.data.engine is not None:
         try:

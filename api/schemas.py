@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:
+    from kvscope.collector.block_table import TableStats
+    from kvscope.collector.types import TableKey
 
 Hash = int | str
 """A block hash: vLLM's int form, or hex for publishers that send bytes hashes."""
@@ -17,6 +22,21 @@ class TableStatus(BaseModel):
     copies: int
     hittable: int
     orphans: int
+
+
+def table_statuses(stats: Mapping[TableKey, TableStats]) -> list[TableStatus]:
+    """Each table's figures, by tier then KV group."""
+    return [
+        TableStatus(
+            medium=key.medium,
+            group=key.group,
+            blocks=s.blocks,
+            copies=s.copies,
+            hittable=s.hittable,
+            orphans=s.orphans,
+        )
+        for key, s in sorted(stats.items(), key=lambda kv: (kv[0].medium, kv[0].group))
+    ]
 
 
 class DegradedInfo(BaseModel):

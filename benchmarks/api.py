@@ -198,6 +198,7 @@ def main() -> None:
         while not server.started:
             time.sleep(0.01)
         url = f"http://127.0.0.1:{args.port}"
+        no_body: list[object] = [None]
         lookups: list[object] = [{"token_ids": p} for p in prompts(collector, 16)]
         reset_id = httpx.get(url + "/resets").json()[0]["id"]
 
@@ -207,10 +208,10 @@ def main() -> None:
         feeder.start()
         results = {}
         for name, method, path, bodies, rate in (
-            ("healthz (baseline)", "GET", "/healthz", [None], args.rate),
+            ("healthz (baseline)", "GET", "/healthz", no_body, args.rate),
             ("POST /lookup", "POST", "/lookup", lookups, args.rate),
-            ("GET /replicas/{replica}", "GET", "/replicas/r7", [None], args.rate / 5),
-            ("GET /resets/{id}", "GET", f"/resets/{reset_id}", [None], args.rate / 5),
+            ("GET /replicas/{replica}", "GET", "/replicas/r7", no_body, args.rate / 5),
+            ("GET /resets/{id}", "GET", f"/resets/{reset_id}", no_body, args.rate / 5),
         ):
             # One request first, not measured: a route's first call builds what it caches.
             httpx.request(method, url + path, json=bodies[0], timeout=30).raise_for_status()

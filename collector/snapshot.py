@@ -28,8 +28,8 @@ class SnapshotError(ValueError):
 def encode_tables(
     tables: Mapping[TableKey, TableReader], signed: bool = False, compressed: bool = True
 ) -> bytes:
-    """The snapshot; `compressed=False` leaves the zlib step to `compress` (on another thread,
-    since zlib runs without the GIL while the map must be copied with it)."""
+    """The snapshot; `compressed=False` leaves the zstd step to `compress` (on another thread,
+    since zstd runs without the GIL while the map must be copied with it)."""
     state: dict[str, Any] = {
         "version": FORMAT_VERSION,
         "tables": [table.to_state() for table in tables.values()],
@@ -40,7 +40,7 @@ def encode_tables(
 
 
 def compress(raw: bytes) -> bytes:
-    """zstd: a 100k-block map packs to 40 % in ~25 ms and unpacks in ~8 ms (zlib: 60 %, 34 ms)."""
+    """zstd, level 3: smaller and faster than the zlib that snapshots were written with before."""
     # A zstd (de)compressor object must not be shared between threads (it crashes): one per call.
     return zstandard.ZstdCompressor(level=3).compress(raw)
 

@@ -1,24 +1,17 @@
 """The collector's vocabulary: identifiers and the domain events that wire decoding produces.
 
 Nothing here knows about msgpack or sockets. Past `wire.BatchDecoder`, every block hash is an
-unsigned 64-bit int (vLLM's int form), whatever form it travelled in. The events are msgspec
+unsigned 64-bit int (vLLM's int form), whatever form it travelled in (bytes reduced to their low
+64 bits). The events are msgspec
 Structs only because one is built per event on the ingest hot path, where a dataclass costs more.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NewType
+from typing import Any
 
 import msgspec
-
-BlockHash = NewType("BlockHash", int)
-"""vLLM's external block hash as an unsigned 64-bit int (bytes reduced to their low 64 bits)."""
-
-SeqNo = NewType("SeqNo", int)
-"""A publisher's batch sequence number: starts at 0 when the publisher starts, +1 per batch."""
-
-ReplicaName = NewType("ReplicaName", str)
 
 HASH_MASK = (1 << 64) - 1
 

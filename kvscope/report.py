@@ -95,9 +95,18 @@ def load_resets(engine: Engine, ids: list[int], window: float = LINK_WINDOW_S) -
         modes = linked_modes(conn, rows, window)
         for row in rows:
             data = ResetData(
-                row.id, row.replica, row.rank, row.seq, row.ts, row.reason, modes[row.id],
-                row.before_blocks, row.before_hittable, row.t50_s, row.t90_s,
-            )  # fmt: skip
+                row.id,
+                row.replica,
+                row.rank,
+                row.seq,
+                row.ts,
+                row.reason,
+                modes[row.id],
+                row.before_blocks,
+                row.before_hittable,
+                row.t50_s,
+                row.t90_s,
+            )
             data.points = list(
                 conn.execute(select(rr).where(rr.c.reset_id == row.id).order_by(rr.c.offset_s))
             )
@@ -121,8 +130,8 @@ def load_resets(engine: Engine, ids: list[int], window: float = LINK_WINDOW_S) -
 
 def build_figure(resets: list[ResetData]) -> Figure:
     """Blocks, share back and (when scraped) hit rate and TTFT p50, one colour per reset."""
-    scraped = any(p.hit_rate is not None or p.ttft_p50 is not None
-                  for d in resets for p in d.engine)  # fmt: skip
+    scraped_points = [p for d in resets for p in d.engine]
+    scraped = any(p.hit_rate is not None or p.ttft_p50 is not None for p in scraped_points)
     rows = 4 if scraped else 2
     fig, axes = plt.subplots(rows, 1, figsize=(10, 3.0 * rows), sharex=True, squeeze=False)
     ax = [a[0] for a in axes]
@@ -134,16 +143,15 @@ def build_figure(resets: list[ResetData]) -> Figure:
         ax[0].plot(t, [h for _, _, h in d.rollups], color=c, ls="--", label=f"{d.label} hittable")
         offsets = [p.offset_s for p in d.points]
         ax[0].plot(offsets, [p.blocks for p in d.points], "o", color=c)
-        ax[1].plot([0.0, *offsets], [0.0, *(p.share_tokens_back for p in d.points)], "o-",
-                   color=c, label=f"{d.label} share of prefixes back")  # fmt: skip
+        shares = [0.0, *(p.share_tokens_back for p in d.points)]
+        ax[1].plot(
+            [0.0, *offsets], shares, "o-", color=c, label=f"{d.label} share of prefixes back"
+        )
         if scraped:
-            e = [(p.ts - d.ts, p) for p in d.engine]
-            ax[2].plot([x for x, p in e if p.hit_rate is not None],
-                       [p.hit_rate for _, p in e if p.hit_rate is not None],
-                       ".-", color=c, label=f"{d.label} hit rate")  # fmt: skip
-            ax[3].plot([x for x, p in e if p.ttft_p50 is not None],
-                       [p.ttft_p50 for _, p in e if p.ttft_p50 is not None],
-                       ".-", color=c, label=f"{d.label} TTFT p50")  # fmt: skip
+            hit_t, hit = _known(d, [p.hit_rate for p in d.engine])
+            ax[2].plot(hit_t, hit, ".-", color=c, label=f"{d.label} hit rate")
+            ttft_t, ttft = _known(d, [p.ttft_p50 for p in d.engine])
+            ax[3].plot(ttft_t, ttft, ".-", color=c, label=f"{d.label} TTFT p50")
     titles = [
         "blocks (solid: stored, dashed: hittable)",
         "share of pre-reset prefixes cached again",
@@ -161,6 +169,13 @@ def build_figure(resets: list[ResetData]) -> Figure:
     return fig
 
 
+def _known(d: ResetData, values: list[float | None]) -> tuple[list[float], list[float]]:
+    """The seconds after the reset and the value of each of `d.engine`'s points where `values`
+    (one per point) has one."""
+    known = [(p.ts - d.ts, v) for p, v in zip(d.engine, values, strict=True) if v is not None]
+    return [t for t, _ in known], [v for _, v in known]
+
+
 def _cell(value: float | None, unit: str = " s") -> str:
     return "-" if value is None else f"{value:.1f}{unit}"
 
@@ -175,17 +190,17 @@ def write_report(
     fig = build_figure(resets)
     fig.savefig(png, dpi=100)
     plt.close(fig)
-    head = ("reset", "replica", "rank", "seq", "reason", "mode", "before blocks / hittable",
-            "+1 s", "+10 s", "+60 s", "50 %", "90 %")  # fmt: skip
+    head: tuple[str, ...] = ("reset", "replica", "rank", "seq", "reason", "mode")
+    head += ("before blocks / hittable", "+1 s", "+10 s", "+60 s", "50 %", "90 %")
     rows = []
     for d in resets:
         after = []
         for offset in (1.0, 10.0, 60.0):
             p = d.point(offset)
             after.append("-" if p is None else f"{p.blocks} / {p.hittable}")
-        cells = (d.id, d.replica, d.rank, d.seq, d.reason, d.mode or "-",
-                 f"{d.before_blocks} / {d.before_hittable}", *after,
-                 _cell(d.t50_s), _cell(d.t90_s))  # fmt: skip
+        before = f"{d.before_blocks} / {d.before_hittable}"
+        times = (_cell(d.t50_s), _cell(d.t90_s))
+        cells = (d.id, d.replica, d.rank, d.seq, d.reason, d.mode or "-", before, *after, *times)
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     page.write_text(
         "<!doctype html><meta charset=utf-8><title>kvscope report</title>"

@@ -1,4 +1,4 @@
-"""Reading the store: the map of any stream at any past instant, resets, and what was kept.
+"""Reading the store: the map of any stream at any past instant, and whether it is known whole.
 
 A map is rebuilt from the newest checkpoint at or before the instant plus the logged batches
 after it, through the same decoder and map code as live traffic, so it is the map the collector

@@ -6,6 +6,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,14 @@ def lab_demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     engine = demo_lab_store(tmp_path_factory)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+def stack() -> Iterator[ExitStack]:
+    """Publishers, forwarders, collectors and processes registered here are shut down after the
+    test, last registered first."""
+    with ExitStack() as exit_stack:
+        yield exit_stack
 
 
 def collector_time(conn: Any, engine_ts: float) -> float:

@@ -22,9 +22,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from starlette.types import Message, Scope
 from typer.testing import CliRunner
 
-from kvscope.api import routes_resets
 from kvscope.api.app import create_app
 from kvscope.api.context import ApiSettings
 from kvscope.api.data import ApiData
@@ -36,6 +36,7 @@ from kvscope.demo import _bundled
 from kvscope.lab.ports import free_port
 from kvscope.storage.engine import open_store
 from kvscope.storage.writer import StoreWriter
+from tests.http_support import Response
 
 LIMIT = ApiSettings().max_body_bytes
 ERROR_KEYS = {"status", "code", "message", "field"}
@@ -64,7 +65,7 @@ def client(app: FastAPI) -> Iterator[TestClient]:
         yield test_client
 
 
-def error_of(response: httpx.Response, status: int) -> dict[str, Any]:
+def error_of(response: Response, status: int) -> dict[str, Any]:
     assert response.status_code == status, response.text
     assert response.headers["content-type"] == "application/json"
     body = response.json()
@@ -81,9 +82,9 @@ def drive(
     import anyio
 
     read = 0
-    sent: list[dict[str, Any]] = []
+    sent: list[Message] = []
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         nonlocal read
         chunk = next(chunks, None)
         if chunk is None:
@@ -91,10 +92,10 @@ def drive(
         read += len(chunk)
         return {"type": "http.request", "body": chunk, "more_body": True}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         sent.append(message)
 
-    scope = {
+    scope: Scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -264,17 +265,17 @@ def test_the_token_is_compared_in_constant_time(
         compared.append((a, b))
         return compare(a, b)
 
-    monkeypatch.setattr(routes_resets.hmac, "compare_digest", spy)
+    monkeypatch.setattr("kvscope.api.routes_resets.hmac.compare_digest", spy)
 
-    def reset(authorization: str | bytes) -> httpx.Response:
-        return client.post("/replicas/lab/reset", headers={"authorization": authorization})
+    def reset(authorization: bytes) -> Response:
+        return client.post("/replicas/lab/reset", headers=[(b"authorization", authorization)])
 
-    assert error_of(reset("Bearer wrong"), 401)["code"] == "unauthorized"
-    assert error_of(reset("Bearer t0ken-and-more"), 401)["code"] == "unauthorized"
-    assert error_of(reset("Basic t0ken"), 401)["code"] == "unauthorized"
-    assert error_of(reset("Bearer"), 401)["code"] == "unauthorized"
+    assert error_of(reset(b"Bearer wrong"), 401)["code"] == "unauthorized"
+    assert error_of(reset(b"Bearer t0ken-and-more"), 401)["code"] == "unauthorized"
+    assert error_of(reset(b"Basic t0ken"), 401)["code"] == "unauthorized"
+    assert error_of(reset(b"Bearer"), 401)["code"] == "unauthorized"
     assert error_of(reset("Bearer tök€n".encode()), 401)["code"] == "unauthorized"
-    accepted = reset("Bearer t0ken")  # the replica's URL is a closed port: asked, unreachable
+    accepted = reset(b"Bearer t0ken")  # the replica's URL is a closed port: asked, unreachable
     assert accepted.status_code == 200 and accepted.json()["outcome"] == "unreachable"
     assert len(compared) == 6 and compared[-1] == (b"t0ken", b"t0ken")
 

@@ -41,10 +41,10 @@ def _link_store(
     engine = open_store(f"sqlite:///{path / 's.sqlite'}")
     with engine.begin() as conn:
         sid = conn.execute(
-            insert(schema.streams).values(replica="lab", rank=0)
-        ).inserted_primary_key
+            insert(schema.streams).values(replica="lab", rank=0).returning(schema.streams.c.id)
+        ).scalar_one()
         common = {
-            "stream_id": sid[0], "epoch": 0, "degraded": False, "before_blocks": 5,
+            "stream_id": sid, "epoch": 0, "degraded": False, "before_blocks": 5,
             "before_hittable": 5, "before_orphans": 0, "before_tokens": 80, "before": b"",
         }  # fmt: skip
         for seq, ts, recv_ts in clears:
@@ -122,6 +122,13 @@ def test_a_restart_soon_after_a_request_is_not_its_reset(tmp_path: Path) -> None
     assert by_reason["all_blocks_cleared"]["request"]["id"] == 1
 
 
+def last_ts(ingest: StreamIngest) -> float:
+    """The ts of the last batch `ingest` applied."""
+    ts = ingest.map.counters.last_ts
+    assert ts is not None, "no batch applied yet"
+    return ts
+
+
 class StoreRefusesWrites:
     """The writer's engine while the store takes no writes (reads still work)."""
 
@@ -147,21 +154,23 @@ def test_an_instant_the_lagging_writer_may_not_have_stored_is_said_to_be_unknown
     for record in records[:half]:
         ingest.live_frames(record.frames, record.recv_ts)
     assert writer.flush()
-    early_ts, early = ingest.map.counters.last_ts, ingest.map.counts()
+    early_ts, early = last_ts(ingest), ingest.map.counts()
     writer.engine = StoreRefusesWrites(engine)  # type: ignore[assignment]
     for record in records[half:]:
         ingest.live_frames(record.frames, record.recv_ts)
     data = ApiData(engine=engine, writer=writer)
     try:
-        lagging = data.map_at(lab, ingest.map.counters.last_ts)
+        lagging = data.map_at(lab, last_ts(ingest))
         assert any("writer is behind" in reason for reason in lagging.unknown_because)
-        assert lagging.seq < ingest.last_seq  # what the store holds, and it says so
+        # what the store holds, and it says so
+        assert lagging.seq is not None and ingest.last_seq is not None
+        assert lagging.seq < ingest.last_seq
         # Batches stamped after an instant are stored: that instant is whole.
         past = data.map_at(lab, early_ts - 5)
         assert not past.unknown_because
     finally:
         writer.engine = engine
-    caught_up = data.map_at(lab, ingest.map.counters.last_ts)
+    caught_up = data.map_at(lab, last_ts(ingest))
     assert caught_up.unknown_because == [] and caught_up.map.counts() == ingest.map.counts()
     assert data.map_at(lab, early_ts).map.counts() == early
     writer.close()

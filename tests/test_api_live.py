@@ -159,8 +159,16 @@ def test_replicas_and_blocks_are_the_live_map(stack: Stack) -> None:
     with stack.collector.lock:
         ingest = stack.collector.ingests[STREAM]
         offset = ingest.last_message_at - ingest.map.counters.last_ts  # type: ignore[operator]
+        stats = ingest.map.stats()
     assert rank["engine_clock_offset_s"] == pytest.approx(offset)
     assert rank["age_s"] >= 0 and "lag_s" not in rank
+    tables = {(t["medium"], t["group"]): t for t in rank["tables"]}
+    assert list(tables) == sorted(tables)  # by tier, then KV group
+    assert {
+        k: (t["blocks"], t["copies"], t["hittable"], t["orphans"]) for k, t in tables.items()
+    } == {
+        (k.medium, k.group): (s.blocks, s.copies, s.hittable, s.orphans) for k, s in stats.items()
+    }
 
 
 def test_the_past_comes_from_the_store(stack: Stack) -> None:
@@ -283,6 +291,8 @@ def test_resets_through_kvscope_are_labelled_with_mode_and_outcome(stack: Stack)
     assert resets[-1]["request"]["id"] == kept.json()["id"]
     detail = get(stack, f"/resets/{resets[-1]['id']}").json()
     assert detail["before_tables"][0]["blocks"] == resets[-1]["before_blocks"] > 0
+    for name in ("hittable", "orphans"):
+        assert sum(t[name] for t in detail["before_tables"]) == resets[-1][f"before_{name}"]
     text = get(stack, "/metrics").text
     assert 'kvscope_resets_requested_total{mode="keep",outcome="success",replica="r1"} 1.0' in text
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -34,11 +33,12 @@ from kvscope.demo import _bundled
 from kvscope.lab.ports import free_port
 from kvscope.storage.engine import make_engine, open_store
 from kvscope.storage.writer import StoreWriter
+from tests.http_support import Response
 
 LIVE, STORED = StreamId("lab", 0), StreamId("old", 0)
 
 
-def error_of(response: httpx.Response, status: int) -> dict[str, Any]:
+def error_of(response: Response, status: int) -> dict[str, Any]:
     assert response.status_code == status, response.text
     body = response.json()
     assert set(body) == {"error"} and set(body["error"]) == {"status", "code", "message", "field"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -19,9 +20,9 @@ from tests.conftest import capture_path
 CAPTURES = ["lab_3rps_180s", "lab_10rps_300s"]
 
 
-def settled_snapshots(sidecar: dict[str, object]) -> list[dict[str, object]]:
-    snapshots = [s for s in sidecar["snapshots"] if s["pending_events"] == 0]  # type: ignore[attr-defined,index]
-    return sorted(snapshots, key=lambda s: s["published_through_seq"])  # type: ignore[arg-type,return-value]
+def settled_snapshots(sidecar: dict[str, Any]) -> list[dict[str, Any]]:
+    snapshots = [s for s in sidecar["snapshots"] if s["pending_events"] == 0]
+    return sorted(snapshots, key=lambda s: s["published_through_seq"])
 
 
 @pytest.mark.parametrize("name", CAPTURES)
@@ -40,9 +41,9 @@ def test_map_equals_every_blockpool_snapshot(name: str) -> None:
 
     def check_through(limit: int | None) -> None:
         nonlocal checked
-        while snapshots and (limit is None or snapshots[0]["published_through_seq"] < limit):  # type: ignore[operator]
+        while snapshots and (limit is None or snapshots[0]["published_through_seq"] < limit):
             snap = snapshots.pop(0)
-            want = {(h, g): n for h, g, n in snap["hashes"]}  # type: ignore[attr-defined]
+            want = {(h, g): n for h, g, n in snap["hashes"]}
             assert ingest.map.counts() == want, snap["label"]
             checked += 1
 
@@ -80,7 +81,7 @@ def test_replay_command_dumps_the_map_at_chosen_seqs(tmp_path: Path) -> None:
     capture = capture_path("lab_3rps_180s.msgpack.gz")
     sidecar = json.loads(capture.with_name("lab_3rps_180s.json").read_text())
     snaps = settled_snapshots(sidecar)[:3]
-    seqs = [int(s["published_through_seq"]) for s in snaps]  # type: ignore[call-overload]
+    seqs = [int(s["published_through_seq"]) for s in snaps]
     result = CliRunner().invoke(
         app,
         [
@@ -98,8 +99,7 @@ def test_replay_command_dumps_the_map_at_chosen_seqs(tmp_path: Path) -> None:
     for seq, snap in zip(seqs, snaps, strict=True):
         lines = [json.loads(x) for x in (tmp_path / f"{seq}.jsonl").read_text().splitlines()]
         assert {(x["hash"], x["group"]): x["count"] for x in lines} == {
-            (h, g): n
-            for h, g, n in snap["hashes"]  # type: ignore[attr-defined]
+            (h, g): n for h, g, n in snap["hashes"]
         }
         assert all(x["medium"] == "GPU" for x in lines)
         assert set(lines[0]) == {"hash", "group", "medium", "count", "parent", "hittable"}

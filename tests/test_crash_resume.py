@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -35,12 +34,6 @@ RESETS = ResetOdds(keep=0.02, preempt=0.01)
 STREAM = StreamId("r", 0)
 
 
-@pytest.fixture
-def stack() -> Iterator[ExitStack]:
-    with ExitStack() as s:
-        yield s
-
-
 def start_collect(store: str, port: int, replay_port: int, log: Path) -> subprocess.Popen[bytes]:
     command = [
         sys.executable, "-m", "kvscope.cli", "--log-level", "INFO", "collect", "--no-live",
@@ -48,6 +41,11 @@ def start_collect(store: str, port: int, replay_port: int, log: Path) -> subproc
         "--store", store,
     ]  # fmt: skip
     return subprocess.Popen(command, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+def kill_if_running(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
 
 
 def stored_last_seq(store: str) -> int | None:
@@ -94,7 +92,7 @@ def test_kill_9_then_restart_ends_with_the_exact_map(stack: ExitStack, tmp_path:
     stack.callback(source.close)
 
     first = start_collect(store, port, replay_port, log)
-    stack.callback(lambda: first.poll() is None and first.kill())
+    stack.callback(kill_if_running, first)
     time.sleep(3)  # interpreter start and connect; what it misses comes back by replay
     for _ in range(200):
         source.step()
@@ -115,7 +113,7 @@ def test_kill_9_then_restart_ends_with_the_exact_map(stack: ExitStack, tmp_path:
     assert source.last_seq is not None and at_kill is not None and source.last_seq > at_kill + 20
 
     second = start_collect(store, port, replay_port, log)
-    stack.callback(lambda: second.poll() is None and second.kill())
+    stack.callback(kill_if_running, second)
     for _ in range(50):
         source.step()
         time.sleep(0.01)

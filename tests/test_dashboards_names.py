@@ -7,10 +7,10 @@ import re
 from sqlalchemy import insert, text
 
 from kvscope.collector.metrics import NAMES
-from kvscope.dashboards.common import LINK_WINDOW_S, VLLM_METRICS, linked_request
+from kvscope.dashboards.common import VLLM_METRICS, linked_request
 from kvscope.storage import schema, scrape
 from kvscope.storage.engine import open_store
-from kvscope.storage.reset_links import clears_by_request
+from kvscope.storage.reset_links import LINK_WINDOW_S, clears_by_request
 from tests.dashboards_support import DASHBOARDS, PROM_QUERIES, QUERIES, SQL_QUERIES
 from tests.test_dashboards_schema import _PROMQL_WORDS
 
@@ -92,7 +92,9 @@ def test_the_dashboards_link_resets_to_requests_as_the_api_does(store_url: str) 
     engine = open_store(store_url)
     with engine.begin() as conn:
         lab, other = (
-            conn.execute(insert(schema.streams).values(replica=n, rank=0)).inserted_primary_key[0]
+            conn.execute(
+                insert(schema.streams).values(replica=n, rank=0).returning(schema.streams.c.id)
+            ).scalar_one()
             for n in ("lab", "other")
         )
         for replica, at, outcome in [

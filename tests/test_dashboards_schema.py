@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,8 @@ import pytest
 from kvscope.dashboards.generate import JSON_DIR, rendered
 from kvscope.dashboards.model import Json
 from tests.dashboards_support import DASHBOARDS, GRAFANA_PANEL_SCHEMAS, GRAFANA_SCHEMA, SCHEMA
+
+Spoil = Callable[[Json], object]  # breaks a copy of a dashboard in one place
 
 
 # --- generated files, schema, names -------------------------------------------------------------
@@ -81,7 +83,7 @@ def test_grafanas_schema_fails_a_broken_dashboard() -> None:
     good = json.loads(json.dumps(DASHBOARDS[0]))
     assert grafana_errors(good) == []
     panel = next(i for i, p in enumerate(good["panels"]) if p["type"] == "timeseries")
-    for spoil, expected in (
+    spoils: list[tuple[Spoil, str]] = [
         (lambda d: d["panels"][panel].update(gridPos="0 0 12 8"), "gridPos: '0 0 12 8' is not"),
         (lambda d: d["panels"][panel]["gridPos"].pop("w"), "gridPos: 'w' is a required"),
         (lambda d: d["panels"][panel].update(titel="typo"), "'titel' was unexpected"),
@@ -96,7 +98,8 @@ def test_grafanas_schema_fails_a_broken_dashboard() -> None:
         (lambda d: d["panels"][panel]["fieldConfig"]["defaults"]["custom"].update(
             drawStyle="dots"), "custom/drawStyle: 'dots' is not one of"),
         (lambda d: d["panels"][panel].update(type="radar"), "no schema for this panel type"),
-    ):  # fmt: skip
+    ]  # fmt: skip
+    for spoil, expected in spoils:
         bad = json.loads(json.dumps(good))
         spoil(bad)
         errors = grafana_errors(bad)
@@ -124,7 +127,7 @@ def test_the_schema_is_strict() -> None:
     validator = jsonschema.Draft202012Validator(SCHEMA)
     good = json.loads(json.dumps(DASHBOARDS[0]))
     assert validator.is_valid(good)
-    for spoil, grafana_sees_it in (
+    spoils: list[tuple[Spoil, bool]] = [
         (lambda d: d["panels"][1].update(titel="typo"), True),
         (lambda d: d["templating"]["list"][0].update(type="dropdown"), True),
         (lambda d: d.pop("schemaVersion"), True),
@@ -136,7 +139,8 @@ def test_the_schema_is_strict() -> None:
         (lambda d: d["annotations"]["list"][1]["target"].pop("rawSql"), False),
         (lambda d: d["templating"]["list"][1].update(qurey="up"), False),
         (lambda d: d.pop("uid"), False),
-    ):
+    ]
+    for spoil, grafana_sees_it in spoils:
         bad = json.loads(json.dumps(good))
         spoil(bad)
         assert not validator.is_valid(bad)

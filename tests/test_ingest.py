@@ -32,7 +32,7 @@ def remove(*hashes: int) -> dict[str, Any]:
     return {"type": "BlockRemoved", "block_hashes": list(hashes), "medium": "GPU"}
 
 
-CLEAR = {"type": "AllBlocksCleared"}
+CLEAR: dict[str, Any] = {"type": "AllBlocksCleared"}
 
 
 def payload(*events: dict[str, Any], ts: float = 1.0) -> bytes:

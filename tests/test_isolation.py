@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kvscope.collector.ingest import StreamIngest
-from kvscope.collector.sink import AppliedBatch, DegradedChange, NullSink
+from kvscope.collector.sink import AppliedBatch, DegradedChange, DegradedStep, NullSink
 from kvscope.collector.types import StreamId
 from tests.test_ingest import CLEAR, frames, hashes, payload, store
 
@@ -127,5 +127,5 @@ def test_consecutive_refusals_of_one_kind_widen_one_interval() -> None:
     ingest.live_frames(frames(0, payload(store(1))), 0.0)
     for seq in range(1, 50):
         ingest.live_frames(frames(seq, b"\xc1"), float(seq))  # not msgpack
-    assert [c.step for c in sink.degraded_changes].count("opened") == 1
+    assert [c.step for c in sink.degraded_changes].count(DegradedStep.OPENED) == 1
     assert ingest.degraded is not None and ingest.degraded.to_seq == 49

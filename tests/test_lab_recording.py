@@ -39,6 +39,7 @@ def test_a_recording_replays_to_its_ground_truth(tmp_path: Path) -> None:
     ) as replica:
         replica.run_for(48)
         last_seq = replica.last_seq
+        assert last_seq is not None
         epoch, end_ts = replica.sim_epoch, replica.ts
     sidecar = json.loads(sidecar_path_for(capture).read_text())
     assert sidecar_path_for(capture) == tmp_path / "lab.json"

@@ -163,7 +163,7 @@ def test_the_bound_from_the_payload_size_refuses_what_counting_refuses(data: st.
         except MalformedPayload:
             continue
         counted = msgspec.structs.replace(decoded, payload_bytes=0)
-        outcomes = []
+        outcomes: list[str | None] = []  # what each refused, None where admitted
         for each in (decoded, counted):
             try:
                 admit(limits, prefix_map.tables, each)

@@ -32,7 +32,7 @@ def _compare(store: Engine, replica: str) -> ModeComparison:
 def _samples(store: Engine, replica: str) -> list[Any]:
     t = schema.engine_samples
     with store.connect() as conn:
-        return conn.execute(select(t).where(t.c.replica == replica).order_by(t.c.ts)).all()
+        return list(conn.execute(select(t).where(t.c.replica == replica).order_by(t.c.ts)))
 
 
 @pytest.mark.parametrize("replica", REPLICAS)

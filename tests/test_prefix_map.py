@@ -37,10 +37,16 @@ def stored(hashes: list[int], parent: int | None, table: TableKey = GPU0) -> Blo
 
 
 @dataclass
-class Reference:
-    """The obvious model: per table, hash -> [copies, parent]."""
+class Entry:
+    copies: int
+    parent: int | None
 
-    tables: dict[TableKey, dict[int, list[int | None]]] = field(default_factory=dict)
+
+@dataclass
+class Reference:
+    """The obvious model: per table, hash -> its copies and parent."""
+
+    tables: dict[TableKey, dict[int, Entry]] = field(default_factory=dict)
 
     def apply(self, event: KVEvent) -> None:
         if isinstance(event, AllCleared):
@@ -50,16 +56,16 @@ class Reference:
             parent = event.parent
             for h in event.hashes:
                 if h in table:
-                    table[h][0] += 1  # type: ignore[operator]
+                    table[h].copies += 1
                 else:
-                    table[h] = [1, parent]
+                    table[h] = Entry(1, parent)
                 parent = h
         else:
             table = self.tables.setdefault(event.table, {})
             for h in event.hashes:
                 if h in table:
-                    table[h][0] -= 1  # type: ignore[operator]
-                    if table[h][0] == 0:
+                    table[h].copies -= 1
+                    if table[h].copies == 0:
                         del table[h]
 
     def hittable(self, key: TableKey) -> set[int]:
@@ -70,14 +76,14 @@ class Reference:
             node: int | None = h
             while node is not None and node in table and node not in seen:
                 seen.add(node)
-                node = table[node][1]  # type: ignore[assignment]
+                node = table[node].parent
             if node is None:
                 out.add(h)
         return out
 
     def orphans(self, key: TableKey) -> int:
         table = self.tables.get(key, {})
-        return sum(1 for _, parent in table.values() if parent is not None and parent not in table)
+        return sum(1 for e in table.values() if e.parent is not None and e.parent not in table)
 
 
 def check_against(prefix_map: PrefixMap, ref: Reference) -> None:
@@ -86,16 +92,16 @@ def check_against(prefix_map: PrefixMap, ref: Reference) -> None:
         table = prefix_map.tables.get(key)
         want = ref.tables.get(key, {})
         got = table.counts() if table is not None else {}
-        assert got == {h: c for h, (c, _) in want.items()}, key
+        assert got == {h: e.copies for h, e in want.items()}, key
         if table is None:
             continue
-        for h, (_, parent) in want.items():
-            assert table.parent_of(h) == parent
+        for h, e in want.items():
+            assert table.parent_of(h) == e.parent
         hittable = ref.hittable(key)
         assert {h for h in got if table.is_hittable(h)} == hittable
         assert table.hittable_count == len(hittable)
         assert table.orphan_count == ref.orphans(key)
-        assert table.copies == sum(c for c, _ in want.values())  # type: ignore[misc]
+        assert table.copies == sum(e.copies for e in want.values())
 
 
 hashes = st.integers(min_value=0, max_value=12)  # a small space: duplicates, orphans, cycles
@@ -219,21 +225,23 @@ class LookupReference(Reference):
         """Blocks of `query` (hashes, tokens_of each) cached as one chain from a root."""
         table, bare, parent = self.tables.get(key, {}), self.bare.get(key, set()), None
         for depth, h in enumerate(query):
-            if h not in table or table[h][1] != parent or h in bare:
+            if h not in table or table[h].parent != parent or h in bare:
                 return depth
             parent = h
         return len(query)
 
 
-def chains(table: dict[int, list[int | None]]) -> list[list[int]]:
+def chains(table: dict[int, Entry]) -> list[list[int]]:
     """Every cached block's chain from its root, where it has one: queries that hit deep."""
-    found = []
+    found: list[list[int]] = []
     for h in table:
-        chain, node, seen = [], h, set()
+        chain: list[int] = []
+        node: int | None = h
+        seen: set[int] = set()
         while node is not None and node in table and node not in seen:
             seen.add(node)
             chain.append(node)
-            node = table[node][1]  # type: ignore[assignment]
+            node = table[node].parent
         if node is None:
             found.append(chain[::-1])
     return found

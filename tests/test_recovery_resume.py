@@ -3,6 +3,8 @@ the store, and its rows equal those of a run that was never interrupted."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sqlalchemy import delete, update
 
@@ -18,9 +20,11 @@ from tests.test_recovery_live import STREAM, capture, stored_recovery
 # window between two offsets, a few batches after the second clear (seq 1592), near the end.
 CUTS = (1058, 1240, 1600, 2100)
 
+Rows = list[tuple[Any, ...]]  # stored_recovery's
+
 
 @pytest.fixture(scope="module")
-def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[object], list[object]]:
+def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Rows, Rows]:
     """The uninterrupted run: rows while the stream is open, and after close."""
     url = f"sqlite:///{tmp_path_factory.mktemp('straight') / 's.sqlite'}"
     writer = StoreWriter(open_store(url))
@@ -33,7 +37,7 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[object], li
 
 @pytest.mark.parametrize("cut", CUTS)
 def test_rows_after_kill_9_and_resume_equal_an_uninterrupted_run(
-    store_url: str, cut: int, straight: tuple[list[object], list[object]]
+    store_url: str, cut: int, straight: tuple[Rows, Rows]
 ) -> None:
     records = capture()
     engine = open_store(store_url)
@@ -55,7 +59,7 @@ def test_rows_after_kill_9_and_resume_equal_an_uninterrupted_run(
 
 
 def test_rows_lost_with_the_crash_are_rebuilt_from_the_log(
-    store_url: str, straight: tuple[list[object], list[object]]
+    store_url: str, straight: tuple[Rows, Rows]
 ) -> None:
     """A store whose recovery rows lag its log (written by an older kvscope, or lost) is put
     right at resume: the open window is recomputed from the stored batches."""

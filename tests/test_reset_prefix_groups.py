@@ -5,6 +5,8 @@ Grafana itself cannot run here: only its $reset substitution is done by hand."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import command
 from typer.testing import CliRunner
@@ -22,7 +24,7 @@ def _replay(store: str) -> None:
     assert result.exit_code == 0, result.output
 
 
-def _panel(conn: sa.Connection, raw_sql: str, reset_id: int) -> list[sa.Row]:
+def _panel(conn: sa.Connection, raw_sql: str, reset_id: int) -> list[sa.Row[*tuple[Any, ...]]]:
     return list(conn.execute(sa.text(raw_sql.replace("$reset", str(int(reset_id))))))
 
 

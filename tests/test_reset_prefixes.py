@@ -48,7 +48,7 @@ def _cached(view: MapReader) -> Hashes:
 
 
 def _orphan_heads(view: MapReader) -> set[tuple[TableKey, int]]:
-    heads = set()
+    heads: set[tuple[TableKey, int]] = set()
     for key, table in view.tables.items():
         assert isinstance(table, BlockTable)
         heads.update((key, t.head) for t in table.subtrees() if t.orphan)
@@ -82,7 +82,7 @@ def _groups(tables: Any) -> dict[tuple[TableKey, int], tuple[set[int], set[int],
         for start in cached:
             h = start
             while parents[h] in cached:
-                h = parents[h]  # type: ignore[assignment]
+                h = parents[h]
             blocks, shared, _ = out.setdefault((key, h), (set(), set(), table.block_size))
             blocks.add(start)
             if leaves_under[start] >= 2:

@@ -45,7 +45,8 @@ def test_every_instant_inside_the_window_still_rebuilds(store_url: str) -> None:
         oldest = min(ts_of.values())
         with pytest.raises(NotInStore, match="log starts at"):
             position_at_time(conn, sid, oldest)
-        assert conn.execute(select(func.min(schema.rollups.c.second))).scalar() >= last_ts - 101
+        oldest_second = conn.execute(select(func.min(schema.rollups.c.second))).scalar_one()
+        assert oldest_second >= last_ts - 101
 
     # Pruning again changes nothing: what is left is what the window needs.
     again = prune(

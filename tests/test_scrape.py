@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import cast
 
 import prometheus_client
 import pytest
@@ -140,6 +141,11 @@ def server() -> Iterator[MetricsServer]:
     served.close()
 
 
+def near(value: float) -> float:
+    """pytest.approx(value), typed as the float it stands in for."""
+    return cast(float, pytest.approx(value))
+
+
 def cumulative(observations: list[float]) -> dict[float, float]:
     return {
         le: float(sum(1 for x in observations if x <= le))
@@ -234,13 +240,13 @@ def test_scrapes_become_rows_and_the_hit_rate_series(
         # 110: every engine restarted, no point. 115: 90 / 100; one TTFT, 2.0 in (1.0, 2.5]:
         # p50 = 1.0 + 1.5 * 0.5, p99 = 1.0 + 1.5 * 0.99. 120: nothing happened.
         assert hit_rate_series(conn, "r1", 0, 1e9) == [
-            HitRatePoint(105.0, pytest.approx(2 / 3), pytest.approx(0.25), pytest.approx(0.745)),
-            HitRatePoint(115.0, pytest.approx(0.9), pytest.approx(1.75), pytest.approx(2.485)),
+            HitRatePoint(105.0, near(2 / 3), near(0.25), near(0.745)),
+            HitRatePoint(115.0, near(0.9), near(1.75), near(2.485)),
             HitRatePoint(120.0, None, None, None),
         ]
         assert hit_rate_series(conn, "r1", 0, 1e9, engine="1") == [
             HitRatePoint(105.0, 0.5, None, None),
-            HitRatePoint(115.0, None, pytest.approx(1.75), pytest.approx(2.485)),
+            HitRatePoint(115.0, None, near(1.75), near(2.485)),
             HitRatePoint(120.0, None, None, None),
         ]
         # Each engine's first sample in the window is its baseline.
@@ -278,7 +284,9 @@ def test_failures_are_counted_and_scraping_goes_on(
     assert "HTTP Error 500" in scraper.last_error["boom"]
     assert targets["down"] in scraper.last_error["down"]
     # Logged once per failing replica (then held back for 10 s), never per failure.
-    logged = [r.args[0] for r in caplog.records if r.name == "kvscope.storage.scrape"]
+    logged = [  # "scraping REPLICA failed: ..."
+        r.getMessage().split()[1] for r in caplog.records if r.name == "kvscope.storage.scrape"
+    ]
     assert sorted(logged) == sorted(failing)
 
     count = select(func.count()).select_from(schema.engine_samples)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.sink import (
@@ -49,7 +51,7 @@ class Told(NullSink):
         self.changes.append(change)
 
 
-def feed(ingest: StreamIngest, *batches: tuple[int, float, list[dict[str, object]]]) -> None:
+def feed(ingest: StreamIngest, *batches: tuple[int, float, list[dict[str, Any]]]) -> None:
     for seq, ts, events in batches:
         ingest.live_frames(frames(seq, payload(*events, ts=ts)), 100.0 + seq)
 

@@ -65,7 +65,8 @@ def test_any_instant_rebuilds_to_the_live_map(store_url: str) -> None:
     with engine.connect() as conn:
         sid = stream_id(conn, "lab")
         assert batch_log.count_batches(conn) == 7724
-        assert conn.execute(select(func.count()).select_from(schema.checkpoints)).scalar() >= 10
+        checkpoints = conn.execute(select(func.count()).select_from(schema.checkpoints))
+        assert checkpoints.scalar_one() >= 10
         for seq, live in samples.items():
             rebuilt = rebuild(conn, position_at_seq(conn, sid, seq), STREAM)
             assert rebuilt.map.counts() == live, seq

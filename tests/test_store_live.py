@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
@@ -25,12 +24,6 @@ from tests.vllm_source import ResetOdds, Source
 pytestmark = pytest.mark.vllm
 STREAM = StreamId("live", 0)
 RESETS = ResetOdds(keep=0.03, preempt=0.02, default=0.02)
-
-
-@pytest.fixture
-def stack() -> Iterator[ExitStack]:
-    with ExitStack() as s:
-        yield s
 
 
 def caught_up(collector: Collector, source: Source, timeout: float = 10.0) -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
 
-# Imported, never importorskip'd: CI installs vLLM, and without it these tests must fail.
 from kvscope.lab.ports import free_port
 from tests.vllm_integration_support import (
     RANK0,
@@ -23,13 +21,6 @@ from tests.vllm_integration_support import (
 from tests.vllm_source import LossyForwarder
 
 pytestmark = pytest.mark.vllm
-
-
-@pytest.fixture
-def stack() -> Iterator[ExitStack]:
-    """Publishers, forwarders and collectors registered here are shut down after the test."""
-    with ExitStack() as exit_stack:
-        yield exit_stack
 
 
 def test_lost_batches_are_replayed(stack: ExitStack) -> None:

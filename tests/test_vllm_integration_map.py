@@ -8,7 +8,6 @@ with the pool's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
@@ -31,13 +30,6 @@ from tests.vllm_integration_support import (
 )
 
 pytestmark = pytest.mark.vllm
-
-
-@pytest.fixture
-def stack() -> Iterator[ExitStack]:
-    """Publishers, forwarders and collectors registered here are shut down after the test."""
-    with ExitStack() as exit_stack:
-        yield exit_stack
 
 
 # --- the tests ----------------------------------------------------------------------------------

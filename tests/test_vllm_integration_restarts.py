@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
 
-# Imported, never importorskip'd: CI installs vLLM, and without it these tests must fail.
 from kvscope.collector.sink import ClearReason
 from kvscope.lab.ports import free_port
 from tests.vllm_integration_support import (
@@ -25,13 +23,6 @@ from tests.vllm_integration_support import (
 from tests.vllm_source import Source
 
 pytestmark = pytest.mark.vllm
-
-
-@pytest.fixture
-def stack() -> Iterator[ExitStack]:
-    """Publishers, forwarders and collectors registered here are shut down after the test."""
-    with ExitStack() as exit_stack:
-        yield exit_stack
 
 
 @pytest.mark.parametrize("racing", [False, True], ids=["after-reconnect", "racing-reconnect"])

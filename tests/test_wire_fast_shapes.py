@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from kvscope.collector._wire_fast import decode_map_batch
-from kvscope.collector.types import BlocksStored
+from kvscope.collector.types import BlocksRemoved, BlocksStored
 from kvscope.collector.wire import _TYPED_DECODERS, BatchDecoder
 from tests.wire_fast_support import MAX_BS, check
 
@@ -64,16 +64,17 @@ def test_long_token_and_hash_arrays_are_read_where_they_are() -> None:
         removed = {"type": "BlockRemoved", "block_hashes": hashes[:n_hashes]}
         fast = check(E([1.0, [event, removed, removed], 0]))
         assert fast is not None
-        assert list(fast.events[0].token_ids) == tokens[:n_tokens]
-        assert fast.events[1].hashes == hashes[:n_hashes] * 2
+        stored, removal = fast.events  # the two removals from one table are one event
+        assert isinstance(stored, BlocksStored) and list(stored.token_ids) == tokens[:n_tokens]
+        assert isinstance(removal, BlocksRemoved) and removal.hashes == hashes[:n_hashes] * 2
     long = dict(STORED, block_hashes=hashes, token_ids=tokens[: 16 * 300])
     assert check(E([1.0, [long], 0])) is not None
     for bad in (2**32, -1, "x"):
         assert check(E([1.0, [dict(long, token_ids=[*tokens[: 16 * 300 - 1], bad])], 0])) is None
         assert check(E([1.0, [dict(STORED, token_ids=[*tokens[:31], bad])], 0])) is None
-    for bad in (-1, "x", None):
-        assert check(E([1.0, [dict(long, block_hashes=[*hashes[:-1], bad])], 0])) is None
-        assert check(E([1.0, [dict(STORED, block_hashes=[1, bad])], 0])) is None
+    for bad_hash in (-1, "x", None):
+        assert check(E([1.0, [dict(long, block_hashes=[*hashes[:-1], bad_hash])], 0])) is None
+        assert check(E([1.0, [dict(STORED, block_hashes=[1, bad_hash])], 0])) is None
 
 
 def test_token_ids_and_hashes_only_matter_where_the_event_has_them() -> None:

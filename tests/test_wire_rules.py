@@ -27,8 +27,8 @@ CLEARED = {"type": "AllBlocksCleared"}
 
 def as_array(event: dict[str, Any]) -> list[Any]:
     """The same event in vLLM <= 0.23's array layout."""
-    names = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium")
-    names += ("lora_name", "extra_keys", "group_idx")
+    names: tuple[str, ...] = ("block_hashes", "parent_block_hash", "token_ids", "block_size")
+    names += ("lora_id", "medium", "lora_name", "extra_keys", "group_idx")
     if event["type"] == "BlockRemoved":
         names = ("block_hashes", "medium", "group_idx")
     return [event["type"], *(event.get(name) for name in names)]

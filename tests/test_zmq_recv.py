@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from kvscope.collector import _zmq_recv, sockets
+from kvscope.collector import _zmq_recv
 from kvscope.collector.sockets import message_reader, recv_message
 
 MESSAGES = [
@@ -89,7 +89,7 @@ def test_pyzmq_fallback_when_libzmq_is_not_found(
     pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pub, sub = pair
-    monkeypatch.setattr(sockets._zmq_recv, "available", lambda: False)
+    monkeypatch.setattr(_zmq_recv, "available", lambda: False)  # the module sockets reads
     read = message_reader(sub)
     assert not isinstance(read, _zmq_recv.MessageReceiver)
     assert read() is None

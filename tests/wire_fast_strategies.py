@@ -94,7 +94,9 @@ def event(draw: st.DrawFn, wild: bool) -> Any:
         size = draw(v(BLOCK_SIZE, EDGE_BLOCK_SIZE))
         n = len(hashes)
         tokens = token_ids(size if type(size) is int and 0 <= size <= MAX_BS else 16, n, wild)
-        extra = st.none() | st.just([None] * n)
+        extra: st.SearchStrategy[list[None] | list[list[str]] | None] = st.none() | st.just(
+            [None] * n
+        )
         if wild:
             extra |= st.lists(st.none(), max_size=6) | st.just([["salt"]] * n)
         items += [("block_hashes", hashes), ("block_size", size)]  # vLLM always sends both

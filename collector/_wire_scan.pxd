@@ -1,0 +1,177 @@
+# The scan of one event map of a map-layout batch, for the compiled decoder
+# (collector/_wire_fast.pyx): where each known field's value starts (`Event`), its token ids and
+# hashes kept on the way, and its tag. Like the decoder it declines (-1) what it is unsure of.
+# Inline, as collector/_msgpack.pxd's reads are: it compiles into the decoder's C module.
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp
+
+from kvscope.collector._msgpack cimport (
+    Reader,
+    at,
+    read_array,
+    read_be,
+    read_map,
+    read_str,
+    skip,
+)
+
+
+cdef enum:
+    F_TYPE, F_HASHES, F_PARENT, F_TOKENS, F_BLOCK_SIZE, F_LORA_ID, F_MEDIUM, F_LORA_NAME,
+    F_EXTRA_KEYS, F_GROUP, N_FIELDS
+
+
+cdef enum:
+    STORED, REMOVED, CLEARED
+
+
+# token_ids and block_hashes are read once, by the scan, into the event's buffers; an array
+# longer than its buffer (none in vLLM's usual chunks) is stepped over and read where it is used.
+cdef enum:
+    TOKENS_CAP = 2048
+    HASHES_CAP = 256
+
+cdef enum:  # what the scan made of a token_ids or block_hashes value
+    HELD,  # its items are in the event's buffer
+    DECLINED,  # not an array of ints >= 0 (token ids: that fit 32 bits): not ours, if it counts
+    UNREAD,  # longer than the buffer: read at `at`
+
+
+cdef struct Event:
+    int kind
+    Py_ssize_t at[N_FIELDS]  # where each known field's value starts, -1 when absent
+    int tokens_state, hashes_state
+    Py_ssize_t n_tokens, n_hashes
+    uint32_t tokens[TOKENS_CAP]
+    uint64_t hashes[HASHES_CAP]
+
+
+cdef inline bint is_(const uint8_t* s, Py_ssize_t n, const char* name,
+                     Py_ssize_t size) noexcept nogil:
+    return n == size and memcmp(s, name, size) == 0
+
+
+cdef inline int field_of(const uint8_t* s, Py_ssize_t n) noexcept nogil:
+    """The known field a key names, or -1 for a key msgspec would skip."""
+    # By length first: one compare (a switch) picks the one or few names a key can be.
+    if n == 4:
+        if is_(s, n, b"type", 4): return F_TYPE
+    elif n == 9:
+        if is_(s, n, b"token_ids", 9): return F_TOKENS
+        if is_(s, n, b"lora_name", 9): return F_LORA_NAME
+        if is_(s, n, b"group_idx", 9): return F_GROUP
+    elif n == 10:
+        if is_(s, n, b"block_size", 10): return F_BLOCK_SIZE
+        if is_(s, n, b"extra_keys", 10): return F_EXTRA_KEYS
+    elif n == 12:
+        if is_(s, n, b"block_hashes", 12): return F_HASHES
+    elif n == 17:
+        if is_(s, n, b"parent_block_hash", 17): return F_PARENT
+    elif n == 7:
+        if is_(s, n, b"lora_id", 7): return F_LORA_ID
+    elif n == 6:
+        if is_(s, n, b"medium", 6): return F_MEDIUM
+    return -1
+
+
+cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
+                           Py_ssize_t* count) noexcept nogil:
+    """Steps over the value of a token_ids or block_hashes key as skip() does, keeping its items
+    in `buf` on the way (each as read_uint64 reads it): HELD, DECLINED or UNREAD, or -1 where
+    skip() fails. Anything but an array of ints >= 0 is left to skip(), from the value's start:
+    the scan must step over what it steps over (the tag, which decides if the field matters, may
+    come later)."""
+    cdef Py_ssize_t start = r.pos, n, k
+    cdef uint8_t b
+    cdef uint64_t v
+    cdef int state = HELD
+    if read_array(r, &n) < 0:
+        state = DECLINED
+    elif n > cap:
+        state = UNREAD
+    else:
+        for k in range(n):
+            if r.pos >= r.end:
+                return -1
+            b = r.p[r.pos]
+            r.pos += 1
+            # A constant width per branch: each read_be unrolls.
+            if b <= 0x7F:
+                v = b
+            elif b == 0xCC:
+                if read_be(r, 1, &v) < 0:
+                    return -1
+            elif b == 0xCD:
+                if read_be(r, 2, &v) < 0:
+                    return -1
+            elif b == 0xCE:
+                if read_be(r, 4, &v) < 0:
+                    return -1
+            elif b == 0xCF:
+                if read_be(r, 8, &v) < 0:
+                    return -1
+            elif 0xD0 <= b <= 0xD3:  # int8..int64: read_uint64 takes one without its sign bit
+                if read_be(r, 1 << (b - 0xD0), &v) < 0:
+                    return -1
+                if v >> ((8 << (b - 0xD0)) - 1):
+                    state = DECLINED
+                    break
+            else:
+                state = DECLINED
+                break
+            if tokens:
+                if v >> 32:  # (a literal 0xFFFFFFFF here is a Python int)
+                    state = DECLINED
+                    break
+                (<uint32_t*>buf)[k] = <uint32_t>v
+            else:
+                (<uint64_t*>buf)[k] = v
+        if state == HELD:
+            count[0] = n
+            return HELD
+    r.pos = start
+    return state if skip(r, 3) == 0 else -1
+
+
+cdef inline int scan_event(Reader* r, Event* e) noexcept nogil:
+    """Steps over one event map, noting where its known fields are, and reads its tag."""
+    cdef Py_ssize_t n, k, size
+    cdef const uint8_t* s
+    cdef int f
+    for f in range(N_FIELDS):
+        e.at[f] = -1
+    e.tokens_state = e.hashes_state = DECLINED  # (read only when the field is there)
+    if read_map(r, &n) < 0:
+        return -1
+    for k in range(n):
+        if read_str(r, &s, &size) < 0:  # msgspec takes only str keys
+            return -1
+        f = field_of(s, size)
+        if f >= 0:
+            if e.at[f] >= 0:
+                return -1  # a duplicate: msgspec keeps the last, we leave it to msgspec
+            e.at[f] = r.pos
+        if f == F_TOKENS:
+            e.tokens_state = scan_uints(r, True, e.tokens, TOKENS_CAP, &e.n_tokens)
+            if e.tokens_state < 0:
+                return -1
+        elif f == F_HASHES:
+            e.hashes_state = scan_uints(r, False, e.hashes, HASHES_CAP, &e.n_hashes)
+            if e.hashes_state < 0:
+                return -1
+        elif skip(r, 3) < 0:
+            return -1
+    if e.at[F_TYPE] < 0:
+        return -1
+    cdef Reader tag = at(r, e.at[F_TYPE])
+    if read_str(&tag, &s, &size) < 0:
+        return -1
+    if is_(s, size, b"BlockStored", 11):
+        e.kind = STORED
+    elif is_(s, size, b"BlockRemoved", 12):
+        e.kind = REMOVED
+    elif is_(s, size, b"AllBlocksCleared", 16):
+        e.kind = CLEARED
+    else:
+        return -1
+    return 0 if e.kind == CLEARED or e.at[F_HASHES] >= 0 else -1
