@@ -454,10 +454,9 @@ def _collect(
     start = monotonic()
     live(frames, start)
     for _ in range(n - 1):
-        frames = read()
-        if frames is None:  # the publisher is behind: wait as the collector's poll loop does
-            frames = _next_message(sub, read)
-        live(frames, monotonic())
+        got = read()
+        # None: the publisher is behind; wait as the collector's poll loop does.
+        live(_next_message(sub, read) if got is None else got, monotonic())
     seconds = monotonic() - start
     if profile is not None:
         profile.disable()

@@ -24,6 +24,8 @@ import zstandard
 from kvscope.storage.rows import LogRow
 
 CHUNK_FORMAT = 1
+"""The format `pack` writes."""
+WRITABLE_FORMATS = (1,)
 MAX_CHUNK_BATCHES = 2000
 MAX_CHUNK_RAW_BYTES = 2 << 20
 """Bounds on a chunk: reading one batch (`kvscope dump --seq`, resume) unpacks its chunk."""
@@ -108,14 +110,16 @@ class Chunk:
             yield self.batch(i)
 
 
-def pack(rows: Sequence[LogRow]) -> list[ChunkRow]:
-    """`rows` (in the order applied) as chunks, compressed.
+def pack(rows: Sequence[LogRow], fmt: int = CHUNK_FORMAT) -> list[ChunkRow]:
+    """`rows` (in the order applied) as chunks of format `fmt`, compressed.
 
     The writer thread holds the GIL for all of this but the compression, and the ingest thread
     waits meanwhile: rows are handled as columns (`zip`, `array`, `accumulate`, `bisect` run in
     C), and all chunks are compressed in one call, which lets the GIL go once rather than once
     per chunk (taking it back from a busy ingest thread can cost a whole switch interval).
     """
+    if fmt not in WRITABLE_FORMATS:
+        raise ValueError(f"log chunk format {fmt} is not one this version writes")
     if not rows:
         return []
     streams, epochs, seqs, ts, recv_ts, payloads = zip(*rows, strict=True)

@@ -1,0 +1,151 @@
+"""benchmarks/store.py's disk figures: where the bytes of a store go, on a stream or a recording.
+
+A store's file is split by table (the log's chunks, checkpoints, the rest: rollups, resets,
+indexes and free pages), and the same log rows are packed in each chunk format this kvscope
+writes, so that today's layout and the new one are measured on the same batches.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+from sqlalchemy import create_engine, text
+
+from kvscope.collector.capture import read_capture
+from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.sink import AppliedBatch
+from kvscope.collector.types import StreamId
+from kvscope.storage.engine import open_store
+from kvscope.storage.log_chunks import WRITABLE_FORMATS, pack
+from kvscope.storage.rows import LogRow
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
+
+H200_BLOCK_EVENTS_PER_S = 2_500
+"""A replica on an H200 under load (the issue's figure)."""
+FLEET_REPLICAS, FLEET_DAYS = 100, 7
+REPO = Path(__file__).resolve().parents[1]
+RECORDINGS = (
+    REPO / "kvscope" / "data" / "lab_3rps_180s.msgpack.gz",
+    REPO / "tests" / "data" / "lab_10rps_300s.msgpack.gz",
+)
+
+
+@dataclass(frozen=True)
+class Disk:
+    """A store's bytes, per block-event."""
+
+    block_events: int
+    file_bytes: int
+    log_bytes: int
+    checkpoint_bytes: int
+    log_by_format: dict[int, int]
+    """The same log rows packed in each chunk format (the bytes of their `data`)."""
+
+    def per_event(self, size: float) -> float:
+        return size / self.block_events
+
+    def lines(self, what: str) -> list[str]:
+        other = self.file_bytes - self.log_bytes - self.checkpoint_bytes
+        formats = ", ".join(
+            f"format {fmt}: {self.per_event(size):.1f}"
+            for fmt, size in sorted(self.log_by_format.items())
+        )
+        return [
+            f"disk, {what}: {self.file_bytes:,} bytes for {self.block_events:,} block-events: "
+            f"{self.per_event(self.file_bytes):.1f} bytes per block-event  (target <= 20)",
+            f"  log {self.per_event(self.log_bytes):.1f}, checkpoints "
+            f"{self.per_event(self.checkpoint_bytes):.1f}, the rest {self.per_event(other):.1f}; "
+            f"the log's batches packed as chunk {formats}",
+        ]
+
+
+def projection(bytes_per_event: float) -> str:
+    day = bytes_per_event * H200_BLOCK_EVENTS_PER_S * 86_400
+    fleet = day * FLEET_REPLICAS * FLEET_DAYS
+    return (
+        f"{_size(day)} per replica-day at {H200_BLOCK_EVENTS_PER_S:,} block-events/s, "
+        f"{_size(fleet)} for {FLEET_REPLICAS} replicas x {FLEET_DAYS} days"
+    )
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError
+
+
+def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
+    """The SQLite store in `folder` (its only files), after its writer closed."""
+    url = f"sqlite:///{next(folder.glob('*.sqlite'))}"
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+        log_bytes = conn.execute(text("SELECT sum(length(data)) FROM log_chunks")).scalar()
+        snapshots = conn.execute(text("SELECT sum(length(snapshot)) FROM checkpoints")).scalar()
+    engine.dispose()
+    return Disk(
+        block_events,
+        sum(p.stat().st_size for p in folder.iterdir()),
+        int(log_bytes or 0),
+        int(snapshots or 0),
+        {fmt: packed_size(log, fmt) for fmt in WRITABLE_FORMATS},
+    )
+
+
+def packed_size(log: Sequence[LogRow], fmt: int) -> int:
+    """Bytes of `log` packed in chunks of format `fmt`, cut as a writer taking 5,000 rows per
+    transaction cuts them."""
+    return sum(
+        len(chunk.data)
+        for start in range(0, len(log), 5_000)
+        for chunk in pack(log[start : start + 5_000], fmt)
+    )
+
+
+class _Tap(StoreWriter):
+    """A writer that also keeps the log rows it is given, for `packed_size`."""
+
+    log: list[LogRow]
+
+    def applied(self, batch: AppliedBatch) -> None:
+        self.log.append(
+            (batch.stream, batch.epoch, batch.seq, batch.ts, batch.recv_ts, batch.payload)
+        )
+        super().applied(batch)
+
+
+def recording(path: Path) -> Disk:
+    """A recorded stream ingested into a fresh SQLite store, as the collector would."""
+    stream = StreamId(path.name.split(".")[0], 0)
+    with tempfile.TemporaryDirectory() as tmp:
+        writer = _Tap(open_store(f"sqlite:///{tmp}/rec.sqlite"), StoreSettings())
+        writer.log = []
+        ingest = StreamIngest(stream, can_replay=False, sink=writer)
+        for record in read_capture(path):
+            ingest.live_frames(record.frames, record.recv_ts)
+        writer.close(600)
+        counters = ingest.map.counters
+        return measure(Path(tmp), counters.stored_blocks + counters.removed_blocks, writer.log)
+
+
+def stream_log(stream: StreamId, payloads: Sequence[bytes]) -> list[LogRow]:
+    """A benchmark stream's payloads as the writer's log rows (epoch 0, seq = position); the
+    receive times a collector a few ms behind the engine would stamp."""
+    rng = random.Random(0)
+    rows: list[LogRow] = []
+    for seq, payload in enumerate(payloads):
+        ts = float(msgspec.msgpack.decode(payload)[0])
+        rows.append((stream, 0, seq, ts, ts + 3.0 + rng.uniform(0.0, 0.004), payload))
+    return rows
+
+
+def recordings(paths: Iterable[Path] = RECORDINGS) -> list[tuple[str, Disk]]:
+    return [(path.name.split(".")[0], recording(path)) for path in paths]
