@@ -42,8 +42,8 @@ from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _ingest_stream import make_stream
 from _store_disk import measure, projection, recordings, stream_log
-from ingest import make_stream
 
 STREAM = StreamId("bench", 0)
 PG_ADMIN = os.environ.get(
