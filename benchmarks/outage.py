@@ -45,7 +45,7 @@ from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ingest import make_stream
+from _ingest_stream import make_stream
 from store import PG_ADMIN
 
 MIB = float(1 << 20)
