@@ -10,6 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector as PromCollector
 
 from kvscope.api.data import ApiData
+from kvscope.collector.fleet_router import Refusal
 from kvscope.collector.metrics import METRICS, MetricSpec
 
 SPECS = {spec.name: spec for spec in METRICS}
@@ -91,11 +92,15 @@ class StateCollector(PromCollector):
                     f["kvscope_ingest_replays_total"].add_metric([*s, "failed"], c.replays_failed)
                     f["kvscope_ingest_restarts_total"].add_metric(s, c.restarts)
                     f["kvscope_ingest_clears_total"].add_metric(s, m.clears)
+                # Every reason from the start, 0 without a fleet: a rate needs the zero.
                 fleet = collector.fleet
-                if fleet is not None:
-                    f["kvscope_fleet_publishers"].add_metric([], fleet.router.registered)
-                    for reason, n in fleet.router.refused.items():
-                        f["kvscope_fleet_refused_messages_total"].add_metric([reason.value], n)
+                refused = fleet.router.refused if fleet is not None else {}
+                registered = fleet.router.registered if fleet is not None else 0
+                f["kvscope_fleet_publishers"].add_metric([], registered)
+                for reason in Refusal:
+                    f["kvscope_fleet_refused_messages_total"].add_metric(
+                        [reason.value], refused.get(reason, 0)
+                    )
         writer = self.data.writer
         if writer is not None:
             st = writer.stats

@@ -81,6 +81,26 @@ def _streams() -> list[Json]:
             ],
             w=6,
         ),
+        count("kvscope_stream_gone", "Gone publishers", True),
+        timeseries(
+            "Fleet socket: publishers and refused messages",
+            [
+                prom(f"max({kv('kvscope_fleet_publishers')})", "publishers registered"),
+                prom(
+                    f"sum by (reason) (rate({kv('kvscope_fleet_refused_messages_total')}[{RATE}]))",
+                    "refused: {{reason}}",
+                    "B",
+                ),
+            ],
+            description="A bound fleet socket (`--bind`): the publishers it registered (gone "
+            "ones included, up to max_publishers), and the messages no stream took, by reason "
+            "(a topic the pattern does not match, the cap reached, a name taken, bad frames). "
+            "0 without a fleet.",
+            unit="short",
+            min_value=0,
+            w=24,
+            overrides=[override("refused: {{reason}}", unit="ops")],
+        ),
     ]
 
 
