@@ -248,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fast", action="store_true", help="feed as fast as ingest goes, not at --rate"
     )
+    parser.add_argument("--no-baseline", action="store_true", help="only the outage run")
     args = parser.parse_args(argv)
     per_replica = int(args.rate * args.outage_s)
     # A reset every 40 s of each replica's stream: resets happen during the outage too.
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'queue':>7} {'spill':>7} {'dropped':>9} {'resets':>9} {'holes':>6}   (MiB)"
     )
     runs = []
-    for outage in (False, True):
+    for outage in (True,) if args.no_baseline else (False, True):
         span_s = 0.0 if args.fast else args.outage_s
         run = measure(payloads, stats.block_events, args.replicas, outage, span_s)
         print(_line(run), flush=True)

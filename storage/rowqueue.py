@@ -11,7 +11,9 @@ droppable row past either bound is refused; the rare ones (resets, epochs, recov
 intervals) always get in. With a `Spill`, droppable rows past a bound go to a local file
 instead (storage/spill.py), and every later one after them, until the writer has taken them
 all: they reach the store in the order they came. Rare rows past `rare_bytes_limit` go to the
-spill too, even past its cap: on disk, never dropped. Without a spill they stay in memory.
+spill too, even past its cap: on disk, never dropped, and the rare rows after them follow
+them there until they are taken (rare rows keep their order). Without a spill they stay in
+memory.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class RowQueue(Generic[Row]):
         self._taken_bytes = 0
         self.rare_spilled_total = 0
         """Rare rows that waited in the spill (memory held `rare_bytes_limit` already)."""
+        self._last_rare_spilled = 0
+        """The spill's row number of the last rare row put there."""
         self._closing = threading.Event()
         self._hurry = threading.Event()
         self._droppable_in = 0
@@ -83,8 +87,14 @@ class RowQueue(Generic[Row]):
                 self.put_total += 1
                 return True
             self._droppable_in += 1
-        elif spill is not None and held and held + nbytes > self.rare_bytes_limit:
+        elif spill is not None and (
+            (held and held + nbytes > self.rare_bytes_limit)
+            or spill.rows_taken_total < self._last_rare_spilled
+        ):
+            # Behind a rare row still on disk, a rare row waits there too: a recovery names
+            # its reset, which must reach the store first.
             spill.put(row, past_cap=True)
+            self._last_rare_spilled = spill.rows_total
             self.rare_spilled_total += 1
             self.put_total += 1
             return True

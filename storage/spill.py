@@ -35,6 +35,8 @@ class Spill(Generic[Row]):
         or the store would get them out of order."""
         self.rows_total = 0
         """Rows ever spilled."""
+        self.rows_taken_total = 0
+        """Rows ever taken back: row number `n` of `rows_total` is out once this reaches it."""
 
     def put(self, row: Row, past_cap: bool = False) -> bool:
         """Keep `row` after those waiting; False (not kept) once the file would pass its cap,
@@ -72,6 +74,7 @@ class Spill(Generic[Row]):
                 self._read_at += _LEN + size
                 budget -= size
             self._rows -= len(rows)
+            self.rows_taken_total += len(rows)
             if self._read_at >= self._write_at:
                 self._file.seek(0)
                 self._file.truncate()

@@ -75,6 +75,25 @@ def test_rare_rows_past_their_bound_wait_on_disk_even_past_the_spills_cap(tmp_pa
     assert queue.memory_bytes == 0 and not spill.active
 
 
+def test_rare_rows_keep_their_order_while_one_waits_on_disk(tmp_path: Path) -> None:
+    """A recovery row names its reset: once a reset waits in the spill, the rare rows after it
+    wait there too, even when memory has room again. (benchmarks/outage.py found recoveries
+    refused for a reset not yet stored: the later row had gone ahead through memory.)"""
+    spill: Spill[tuple[str, int]] = Spill(2 * ROW, str(tmp_path))
+    queue: RowQueue[tuple[str, int]] = RowQueue(
+        1_000, linger_s=0.0, spill=spill, bytes_limit=5 * ROW, rare_bytes_limit=3 * ROW
+    )
+    for i in range(4):  # the fourth is past the bound: on disk
+        queue.put(("reset", i), False, ROW)
+    assert len(spill) == 1
+    rows = queue.take(3)  # the writer takes what memory holds (not the spill: a take is bounded)
+    assert rows == [("reset", i) for i in range(3)]
+    queue.done(0)
+    assert queue.memory_bytes == 0
+    queue.put(("recovery", 3), False, ROW)  # memory has room, but reset 3 is still on disk
+    assert _drain(queue, 2) == [("reset", 3), ("recovery", 3)]
+
+
 def test_the_spill_hands_back_a_bounded_number_of_bytes_at_a_time(tmp_path: Path) -> None:
     spill: Spill[bytes] = Spill(1 << 24, str(tmp_path))
     for _ in range(100):
