@@ -56,17 +56,19 @@ def build_compare_figure(found: ModeComparison) -> Figure:
                 (bar,) = [b for b in bars if b.figure == key and b.mode == mode]
                 x = i - 0.4 + width * (k + 0.5)
                 hatch = "//" if k else None
-                ax.bar(x, bar.height or 0.0, width, color=colors[i % len(colors)], hatch=hatch,
-                       edgecolor="white", gid=f"{key}:{mode}")  # fmt: skip
+                color = colors[i % len(colors)]
+                height = bar.height or 0.0
+                gid = f"{key}:{mode}"
+                ax.bar(x, height, width, color=color, hatch=hatch, edgecolor="white", gid=gid)
                 shown = "unknown" if bar.height is None else f"{bar.height:.3g}"
-                ax.text(x, bar.height or 0.0, shown, rotation=90 if bar.height is None else 0,
-                        ha="center", va="bottom", fontsize=7)  # fmt: skip
+                turn = 90 if bar.height is None else 0
+                ax.text(x, height, shown, rotation=turn, ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(modes)), modes)
         ax.set_title(panel, fontsize=10)
         ax.set_ylabel(label, fontsize=8)
         if len(keys) > 1:
-            ax.text(0.02, 0.98, "plain: t50, hatched: t90", transform=ax.transAxes,
-                    va="top", fontsize=7)  # fmt: skip
+            legend = "plain: t50, hatched: t90"
+            ax.text(0.02, 0.98, legend, transform=ax.transAxes, va="top", fontsize=7)
     fig.suptitle(f"{found.replica}: the reset modes side by side (medians)", fontsize=11)
     return fig
 
