@@ -187,7 +187,10 @@ engine_samples = Table(
     Column("replica", String(200), primary_key=True),
     # vLLM's `engine` label: the data-parallel rank ("0" where the server labels none).
     Column("engine", String(50), primary_key=True),
-    # The collector's wall clock when the scrape was answered.
+    # When the scrape was answered, on the clock of the replica's batches, which readers
+    # compare with reset times: the collector's wall clock for a real server (vLLM stamps
+    # batches with its host's time.time(); they differ by the hosts' skew), the lab's
+    # simulated clock in `kvscope demo --source lab` (at any speed).
     Column("ts", Float, primary_key=True),
     # A figure the server did not expose is NULL.
     Column("prefix_cache_queries", Float),
