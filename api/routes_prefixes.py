@@ -21,7 +21,7 @@ from kvscope.api.schemas import (
 )
 from kvscope.collector.dump import show_hash
 from kvscope.storage import schema
-from kvscope.storage.reset_prefixes import BACK_SHARE, STATUSES, PrefixGroup, ResetOrphan
+from kvscope.storage.reset_prefix_types import BACK_SHARE, STATUSES, PrefixGroup, ResetOrphan
 
 router = APIRouter(tags=["resets"])
 Ctx = Annotated[ApiContext, Depends(context)]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from kvscope.dashboards.model import Json, row, sql, table
-from kvscope.storage.reset_prefixes import STATUS_COLORS
+from kvscope.storage.reset_prefix_types import STATUS_COLORS
 
 GROUPS_SQL = """
 SELECT g.position + 1 AS "group", g.medium AS tier, g.kv_group AS "kv group", g.root,

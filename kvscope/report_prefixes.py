@@ -17,12 +17,8 @@ from matplotlib.patches import Patch
 from sqlalchemy import Engine
 
 from kvscope.storage.history import NotInStore
-from kvscope.storage.reset_prefixes import (
-    STATUS_COLORS,
-    STATUSES,
-    ResetPrefixes,
-    reset_prefixes,
-)
+from kvscope.storage.reset_prefix_types import STATUS_COLORS, STATUSES, ResetPrefixes
+from kvscope.storage.reset_prefixes import reset_prefixes
 
 
 def load_prefixes(engine: Engine, ids: list[int]) -> list[ResetPrefixes]:

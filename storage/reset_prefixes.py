@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, select
@@ -40,89 +39,15 @@ from kvscope.collector.types import BlocksStored, StreamId, TableKey
 from kvscope.collector.wire import BatchDecoder
 from kvscope.storage import batch_log, schema
 from kvscope.storage.history import NotInStore, Position, rebuild
-
-BACK_SHARE = 0.9
-"""A group is back once this share of its blocks is hittable again."""
-STATUS_BUCKETS = ((1.0, "back at +1 s"), (10.0, "back at +10 s"), (60.0, "back at +60 s"))
-BACK_LATER = "back later"
-NOT_BACK = "not back"
-STATUSES = (*(label for _, label in STATUS_BUCKETS), BACK_LATER, NOT_BACK)
-STATUS_COLORS = dict(
-    zip(STATUSES, ("#1b9e5a", "#8cc43f", "#f2b134", "#e07b00", "#c62828"), strict=True)
+from kvscope.storage.reset_prefix_types import (
+    BACK_SHARE,
+    FIRST_TOKENS,
+    GroupPoint,
+    PrefixGroup,
+    ResetOrphan,
+    ResetPrefixes,
+    status_of,
 )
-"""One colour per status for the report and the dashboard (the page's: api/page_prefixes.py)."""
-FIRST_TOKENS = 16
-
-
-@dataclass(frozen=True, slots=True)
-class GroupPoint:
-    offset_s: float
-    blocks_back: int
-    hittable_back: int
-    shared_back: int
-    """Of the group's shared blocks, those hittable again."""
-
-
-@dataclass(frozen=True, slots=True)
-class PrefixGroup:
-    table: TableKey
-    root: int
-    raw_root: bytes | None
-    orphan_root: bool
-    """The root's parent is named but was not cached before the reset (an orphan chain)."""
-    first_tokens: tuple[int, ...] | None
-    blocks: int
-    tokens: int
-    shared_blocks: int
-    """Blocks two or more cached prefixes went through (the common prefix: in the lab, the
-    system prompt); 0 for a single chain."""
-    points: tuple[GroupPoint, ...]
-    back_at_s: float | None
-    status: str
-    orphans_left: int
-    """Orphans the reset left whose parent was one of this group's blocks."""
-
-
-@dataclass(frozen=True, slots=True)
-class ResetOrphan:
-    table: TableKey
-    hash: int
-    parent: int
-    stored_ts: float
-    rejoined_ts: float | None
-    removed_ts: float | None
-    """Removed before it rejoined (None: still cached, or it rejoined first)."""
-    raw_hash: bytes | None
-    raw_parent: bytes | None
-    group_root: int | None
-    """The group of the `before` map its parent belonged to (None: the parent was not cached
-    before the reset either)."""
-
-
-@dataclass(frozen=True)
-class ResetPrefixes:
-    reset_id: int
-    ts: float
-    offsets: tuple[float, ...]
-    complete: bool
-    signed: bool
-    groups: tuple[PrefixGroup, ...]
-    """Largest first (tokens, then blocks), then by table and root hash."""
-    orphans: tuple[ResetOrphan, ...]
-    """In the order they were stored."""
-    followed_until_ts: float
-    """The last batch the orphans were followed through."""
-    unknown_because: tuple[str, ...] = ()
-    """Why the map just after the clear may be incomplete (degraded or incomplete intervals)."""
-
-
-def status_of(back_at_s: float | None) -> str:
-    if back_at_s is None:
-        return NOT_BACK
-    for bound, label in STATUS_BUCKETS:
-        if back_at_s <= bound:
-            return label
-    return BACK_LATER
 
 
 def _chains(table: BlockTable) -> tuple[dict[int, int], set[int]]:
@@ -230,10 +155,19 @@ class _Orphans:
 
     def result(self) -> tuple[ResetOrphan, ...]:
         return tuple(
-            ResetOrphan(key, h, parent, stored, rejoined, removed, raw, raw_parent,
-                        self.before_root.get(key, {}).get(parent))
+            ResetOrphan(
+                key,
+                h,
+                parent,
+                stored,
+                rejoined,
+                removed,
+                raw,
+                raw_parent,
+                self.before_root.get(key, {}).get(parent),
+            )
             for key, h, parent, stored, rejoined, removed, raw, raw_parent in self.found
-        )  # fmt: skip
+        )
 
 
 def reset_prefixes(conn: Connection, reset_id: int) -> ResetPrefixes:
@@ -241,11 +175,21 @@ def reset_prefixes(conn: Connection, reset_id: int) -> ResetPrefixes:
     gone)."""
     r, s = schema.resets, schema.streams
     row = conn.execute(
-        select(r.c.id, r.c.stream_id, r.c.epoch, r.c.seq, r.c.ts, r.c.before,
-               r.c.recovery_complete, r.c.reason, s.c.replica, s.c.rank)
+        select(
+            r.c.id,
+            r.c.stream_id,
+            r.c.epoch,
+            r.c.seq,
+            r.c.ts,
+            r.c.before,
+            r.c.recovery_complete,
+            r.c.reason,
+            s.c.replica,
+            s.c.rank,
+        )
         .join(s, s.c.id == r.c.stream_id)
         .where(r.c.id == reset_id)
-    ).first()  # fmt: skip
+    ).first()
     if row is None:
         raise NotInStore(f"no reset {reset_id}")
     offsets = offsets_reached(conn, reset_id)
@@ -330,20 +274,32 @@ def reset_prefixes(conn: Connection, reset_id: int) -> ResetPrefixes:
         tokens = table.entry(root).token_ids
         groups.append(
             PrefixGroup(
-                table=key, root=root, raw_root=table.raw_hash(root),
+                table=key,
+                root=root,
+                raw_root=table.raw_hash(root),
                 orphan_root=table.parent_of(root) is not None,
                 first_tokens=None if tokens is None else tuple(tokens[:FIRST_TOKENS]),
-                blocks=sizes[i], tokens=sizes[i] * table.block_size,
-                shared_blocks=shared_sizes[i], points=points,
-                back_at_s=back, status=status_of(back), orphans_left=left.get((key, root), 0),
+                blocks=sizes[i],
+                tokens=sizes[i] * table.block_size,
+                shared_blocks=shared_sizes[i],
+                points=points,
+                back_at_s=back,
+                status=status_of(back),
+                orphans_left=left.get((key, root), 0),
             )
-        )  # fmt: skip
+        )
     groups.sort(key=lambda g: (-g.tokens, -g.blocks, g.table.medium, g.table.group, g.root))
     return ResetPrefixes(
-        reset_id=reset_id, ts=row.ts, offsets=offsets, complete=bool(row.recovery_complete),
-        signed=signed, groups=tuple(groups), orphans=found_orphans, followed_until_ts=last_ts,
+        reset_id=reset_id,
+        ts=row.ts,
+        offsets=offsets,
+        complete=bool(row.recovery_complete),
+        signed=signed,
+        groups=tuple(groups),
+        orphans=found_orphans,
+        followed_until_ts=last_ts,
         unknown_because=tuple(unknown),
-    )  # fmt: skip
+    )
 
 
 class PrefixesCache:

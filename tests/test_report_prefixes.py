@@ -15,7 +15,8 @@ from kvscope.cli import app
 from kvscope.report import reset_ids
 from kvscope.report_prefixes import build_prefix_figure, load_prefixes
 from kvscope.storage.engine import open_store
-from kvscope.storage.reset_prefixes import STATUS_COLORS, STATUSES, reset_prefixes
+from kvscope.storage.reset_prefix_types import STATUS_COLORS, STATUSES
+from kvscope.storage.reset_prefixes import reset_prefixes
 from tests.test_report import PNG, _store
 
 

@@ -27,12 +27,8 @@ from kvscope.collector.types import StreamId, TableKey
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.recovery import DEFAULT_OFFSETS_S
-from kvscope.storage.reset_prefixes import (
-    BACK_SHARE,
-    PrefixesCache,
-    reset_prefixes,
-    status_of,
-)
+from kvscope.storage.reset_prefix_types import BACK_SHARE, status_of
+from kvscope.storage.reset_prefixes import PrefixesCache, reset_prefixes
 from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
 
