@@ -27,14 +27,11 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sqlalchemy import create_engine, func, make_url, select, text
-from sqlalchemy.pool import NullPool
+from sqlalchemy import func, make_url, select
 
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
@@ -46,7 +43,7 @@ from kvscope.storage.writer import StoreWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _ingest_stream import make_stream
-from store import PG_ADMIN
+from _pg import PG_ADMIN, fresh_database
 
 MIB = float(1 << 20)
 
@@ -128,20 +125,6 @@ class Run:
     """Batches neither in the store nor inside an incomplete interval: must be 0."""
 
 
-@contextmanager
-def fresh_database() -> Iterator[str]:
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    name = f"kvscope_outage_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield name
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
 def _mib(n: int | None) -> float:
     return 0.0 if n is None else n / MIB
 
@@ -153,7 +136,10 @@ def measure(
     admin = make_url(PG_ADMIN)
     relay = CuttableRelay(admin.host or "127.0.0.1", admin.port or 5432)
     streams = [StreamId(f"replica-{i:03d}", 0) for i in range(replicas)]
-    with fresh_database() as name, tempfile.TemporaryDirectory(prefix="kvscope-spill-") as spill:
+    with (
+        fresh_database("kvscope_outage_") as name,
+        tempfile.TemporaryDirectory(prefix="kvscope-spill-") as spill,
+    ):
         url = admin.set(host="127.0.0.1", port=relay.port, database=name)
         engine = open_store(url.render_as_string(hide_password=False))
         # Defaults but the retry's cap: the drain time should not be mostly backoff.

@@ -22,17 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
 
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
@@ -43,12 +40,10 @@ from kvscope.storage.writer import StoreWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _ingest_stream import make_stream
+from _pg import database_url, fresh_database
 from _store_disk import measure, projection, recordings, stream_log
 
 STREAM = StreamId("bench", 0)
-PG_ADMIN = os.environ.get(
-    "KVSCOPE_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
 
 
 def frames_of(payloads: list[bytes]) -> list[list[bytes]]:
@@ -124,22 +119,14 @@ def main() -> None:
 
     pg_rate = None
     if not args.no_postgres:
-        admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-        name = f"kvscope_bench_{uuid.uuid4().hex[:10]}"
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        try:
-            pg_url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
-            pg_engine = open_store(pg_url)
+        with fresh_database("kvscope_bench_") as name:
+            pg_engine = open_store(database_url(name))
             pg_rate = ingest_rate(frames, block_events, StoreWriter(pg_engine, settings()))
             pg_engine.dispose()
             print(
                 f"store on, PostgreSQL                     {pg_rate:12,.0f} block-events/s  "
                 f"{pg_rate / baseline:.2f}x the baseline  (target >= 0.5x)"
             )
-        finally:
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
     per_event = disk.per_event(disk.file_bytes)
     for line in disk.lines("benchmark stream (SQLite)"):
