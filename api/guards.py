@@ -1,7 +1,7 @@
 """What every request passes through: the body limit, and an answer for every unexpected error.
 
 Plain ASGI: Starlette's `@app.middleware("http")` runs every request through a task and memory
-streams, ~0.2 ms a request, as much as the rest of a GET /healthz.
+streams, which cost as much as the rest of a GET /healthz.
 """
 
 from __future__ import annotations

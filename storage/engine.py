@@ -95,7 +95,7 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
         def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
             # Takes effect only on a new, empty file (before WAL): fewer pages per checkpoint
-            # and log chunk, ~10 % less of the writer's SQLite time than 4 KB pages.
+            # and log chunk, less of the writer's SQLite time than 4 KB pages.
             cursor.execute(f"PRAGMA page_size={SQLITE_PAGE_SIZE}")
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")

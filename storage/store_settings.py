@@ -38,9 +38,8 @@ class StoreSettings:
     received) is this many times that checkpoint's size on disk.
 
     This bounds both costs: rebuilding an instant replays at most this many checkpoints' worth
-    of log, and checkpoints take a known share of the writer's work. In benchmarks/store.py (a
-    100k-block map): 3.0 rebuilds in a median of 63-70 ms and keeps the store at 0.50-0.59x
-    memory-only ingest; 2.0 rebuilds in ~43 ms at 0.45-0.49x; 4.0 takes ~95 ms."""
+    of log, and checkpoints take a known share of the writer's work. A lower ratio rebuilds
+    faster and ingests slower; benchmarks/store.py measures both."""
     checkpoint_every_batches: int = 20_000
     """A checkpoint at least this often (in batches), whatever the sizes."""
     gil_switch_interval_s: float | None = 0.0005
