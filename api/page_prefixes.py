@@ -50,7 +50,8 @@ function prefixView(p) {
       + `${int(g.tokens)} tokens, ${int(g.shared_blocks)} shared; ${g.status}`
       + (at ? `; at +${at.offset_s} s ${int(at.blocks_back)} cached, `
         + `${int(at.hittable_back)} hittable again` : "")
-      + (g.first_tokens ? `; first tokens ${g.first_tokens.join(" ")}` : "");
+      + (g.first_text !== null ? `; first tokens: ${g.first_text}`
+        : g.first_tokens ? `; first tokens ${g.first_tokens.join(" ")}` : "");
     const box = svg("rect", { class: "group", "data-status": g.status, x: x.toFixed(2), y: T,
       width: w.toFixed(2), height: rowH, fill: STATUS_COLORS[g.status] || "#9aa5b1",
       stroke: "#fff", "stroke-width": 1 });

@@ -22,13 +22,14 @@ from kvscope.api.schemas import (
 from kvscope.collector.dump import show_hash
 from kvscope.storage import schema
 from kvscope.storage.reset_prefix_types import BACK_SHARE, STATUSES, PrefixGroup, ResetOrphan
+from kvscope.storage.token_text import TokenText
 
 router = APIRouter(tags=["resets"])
 Ctx = Annotated[ApiContext, Depends(context)]
 MAX_ORPHANS = 1000
 
 
-def _group_out(g: PrefixGroup, signed: bool) -> PrefixGroupOut:
+def _group_out(g: PrefixGroup, signed: bool, text: TokenText | None) -> PrefixGroupOut:
     root = show_hash(g.root, g.raw_root, signed)
     return PrefixGroupOut(
         medium=g.table.medium,
@@ -37,6 +38,7 @@ def _group_out(g: PrefixGroup, signed: bool) -> PrefixGroupOut:
         root_text=str(root),
         orphan_root=g.orphan_root,
         first_tokens=None if g.first_tokens is None else list(g.first_tokens),
+        first_text=None if g.first_tokens is None or text is None else text.text(g.first_tokens),
         blocks=g.blocks,
         tokens=g.tokens,
         shared_blocks=g.shared_blocks,
@@ -117,7 +119,7 @@ def reset_prefixes(
         blocks_total=sum(g.blocks for g in groups),
         tokens_total=sum(g.tokens for g in groups),
         tokens_by_status=by_status,
-        items=[_group_out(g, found.signed) for g in page],
+        items=[_group_out(g, found.signed, ctx.settings.token_text) for g in page],
         next_cursor=str(start + limit) if more else None,
         orphans_total=len(found.orphans),
         orphans=[_orphan_out(o, found.signed, roots) for o in found.orphans[:MAX_ORPHANS]],

@@ -323,6 +323,10 @@ class PrefixGroupOut(BaseModel):
     )
     orphan_root: bool = Field(description="The root named a parent that was not cached.")
     first_tokens: list[int] | None = Field(description="The root's first 16 token ids.")
+    first_text: str | None = Field(
+        description="`first_tokens` as text, through the tokenizer named with --tokenizer "
+        "(null without one); an id outside its vocabulary reads `[#ID]`."
+    )
     blocks: int
     tokens: int = Field(description="blocks x block size.")
     shared_blocks: int = Field(
