@@ -92,6 +92,12 @@ function prefixView(p) {
       + ` (${int(rejoined)} rejoined their chain, ${int(removed)} removed first, `
       + `${int(p.orphans.length - rejoined - removed)} still orphaned by +${last} s)`));
   }
+  if (p.evicted_orphans_total) {
+    const rejoined = p.evicted_orphans.filter((o) => o.rejoined_ts !== null).length;
+    notes.push(el("p", { class: "empty", id: "prefix-evicted" }, "Not the reset's: "
+      + `${int(p.evicted_orphans_total)} blocks orphaned later, their parent evicted first `
+      + `(${int(rejoined)} rejoined)`));
+  }
   return [el("figure", { id: "prefix-groups" }, root, legend), ...notes];
 }
 

@@ -14,6 +14,7 @@ from sqlalchemy import select
 from kvscope.api.context import ApiContext, context
 from kvscope.api.errors import ApiError, documented
 from kvscope.api.schemas import (
+    EvictedOrphanOut,
     PrefixGroupOut,
     PrefixGroupPoint,
     ResetOrphanOut,
@@ -71,6 +72,13 @@ def _orphan_out(o: ResetOrphan, signed: bool, roots: dict[Any, bytes | None]) ->
     )
 
 
+def _evicted_out(o: ResetOrphan, signed: bool, roots: dict[Any, bytes | None]) -> EvictedOrphanOut:
+    shown = _orphan_out(o, signed, roots)
+    return EvictedOrphanOut(
+        orphaned_ts=shown.stored_ts, **shown.model_dump(exclude={"stored_ts"}, by_alias=True)
+    )
+
+
 @router.get(
     "/resets/{reset_id}/prefixes",
     response_model=ResetPrefixesPage,
@@ -123,6 +131,10 @@ def reset_prefixes(
         next_cursor=str(start + limit) if more else None,
         orphans_total=len(found.orphans),
         orphans=[_orphan_out(o, found.signed, roots) for o in found.orphans[:MAX_ORPHANS]],
+        evicted_orphans_total=len(found.evicted_orphans),
+        evicted_orphans=[
+            _evicted_out(o, found.signed, roots) for o in found.evicted_orphans[:MAX_ORPHANS]
+        ],
         followed_until_ts=found.followed_until_ts,
         unknown_because=list(found.unknown_because),
     )
