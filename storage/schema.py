@@ -107,6 +107,10 @@ resets = Table(
     # Every offset of the window was reached; false while it is followed (the points reached so
     # far are stored as they are) or when a later reset or the stream's end cut it short.
     Column("recovery_complete", Boolean),
+    # Tokens of the pre-reset blocks cached again at the last offset reached (computed twice),
+    # and the orphans the reset left (storage/reset_prefixes.py; stored with its prefix groups).
+    Column("tokens_recomputed", BigInteger),
+    Column("orphans_left", Integer),
     Index("ix_resets_stream_ts", "stream_id", "ts"),
     UniqueConstraint("stream_id", "epoch", "seq", "reason", name="uq_resets_event"),
 )
