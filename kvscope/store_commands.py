@@ -325,7 +325,7 @@ def db_backfill(store: StoreOption = DEFAULT_STORE) -> None:
 def _backfill(engine: Engine) -> None:
     done = backfill(engine)
     console.print(
-        f"backfilled {done.resets} resets ({done.groups} prefix groups)"
+        f"backfilled {done.resets} resets ({done.groups} prefix groups), {done.chunks} log chunks"
         + (f"; {done.log_gone} left without: their batch log was pruned" if done.log_gone else "")
     )
 

@@ -1,5 +1,6 @@
-"""What a reset stored before migrations 0008 and 0009 lacks, computed from what it kept: its
-prefix groups (`reset_prefix_groups`), tokens recomputed and orphans left (`resets`).
+"""What a store written before migrations 0008 and 0009 lacks, computed from what it kept: each
+reset's prefix groups (`reset_prefix_groups`), tokens recomputed and orphans left (`resets`),
+and each log chunk's receive-time bounds (`log_chunks`).
 
 The writer stores them with each recovery row it writes (storage/prefix_groups_store.py); a
 reset stored by an older kvscope has none, so the reset explorer's prefix and modes panels
@@ -12,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 
 from kvscope.storage import schema
 from kvscope.storage.history import NotInStore
+from kvscope.storage.log_chunks import Chunk
 from kvscope.storage.prefix_groups_store import store_prefix_groups
 
 
@@ -26,6 +28,8 @@ class Backfilled:
     groups: int
     log_gone: int
     """Resets left without: their batch log was pruned."""
+    chunks: int = 0
+    """Log chunks given their receive-time bounds."""
 
 
 def missing(engine: Engine) -> list[int]:
@@ -37,6 +41,7 @@ def missing(engine: Engine) -> list[int]:
 
 
 def backfill(engine: Engine, progress: Callable[[int], None] | None = None) -> Backfilled:
+    chunks = backfill_chunk_bounds(engine)
     done = groups = gone = 0
     for reset_id in missing(engine):
         try:
@@ -48,4 +53,22 @@ def backfill(engine: Engine, progress: Callable[[int], None] | None = None) -> B
         done += 1
         if progress is not None:
             progress(done)
-    return Backfilled(done, groups, gone)
+    return Backfilled(done, groups, gone, chunks)
+
+
+def backfill_chunk_bounds(engine: Engine) -> int:
+    """Receive-time bounds for log chunks an older kvscope wrote (migration 0009); returns how
+    many chunks were given theirs. A chunk at a time: each is read and decompressed once."""
+    t = schema.log_chunks
+    key = (t.c.stream_id, t.c.epoch, t.c.first_seq)
+    with engine.connect() as conn:
+        missing_keys = conn.execute(select(*key).where(t.c.max_recv_ts.is_(None))).all()
+    for sid, epoch, first in missing_keys:
+        with engine.begin() as conn:
+            where = (t.c.stream_id == sid) & (t.c.epoch == epoch) & (t.c.first_seq == first)
+            data = conn.execute(select(t.c.data).where(where)).scalar_one()
+            recv = Chunk(data).recv_ts
+            conn.execute(
+                update(t).where(where).values(min_recv_ts=min(recv), max_recv_ts=max(recv))
+            )
+    return len(missing_keys)

@@ -58,8 +58,13 @@ log_chunks = Table(
     # Size before compression.
     Column("raw_bytes", Integer, nullable=False),
     Column("data", LargeBinary, nullable=False),
+    # Collector time of the chunk's earliest and latest batch (not ordered as seqs are: a
+    # replayed batch arrives late); NULL in chunks an older kvscope wrote, until backfilled.
+    Column("min_recv_ts", Float),
+    Column("max_recv_ts", Float),
     Index("ix_log_chunks_stream_min_ts", "stream_id", "min_ts"),
     Index("ix_log_chunks_stream_max_ts", "stream_id", "max_ts"),
+    Index("ix_log_chunks_stream_recv_ts", "stream_id", "max_recv_ts", "min_recv_ts"),
 )
 
 checkpoints = Table(
