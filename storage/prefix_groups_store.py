@@ -35,6 +35,9 @@ def store_prefix_groups(conn: Connection, reset_id: int) -> int:
                     "shared_blocks": g.shared_blocks,
                     "back_at_s": g.back_at_s,
                     "status": g.status,
+                    "first_tokens": None
+                    if g.first_tokens is None
+                    else " ".join(map(str, g.first_tokens)),
                 }
                 for i, g in enumerate(groups)
             ],

@@ -151,6 +151,8 @@ reset_prefix_groups = Table(
     Column("shared_blocks", Integer, nullable=False),
     Column("back_at_s", Float),
     Column("status", String(20), nullable=False),
+    # The root's first token ids, space-separated (NULL: the publisher sent none).
+    Column("first_tokens", String(400)),
 )
 
 intervals = Table(

@@ -1,5 +1,5 @@
-"""resets tokens_recomputed and orphans_left: what the modes panel shows of each reset; log
-chunks' receive-time bounds
+"""resets tokens_recomputed and orphans_left: what the modes panel shows of each reset; prefix
+groups' first tokens; log chunks' receive-time bounds
 
 Revision ID: 0009
 Revises: 0008
@@ -29,6 +29,8 @@ def upgrade() -> None:
     with op.batch_alter_table("resets", schema=None) as batch_op:
         batch_op.add_column(sa.Column("tokens_recomputed", sa.BigInteger(), nullable=True))
         batch_op.add_column(sa.Column("orphans_left", sa.Integer(), nullable=True))
+    with op.batch_alter_table("reset_prefix_groups", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("first_tokens", sa.String(400), nullable=True))
     with op.batch_alter_table("log_chunks", schema=None) as batch_op:
         batch_op.add_column(sa.Column("min_recv_ts", sa.Float(), nullable=True))
         batch_op.add_column(sa.Column("max_recv_ts", sa.Float(), nullable=True))
@@ -41,6 +43,7 @@ def downgrade() -> None:
     op.drop_index("ix_log_chunks_stream_recv_ts", table_name="log_chunks")
     op.execute("ALTER TABLE log_chunks DROP COLUMN max_recv_ts")
     op.execute("ALTER TABLE log_chunks DROP COLUMN min_recv_ts")
+    op.execute("ALTER TABLE reset_prefix_groups DROP COLUMN first_tokens")
     # In place, as 0007's downgrade (a batch would copy `resets`, which others refer to).
     op.execute("ALTER TABLE resets DROP COLUMN orphans_left")
     op.execute("ALTER TABLE resets DROP COLUMN tokens_recomputed")
