@@ -40,6 +40,7 @@ from kvscope.demo_table import Asked, reset_table
 from kvscope.lab.presets import KEEP_RESET_STUDY
 from kvscope.pipeline import running_pipeline
 from kvscope.report import load_resets, max_reset_id, reset_ids, write_with_prefixes
+from kvscope.report_compare import write_compare
 from kvscope.serve import api_settings
 from kvscope.signals import stop_on_signals
 from kvscope.storage import batch_log, schema
@@ -310,8 +311,10 @@ def _finish(
     console.print(reset_table(asked, requests, clears, {d.id: d for d in resets}, window))
     linked = sorted((d for d in resets if d.mode is not None), key=lambda d: d.id)
     png, page = write_with_prefixes(engine, linked or resets, out, options.text)
+    compared = [write_compare(engine, name, 0.0, 1e11, out / name)[1] for name in NAMES]
     engine.dispose()
     console.print(f"report: {page} ({png.name}); store: {store}")
+    console.print("modes side by side: " + ", ".join(str(p) for p in compared))
     console.print(
         f"again: kvscope report --store {store} --reset "
         f"{','.join(str(d.id) for d in linked or resets)} --out {out}"
