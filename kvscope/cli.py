@@ -62,6 +62,7 @@ app = typer.Typer(
     help="See what is in a vLLM prefix cache, what a reset did to it, and how it recovered.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,
     # A traceback must not print local variables: a store URL with its password, a token.
     pretty_exceptions_show_locals=False,
 )
