@@ -144,7 +144,10 @@ def collect(
 
 @app.command()
 def replay(
-    capture: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Capture file.")],
+    capture: Annotated[
+        Path,
+        typer.Argument(exists=True, dir_okay=False, metavar="CAPTURE", help="Capture file."),
+    ],
     replica: Annotated[str, typer.Option(help="Name to give the recorded replica.")] = "replica",
     rank: Annotated[int, typer.Option(help="Its data-parallel rank.")] = 0,
     dump_at: Annotated[
