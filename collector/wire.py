@@ -238,7 +238,7 @@ def _add_removal(events: list[KVEvent], removal: BlocksRemoved) -> None:
 
 
 # Positional field names of the array layout, in order after the tag.
-_ARRAY_FIELDS = {
+ARRAY_FIELDS = {
     "BlockStored": (
         "block_hashes",
         "parent_block_hash",
@@ -267,7 +267,7 @@ def _fields_of(raw: object) -> tuple[str, dict[Any, Any]]:
         rules.bad(f"an event is a {type(raw).__name__}")
     if type(tag) is not str:
         rules.bad(f"an event's type is a {type(tag).__name__}")
-    names = _ARRAY_FIELDS.get(tag)
+    names = ARRAY_FIELDS.get(tag)
     if names is None:
         raise MalformedPayload(MalformedKind.UNKNOWN_EVENT_TYPE, f"event type {tag!r:.40}")
     if type(raw) is list:

@@ -60,7 +60,9 @@ def push_command(
 
 @dashboards_app.command("export")
 def export_command(
-    directory: Annotated[Path, typer.Argument(help="Folder to write (created when missing).")],
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="Folder to write (created when missing).")
+    ],
     folder: FolderOpt = DEFAULT_FOLDER,
     grafana_path: Annotated[
         str | None,

@@ -64,6 +64,7 @@ app = typer.Typer(
     help="See what is in a vLLM prefix cache, what a reset did to it, and how it recovered.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,
     # A traceback must not print local variables: a store URL with its password, a token.
     pretty_exceptions_show_locals=False,
 )
@@ -145,7 +146,10 @@ def collect(
 
 @app.command()
 def replay(
-    capture: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Capture file.")],
+    capture: Annotated[
+        Path,
+        typer.Argument(exists=True, dir_okay=False, metavar="CAPTURE", help="Capture file."),
+    ],
     replica: Annotated[str, typer.Option(help="Name to give the recorded replica.")] = "replica",
     rank: Annotated[int, typer.Option(help="Its data-parallel rank.")] = 0,
     dump_at: Annotated[

@@ -5,7 +5,8 @@ A table is built once as `TableData` (the cells as shown, and the same rows as t
 `--json`) and rendered by `show_table`. A boxed rich table in a narrow terminal cuts its cells
 (`pree…`, `202…`), and a piped one is cut to rich's default width: neither is readable, so a
 table that does not fit, or goes anywhere but a terminal, is printed as plain aligned columns
-that are never cut.
+that are never cut; in a terminal too narrow even for those (they would wrap into a jumble), one
+block of `column  value` lines per row.
 """
 
 from __future__ import annotations
@@ -62,6 +63,24 @@ def plain_lines(table: TableData) -> list[str]:
     return [table.title, line(table.columns), *(line(row) for row in table.rows), *table.notes]
 
 
+def plain_width(table: TableData) -> int:
+    sizes = widths(table)
+    return sum(sizes) + GAP * (len(sizes) - 1)
+
+
+def row_blocks(table: TableData) -> list[str]:
+    """The title, then each row as `column  value` lines under a `[n]` line, and the notes."""
+    label = max(len(name) for name in table.columns)
+    lines = [table.title]
+    for n, row in enumerate(table.rows, 1):
+        lines.append(f"[{n}]")
+        lines.extend(
+            f"  {name.ljust(label)}{' ' * GAP}{cell}"
+            for name, cell in zip(table.columns, row, strict=True)
+        )
+    return [*lines, *table.notes]
+
+
 def boxed_width(table: TableData) -> int:
     """The width of `rich_table(table)`: its cells, one space of padding each side, and the
     box's edges and dividers."""
@@ -81,13 +100,16 @@ def rich_table(table: TableData) -> Table:
 
 
 def show_table(console: Console, table: TableData, as_json: bool = False) -> None:
-    """Print `table` as JSON, as a boxed table if it fits the terminal, else as plain columns."""
+    """Print `table` as JSON, as a boxed table if it fits the terminal, else as plain columns
+    (or, in a terminal too narrow for them, a block per row)."""
     if as_json:
         console.file.write(json.dumps(table.as_json(), default=str) + "\n")
         console.file.flush()
     elif console.is_terminal and boxed_width(table) <= console.width:
         console.print(rich_table(table))
     else:
-        for text in plain_lines(table):
+        too_wide = console.is_terminal and plain_width(table) > console.width
+        lines = row_blocks(table) if too_wide else plain_lines(table)
+        for text in lines:
             console.file.write(text + "\n")
         console.file.flush()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Final
 
 from sqlalchemy import Connection, Row, select
 
@@ -49,16 +49,28 @@ SCRAPE_WINDOW_S = 30.0
 BACK_BY_S = 10.0
 
 
+# The API serves these records as they are (pydantic reads a dataclass, and with this config a
+# field's docstring becomes its description in the OpenAPI docs): no schema copies their fields.
+_DOCUMENTED: Final = {"use_attribute_docstrings": True}
+
+
 @dataclass(frozen=True, slots=True)
 class ResetFigures:
+    """One reset request or clear of the comparison."""
+
+    __pydantic_config__: ClassVar[dict[str, bool]] = _DOCUMENTED
+
     mode: str | None
     request_id: int | None
     reset_id: int | None
+    """None: the request made no clear (refused)."""
     ts: float
     outcome: str | None
     refused: bool
     preempted: float | None
+    """vLLM's preemptions delta; None: not scraped."""
     tokens_recomputed: int | None
+    """Tokens of pre-reset blocks cached again at the last offset reached."""
     t50_s: float | None
     t90_s: float | None
     share_back_10s: float | None
@@ -85,14 +97,23 @@ MEDIAN_FIELDS = (
 
 @dataclass(frozen=True, slots=True)
 class ModeFigures:
+    """One mode's resets: how many, how many refused, and the medians of their figures."""
+
+    __pydantic_config__: ClassVar[dict[str, bool]] = _DOCUMENTED
+
     mode: str
     resets: int
     refused: int
     medians: dict[str, float | None]
+    """Over the mode's resets that cleared."""
 
 
 @dataclass(frozen=True, slots=True)
 class ModeComparison:
+    """GET /resets/compare's answer: a replica's resets, and the medians per mode."""
+
+    __pydantic_config__: ClassVar[dict[str, bool]] = _DOCUMENTED
+
     replica: str
     from_ts: float | None
     to_ts: float | None

@@ -124,3 +124,22 @@ def test_with_the_store_down_every_answer_is_the_one_shape(
     for operation in operations(store_down_schema):
         # 503 is the answer here: the "no 5xx" check is replaced by one_error_shape's "no 500".
         check_operation(operation, [not_a_server_error, positive_data_acceptance])
+
+
+def test_the_comparison_is_served_as_its_records_with_their_field_docs() -> None:
+    """GET /resets/compare documents the records storage computes, field for field (no schema
+    copy that could drift from them), with each field's docstring as its description."""
+    from dataclasses import fields
+
+    from kvscope.storage.mode_compare import ModeComparison, ModeFigures, ResetFigures
+
+    spec = create_app(ApiData(), SETTINGS).openapi()
+    ok = spec["paths"]["/resets/compare"]["get"]["responses"]["200"]
+    assert ok["content"]["application/json"]["schema"]["$ref"].endswith("/ModeComparison")
+    components = spec["components"]["schemas"]
+    for record in (ModeComparison, ModeFigures, ResetFigures):
+        served = components[record.__name__]["properties"]
+        assert list(served) == [f.name for f in fields(record)]
+    figures = components["ResetFigures"]["properties"]
+    assert figures["preempted"]["description"] == "vLLM's preemptions delta; None: not scraped."
+    assert "refused" in figures["reset_id"]["description"]

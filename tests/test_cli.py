@@ -25,6 +25,17 @@ def test_every_command_has_help_and_is_in_the_readme(command: str) -> None:
     assert f"kvscope {command}" in README
 
 
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_fits_80_columns_and_keeps_every_word(command: str) -> None:
+    """Help is reflowed to the terminal (no docstring line breaks cut short), and text in
+    square brackets is shown, not taken for markup."""
+    result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0
+    assert max(len(line) for line in result.output.splitlines()) <= 80, result.output
+    if command == "demo":
+        assert "[default: sqlite in --out, made afresh]" in " ".join(result.output.split())
+
+
 def test_demo_rebuilds_the_exact_map_through_real_sockets(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "demo")])
     assert result.exit_code == 0, result.output

@@ -66,3 +66,16 @@ def test_json_has_the_records_and_the_notes() -> None:
 def test_a_row_must_have_a_cell_per_column() -> None:
     with pytest.raises(ValueError, match="2 cells for 5 columns"):
         sample().add(["a", "b"], {})
+
+
+def test_a_terminal_too_narrow_for_columns_gets_one_block_per_row() -> None:
+    """Plain columns wider than the terminal would wrap into a jumble: each row is shown as
+    `column  value` lines instead, every line within the width."""
+    table = sample()
+    text = render(table, terminal=True, width=40)
+    assert max(len(line) for line in text.splitlines()) <= 40, text
+    lines = text.splitlines()
+    for row in table.rows:
+        for name, cell in zip(table.columns, row, strict=True):
+            assert any(line.split() == [*name.split(), *cell.split()] for line in lines), text
+    assert table.notes[0] in text.replace("\n", " ")

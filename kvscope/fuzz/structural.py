@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvscope.collector.errors import MalformedPayload
-from kvscope.collector.wire import BatchDecoder
+from kvscope.collector.wire import ARRAY_FIELDS, BatchDecoder
 from kvscope.fuzz.msgpack_raw import Ext, Pairs, Raw, array_header, float32, pack, str_header
 
 Event = dict[str, Any]
@@ -55,21 +55,14 @@ HOSTILE_VALUES: tuple[object, ...] = (
     Ext(1, b"abcd"),
     Ext(-1, b"\x00" * 12),
 )
+# The fields kvscope reads, as the decoder names them, and vLLM 0.33's newer ones it ignores.
 STORED_FIELDS = (
     "type",
-    "block_hashes",
-    "parent_block_hash",
-    "token_ids",
-    "block_size",
-    "lora_id",
-    "medium",
-    "lora_name",
-    "extra_keys",
-    "group_idx",
+    *ARRAY_FIELDS["BlockStored"],
     "kv_cache_spec_kind",
     "kv_cache_spec_sliding_window",
 )
-REMOVED_FIELDS = ("type", "block_hashes", "medium", "group_idx")
+REMOVED_FIELDS = ("type", *ARRAY_FIELDS["BlockRemoved"])
 DEEP = (2_000, 20_000, 200_000)
 
 

@@ -6,7 +6,7 @@ import typer
 
 from kvscope.lab.cli import lab
 
-app = typer.Typer(add_completion=False)
+app = typer.Typer(add_completion=False, rich_markup_mode=None)  # as `kvscope lab`
 app.command()(lab)
 
 if __name__ == "__main__":
