@@ -318,6 +318,7 @@ def _finish(
     console.print(
         f"again: kvscope report --store {store} --reset "
         f"{','.join(str(d.id) for d in linked or resets)} --out {out}"
+        + ("" if options.text is None else f" --tokenizer {options.text.path}")
     )
 
 
