@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter
 from kvscope.api.data import ApiData
 from kvscope.storage.reset_links import LINK_WINDOW_S
 from kvscope.storage.reset_prefixes import PrefixesCache
+from kvscope.storage.token_text import TokenText
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class ApiSettings:
     link_window_s: float = LINK_WINDOW_S
     """How long before a clear arrives a successful reset request may be and still be its cause
     (storage/reset_links.py: the latest such request is linked)."""
+    token_text: TokenText | None = None
+    """The tokenizer named with --tokenizer: prefix groups' first tokens as text too."""
 
     def __post_init__(self) -> None:
         if self.api_token is not None and not self.api_token.strip():

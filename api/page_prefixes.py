@@ -50,7 +50,8 @@ function prefixView(p) {
       + `${int(g.tokens)} tokens, ${int(g.shared_blocks)} shared; ${g.status}`
       + (at ? `; at +${at.offset_s} s ${int(at.blocks_back)} cached, `
         + `${int(at.hittable_back)} hittable again` : "")
-      + (g.first_tokens ? `; first tokens ${g.first_tokens.join(" ")}` : "");
+      + (g.first_text !== null ? `; first tokens: ${g.first_text}`
+        : g.first_tokens ? `; first tokens ${g.first_tokens.join(" ")}` : "");
     const box = svg("rect", { class: "group", "data-status": g.status, x: x.toFixed(2), y: T,
       width: w.toFixed(2), height: rowH, fill: STATUS_COLORS[g.status] || "#9aa5b1",
       stroke: "#fff", "stroke-width": 1 });
@@ -90,6 +91,12 @@ function prefixView(p) {
     notes.push(el("p", { id: "prefix-orphans" }, `Orphans the reset left: ${int(p.orphans_total)}`
       + ` (${int(rejoined)} rejoined their chain, ${int(removed)} removed first, `
       + `${int(p.orphans.length - rejoined - removed)} still orphaned by +${last} s)`));
+  }
+  if (p.evicted_orphans_total) {
+    const rejoined = p.evicted_orphans.filter((o) => o.rejoined_ts !== null).length;
+    notes.push(el("p", { class: "empty", id: "prefix-evicted" }, "Not the reset's: "
+      + `${int(p.evicted_orphans_total)} blocks orphaned later, their parent evicted first `
+      + `(${int(rejoined)} rejoined)`));
   }
   return [el("figure", { id: "prefix-groups" }, root, legend), ...notes];
 }

@@ -14,6 +14,7 @@ from sqlalchemy import select
 from kvscope.api.context import ApiContext, context
 from kvscope.api.errors import ApiError, documented
 from kvscope.api.schemas import (
+    EvictedOrphanOut,
     PrefixGroupOut,
     PrefixGroupPoint,
     ResetOrphanOut,
@@ -22,13 +23,14 @@ from kvscope.api.schemas import (
 from kvscope.collector.dump import show_hash
 from kvscope.storage import schema
 from kvscope.storage.reset_prefix_types import BACK_SHARE, STATUSES, PrefixGroup, ResetOrphan
+from kvscope.storage.token_text import TokenText
 
 router = APIRouter(tags=["resets"])
 Ctx = Annotated[ApiContext, Depends(context)]
 MAX_ORPHANS = 1000
 
 
-def _group_out(g: PrefixGroup, signed: bool) -> PrefixGroupOut:
+def _group_out(g: PrefixGroup, signed: bool, text: TokenText | None) -> PrefixGroupOut:
     root = show_hash(g.root, g.raw_root, signed)
     return PrefixGroupOut(
         medium=g.table.medium,
@@ -37,6 +39,7 @@ def _group_out(g: PrefixGroup, signed: bool) -> PrefixGroupOut:
         root_text=str(root),
         orphan_root=g.orphan_root,
         first_tokens=None if g.first_tokens is None else list(g.first_tokens),
+        first_text=None if g.first_tokens is None or text is None else text.text(g.first_tokens),
         blocks=g.blocks,
         tokens=g.tokens,
         shared_blocks=g.shared_blocks,
@@ -66,6 +69,13 @@ def _orphan_out(o: ResetOrphan, signed: bool, roots: dict[Any, bytes | None]) ->
         rejoined_ts=o.rejoined_ts,
         removed_ts=o.removed_ts,
         group_root=None if root is None else show_hash(root, roots.get((o.table, root)), signed),
+    )
+
+
+def _evicted_out(o: ResetOrphan, signed: bool, roots: dict[Any, bytes | None]) -> EvictedOrphanOut:
+    shown = _orphan_out(o, signed, roots)
+    return EvictedOrphanOut(
+        orphaned_ts=shown.stored_ts, **shown.model_dump(exclude={"stored_ts"}, by_alias=True)
     )
 
 
@@ -117,10 +127,14 @@ def reset_prefixes(
         blocks_total=sum(g.blocks for g in groups),
         tokens_total=sum(g.tokens for g in groups),
         tokens_by_status=by_status,
-        items=[_group_out(g, found.signed) for g in page],
+        items=[_group_out(g, found.signed, ctx.settings.token_text) for g in page],
         next_cursor=str(start + limit) if more else None,
         orphans_total=len(found.orphans),
         orphans=[_orphan_out(o, found.signed, roots) for o in found.orphans[:MAX_ORPHANS]],
+        evicted_orphans_total=len(found.evicted_orphans),
+        evicted_orphans=[
+            _evicted_out(o, found.signed, roots) for o in found.evicted_orphans[:MAX_ORPHANS]
+        ],
         followed_until_ts=found.followed_until_ts,
         unknown_because=list(found.unknown_because),
     )

@@ -323,6 +323,10 @@ class PrefixGroupOut(BaseModel):
     )
     orphan_root: bool = Field(description="The root named a parent that was not cached.")
     first_tokens: list[int] | None = Field(description="The root's first 16 token ids.")
+    first_text: str | None = Field(
+        description="`first_tokens` as text, through the tokenizer named with --tokenizer "
+        "(null without one); an id outside its vocabulary reads `[#ID]`."
+    )
     blocks: int
     tokens: int = Field(description="blocks x block size.")
     shared_blocks: int = Field(
@@ -348,6 +352,17 @@ class ResetOrphanOut(BaseModel):
     group_root: Hash | None = Field(description="The group its parent belonged to before.")
 
 
+class EvictedOrphanOut(BaseModel):
+    medium: str
+    group: int
+    hash: Hash
+    parent: Hash
+    orphaned_ts: float = Field(description="Its parent was removed (engine time).")
+    rejoined_ts: float | None = Field(description="Its parent was cached again (engine time).")
+    removed_ts: float | None = Field(description="It was removed before it rejoined.")
+    group_root: Hash | None = Field(description="The group its parent belonged to before.")
+
+
 class ResetPrefixesPage(BaseModel):
     reset_id: int
     replica: str
@@ -366,6 +381,11 @@ class ResetPrefixesPage(BaseModel):
     orphans: list[ResetOrphanOut] = Field(
         description="The orphans the reset left (blocks stored after the clear whose parent "
         "was not cached), in the order they were stored; the first 1000."
+    )
+    evicted_orphans_total: int
+    evicted_orphans: list[EvictedOrphanOut] = Field(
+        description="Not the reset's: blocks stored after the clear under a cached parent that "
+        "was evicted later, in the order they were orphaned; the first 1000."
     )
     followed_until_ts: float = Field(
         description="The last batch the orphans were followed through (to the last offset)."

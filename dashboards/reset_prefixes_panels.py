@@ -9,7 +9,7 @@ from kvscope.storage.reset_prefix_types import STATUS_COLORS
 GROUPS_SQL = """
 SELECT g.position + 1 AS "group", g.medium AS tier, g.kv_group AS "kv group", g.root,
        g.blocks, g.tokens, g.shared_blocks AS "shared blocks", g.back_at_s AS "back at (s)",
-       g.status
+       g.status, g.first_tokens AS "first tokens"
 FROM reset_prefix_groups g
 WHERE g.reset_id = $reset
 ORDER BY g.position
@@ -61,7 +61,8 @@ def prefix_panels() -> list[Json]:
             "Prefix groups before the reset",
             [sql(GROUPS_SQL)],
             description="Largest first; `back at` is the first recovery offset at which the "
-            "group was back (empty: not back).",
+            "group was back (empty: not back); `first tokens`, the root's first token ids "
+            "(as text in kvscope's API, page and report when given --tokenizer).",
             w=16,
             overrides=[_status_colors()],
         ),

@@ -37,9 +37,11 @@ from kvscope.options import (
     ReplayTimeoutOpt,
     ReplicaOpt,
     ShardOpt,
+    TokenizerOpt,
     TopicOpt,
     fail,
     load_config,
+    token_text,
     with_fleet_flags,
     with_store_flags,
 )
@@ -216,6 +218,8 @@ def demo(
     serve: Annotated[
         bool, typer.Option("--serve", help="Keep everything running until SIGINT/SIGTERM.")
     ] = False,
+    tokenizer: TokenizerOpt = None,
+    config_file: ConfigOpt = None,
 ) -> None:
     """Two replicas, real sockets, collector + store + API, and what each reset did.
 
@@ -230,7 +234,8 @@ def demo(
 
     if source not in ("auto", "lab", "capture"):
         raise fail(f"--source {source!r}: expected auto, lab or capture")
-    options = DemoOptions(speed, source, store, port, out, serve)
+    text = token_text(tokenizer, config_file)
+    options = DemoOptions(speed, source, store, port, out, serve, text)
     raise typer.Exit(run_demo(console, options))
 
 

@@ -25,6 +25,9 @@ The file lists replicas and collector settings:
     bind = "tcp://0.0.0.0:5557"
     replay_template = "tcp://{ip}:5558"
 
+    [display]                               # serve, api, report, demo: --tokenizer
+    tokenizer = "/models/llama/tokenizer.json"
+
 Flags and their environment variables win over the file.
 """
 
@@ -109,6 +112,8 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     fleet: FleetSettings | None = None
     """Publishers that connect to one bound address (collector/fleet.py); None: no fleet."""
+    tokenizer: str | None = None
+    """A tokenizer.json: token ids shown as text too (storage/token_text.py)."""
 
 
 def parse_replica_flag(spec: str) -> tuple[str, str]:
@@ -133,7 +138,18 @@ def load_file(path: Path) -> Config:
         collector=_collector(data.get("collector", {})),
         store=_store(data.get("store", {})),
         fleet=fleet,
+        tokenizer=_display(data.get("display", {})),
     )
+
+
+def _display(section: Any) -> str | None:
+    unknown = set(section) - {"tokenizer"}
+    if unknown:
+        raise ConfigError(f"[display]: unknown keys {sorted(unknown)}")
+    path = section.get("tokenizer")
+    if path is not None and (not isinstance(path, str) or path == ""):
+        raise ConfigError(f"[display] tokenizer has value {path!r}, not a non-empty path")
+    return path
 
 
 def _replica(entry: Any, index: int) -> ReplicaConfig:

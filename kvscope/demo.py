@@ -39,7 +39,8 @@ from kvscope.config import Config, ReplicaConfig, StoreConfig
 from kvscope.demo_table import Asked, reset_table
 from kvscope.lab.presets import KEEP_RESET_STUDY
 from kvscope.pipeline import running_pipeline
-from kvscope.report import load_resets, max_reset_id, reset_ids, write_report
+from kvscope.report import load_resets, max_reset_id, reset_ids, write_with_prefixes
+from kvscope.report_compare import write_compare
 from kvscope.serve import api_settings
 from kvscope.signals import stop_on_signals
 from kvscope.storage import batch_log, schema
@@ -47,6 +48,7 @@ from kvscope.storage.engine import open_store
 from kvscope.storage.history import stream_id
 from kvscope.storage.reset_links import clears_by_request, load_requests
 from kvscope.storage.scrape import MetricsScraper
+from kvscope.storage.token_text import TokenText
 from kvscope.storage.writer import StoreWriter
 
 CAPTURE = "lab_3rps_180s"
@@ -68,6 +70,8 @@ class DemoOptions:
     port: int = 0
     out: Path = Path("kvscope-demo")
     serve: bool = False
+    text: TokenText | None = None
+    """--tokenizer: prefix groups' first tokens as text in the API, page and report."""
 
 
 @contextmanager
@@ -289,8 +293,14 @@ class CaptureDemo:
 
 
 def _finish(
-    console: Console, store: str, base_id: int, asked: list[Asked], out: Path, window: float
+    console: Console,
+    store: str,
+    base_id: int,
+    asked: list[Asked],
+    options: DemoOptions,
+    window: float,
 ) -> None:
+    out = options.out
     engine = open_store(store)
     ids = [i for n in NAMES for i in reset_ids(engine, n, 0, 1e11) if i > base_id]
     resets = load_resets(engine, ids, window)  # each with the mode of its linked request
@@ -300,12 +310,15 @@ def _finish(
         requests = {int(q.id): q for qs in load_requests(conn).values() for q in qs}
     console.print(reset_table(asked, requests, clears, {d.id: d for d in resets}, window))
     linked = sorted((d for d in resets if d.mode is not None), key=lambda d: d.id)
-    png, page = write_report(linked or resets, out)
+    png, page = write_with_prefixes(engine, linked or resets, out, options.text)
+    compared = [write_compare(engine, name, 0.0, 1e11, out / name)[1] for name in NAMES]
     engine.dispose()
     console.print(f"report: {page} ({png.name}); store: {store}")
+    console.print("modes side by side: " + ", ".join(str(p) for p in compared))
     console.print(
         f"again: kvscope report --store {store} --reset "
         f"{','.join(str(d.id) for d in linked or resets)} --out {out}"
+        + ("" if options.text is None else f" --tokenizer {options.text.path}")
     )
 
 
@@ -333,7 +346,7 @@ def run_demo(console: Console, options: DemoOptions) -> int:
         )
         console.print(f"[bold]kvscope demo[/]: {what}: {', '.join(NAMES)}")
         config = demo.config()
-        settings = api_settings(config, token)
+        settings = api_settings(config, token, options.text)
         base_id = max_reset_id(open_store(store))
         with running_pipeline(replace(config, store=StoreConfig(store))) as (collector, writer):
             assert writer is not None
@@ -353,13 +366,13 @@ def run_demo(console: Console, options: DemoOptions) -> int:
                 # once written (with --serve the writer stays open; without, close writes).
                 writer.flush()
                 if options.serve:
-                    _finish(console, store, base_id, asked, out, settings.link_window_s)
+                    _finish(console, store, base_id, asked, options, settings.link_window_s)
                     _urls(console, api)
                     console.print("serving until Ctrl-C (SIGINT) or SIGTERM")
                     with stop_on_signals() as stop:
                         stop.wait()
         if not options.serve:
-            _finish(console, store, base_id, asked, out, settings.link_window_s)
+            _finish(console, store, base_id, asked, options, settings.link_window_s)
             console.print(f"API was {api} (page /, docs /docs); --serve keeps it running")
     console.print(f"done in {time.monotonic() - started:.1f} s")
     return 0 if exact else 1

@@ -21,6 +21,7 @@ from kvscope.config import (
     parse_replica_flag,
 )
 from kvscope.fleet_config import fleet_with_flags
+from kvscope.storage.token_text import TokenizerError, TokenText, load_token_text
 
 err = Console(stderr=True)
 
@@ -85,6 +86,14 @@ JsonOpt = Annotated[
 ]
 HostOpt = Annotated[str, typer.Option(envvar="KVSCOPE_HOST", help="Address to serve on.")]
 PortOpt = Annotated[int, typer.Option(envvar="KVSCOPE_PORT", help="Port to serve on.")]
+TokenizerOpt = Annotated[
+    Path | None,
+    typer.Option(
+        envvar="KVSCOPE_TOKENIZER",
+        help="A tokenizer.json: prefix groups' first tokens shown as text too (needs the "
+        "tokenizers library: pip install 'kvscope[tokenizer]').",
+    ),
+]
 TOKEN_ENV = "KVSCOPE_API_TOKEN"
 TokenOpt = Annotated[
     str | None,
@@ -98,6 +107,19 @@ TokenOpt = Annotated[
 def fail(message: str) -> typer.Exit:
     err.print(f"[red]error:[/] {message}", soft_wrap=True)
     return typer.Exit(2)
+
+
+def token_text(flag: Path | None, config_file: Path | None) -> TokenText | None:
+    """The tokenizer named by --tokenizer (or KVSCOPE_TOKENIZER), else by the config file's
+    `[display] tokenizer`; None when neither names one. One that cannot be loaded: exit 2."""
+    try:
+        path = flag
+        if path is None and config_file is not None:
+            named = load_file(config_file).tokenizer
+            path = None if named is None else Path(named)
+        return load_token_text(path)
+    except (ConfigError, TokenizerError) as exc:
+        raise fail(str(exc)) from exc
 
 
 def checked_token(token: str | None) -> str | None:

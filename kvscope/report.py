@@ -22,13 +22,14 @@ from matplotlib.figure import Figure
 from rich.console import Console
 from sqlalchemy import Engine, Row, func, select
 
-from kvscope.options import fail
+from kvscope.options import ConfigOpt, TokenizerOpt, fail, token_text
 from kvscope.report_compare import as_json, text_table, write_compare
 from kvscope.report_prefixes import load_prefixes, write_prefixes
 from kvscope.storage import schema
 from kvscope.storage.redact import redact
 from kvscope.storage.reset_links import LINK_WINDOW_S, linked_modes, resets_query
 from kvscope.storage.scrape import HitRatePoint, hit_rate_series
+from kvscope.storage.token_text import TokenText
 from kvscope.store_commands import open_for_reading
 
 BEFORE_S = 30.0
@@ -215,6 +216,15 @@ def write_report(
     return png, page
 
 
+def write_with_prefixes(
+    engine: Engine, resets: list[ResetData], out: Path, text: TokenText | None = None
+) -> tuple[Path, Path]:
+    """`write_report` with the resets' prefix groups (`kvscope report`'s and the demo's)."""
+    out.mkdir(parents=True, exist_ok=True)
+    section = write_prefixes(load_prefixes(engine, [d.id for d in resets]), out, text=text)
+    return write_report(resets, out, extra_html=section)
+
+
 def report(
     store: Annotated[str, typer.Option(envvar="KVSCOPE_STORE", help="SQLAlchemy URL.")],
     out: Annotated[Path, typer.Option(help="Folder for report.png and report.html.")],
@@ -226,9 +236,12 @@ def report(
     json_: Annotated[
         bool, typer.Option("--json", help="With --compare: print it as JSON.")
     ] = False,
+    tokenizer: TokenizerOpt = None,
+    config_file: ConfigOpt = None,
 ) -> None:
     """Chart what resets did: blocks, prefixes back, hit rate and TTFT (PNG + HTML)."""
     console = Console()
+    text = token_text(tokenizer, config_file)
     engine = open_for_reading(store)
     if compare:
         if replica is None:
@@ -255,7 +268,5 @@ def report(
         resets = load_resets(engine, ids)
     except KeyError as exc:
         raise fail(f"no reset {exc.args[0]} in {redact(store)}") from exc
-    out.mkdir(parents=True, exist_ok=True)
-    section = write_prefixes(load_prefixes(engine, ids), out)
-    png, page = write_report(resets, out, extra_html=section)
+    png, page = write_with_prefixes(engine, resets, out, text)
     console.print(f"wrote {png} and {page} ({len(resets)} resets)")

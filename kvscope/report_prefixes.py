@@ -1,6 +1,7 @@
 """`kvscope report`'s prefix picture: per reset, its pre-reset prefix groups as one stacked bar,
 each group as wide as its tokens and coloured by when it was back (storage/reset_prefixes.py
-decides; nothing here recomputes the rule), and a table of tokens per status for the HTML.
+decides; nothing here recomputes the rule), and for the HTML a table of tokens per status and
+the largest groups with their root's first tokens (as text with `--tokenizer`, else as ids).
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from sqlalchemy import Engine
 from kvscope.storage.history import NotInStore
 from kvscope.storage.reset_prefix_types import STATUS_COLORS, STATUSES, ResetPrefixes
 from kvscope.storage.reset_prefixes import reset_prefixes
+from kvscope.storage.token_text import TokenText
+
+LARGEST = 8
+"""Groups per reset listed with their first tokens."""
 
 
 def load_prefixes(engine: Engine, ids: list[int]) -> list[ResetPrefixes]:
@@ -71,24 +76,50 @@ def build_prefix_figure(prefixes: list[ResetPrefixes]) -> Figure:
     return fig
 
 
-def write_prefixes(prefixes: list[ResetPrefixes], out: Path, name: str = "report") -> str:
-    """`out/NAME_prefixes.png`; returns the HTML section that shows it with a table."""
+def first_tokens(tokens: tuple[int, ...] | None, text: TokenText | None) -> str:
+    """A root's first tokens as the report shows them: text with a tokenizer, else ids."""
+    if tokens is None:
+        return "-"
+    return text.text(tokens) if text is not None else " ".join(map(str, tokens))
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
+    cells = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows
+    )
+    return (
+        "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + cells
+    ) + "</table>"
+
+
+def write_prefixes(
+    prefixes: list[ResetPrefixes],
+    out: Path,
+    name: str = "report",
+    text: TokenText | None = None,
+) -> str:
+    """`out/NAME_prefixes.png`; returns the HTML section that shows it with its tables."""
     if not prefixes:
         return ""
     png = out / f"{name}_prefixes.png"
     fig = build_prefix_figure(prefixes)
     fig.savefig(png, dpi=100)
     plt.close(fig)
-    head = ("reset", "groups", *STATUSES)
-    rows = []
+    by_status = []
+    largest: list[tuple[object, ...]] = []
     for p in prefixes:
         totals = tokens_by_status(p)
-        cells = (f"#{p.reset_id}", len(p.groups), *(totals[s] for s in STATUSES))
-        rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+        by_status.append((f"#{p.reset_id}", len(p.groups), *(totals[s] for s in STATUSES)))
+        for g in p.groups[:LARGEST]:
+            largest.append(
+                (f"#{p.reset_id}", g.tokens, g.status, first_tokens(g.first_tokens, text))
+            )
+    shown = "text" if text is not None else "ids (--tokenizer shows them as text)"
     return (
-        "<h2>Prefixes back (tokens)</h2><table><tr>"
-        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
-        + "</tr>"
-        + "".join(rows)
-        + f'</table><p><img src="{png.name}" alt="prefix groups by status"></p>\n'
+        "<h2>Prefixes back (tokens)</h2>"
+        + _table(("reset", "groups", *STATUSES), by_status)
+        + f'<p><img src="{png.name}" alt="prefix groups by status"></p>\n'
+        + f"<h2>The largest groups and their first tokens ({html.escape(shown)})</h2>"
+        + _table(("reset", "tokens", "status", "first tokens"), largest)
+        + "\n"
     )

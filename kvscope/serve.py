@@ -37,11 +37,13 @@ from kvscope.options import (
     ReplayTimeoutOpt,
     ReplicaOpt,
     ShardOpt,
+    TokenizerOpt,
     TokenOpt,
     TopicOpt,
     checked_token,
     fail,
     load_config,
+    token_text,
     with_fleet_flags,
     with_store_flags,
 )
@@ -49,6 +51,7 @@ from kvscope.pipeline import exit_if_failed, running_pipeline, watching
 from kvscope.signals import stop_on_signals
 from kvscope.storage.engine import StoreError, may_write, open_store
 from kvscope.storage.redact import redact
+from kvscope.storage.token_text import TokenText
 from kvscope.storage.writer import StoreWriter
 from kvscope.store_commands import SpillBytesOpt, SpillDirOpt, StoreFlag
 
@@ -56,9 +59,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_PORT = 8087
 
 
-def api_settings(config: Config, token: str | None) -> ApiSettings:
+def api_settings(config: Config, token: str | None, text: TokenText | None = None) -> ApiSettings:
     urls = {r.name: r.api_url for r in config.replicas if r.api_url}
-    return ApiSettings(api_token=token, replica_urls=urls)
+    return ApiSettings(api_token=token, replica_urls=urls, token_text=text)
 
 
 def primed(data: ApiData) -> ApiData:
@@ -129,9 +132,11 @@ def serve(
     host: HostOpt = "127.0.0.1",
     port: PortOpt = DEFAULT_PORT,
     api_token: TokenOpt = None,
+    tokenizer: TokenizerOpt = None,
 ) -> None:
     """Collector, store and API in one process: the embedded default (SQLite, 127.0.0.1)."""
     api_token = checked_token(api_token)
+    text = token_text(tokenizer, config_file)
     config = load_config(
         config_file,
         replica,
@@ -151,7 +156,7 @@ def serve(
         data = ApiData(
             collector=collector, engine=None if writer is None else writer.engine, writer=writer
         )
-        app = create_app(primed(data), api_settings(config, api_token))
+        app = create_app(primed(data), api_settings(config, api_token, text))
         logger.warning("kvscope API on http://%s:%d (docs at /docs)", host, port)
         run_uvicorn(app, host, port, collector, writer)
     exit_if_failed(collector, writer)
@@ -167,12 +172,13 @@ def api(
         list[str],
         typer.Option("--api-url", help="NAME=URL of a replica's vLLM API server (for resets)."),
     ] = [],  # noqa: B006
+    tokenizer: TokenizerOpt = None,
 ) -> None:
     """The API alone, over a store written by `kvscope collect` processes."""
     api_token = checked_token(api_token)
     config = load_config(config_file, [], [], [], "", None, None)
     store = config.store.url if store is None else store
-    settings = api_settings(config, api_token)
+    settings = api_settings(config, api_token, token_text(tokenizer, config_file))
     for spec in api_url:
         name, _, url = spec.partition("=")
         settings.replica_urls[name] = url

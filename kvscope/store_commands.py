@@ -20,6 +20,7 @@ from kvscope.collector.types import StreamId
 from kvscope.config import StoreConfig
 from kvscope.options import JsonOpt
 from kvscope.storage import schema
+from kvscope.storage.backfill import backfill
 from kvscope.storage.engine import DEFAULT_STORE as _DEFAULT_STORE
 from kvscope.storage.engine import StoreError, open_store
 from kvscope.storage.history import (
@@ -297,13 +298,36 @@ db_app = typer.Typer(help="The store's schema.", no_args_is_help=True)
 
 
 @db_app.command("upgrade")
-def db_upgrade(store: StoreOption = DEFAULT_STORE) -> None:
-    """Create or migrate the store's tables to the current schema."""
+def db_upgrade(
+    store: StoreOption = DEFAULT_STORE,
+    fill: Annotated[
+        bool, typer.Option("--backfill/--no-backfill", help="Then run `kvscope db backfill`.")
+    ] = True,
+) -> None:
+    """Create or migrate the store's tables to the current schema, then give resets stored
+    by an older kvscope what the newer tables hold (`kvscope db backfill`)."""
     try:
-        open_store(store)
+        engine = open_store(store)
     except SQLAlchemyError as exc:
         raise _fail(redact(f"cannot migrate {store}: {str(exc).splitlines()[0]}")) from exc
     console.print(f"{redact(store)}: schema up to date")
+    if fill:
+        _backfill(engine)
+
+
+@db_app.command("backfill")
+def db_backfill(store: StoreOption = DEFAULT_STORE) -> None:
+    """Compute the prefix groups, tokens recomputed and orphans left of resets stored before
+    they were (migrations 0008, 0009), from their `before` map and the batch log."""
+    _backfill(open_store(store))
+
+
+def _backfill(engine: Engine) -> None:
+    done = backfill(engine)
+    console.print(
+        f"backfilled {done.resets} resets ({done.groups} prefix groups), {done.chunks} log chunks"
+        + (f"; {done.log_gone} left without: their batch log was pruned" if done.log_gone else "")
+    )
 
 
 def _days(value: float | None) -> float | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, func, select
 
@@ -188,18 +189,41 @@ def all_batches(conn: Connection, sid: int) -> Iterator[EpochBatch]:
 def engine_time(conn: Connection, sid: int, recv_at: float) -> float | None:
     """The engine-clock instant of `recv_at` on the collector's clock: shifted by the two clocks'
     offset at the last batch received at or before it (or the first after, if none was), since
-    the engine's clock may be skewed or, in the lab, simulated. None: no batch stored."""
-    before: tuple[float, float] | None = None  # (recv_ts, ts), the latest at or before
-    after: tuple[float, float] | None = None  # the earliest after
-    rows = conn.execute(
-        select(_t.c.data).where(_t.c.stream_id == sid).order_by(_t.c.epoch, _t.c.first_seq)
-    ).scalars()
-    for data in rows:
+    the engine's clock may be skewed or, in the lab, simulated. None: no batch stored.
+
+    Of equal receive times, the last stored wins (before) or the first (after). Only chunks that
+    can hold the answer are read, by their receive-time bounds: those whose latest batch is the
+    latest received by `recv_at`, those that straddle it, and any without bounds (written by
+    an older kvscope); when nothing was received by then, those holding the earliest.
+    """
+    lo, hi = _t.c.min_recv_ts, _t.c.max_recv_ts
+    mine = _t.c.stream_id == sid
+    latest = conn.execute(select(func.max(hi)).where(mine, hi <= recv_at)).scalar()
+    near = (hi > recv_at) & (lo <= recv_at)
+    if latest is not None:
+        near = near | (hi == latest)
+    before, after = _nearest(conn, mine & (near | hi.is_(None)), recv_at)
+    if before is None:  # nothing received by then: the earliest batch of all
+        earliest = conn.execute(select(func.min(lo)).where(mine)).scalar()
+        if earliest is not None:
+            _, after = _nearest(conn, mine & ((lo == earliest) | hi.is_(None)), recv_at)
+    nearest = before or after
+    return None if nearest is None else recv_at + nearest[1] - nearest[0]
+
+
+def _nearest(
+    conn: Connection, where: Any, recv_at: float
+) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+    """(recv_ts, ts) of the latest batch received at or before `recv_at` and of the earliest
+    after it, among the chunks `where` selects, read in the order stored."""
+    before: tuple[float, float] | None = None
+    after: tuple[float, float] | None = None
+    query = select(_t.c.data).where(where).order_by(_t.c.epoch, _t.c.first_seq)
+    for data in conn.execute(query).scalars():
         chunk = Chunk(data)
         for pair in zip(chunk.recv_ts, chunk.ts, strict=True):
             if pair[0] <= recv_at:
                 before = pair if before is None or pair[0] >= before[0] else before
             elif after is None or pair[0] < after[0]:
                 after = pair
-    nearest = before or after
-    return None if nearest is None else recv_at + nearest[1] - nearest[0]
+    return before, after

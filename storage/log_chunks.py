@@ -62,6 +62,8 @@ class ChunkRow(NamedTuple):
     batches: int
     raw_bytes: int
     data: bytes
+    min_recv_ts: float
+    max_recv_ts: float
 
     def values(self, stream_id: int) -> dict[str, Any]:
         """The row's columns, under the stream's id."""
@@ -125,12 +127,13 @@ def pack(rows: Sequence[LogRow], fmt: int = CHUNK_FORMAT) -> list[ChunkRow]:
     made = []
     for start, end in _bounds(streams, epochs, ts, payloads):
         run_seqs, run_ts = array("q", seqs[start:end]), array("d", ts[start:end])
+        run_recv = array("d", recv_ts[start:end])
         raw = msgspec.msgpack.encode(
             (
                 CHUNK_FORMAT,
                 run_seqs.tobytes(),
                 run_ts.tobytes(),
-                array("d", recv_ts[start:end]).tobytes(),
+                run_recv.tobytes(),
                 payloads[start:end],
             )
         )
@@ -145,6 +148,8 @@ def pack(rows: Sequence[LogRow], fmt: int = CHUNK_FORMAT) -> list[ChunkRow]:
                 end - start,
                 len(raw),
                 raw,
+                min(run_recv),
+                max(run_recv),
             )
         )
     # A compressor object must not be shared between threads: one per call.

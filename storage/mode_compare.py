@@ -40,6 +40,7 @@ from kvscope.storage.reset_links import (
     load_requests,
     resets_query,
 )
+from kvscope.storage.reset_prefix_types import tokens_recomputed
 from kvscope.storage.reset_prefixes import reset_prefixes
 from kvscope.storage.scrape import window_figures
 
@@ -142,10 +143,7 @@ def _preempted(conn: Connection, replica: str, ts: float) -> float | None:
 def _of_reset(conn: Connection, reset: Row[Any], mode: str | None, request: Any) -> ResetFigures:
     prefixes = reset_prefixes(conn, int(reset.id))
     groups = prefixes.groups
-    recomputed = sum(
-        (g.points[-1].blocks_back * (g.tokens // g.blocks) if g.points and g.blocks else 0)
-        for g in groups
-    )
+    recomputed = tokens_recomputed(groups)
     back = [g for g in groups if g.back_at_s is not None and g.back_at_s <= BACK_BY_S]
     before = window_figures(conn, reset.replica, reset.ts - SCRAPE_WINDOW_S, reset.ts)
     after = window_figures(conn, reset.replica, reset.ts, reset.ts + SCRAPE_WINDOW_S)

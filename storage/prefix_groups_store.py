@@ -1,18 +1,24 @@
-"""A reset's prefix groups written to `reset_prefix_groups` (storage/reset_prefixes.py decides
-them), so that SQL (the Grafana panel) can read what the API computes."""
+"""A reset's prefix groups written to `reset_prefix_groups`, and its tokens recomputed and
+orphans left to `resets` (storage/reset_prefixes.py decides them), so that SQL (the Grafana
+panels) can read what the API computes."""
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, delete, insert
+from sqlalchemy import Connection, delete, insert, update
 
 from kvscope.storage import schema
+from kvscope.storage.reset_prefix_types import tokens_recomputed
 from kvscope.storage.reset_prefixes import reset_prefixes
 
 
 def store_prefix_groups(conn: Connection, reset_id: int) -> int:
-    """Replace the reset's stored groups with those computed now; returns how many."""
-    t = schema.reset_prefix_groups
-    groups = reset_prefixes(conn, reset_id).groups
+    """Replace the reset's stored groups and figures with those computed now; returns how many
+    groups."""
+    t, r = schema.reset_prefix_groups, schema.resets
+    found = reset_prefixes(conn, reset_id)
+    groups = found.groups
+    figures = {"tokens_recomputed": tokens_recomputed(groups), "orphans_left": len(found.orphans)}
+    conn.execute(update(r).where(r.c.id == reset_id).values(**figures))
     conn.execute(delete(t).where(t.c.reset_id == reset_id))
     if groups:
         conn.execute(
@@ -29,6 +35,9 @@ def store_prefix_groups(conn: Connection, reset_id: int) -> int:
                     "shared_blocks": g.shared_blocks,
                     "back_at_s": g.back_at_s,
                     "status": g.status,
+                    "first_tokens": None
+                    if g.first_tokens is None
+                    else " ".join(map(str, g.first_tokens)),
                 }
                 for i, g in enumerate(groups)
             ],

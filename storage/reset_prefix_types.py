@@ -76,6 +76,9 @@ class ResetPrefixes:
     """Largest first (tokens, then blocks), then by table and root hash."""
     orphans: tuple[ResetOrphan, ...]
     """In the order they were stored."""
+    evicted_orphans: tuple[ResetOrphan, ...]
+    """Blocks stored after the clear under a cached parent that was evicted later (not the
+    reset's orphans), in the order they were orphaned; `stored_ts` is when that was."""
     followed_until_ts: float
     """The last batch the orphans were followed through."""
     unknown_because: tuple[str, ...] = ()
@@ -89,3 +92,12 @@ def status_of(back_at_s: float | None) -> str:
         if back_at_s <= bound:
             return label
     return BACK_LATER
+
+
+def tokens_recomputed(groups: tuple[PrefixGroup, ...]) -> int:
+    """Tokens of the pre-reset blocks cached again at the last offset reached: they were in the
+    cache before the clear, so the engine computed them twice."""
+    return sum(
+        g.points[-1].blocks_back * (g.tokens // g.blocks) if g.points and g.blocks else 0
+        for g in groups
+    )

@@ -17,7 +17,9 @@ not yet).
 An *orphan the reset left* is a block stored after the clear whose parent, named, was not
 cached when it was stored (a keep-running reset: the running requests' blocks were cleared
 under them). It *rejoins* its chain at the first batch after which its parent is cached again;
-it may be removed first. Both are followed batch by batch to the last offset reached.
+it may be removed first. Both are followed batch by batch to the last offset reached. Blocks
+stored under a cached parent that was evicted later are orphans too, but not the reset's: they
+are counted apart (storage/reset_orphans.py).
 
 Everything comes from the stored data only: the reset's `before` map, and the map rebuilt just
 after the clear's batch (storage/history.py) fed the logged batches up to the last offset.
@@ -26,8 +28,6 @@ after the clear's batch (storage/history.py) fed the logged batches up to the la
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
-from typing import Any
 
 from sqlalchemy import Connection, select
 
@@ -35,16 +35,16 @@ from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.sink import ClearReason
 from kvscope.collector.snapshot import decode_tables
-from kvscope.collector.types import BlocksStored, StreamId, TableKey
+from kvscope.collector.types import StreamId, TableKey
 from kvscope.collector.wire import BatchDecoder
 from kvscope.storage import batch_log, schema
 from kvscope.storage.history import NotInStore, Position, rebuild
+from kvscope.storage.reset_orphans import Orphans
 from kvscope.storage.reset_prefix_types import (
     BACK_SHARE,
     FIRST_TOKENS,
     GroupPoint,
     PrefixGroup,
-    ResetOrphan,
     ResetPrefixes,
     status_of,
 )
@@ -111,65 +111,6 @@ def _state_of(
     return counts
 
 
-class _Orphans:
-    """The orphans stored after the clear, followed batch by batch."""
-
-    def __init__(self, before_root: dict[TableKey, dict[int, int]]) -> None:
-        self.before_root = before_root
-        self.found: list[list[Any]] = []
-        """[table, hash, parent, stored_ts, rejoined_ts, removed_ts, raw hash, raw parent]"""
-        self.open: list[list[Any]] = []
-
-    def _add(self, table: BlockTable, h: int, ts: float) -> None:
-        parent = table.parent_of(h)
-        if parent is None or parent in table:
-            return
-        entry = [table.key, h, parent, ts, None, None, table.raw_hash(h), table.raw_parent(h)]
-        self.found.append(entry)
-        self.open.append(entry)
-
-    def start(self, view: PrefixMap, ts: float) -> None:
-        for key in sorted(view.tables, key=lambda k: (k.medium, k.group)):
-            table = view.tables[key]
-            for h in sorted(table.counts()):
-                self._add(table, h, ts)
-
-    def after(self, view: PrefixMap, stored: Iterable[BlocksStored], ts: float) -> None:
-        still = []
-        for entry in self.open:
-            table = view.tables.get(entry[0])
-            if table is None or entry[1] not in table:
-                entry[5] = ts
-            elif entry[2] in table:
-                entry[4] = ts
-            else:
-                still.append(entry)
-        self.open = still
-        for event in stored:
-            if event.hashes and event.parent is not None:
-                table = view.tables.get(event.table)
-                h = event.hashes[0]
-                stored_here = table is not None and h in table
-                if stored_here and not any(e[1] == h and e[0] == event.table for e in self.open):
-                    self._add(table, h, ts)  # type: ignore[arg-type]
-
-    def result(self) -> tuple[ResetOrphan, ...]:
-        return tuple(
-            ResetOrphan(
-                key,
-                h,
-                parent,
-                stored,
-                rejoined,
-                removed,
-                raw,
-                raw_parent,
-                self.before_root.get(key, {}).get(parent),
-            )
-            for key, h, parent, stored, rejoined, removed, raw, raw_parent in self.found
-        )
-
-
 def reset_prefixes(conn: Connection, reset_id: int) -> ResetPrefixes:
     """The groups and orphans of a stored reset (NotInStore: no such reset, or its log is
     gone)."""
@@ -227,7 +168,7 @@ def reset_prefixes(conn: Connection, reset_id: int) -> ResetPrefixes:
         epoch, after = row.epoch, row.seq
         rebuilt = rebuild(conn, Position(row.stream_id, epoch, after, row.ts), stream)
         view, unknown = rebuilt.map, rebuilt.unknown_because
-    orphans = _Orphans(before_root)
+    orphans = Orphans(before_root)
     orphans.start(view, row.ts)
     states: list[dict[int, list[int]]] = []
     last_ts = row.ts
@@ -241,8 +182,7 @@ def reset_prefixes(conn: Connection, reset_id: int) -> ResetPrefixes:
                 break
             decoded = decoder.decode(batch.payload, batch.seq)
             view.apply(decoded, epoch)
-            stored = [e for e in decoded.events if isinstance(e, BlocksStored)]
-            orphans.after(view, stored, batch.ts)
+            orphans.after(view, decoded.events, batch.ts)
             last_ts = batch.ts
         while len(states) < len(offsets):  # the log ends at or before the last offset
             states.append(_state_of(view, members, shared))
@@ -297,6 +237,7 @@ def reset_prefixes(conn: Connection, reset_id: int) -> ResetPrefixes:
         signed=signed,
         groups=tuple(groups),
         orphans=found_orphans,
+        evicted_orphans=orphans.evicted_result(),
         followed_until_ts=last_ts,
         unknown_because=tuple(unknown),
     )

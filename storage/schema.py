@@ -58,8 +58,13 @@ log_chunks = Table(
     # Size before compression.
     Column("raw_bytes", Integer, nullable=False),
     Column("data", LargeBinary, nullable=False),
+    # Collector time of the chunk's earliest and latest batch (not ordered as seqs are: a
+    # replayed batch arrives late); NULL in chunks an older kvscope wrote, until backfilled.
+    Column("min_recv_ts", Float),
+    Column("max_recv_ts", Float),
     Index("ix_log_chunks_stream_min_ts", "stream_id", "min_ts"),
     Index("ix_log_chunks_stream_max_ts", "stream_id", "max_ts"),
+    Index("ix_log_chunks_stream_recv_ts", "stream_id", "max_recv_ts", "min_recv_ts"),
 )
 
 checkpoints = Table(
@@ -107,6 +112,10 @@ resets = Table(
     # Every offset of the window was reached; false while it is followed (the points reached so
     # far are stored as they are) or when a later reset or the stream's end cut it short.
     Column("recovery_complete", Boolean),
+    # Tokens of the pre-reset blocks cached again at the last offset reached (computed twice),
+    # and the orphans the reset left (storage/reset_prefixes.py; stored with its prefix groups).
+    Column("tokens_recomputed", BigInteger),
+    Column("orphans_left", Integer),
     Index("ix_resets_stream_ts", "stream_id", "ts"),
     UniqueConstraint("stream_id", "epoch", "seq", "reason", name="uq_resets_event"),
 )
@@ -142,6 +151,8 @@ reset_prefix_groups = Table(
     Column("shared_blocks", Integer, nullable=False),
     Column("back_at_s", Float),
     Column("status", String(20), nullable=False),
+    # The root's first token ids, space-separated (NULL: the publisher sent none).
+    Column("first_tokens", String(400)),
 )
 
 intervals = Table(

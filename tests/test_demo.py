@@ -79,6 +79,12 @@ def _check(output: str, out: Path, rows: int) -> None:
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (out / "report.html").read_text()
     assert "report.png" in page and "preempt" in page and "keep" in page
+    # What came back, prefix by prefix, and the modes side by side: in the demo's report too.
+    assert 'src="report_prefixes.png"' in page and "first tokens" in page
+    for replica in ("lab-a", "lab-b"):
+        compared = (out / replica / "compare.html").read_text()
+        assert "modes side by side" in compared and "keep" in compared
+        assert (out / replica / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.vllm

@@ -12,8 +12,22 @@ from typer.testing import CliRunner
 from kvscope.cli import app
 from kvscope.dashboards.reset_modes_panels import MODES_SQL
 from kvscope.storage.engine import make_engine
-from kvscope.storage.mode_compare import compare_modes
+from kvscope.storage.mode_compare import MEDIAN_FIELDS, compare_modes
 from tests.mode_compare_support import REPLICAS
+
+COLUMNS = {
+    "preempted": "preempted",
+    "tokens recomputed": "tokens_recomputed",
+    "t50 (s)": "t50_s",
+    "t90 (s)": "t90_s",
+    "back at +10 s": "share_back_10s",
+    "orphans": "orphans",
+    "hit rate before": "hit_rate_before",
+    "hit rate after": "hit_rate_after",
+    "TTFT p50 before": "ttft_p50_before",
+    "TTFT p50 after": "ttft_p50_after",
+}
+"""The panel's columns -> the figures of storage/mode_compare.py they show."""
 
 
 def test_the_modes_panel_returns_mode_compares_figures(pg_url: str, tmp_path: object) -> None:
@@ -32,8 +46,8 @@ def test_the_modes_panel_returns_mode_compares_figures(pg_url: str, tmp_path: ob
             ]  # fmt: skip
             for r, m in zip(got, want.modes, strict=True):
                 assert (r.resets, r.refused) == (m.resets, m.refused)
-                keys = ("preempted", "t50_s", "t90_s", "share_back_10s")
-                shown = dict(zip(keys, r[3:], strict=True))
+                shown = dict(zip(COLUMNS.values(), (r._mapping[c] for c in COLUMNS), strict=True))
+                assert set(shown) == set(MEDIAN_FIELDS)  # every figure the page shows
                 for key, value in shown.items():
                     expected = m.medians[key]
                     if expected is None:
@@ -41,6 +55,17 @@ def test_the_modes_panel_returns_mode_compares_figures(pg_url: str, tmp_path: ob
                     else:
                         assert value == pytest.approx(expected, rel=1e-9), (replica, m.mode, key)
             # The lab's figures are not all empty: the panel shows the study's contrast.
-            preempt = {r.mode: r for r in got}["preempt"]
-            assert preempt.preempted is not None and preempt.preempted > 0
+            by_mode = {r.mode: r._mapping for r in got}
+            assert (
+                by_mode["preempt"]["preempted"] is not None and by_mode["preempt"]["preempted"] > 0
+            )
+            assert by_mode["keep"]["orphans"] > 0 and by_mode["preempt"]["orphans"] == 0
+            assert by_mode["keep"]["tokens recomputed"] > 0
+            for column in (
+                "hit rate before",
+                "hit rate after",
+                "TTFT p50 before",
+                "TTFT p50 after",
+            ):
+                assert by_mode["preempt"][column] is not None, (replica, column)
     engine.dispose()

@@ -38,6 +38,11 @@ def test_the_prefix_panels_return_what_reset_prefixes_computes(pg_url: str) -> N
             want = reset_prefixes(conn, reset_id)
             assert want.groups and want.offsets
             got = _panel(conn, GROUPS_SQL, reset_id)
+            # The root's first tokens as ids (Grafana has no tokenizer to make text of them).
+            assert [r._mapping["first tokens"] for r in got] == [
+                " ".join(map(str, g.first_tokens or ())) for g in want.groups
+            ]
+            assert all(r._mapping["first tokens"] for r in got)
             assert [
                 (r.tier, r[2], r.root, r.blocks, r.tokens, r[6], r[7], r.status) for r in got
             ] == [

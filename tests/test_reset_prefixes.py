@@ -333,3 +333,54 @@ def test_a_made_up_stream_groups_orphans_rejoining_and_a_restart(tmp_path: Any) 
     assert [p.hittable_back for p in a.points] == [4, 4, 4] and a.status == "back at +1 s"
     assert [p.hittable_back for p in b.points] == [0, 1, 1] and b.status == "not back"
     assert restart.orphans == ()
+
+
+def test_blocks_orphaned_later_by_eviction_are_counted_apart(tmp_path: Any) -> None:
+    """After a preempting reset (nothing stored under a cleared parent), 1-2-3 and 1-2-4 come
+    back hittable; then 2 is evicted before 3 and 4 (both become orphans: not the reset's), 4
+    is removed, 2 is stored again (3 rejoins). In one batch 7 is stored under 6 and 6 removed:
+    7 was stored under a cached parent, so it too is orphaned by eviction, not by the reset.
+    A keep-running reset's orphan (9 under the cleared 8) stays the reset's."""
+    from tests.test_ingest import CLEAR, frames, payload, remove, store
+
+    writer = StoreWriter(open_store(f"sqlite:///{tmp_path / 's.sqlite'}"))
+    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
+    batches = [
+        (0, 100.0, [store(1, 2, 3), store(4, parent=2), store(8)]),
+        (1, 101.0, [CLEAR, store(9, parent=8)]),
+        (2, 101.5, [store(1, 2, 3), store(4, parent=2), store(6)]),
+        (3, 103.0, [remove(2)]),
+        (4, 104.0, [remove(4)]),
+        (5, 105.0, [store(2, parent=1), store(7, parent=6), remove(6)]),
+        (6, 130.0, [store(10)]),
+    ]
+    for seq, ts, events in batches:
+        ingest.live_frames(frames(seq, payload(*events, ts=ts)), ts)
+    writer.close()
+    with writer.engine.connect() as conn:
+        found = reset_prefixes(conn, 1)
+    assert [(o.hash, o.parent, o.stored_ts) for o in found.orphans] == [(9, 8, 101.0)]
+    evicted = {o.hash: o for o in found.evicted_orphans}
+    assert sorted(evicted) == [3, 4, 7]
+    three, four, seven = evicted[3], evicted[4], evicted[7]
+    assert (three.parent, three.stored_ts, three.rejoined_ts, three.removed_ts) == (
+        2, 103.0, 105.0, None
+    )  # fmt: skip
+    assert (four.stored_ts, four.rejoined_ts, four.removed_ts) == (103.0, None, 104.0)
+    assert (seven.parent, seven.stored_ts, seven.rejoined_ts) == (6, 105.0, None)
+    assert three.group_root == four.group_root == 1 and seven.group_root is None
+    # Not the reset's: the groups' orphans_left count the reset's only.
+    assert sum(g.orphans_left for g in found.groups) == 1
+
+    from fastapi.testclient import TestClient
+
+    from kvscope.api.app import create_app
+    from kvscope.api.data import ApiData
+
+    answer = TestClient(create_app(ApiData(engine=writer.engine))).get("/resets/1/prefixes")
+    shown = answer.json()
+    assert (shown["orphans_total"], shown["evicted_orphans_total"]) == (1, 3)
+    assert [(o["hash"], o["orphaned_ts"], o["rejoined_ts"], o["removed_ts"])
+            for o in shown["evicted_orphans"]] == [
+        (3, 103.0, 105.0, None), (4, 103.0, None, 104.0), (7, 105.0, None, None)
+    ]  # fmt: skip

@@ -1,0 +1,130 @@
+"""The orphans of a reset's recovery, followed batch by batch (storage/reset_prefixes.py).
+
+Two kinds, counted apart:
+
+- *orphans the reset left*: blocks stored after the clear whose parent, named, was not cached
+  (a keep-running reset: the running requests' blocks were cleared under them);
+- *orphaned by eviction*: blocks stored after the clear under a cached parent (hittable, or on
+  the way to it) whose parent was removed later while they stayed. The reset did not make them:
+  the engine evicted a parent before its child.
+
+Both are followed until they *rejoin* (the parent is cached again) or are removed first. The
+map is seen between batches: a block stored under a parent that the same batch removes was
+stored under a cached parent, so it is orphaned by eviction. A block is listed as orphaned by
+eviction once, the first time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from kvscope.collector.block_table import BlockTable
+from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.types import BlocksRemoved, BlocksStored, KVEvent, TableKey
+from kvscope.storage.reset_prefix_types import ResetOrphan
+
+
+class Orphans:
+    def __init__(self, before_root: dict[TableKey, dict[int, int]]) -> None:
+        self.before_root = before_root
+        self.found: list[list[Any]] = []
+        """The reset's: [table, hash, parent, stored_ts, rejoined_ts, removed_ts, raw hash,
+        raw parent]"""
+        self.evicted: list[list[Any]] = []
+        """Orphaned by eviction, the same fields with the time it was orphaned for stored_ts."""
+        self.open: list[list[Any]] = []
+        self._children: dict[TableKey, dict[int, set[int]]] = {}
+        """parent -> the blocks stored under it since the clear."""
+        self._seen_evicted: set[tuple[TableKey, int]] = set()
+
+    def _entry(self, table: BlockTable, h: int, parent: int, ts: float) -> list[Any]:
+        entry = [table.key, h, parent, ts, None, None, table.raw_hash(h), table.raw_parent(h)]
+        self.open.append(entry)
+        return entry
+
+    def _child(self, key: TableKey, parent: int | None, h: int) -> None:
+        if parent is not None:
+            self._children.setdefault(key, {}).setdefault(parent, set()).add(h)
+
+    def start(self, view: PrefixMap, ts: float) -> None:
+        """The map just after the clear's batch: what that batch stored under cleared parents."""
+        for key in sorted(view.tables, key=lambda k: (k.medium, k.group)):
+            table = view.tables[key]
+            for h in sorted(table.counts()):
+                parent = table.parent_of(h)
+                self._child(key, parent, h)
+                if parent is not None and parent not in table:
+                    self.found.append(self._entry(table, h, parent, ts))
+
+    def after(self, view: PrefixMap, events: Iterable[KVEvent], ts: float) -> None:
+        """Called after each batch is applied to `view`."""
+        still = []
+        for entry in self.open:
+            table = view.tables.get(entry[0])
+            if table is None or entry[1] not in table:
+                entry[5] = ts
+            elif entry[2] in table:
+                entry[4] = ts
+            else:
+                still.append(entry)
+        self.open = still
+        removed: dict[TableKey, set[int]] = {}
+        stored: list[BlocksStored] = []
+        for event in events:
+            if isinstance(event, BlocksRemoved):
+                removed.setdefault(event.table, set()).update(event.hashes)
+            elif isinstance(event, BlocksStored):
+                stored.append(event)
+        opened = {(e[0], e[1]) for e in self.open}
+        for event in stored:
+            parent: int | None = event.parent
+            for h in event.hashes:
+                self._child(event.table, parent, h)
+                parent = h
+            table = view.tables.get(event.table)
+            head, named = event.hashes[0] if event.hashes else None, event.parent
+            if table is None or head is None or named is None or head not in table:
+                continue
+            if named in table or (event.table, head) in opened:
+                continue
+            if named in removed.get(event.table, ()):
+                continue  # stored under a cached parent this batch removed: below
+            self.found.append(self._entry(table, head, named, ts))
+            opened.add((event.table, head))
+        for key, gone in removed.items():
+            table = view.tables.get(key)
+            children = self._children.get(key, {})
+            if table is None:
+                continue
+            for parent in sorted(gone):
+                if parent in table:
+                    continue
+                for h in sorted(children.pop(parent, ())):
+                    if h not in table or table.parent_of(h) != parent or (key, h) in opened:
+                        continue
+                    if (key, h) not in self._seen_evicted:
+                        self._seen_evicted.add((key, h))
+                        self.evicted.append(self._entry(table, h, parent, ts))
+
+    def _records(self, rows: list[list[Any]]) -> tuple[ResetOrphan, ...]:
+        return tuple(
+            ResetOrphan(
+                key,
+                h,
+                parent,
+                since,
+                rejoined,
+                removed,
+                raw,
+                raw_parent,
+                self.before_root.get(key, {}).get(parent),
+            )
+            for key, h, parent, since, rejoined, removed, raw, raw_parent in rows
+        )
+
+    def result(self) -> tuple[ResetOrphan, ...]:
+        return self._records(self.found)
+
+    def evicted_result(self) -> tuple[ResetOrphan, ...]:
+        return self._records(self.evicted)
