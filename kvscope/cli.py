@@ -31,6 +31,7 @@ from kvscope.options import (
     ConfigOpt,
     DpRanksOpt,
     DurationOpt,
+    JsonOpt,
     MaxMessageOpt,
     MetricsOpt,
     ReplayOpt,
@@ -220,6 +221,7 @@ def demo(
     ] = False,
     tokenizer: TokenizerOpt = None,
     config_file: ConfigOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Two replicas, real sockets, collector + store + API, and what each reset did.
 
@@ -235,8 +237,9 @@ def demo(
     if source not in ("auto", "lab", "capture"):
         raise fail(f"--source {source!r}: expected auto, lab or capture")
     text = token_text(tokenizer, config_file)
-    options = DemoOptions(speed, source, store, port, out, serve, text)
-    raise typer.Exit(run_demo(console, options))
+    options = DemoOptions(speed, source, store, port, out, serve, text, as_json)
+    # With --json, stdout carries the one document; the progress goes to stderr.
+    raise typer.Exit(run_demo(err if as_json else console, options))
 
 
 def _report_commands() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +37,7 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
 from kvscope.config import Config, ReplicaConfig, StoreConfig
-from kvscope.demo_table import Asked, reset_table
+from kvscope.demo_table import Asked, compact_table, reset_table
 from kvscope.lab.presets import KEEP_RESET_STUDY
 from kvscope.pipeline import running_pipeline
 from kvscope.report import load_resets, max_reset_id, reset_ids, write_with_prefixes
@@ -72,6 +73,8 @@ class DemoOptions:
     serve: bool = False
     text: TokenText | None = None
     """--tokenizer: prefix groups' first tokens as text in the API, page and report."""
+    as_json: bool = False
+    """--json: one JSON document on stdout; the console given to `run_demo` has the progress."""
 
 
 @contextmanager
@@ -299,7 +302,8 @@ def _finish(
     asked: list[Asked],
     options: DemoOptions,
     window: float,
-) -> None:
+) -> dict[str, Any]:
+    """Print the table and where the report went; the same as a JSON-ready summary."""
     out = options.out
     engine = open_store(store)
     ids = [i for n in NAMES for i in reset_ids(engine, n, 0, 1e11) if i > base_id]
@@ -308,7 +312,9 @@ def _finish(
     with engine.connect() as conn:
         clears = clears_by_request(conn, window, base_id)
         requests = {int(q.id): q for qs in load_requests(conn).values() for q in qs}
-    console.print(reset_table(asked, requests, clears, {d.id: d for d in resets}, window))
+    table = reset_table(asked, requests, clears, {d.id: d for d in resets}, window)
+    if not options.as_json:
+        console.print(compact_table(table))
     linked = sorted((d for d in resets if d.mode is not None), key=lambda d: d.id)
     png, page = write_with_prefixes(engine, linked or resets, out, options.text)
     compared = [write_compare(engine, name, 0.0, 1e11, out / name)[1] for name in NAMES]
@@ -320,6 +326,18 @@ def _finish(
         f"{','.join(str(d.id) for d in linked or resets)} --out {out}"
         + ("" if options.text is None else f" --tokenizer {options.text.path}")
     )
+    return {
+        "resets": table.as_json(),
+        "report": str(page),
+        "compare": [str(p) for p in compared],
+        "store": store,
+    }
+
+
+def _print_json(options: DemoOptions, api: str, exact: bool, summary: dict[str, Any]) -> None:
+    if options.as_json:
+        sys.stdout.write(json.dumps({"exact": exact, "api": api, **summary}) + "\n")
+        sys.stdout.flush()
 
 
 def _urls(console: Console, api: str) -> None:
@@ -347,6 +365,7 @@ def run_demo(console: Console, options: DemoOptions) -> int:
         console.print(f"[bold]kvscope demo[/]: {what}: {', '.join(NAMES)}")
         config = demo.config()
         settings = api_settings(config, token, options.text)
+        window = settings.link_window_s
         base_id = max_reset_id(open_store(store))
         with running_pipeline(replace(config, store=StoreConfig(store))) as (collector, writer):
             assert writer is not None
@@ -366,13 +385,15 @@ def run_demo(console: Console, options: DemoOptions) -> int:
                 # once written (with --serve the writer stays open; without, close writes).
                 writer.flush()
                 if options.serve:
-                    _finish(console, store, base_id, asked, options, settings.link_window_s)
+                    summary = _finish(console, store, base_id, asked, options, window)
+                    _print_json(options, api, exact, summary)
                     _urls(console, api)
                     console.print("serving until Ctrl-C (SIGINT) or SIGTERM")
                     with stop_on_signals() as stop:
                         stop.wait()
         if not options.serve:
-            _finish(console, store, base_id, asked, options, settings.link_window_s)
+            summary = _finish(console, store, base_id, asked, options, window)
+            _print_json(options, api, exact, summary)
             console.print(f"API was {api} (page /, docs /docs); --serve keeps it running")
     console.print(f"done in {time.monotonic() - started:.1f} s")
     return 0 if exact else 1

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from kvscope.report import ResetData
+from kvscope.tables import TableData
 
 
 @dataclass
@@ -42,52 +44,74 @@ def _why(a: Asked, request: Any, window: float) -> str:
     return f"{what}: {request.detail or 'no detail'}"
 
 
+COLUMNS = ("asked", "mode", "outcome", "clear", "before", "+1s", "+10s", "+60s", "50%", "90%")
+OFFSETS = (1.0, 10.0, 60.0)
+
+
 def reset_table(
     asked: Sequence[Asked],
     requests: Mapping[int, Any],
     clears: Mapping[int, Sequence[int]],
     by_id: Mapping[int, ResetData],
     window: float,
-) -> Table:
-    """One row per reset asked for and clear linked to it (`clears`: request id -> reset ids)."""
-    table = Table(
-        title="what each reset did (blocks/hittable; 50%, 90%: s to that share)",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        padding=0,  # the box's blank divider parts the columns: the table fits 80 columns
-        caption_justify="left",
-    )
-    for column in (
-        "asked",
-        "mode",
-        "outcome",
-        "clear",
-        "before",
-        "+1s",
-        "+10s",
-        "+60s",
-        "50%",
-        "90%",
-    ):
-        table.add_column(column, no_wrap=True)
-    notes = []
+) -> TableData:
+    """One row per reset asked for and clear linked to it (`clears`: request id -> reset ids);
+    each row's record carries the same figures typed, for `--json`."""
+    table = TableData("what each reset did (blocks/hittable; 50%, 90%: s to that share)", COLUMNS)
     for a in asked:
         request = requests[a.request_id]
         head = [f"#{request.id} {request.replica}", request.mode, request.outcome]
+        asked_as = {
+            "request_id": int(request.id),
+            "replica": request.replica,
+            "mode": request.mode,
+            "outcome": request.outcome,
+        }
         linked = [by_id[i] for i in clears.get(a.request_id, ())]
         if not linked:
             before = "-" if a.before is None else f"{a.before[0]}/{a.before[1]}"
-            table.add_row(*head, "none", before, *["-"] * 5)
-            notes.append(_why(a, request, window))
+            table.add(
+                [*head, "none", before, *["-"] * 5],
+                {**asked_as, "reset_id": None, "before": a.before and list(a.before)},
+            )
+            table.notes.append(_why(a, request, window))
         for d in linked:
             # The clear's mode as the API gives it; shown only where it is not the request's.
             clear = f"#{d.id}" + ("" if d.mode == request.mode else f" {d.mode}")
             cells = [*head, clear, f"{d.before_blocks}/{d.before_hittable}"]
-            for offset in (1.0, 10.0, 60.0):
+            points = {}
+            for offset in OFFSETS:
                 p = d.point(offset)
                 cells.append("-" if p is None else f"{p.blocks}/{p.hittable}")
+                points[f"{offset:g}"] = None if p is None else [p.blocks, p.hittable]
             cells += ["-" if t is None else f"{t:.1f}" for t in (d.t50_s, d.t90_s)]
-            table.add_row(*cells)
-    if notes:
-        table.caption = "\n".join(notes)
+            record = {
+                **asked_as,
+                "reset_id": d.id,
+                "reset_mode": d.mode,
+                "before": [d.before_blocks, d.before_hittable],
+                "points": points,
+                "t50_s": d.t50_s,
+                "t90_s": d.t90_s,
+            }
+            table.add(cells, record)
     return table
+
+
+def compact_table(table: TableData) -> Table:
+    """`table` as the demo prints it: no edges, the columns parted by the header's blank
+    divider alone, so it fits 80 columns."""
+    shown = Table(
+        title=table.title,
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=0,
+        caption_justify="left",
+    )
+    for column in table.columns:
+        shown.add_column(column, no_wrap=True)
+    for row in table.rows:
+        shown.add_row(*(escape(cell) for cell in row))
+    if table.notes:
+        shown.caption = escape("\n".join(table.notes))
+    return shown

@@ -111,3 +111,32 @@ def test_demo_plays_the_bundled_capture_without_vllm(tmp_path: Path) -> None:
     _check(result.output, out, rows=4)
     # The recording's default reset was refused (requests were running): no clear.
     assert re.search(r"lab-a\s+default\s+refused\s+none", result.output)
+
+
+def test_demo_json_is_one_document_with_the_tables_records(tmp_path: Path) -> None:
+    """`--json`: stdout is one JSON document (progress goes to stderr) with the same resets,
+    links and figures as the API, and where the report went."""
+    import json
+
+    out = tmp_path / "demo"
+    runner = CliRunner()
+    result = runner.invoke(
+        app, ["demo", "--json", "--out", str(out)], env={"KVSCOPE_DEMO_SOURCE": "capture"}
+    )
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.stdout)
+    assert found["exact"] is True
+    rows = found["resets"]["rows"]
+    api = _api(out)
+    linked = {r["request_id"]: r for r in rows if r["reset_id"] is not None}
+    assert {
+        i: (r["replica"], r["reset_mode"], r["outcome"], r["reset_id"]) for i, r in linked.items()
+    } == api
+    for r in linked.values():
+        assert r["points"]["1"] is not None and r["t50_s"] is not None
+        assert r["before"][0] >= r["before"][1] > 0
+    refused = [r for r in rows if r["outcome"] == "refused"]
+    assert refused and all(r["reset_id"] is None for r in refused)
+    assert len(found["resets"]["notes"]) == len(refused)
+    assert Path(found["report"]).name == "report.html"
+    assert "the map equals" in result.stderr and "what each reset did" not in result.stderr
