@@ -132,8 +132,11 @@ def _checkout_files() -> set[str] | None:
     try:
         out = subprocess.run(
             ["git", "-C", str(REPO), "status", "--porcelain", "--ignored", "--untracked-files=all"],
-            capture_output=True, text=True, timeout=60, check=True,
-        ).stdout  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     paths = {line[3:] for line in out.splitlines()}

@@ -139,24 +139,36 @@ def start_prometheus(folder: Path, api: str, vllm: str, exits: ExitStack) -> str
     if binary is None:
         pytest.fail("no prometheus binary: run scripts/install-test-services.sh")
     config = {
-        "global": {"scrape_interval": f"{SCRAPE_S}s", "scrape_timeout": f"{SCRAPE_S}s",
-                   "evaluation_interval": f"{SCRAPE_S}s"},
+        "global": {
+            "scrape_interval": f"{SCRAPE_S}s",
+            "scrape_timeout": f"{SCRAPE_S}s",
+            "evaluation_interval": f"{SCRAPE_S}s",
+        },
         "scrape_configs": [
             {"job_name": "kvscope", "static_configs": [{"targets": [api.removeprefix("http://")]}]},
-            {"job_name": "vllm", "static_configs": [
-                {"targets": [vllm.removeprefix("http://")], "labels": {"replica": REPLICA}}]},
+            {
+                "job_name": "vllm",
+                "static_configs": [
+                    {"targets": [vllm.removeprefix("http://")], "labels": {"replica": REPLICA}}
+                ],
+            },
         ],
-    }  # fmt: skip
+    }
     (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     log = (folder / "prometheus.log").open("wb")
     exits.callback(log.close)
     proc = subprocess.Popen(
-        [binary, f"--config.file={folder / 'prometheus.yml'}",
-         f"--storage.tsdb.path={folder / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-         "--log.level=warn"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            binary,
+            f"--config.file={folder / 'prometheus.yml'}",
+            f"--storage.tsdb.path={folder / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
     def stop() -> None:
         proc.terminate()
@@ -242,8 +254,9 @@ class Stack:
                 query = interpolate(v["query"], resolved, "prom", self.span)
                 found = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
                 assert found, query
-                values = self.prom(f"/api/v1/label/{found.group(2)}/values",
-                                   **{"match[]": found.group(1)})  # fmt: skip
+                values = self.prom(
+                    f"/api/v1/label/{found.group(2)}/values", **{"match[]": found.group(1)}
+                )
                 values = sorted(values)
             else:
                 columns, rows = self.sql(interpolate(v["query"], resolved, "sql", self.span))
@@ -261,9 +274,10 @@ class Stack:
         all_values = {
             v["name"]: self._all_values(dashboard, v["name"])
             for v in dashboard["templating"]["list"]
-            if v["type"] == "query" and not (v.get("multi") or v.get("includeAll"))
+            if v["type"] == "query"
+            and not (v.get("multi") or v.get("includeAll"))
             and v.get("hide", 0) != 2
-        }  # fmt: skip
+        }
         assert all(everything[name][0] for name in all_values)
         return [((name, value),) for name, values in all_values.items() for value in values] or [()]
 
@@ -289,9 +303,13 @@ def insert_requests(engine: Engine) -> None:
         for reset in sidecar["resets"]:
             conn.execute(
                 insert(schema.reset_requests).values(
-                    replica=REPLICA, requested_at=collector_time(conn, reset["ts"]),
-                    requested_by="token@127.0.0.1", mode=reset["mode"], external=False,
-                    outcome="success" if reset["result"] else "refused", http_status=200,
+                    replica=REPLICA,
+                    requested_at=collector_time(conn, reset["ts"]),
+                    requested_by="token@127.0.0.1",
+                    mode=reset["mode"],
+                    external=False,
+                    outcome="success" if reset["result"] else "refused",
+                    http_status=200,
                     detail=json.dumps({"success": reset["result"]}),
                 )
-            )  # fmt: skip
+            )

@@ -44,9 +44,15 @@ def _link_store(
             insert(schema.streams).values(replica="lab", rank=0).returning(schema.streams.c.id)
         ).scalar_one()
         common = {
-            "stream_id": sid, "epoch": 0, "degraded": False, "before_blocks": 5,
-            "before_hittable": 5, "before_orphans": 0, "before_tokens": 80, "before": b"",
-        }  # fmt: skip
+            "stream_id": sid,
+            "epoch": 0,
+            "degraded": False,
+            "before_blocks": 5,
+            "before_hittable": 5,
+            "before_orphans": 0,
+            "before_tokens": 80,
+            "before": b"",
+        }
         for seq, ts, recv_ts in clears:
             reason = "restart" if seq in restarts else "all_blocks_cleared"
             conn.execute(
@@ -57,10 +63,16 @@ def _link_store(
         for at, mode, outcome in requests:
             conn.execute(
                 insert(schema.reset_requests).values(
-                    replica="lab", requested_at=at, requested_by="t", mode=mode, external=False,
-                    outcome=outcome, http_status=200, detail="",
+                    replica="lab",
+                    requested_at=at,
+                    requested_by="t",
+                    mode=mode,
+                    external=False,
+                    outcome=outcome,
+                    http_status=200,
+                    detail="",
                 )
-            )  # fmt: skip
+            )
     return engine
 
 
@@ -85,9 +97,12 @@ def test_the_demos_links_are_the_apis(tmp_path: Path) -> None:
     engine = _link_store(
         tmp_path,
         [(3, 3, now + 1), (9, 9, now + 12), (20, 20, now + 500)],
-        [(now, "default", "refused"), (now + 0.5, "preempt", "success"),
-         (now + 10, "keep", "success")],
-    )  # fmt: skip
+        [
+            (now, "default", "refused"),
+            (now + 0.5, "preempt", "success"),
+            (now + 10, "keep", "success"),
+        ],
+    )
     with engine.connect() as conn:
         links = clears_by_request(conn, ApiSettings().link_window_s)
     client = TestClient(create_app(ApiData(engine=engine)))

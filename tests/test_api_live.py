@@ -260,8 +260,12 @@ def test_errors_have_one_shape(
 
 def test_oversized_bodies_are_refused(stack: Stack) -> None:
     body = b'{"token_ids": [' + b"1," * 5_000_000 + b"1]}"
-    response = httpx.post(stack.url + "/lookup", content=body, timeout=30,
-                          headers={"content-type": "application/json"})  # fmt: skip
+    response = httpx.post(
+        stack.url + "/lookup",
+        content=body,
+        timeout=30,
+        headers={"content-type": "application/json"},
+    )
     assert response.status_code == 413 and response.json()["error"]["code"] == "too_large"
 
 

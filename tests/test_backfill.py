@@ -37,10 +37,12 @@ def _old_store(new: sa.Engine, url: str) -> None:
         if target.dialect.name == "postgresql":  # ids were copied: move the sequences on
             for table in reflected.sorted_tables:
                 if "id" in table.c and table.c.id.autoincrement is not False:
-                    target.execute(sa.text(
-                        f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), "
-                        f"COALESCE((SELECT max(id) FROM {table.name}), 1))"
-                    ))  # fmt: skip
+                    target.execute(
+                        sa.text(
+                            f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), "
+                            f"COALESCE((SELECT max(id) FROM {table.name}), 1))"
+                        )
+                    )
     old.dispose()
 
 

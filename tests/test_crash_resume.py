@@ -36,10 +36,20 @@ STREAM = StreamId("r", 0)
 
 def start_collect(store: str, port: int, replay_port: int, log: Path) -> subprocess.Popen[bytes]:
     command = [
-        sys.executable, "-m", "kvscope.cli", "--log-level", "INFO", "collect", "--no-live",
-        "--replica", f"r=tcp://127.0.0.1:{port}", "--replay", f"tcp://127.0.0.1:{replay_port}",
-        "--store", store,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "kvscope.cli",
+        "--log-level",
+        "INFO",
+        "collect",
+        "--no-live",
+        "--replica",
+        f"r=tcp://127.0.0.1:{port}",
+        "--replay",
+        f"tcp://127.0.0.1:{replay_port}",
+        "--store",
+        store,
+    ]
     return subprocess.Popen(command, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
 

@@ -76,8 +76,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             time.sleep(0.1)
         prom_url = start_prometheus(folder, api, vllm.url, exits)
         start = time.time()
-        response = httpx.post(api + f"/replicas/{REPLICA}/reset", params={"mode": "keep"},
-                              headers={"authorization": f"Bearer {TOKEN}"}, timeout=30)  # fmt: skip
+        response = httpx.post(
+            api + f"/replicas/{REPLICA}/reset",
+            params={"mode": "keep"},
+            headers={"authorization": f"Bearer {TOKEN}"},
+            timeout=30,
+        )
         assert response.json()["outcome"] == "success", response.text
         source.play()
         assert source.done.wait(PLAY_S * 4), "the capture did not play"
@@ -123,8 +127,9 @@ def test_promql_runs_on_prometheus(stack: Stack, query: Query) -> None:
     if query.where == "variable":
         assert all(values for values, _ in variables.values()), variables
         return
-    data = stack.prom("/api/v1/query_range", query=expr, start=stack.start, end=stack.end,
-                      step=f"{SCRAPE_S}s")  # fmt: skip
+    data = stack.prom(
+        "/api/v1/query_range", query=expr, start=stack.start, end=stack.end, step=f"{SCRAPE_S}s"
+    )
     assert data["resultType"] == "matrix", data
     series = data["result"]
     assert series, f"no series for {expr}"
@@ -200,8 +205,9 @@ def check_shape(query: Query, columns: list[str], rows: list[tuple[Any, ...]]) -
         assert all(_is_number(v) for v in by_name[x]), by_name[x]
         values = [c for c in columns if c != x and all(_is_number(v) for v in by_name[c])]
         assert values, columns
-        partitions = [f for t in panel.get("transformations", []) for f in t["options"].get(
-            "fields", [])]  # fmt: skip
+        partitions = [
+            f for t in panel.get("transformations", []) for f in t["options"].get("fields", [])
+        ]
         groups: dict[tuple[Any, ...], list[float]] = {}
         for r in rows:
             key = tuple(r[columns.index(f)] for f in partitions)

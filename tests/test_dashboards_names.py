@@ -67,12 +67,14 @@ def test_links_name_real_variables_and_dashboards() -> None:
     urls = [
         link["url"]
         for d in DASHBOARDS
-        for link in [*d["links"]] + [
-            x for p in d["panels"] for x in p.get("fieldConfig", {}).get("defaults", {}).get(
-                "links", [])
+        for link in [*d["links"]]
+        + [
+            x
+            for p in d["panels"]
+            for x in p.get("fieldConfig", {}).get("defaults", {}).get("links", [])
         ]
         if link.get("url")
-    ]  # fmt: skip
+    ]
     assert urls
     for url in urls:
         uid = re.match(r"^/d/([^/]+)/", url)
@@ -107,10 +109,16 @@ def test_the_dashboards_link_resets_to_requests_as_the_api_does(store_url: str) 
         ]:
             conn.execute(
                 insert(schema.reset_requests).values(
-                    replica=replica, requested_at=at, requested_by="t", mode="keep",
-                    external=False, outcome=outcome, http_status=200, detail="",
+                    replica=replica,
+                    requested_at=at,
+                    requested_by="t",
+                    mode="keep",
+                    external=False,
+                    outcome=outcome,
+                    http_status=200,
+                    detail="",
                 )
-            )  # fmt: skip
+            )
         for stream, seq, ts, recv_ts, reason in [
             (lab, 1, t + 1, t + window + 400, "all_blocks_cleared"),  # arrived too late
             (lab, 2, t + 9999, t + 1010, "all_blocks_cleared"),  # engine clock far ahead
@@ -122,11 +130,20 @@ def test_the_dashboards_link_resets_to_requests_as_the_api_does(store_url: str) 
         ]:
             conn.execute(
                 insert(schema.resets).values(
-                    stream_id=stream, epoch=0, seq=seq, ts=ts, recv_ts=recv_ts, reason=reason,
-                    degraded=False, before_blocks=1, before_hittable=1, before_orphans=0,
-                    before_tokens=16, before=b"",
+                    stream_id=stream,
+                    epoch=0,
+                    seq=seq,
+                    ts=ts,
+                    recv_ts=recv_ts,
+                    reason=reason,
+                    degraded=False,
+                    before_blocks=1,
+                    before_hittable=1,
+                    before_orphans=0,
+                    before_tokens=16,
+                    before=b"",
                 )
-            )  # fmt: skip
+            )
     with engine.connect() as conn:
         join = f"FROM resets r JOIN streams s ON s.id = r.stream_id{linked_request()}"
         query = f"SELECT r.id, q.id {join}"

@@ -68,16 +68,22 @@ class FakeGrafana:
 
     def route(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         if (method, path) == ("GET", "/api/folders"):
-            return 200, [{"id": f["id"], "uid": f["uid"], "title": f["title"]}
-                         for f in self.folders.values()]  # fmt: skip
+            return 200, [
+                {"id": f["id"], "uid": f["uid"], "title": f["title"]} for f in self.folders.values()
+            ]
         if (method, path) == ("POST", "/api/folders"):
             uid = body.get("uid") or uuid.uuid4().hex[:12]
             if uid in self.folders:
                 return 409, {"message": "a folder with the same uid already exists"}
             if any(f["title"] == body["title"] for f in self.folders.values()):
                 return 409, {"message": "a folder with the same name already exists"}
-            self.folders[uid] = {"id": len(self.folders) + 1, "uid": uid, "title": body["title"],
-                                 "url": f"/dashboards/f/{uid}/", "version": 1}  # fmt: skip
+            self.folders[uid] = {
+                "id": len(self.folders) + 1,
+                "uid": uid,
+                "title": body["title"],
+                "url": f"/dashboards/f/{uid}/",
+                "version": 1,
+            }
             return 200, self.folders[uid]
         if (method, path) == ("POST", "/api/dashboards/db"):
             dashboard, uid = body["dashboard"], body["dashboard"].get("uid")
@@ -87,8 +93,11 @@ class FakeGrafana:
             if old is not None and not body.get("overwrite"):
                 return 412, {"status": "name-exists", "message": "exists"}
             version = 1 if old is None else old["version"] + 1
-            self.dashboards[uid] = {"dashboard": dashboard, "folderUid": body["folderUid"],
-                                    "version": version}  # fmt: skip
+            self.dashboards[uid] = {
+                "dashboard": dashboard,
+                "folderUid": body["folderUid"],
+                "version": version,
+            }
             slug = re.sub(r"[^a-z0-9]+", "-", dashboard["title"].lower()).strip("-")
             return 200, {
                 "id": list(self.dashboards).index(uid) + 1,
@@ -98,7 +107,7 @@ class FakeGrafana:
                 "url": f"/d/{uid}/{slug}",
                 "version": version,
             }
-        return 404, {"message": "Not found"}  # fmt: skip
+        return 404, {"message": "Not found"}
 
     def close(self) -> None:
         self.server.shutdown()

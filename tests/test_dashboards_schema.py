@@ -58,8 +58,10 @@ def grafana_errors(dashboard: Json) -> list[str]:
         where = f"panels/{p.get('id')} ({p.get('type')})"
         plugin = GRAFANA_PANEL_SCHEMAS.get(p.get("type"))
         if plugin is None:
-            errors.append(f"{where}: no schema for this panel type: add it to "
-                          "scripts/grafana-schema.sh and run it")  # fmt: skip
+            errors.append(
+                f"{where}: no schema for this panel type: add it to "
+                "scripts/grafana-schema.sh and run it"
+            )
             continue
         errors += _errors(plugin, p.get("options"), "Options", f"{where}/options")
         custom = p.get("fieldConfig", {}).get("defaults", {}).get("custom")
@@ -92,13 +94,19 @@ def test_grafanas_schema_fails_a_broken_dashboard() -> None:
         (lambda d: d["annotations"]["list"][1]["target"].pop("limit"), "'limit' is a required"),
         (lambda d: d.pop("schemaVersion"), "'schemaVersion' is a required"),
         # What only the panel plugins' schemas know:
-        (lambda d: d["panels"][panel]["options"]["legend"].update(placement="top"),
-         "options/legend/placement: 'top' is not one of"),
+        (
+            lambda d: d["panels"][panel]["options"]["legend"].update(placement="top"),
+            "options/legend/placement: 'top' is not one of",
+        ),
         (lambda d: d["panels"][panel]["options"].pop("tooltip"), "'tooltip' is a required"),
-        (lambda d: d["panels"][panel]["fieldConfig"]["defaults"]["custom"].update(
-            drawStyle="dots"), "custom/drawStyle: 'dots' is not one of"),
+        (
+            lambda d: d["panels"][panel]["fieldConfig"]["defaults"]["custom"].update(
+                drawStyle="dots"
+            ),
+            "custom/drawStyle: 'dots' is not one of",
+        ),
         (lambda d: d["panels"][panel].update(type="radar"), "no schema for this panel type"),
-    ]  # fmt: skip
+    ]
     for spoil, expected in spoils:
         bad = json.loads(json.dumps(good))
         spoil(bad)
@@ -147,5 +155,18 @@ def test_the_schema_is_strict() -> None:
         assert bool(grafana_errors(bad)) == grafana_sees_it
 
 
-_PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",
-                 "or", "unless", "offset", "inf", "nan"}  # fmt: skip
+_PROMQL_WORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "inf",
+    "nan",
+}

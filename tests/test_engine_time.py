@@ -85,8 +85,9 @@ def test_the_answer_is_the_full_scans_from_few_chunks(
     # `kvscope db backfill` gives them theirs.
     t = schema.log_chunks
     with engine.begin() as conn:
-        conn.execute(sa.update(t).where(t.c.first_seq < 1000).values(
-            min_recv_ts=None, max_recv_ts=None))  # fmt: skip
+        conn.execute(
+            sa.update(t).where(t.c.first_seq < 1000).values(min_recv_ts=None, max_recv_ts=None)
+        )
     with engine.connect() as conn:
         assert [batch_log.engine_time(conn, 1, x) for x in probes] == want
     backfill(engine)

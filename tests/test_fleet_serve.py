@@ -43,9 +43,19 @@ def eventually(check: Callable[[], Any], what: str) -> Any:
 @contextmanager
 def serving(config: Path, store: str, port: int, log: Path) -> Iterator[str]:
     command = [
-        sys.executable, "-m", "kvscope.cli", "serve", "--config", str(config),
-        "--store", store, "--port", str(port), "--gone-after", "1.5",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "kvscope.cli",
+        "serve",
+        "--config",
+        str(config),
+        "--store",
+        store,
+        "--port",
+        str(port),
+        "--gone-after",
+        "1.5",
+    ]
     proc = subprocess.Popen(command, stdout=log.open("ab"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -85,9 +85,13 @@ def test_the_raw_writer_writes_what_no_encoder_would() -> None:
 
 def _run(tmp_path: Path, **options: object) -> None:
     settings = FuzzOptions(
-        workdir=tmp_path, timeout_s=180, max_rss_growth_mib=400, drain_s=20, log=lambda line: None,
+        workdir=tmp_path,
+        timeout_s=180,
+        max_rss_growth_mib=400,
+        drain_s=20,
+        log=lambda line: None,
         **options,  # type: ignore[arg-type]
-    )  # fmt: skip
+    )
     result = run_fuzz(settings)
     report = summary(result)
     assert result.failures == [], report

@@ -114,17 +114,25 @@ def test_the_lab_command(tmp_path: Path) -> None:
         app,
         [
             "lab",
-            "--replicas", "2",
-            "--duration", "40",
-            "--rate", "4",
-            "--resets", "10:default,20:preempt",
-            "--reset-every", "15",
-            "--mode", "keep",
-            "--record", str(tmp_path / "run.msgpack.gz"),
-            "--summary-json", str(summary),
+            "--replicas",
+            "2",
+            "--duration",
+            "40",
+            "--rate",
+            "4",
+            "--resets",
+            "10:default,20:preempt",
+            "--reset-every",
+            "15",
+            "--mode",
+            "keep",
+            "--record",
+            str(tmp_path / "run.msgpack.gz"),
+            "--summary-json",
+            str(summary),
         ],
         env={"COLUMNS": "200"},
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     assert "resets by mode" in result.output and "keep" in result.output
     for name in ("lab0", "lab1"):

@@ -58,12 +58,16 @@ def fill_store(url: str) -> None:
         for reset in sidecar["resets"]:
             conn.execute(
                 insert(schema.reset_requests).values(
-                    replica=REPLICA, requested_at=collector_time(conn, reset["ts"]),
-                    requested_by="token@127.0.0.1", mode=reset["mode"], external=False,
-                    outcome="success" if reset["result"] else "refused", http_status=200,
+                    replica=REPLICA,
+                    requested_at=collector_time(conn, reset["ts"]),
+                    requested_by="token@127.0.0.1",
+                    mode=reset["mode"],
+                    external=False,
+                    outcome="success" if reset["result"] else "refused",
+                    http_status=200,
                     detail=None,
                 )
-            )  # fmt: skip
+            )
 
 
 def with_page(app: FastAPI) -> FastAPI:
@@ -111,10 +115,18 @@ def chromium(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     if binary is None:
         pytest.fail("no chromium: run scripts/install-test-services.sh")
     command = [
-        binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-        "--hide-scrollbars", "--no-first-run", "--disable-extensions",
-        f"--user-data-dir={folder / 'chromium-profile'}", "--virtual-time-budget=10000", *args,
-    ]  # fmt: skip
+        binary,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        "--no-first-run",
+        "--disable-extensions",
+        f"--user-data-dir={folder / 'chromium-profile'}",
+        "--virtual-time-budget=10000",
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -146,10 +158,11 @@ class Dom(HTMLParser):
 
     def find(self, tag: str | None = None, **attrs: str) -> list[dict[str, str]]:
         return [
-            a for t, a in self.elements
-            if (tag is None or t == tag) and all(a.get(k.replace("_", "-")) == v
-                                                 for k, v in attrs.items())
-        ]  # fmt: skip
+            a
+            for t, a in self.elements
+            if (tag is None or t == tag)
+            and all(a.get(k.replace("_", "-")) == v for k, v in attrs.items())
+        ]
 
 
 def test_the_page_is_served_with_a_strict_policy(served: Served) -> None:
@@ -210,8 +223,9 @@ def test_chromium_shows_replicas_resets_and_a_recovery_chart(served: Served) -> 
     assert "preempt, success" in dom.text_by_id["reset-facts"]
 
     shot = served.folder / "page.png"
-    taken = chromium(served.folder, f"--screenshot={shot}", "--window-size=1280,1500",
-                     served.url + "/")  # fmt: skip
+    taken = chromium(
+        served.folder, f"--screenshot={shot}", "--window-size=1280,1500", served.url + "/"
+    )
     assert taken.returncode == 0 and shot.exists(), taken.stderr[-2000:]
     header = shot.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n"

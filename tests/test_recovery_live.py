@@ -47,12 +47,25 @@ def stored_recovery(engine: Engine) -> list[tuple[Any, ...]]:
             ).all()
             out.append(
                 (
-                    row.seq, row.t50_s, row.t90_s, row.peak_orphans, row.recovery_until_ts,
+                    row.seq,
+                    row.t50_s,
+                    row.t90_s,
+                    row.peak_orphans,
+                    row.recovery_until_ts,
                     row.recovery_complete,
-                    [(p.offset_s, p.blocks, p.hittable, p.orphans, p.share_blocks_back,
-                      p.share_tokens_back) for p in points],
+                    [
+                        (
+                            p.offset_s,
+                            p.blocks,
+                            p.hittable,
+                            p.orphans,
+                            p.share_blocks_back,
+                            p.share_tokens_back,
+                        )
+                        for p in points
+                    ],
                 )
-            )  # fmt: skip
+            )
     return out
 
 
@@ -114,8 +127,9 @@ def test_same_rows_via_replay_and_via_sockets_and_partial_mid_stream(tmp_path: A
             _until(caught_up, "the capture to play")
             assert writer.flush()
             by_sockets = stored_recovery(writer.engine)
-            client = TestClient(create_app(ApiData(collector=collector, engine=writer.engine,
-                                                   writer=writer)))  # fmt: skip
+            client = TestClient(
+                create_app(ApiData(collector=collector, engine=writer.engine, writer=writer))
+            )
             listed = client.get("/resets").json()
             detail = client.get(f"/resets/{listed[-1]['id']}").json()
     finally:

@@ -121,9 +121,9 @@ def test_record_command_writes_a_capture_that_replay_reads(tmp_path: Path) -> No
     threading.Timer(1.0, source.play).start()
     try:
         result = CliRunner().invoke(
-            app, ["record", "--replica", f"lab={source.endpoint}", "--out", str(out),
-                  "--duration", "4"]
-        )  # fmt: skip
+            app,
+            ["record", "--replica", f"lab={source.endpoint}", "--out", str(out), "--duration", "4"],
+        )
     finally:
         source.close()
     assert result.exit_code == 0, result.output

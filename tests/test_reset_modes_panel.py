@@ -41,9 +41,11 @@ def test_the_modes_panel_returns_mode_compares_figures(pg_url: str, tmp_path: ob
         for replica in REPLICAS:
             want = compare_modes(conn, replica)
             got = conn.execute(sa.text(MODES_SQL.replace("$reset_replica", replica))).all()
-            assert [r.mode for r in got] == [m.mode for m in want.modes] == [
-                "default", "preempt", "keep"
-            ]  # fmt: skip
+            assert (
+                [r.mode for r in got]
+                == [m.mode for m in want.modes]
+                == ["default", "preempt", "keep"]
+            )
             for r, m in zip(got, want.modes, strict=True):
                 assert (r.resets, r.refused) == (m.resets, m.refused)
                 shown = dict(zip(COLUMNS.values(), (r._mapping[c] for c in COLUMNS), strict=True))

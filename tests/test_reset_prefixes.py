@@ -188,9 +188,15 @@ def test_groups_and_orphans_are_the_live_maps_hash_for_hash(store_url: str) -> N
 
 def test_status_buckets() -> None:
     assert [status_of(s) for s in (None, 1.0, 2.0, 10.0, 20.0, 60.0, 120.0, 300.0)] == [
-        "not back", "back at +1 s", "back at +10 s", "back at +10 s", "back at +60 s",
-        "back at +60 s", "back later", "back later",
-    ]  # fmt: skip
+        "not back",
+        "back at +1 s",
+        "back at +10 s",
+        "back at +10 s",
+        "back at +60 s",
+        "back at +60 s",
+        "back later",
+        "back later",
+    ]
 
 
 def test_the_cache_answers_again_until_more_is_reached(tmp_path: Any) -> None:
@@ -202,9 +208,16 @@ def test_the_cache_answers_again_until_more_is_reached(tmp_path: Any) -> None:
         assert cache.get(conn, 1) is first
     with engine.begin() as conn:  # a point more reached since
         conn.execute(
-            rr.insert().values(reset_id=1, offset_s=60.0, blocks=1, hittable=1, orphans=0,
-                               share_blocks_back=0.0, share_tokens_back=0.0)
-        )  # fmt: skip
+            rr.insert().values(
+                reset_id=1,
+                offset_s=60.0,
+                blocks=1,
+                hittable=1,
+                orphans=0,
+                share_blocks_back=0.0,
+                share_tokens_back=0.0,
+            )
+        )
     with engine.connect() as conn:
         again = cache.get(conn, 1)
         assert again is not first and again.offsets[-1] == 60.0
@@ -309,17 +322,22 @@ def test_a_made_up_stream_groups_orphans_rejoining_and_a_restart(tmp_path: Any) 
     a, b = clear.groups
     assert (a.root, a.blocks, a.tokens, a.shared_blocks) == (1, 4, 64, 2)
     assert [(p.blocks_back, p.hittable_back, p.shared_back) for p in a.points] == [
-        (2, 2, 2), (3, 3, 2), (3, 3, 2), (3, 3, 2), (3, 3, 2),
-    ]  # fmt: skip
+        (2, 2, 2),
+        (3, 3, 2),
+        (3, 3, 2),
+        (3, 3, 2),
+        (3, 3, 2),
+    ]
     assert (a.back_at_s, a.status, a.orphans_left) == (1.0, "back at +1 s", 1)
     assert (b.root, b.blocks, b.shared_blocks) == (20, 2, 0)
+    # +5 s is 106: the batch stamped 106 is in.
     assert [(p.blocks_back, p.hittable_back) for p in b.points] == [
         (0, 0),
         (0, 0),
         (1, 1),
         (1, 1),
         (2, 2),
-    ]  # fmt: skip  (+5 s is 106: the batch stamped 106 is in)
+    ]
     assert (b.back_at_s, b.status) == (20.0, "back at +60 s")  # all of a single chain
     (orphan,) = clear.orphans
     assert (orphan.hash, orphan.parent, orphan.stored_ts) == (5, 3, 101.0)
@@ -364,8 +382,11 @@ def test_blocks_orphaned_later_by_eviction_are_counted_apart(tmp_path: Any) -> N
     assert sorted(evicted) == [3, 4, 7]
     three, four, seven = evicted[3], evicted[4], evicted[7]
     assert (three.parent, three.stored_ts, three.rejoined_ts, three.removed_ts) == (
-        2, 103.0, 105.0, None
-    )  # fmt: skip
+        2,
+        103.0,
+        105.0,
+        None,
+    )
     assert (four.stored_ts, four.rejoined_ts, four.removed_ts) == (103.0, None, 104.0)
     assert (seven.parent, seven.stored_ts, seven.rejoined_ts) == (6, 105.0, None)
     assert three.group_root == four.group_root == 1 and seven.group_root is None
@@ -380,7 +401,7 @@ def test_blocks_orphaned_later_by_eviction_are_counted_apart(tmp_path: Any) -> N
     answer = TestClient(create_app(ApiData(engine=writer.engine))).get("/resets/1/prefixes")
     shown = answer.json()
     assert (shown["orphans_total"], shown["evicted_orphans_total"]) == (1, 3)
-    assert [(o["hash"], o["orphaned_ts"], o["rejoined_ts"], o["removed_ts"])
-            for o in shown["evicted_orphans"]] == [
-        (3, 103.0, 105.0, None), (4, 103.0, None, 104.0), (7, 105.0, None, None)
-    ]  # fmt: skip
+    assert [
+        (o["hash"], o["orphaned_ts"], o["rejoined_ts"], o["removed_ts"])
+        for o in shown["evicted_orphans"]
+    ] == [(3, 103.0, 105.0, None), (4, 103.0, None, 104.0), (7, 105.0, None, None)]

@@ -22,10 +22,19 @@ def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
     log = tmp_path / "serve.log"
     command = [
-        sys.executable, "-m", "kvscope.cli", "serve", "--replica", f"lab={source.endpoint}",
-        "--replay", source.replay_endpoint, "--store", f"sqlite:///{tmp_path / 's.sqlite'}",
-        "--port", str(port),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "kvscope.cli",
+        "serve",
+        "--replica",
+        f"lab={source.endpoint}",
+        "--replay",
+        source.replay_endpoint,
+        "--store",
+        f"sqlite:///{tmp_path / 's.sqlite'}",
+        "--port",
+        str(port),
+    ]
     proc = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"

@@ -26,10 +26,20 @@ CAPTURES = {"a": "lab_3rps_180s", "b": "lab_10rps_300s"}
 
 def collect(store: str, shard: str, source: CaptureSource, log: Path) -> subprocess.Popen[bytes]:
     command = [
-        sys.executable, "-m", "kvscope.cli", "collect", "--no-live", "--store", store,
-        "--shard", shard, "--replica", f"{shard}={source.endpoint}",
-        "--replay", source.replay_endpoint,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "kvscope.cli",
+        "collect",
+        "--no-live",
+        "--store",
+        store,
+        "--shard",
+        shard,
+        "--replica",
+        f"{shard}={source.endpoint}",
+        "--replay",
+        source.replay_endpoint,
+    ]
     return subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
@@ -70,9 +80,18 @@ def test_two_collectors_share_one_postgres(pg_url: str, tmp_path: Path) -> None:
         # A third collector may not take over a replica another shard writes.
         refused = CliRunner().invoke(
             app,
-            ["collect", "--store", pg_url, "--shard", "c", "--replica", "a=tcp://127.0.0.1:9",
-             "--duration", "0"],
-        )  # fmt: skip
+            [
+                "collect",
+                "--store",
+                pg_url,
+                "--shard",
+                "c",
+                "--replica",
+                "a=tcp://127.0.0.1:9",
+                "--duration",
+                "0",
+            ],
+        )
         assert refused.exit_code == 2 and "written by shard 'a'" in refused.output
     finally:
         for proc in procs.values():
