@@ -11,6 +11,7 @@ import random
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import msgspec
@@ -49,6 +50,9 @@ class Disk:
     """The same log rows packed in each chunk format (the bytes of their `data`)."""
     snapshots_by_format: dict[int, int]
     """The stored checkpoints and resets' "before" maps, re-written in each snapshot format."""
+    empty_bytes: int
+    """A new store's file before anything is written: a page per table and index, a fixed cost
+    that a short recording's bytes per block-event carry in full."""
 
     def per_event(self, size: float) -> float:
         return size / self.block_events
@@ -67,7 +71,8 @@ class Disk:
             f"disk, {what}: {self.file_bytes:,} bytes for {self.block_events:,} block-events: "
             f"{self.per_event(self.file_bytes):.1f} bytes per block-event  (target <= 20)",
             f"  log {self.per_event(self.log_bytes):.1f}, checkpoints "
-            f"{self.per_event(self.checkpoint_bytes):.1f}, the rest {self.per_event(other):.1f}; "
+            f"{self.per_event(self.checkpoint_bytes):.1f}, the rest {self.per_event(other):.1f} "
+            f"(of which a new store's empty pages {self.per_event(self.empty_bytes):.1f}); "
             f"the log's batches packed as chunk {formats}; the checkpoints and resets' before "
             f"maps as snapshot {snapshots}",
         ]
@@ -111,7 +116,20 @@ def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
         int(snapshots or 0),
         {fmt: packed_size(log, fmt) for fmt in WRITABLE_FORMATS},
         {fmt: sum(len(recode(data, fmt)) for data in stored) for fmt in SNAPSHOT_FORMATS},
+        empty_store_bytes(),
     )
+
+
+@cache
+def empty_store_bytes() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "empty.sqlite"
+        open_store(f"sqlite:///{path}").dispose()
+        engine = create_engine(f"sqlite:///{path}")
+        with engine.connect() as conn:
+            conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+        engine.dispose()
+        return sum(p.stat().st_size for p in Path(tmp).iterdir())
 
 
 def packed_size(log: Sequence[LogRow], fmt: int) -> int:
