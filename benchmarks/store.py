@@ -99,6 +99,16 @@ def big_rebuild_times(cached: int, rounds: int, seed: int) -> Rebuilds:
         ingest_rate(
             frames_of(payloads), stats.block_events, StoreWriter(open_store(url), settings())
         )
+        with create_engine(url).connect() as conn:
+            conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+            sizes = conn.execute(
+                text("SELECT count(*), sum(length(snapshot)) FROM checkpoints")
+            ).one()
+        total = sum(f.stat().st_size for f in Path(tmp).iterdir())
+        print(
+            f"  disk: {total / stats.block_events:.1f} bytes per block-event, of which "
+            f"{sizes[1] / stats.block_events:.1f} in {sizes[0]} checkpoints"
+        )
         return rebuild_times(url, len(payloads), rounds, seed)
 
 
