@@ -5,13 +5,13 @@ restores the same map; bytes that are no snapshot are left alone."""
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import command
 
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.snapshot import decode_map, encode_map, snapshot_version
 from kvscope.collector.types import Batch, StreamId
 from kvscope.storage import schema
-from kvscope.storage.engine import alembic_config, make_engine, upgrade
+from kvscope.storage.engine import upgrade
+from tests.migration_support import downgrade, store_at
 from tests.test_prefix_map import stored
 from tests.test_snapshot import state_of
 
@@ -39,12 +39,8 @@ def _stored(engine: sa.Engine) -> list[bytes]:
 
 def test_0009_rewrites_snapshots_as_byte_planes_and_back(store_url: str) -> None:
     maps = [_map(30), _map(7), _map(12)]
-    engine = make_engine(store_url)
-    upgrade(engine, "0008")
+    engine, sid = store_at(store_url, "0008")
     with engine.begin() as conn:
-        sid = conn.execute(
-            sa.insert(schema.streams).values(replica="a", rank=0).returning(schema.streams.c.id)
-        ).scalar_one()
         for seq, prefix_map in enumerate(maps[:2]):
             conn.execute(
                 sa.insert(schema.checkpoints).values(
@@ -71,10 +67,7 @@ def test_0009_rewrites_snapshots_as_byte_planes_and_back(store_url: str) -> None
     assert [snapshot_version(data) for data in after] == [2, 2, 2]
     assert [state_of(decode_map(d, STREAM)) for d in after] == [state_of(m) for m in maps]
 
-    config = alembic_config()
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.downgrade(config, "0008")
+    downgrade(engine, "0008")
     back = _stored(engine)
     assert [snapshot_version(data) for data in back] == [1, 1, 1]
     assert [state_of(decode_map(d, STREAM)) for d in back] == [state_of(m) for m in maps]
