@@ -1,13 +1,14 @@
 """What keeping history costs: ingest with the store on, bytes on disk, rebuilding an instant.
 
     python benchmarks/store.py [--events N] [--cached C] [--seed S] [--rebuilds R] [--no-postgres]
-                               [--big-cached B]
+                               [--rounds N] [--big-cached B]
 
 One run prints, each beside its baseline measured in the same run (targets are reported, never
 asserted):
 1. memory-only ingest (block-events/s of `StreamIngest.live_frames` over pre-encoded payloads:
    the baseline), then the same with the store on (SQLite file; PostgreSQL), timed until the
-   writer has committed the last row; their ratio (targets: SQLite >= 0.6x, PostgreSQL >= 0.5x);
+   writer has committed the last row; their ratio (targets: SQLite >= 0.6x, PostgreSQL >= 0.5x),
+   the median over `--rounds` rounds of the three run back to back;
 2. bytes on disk per block-event (the SQLite file after the run, WAL checkpointed), split into
    the log, checkpoints and the rest, with the log's batches packed in each chunk format (today's
    layout beside the new one), on the benchmark stream and on the bundled lab recordings; and
@@ -143,6 +144,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rebuilds", type=int, default=30)
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3, help="ingest runs of each kind")
     parser.add_argument(
         "--big-cached", type=int, default=0, help="also rebuild a replica of this many blocks"
     )
@@ -156,34 +158,46 @@ def main() -> None:
         f"{stats.final_cached:,} blocks cached at the end"
     )
 
-    baseline = ingest_rate(frames, block_events, None)
-    print(f"baseline: memory-only ingest            {baseline:12,.0f} block-events/s")
-
+    # Rounds of baseline, SQLite, PostgreSQL back to back: on a shared machine the load moves
+    # between runs, and each round's ratios compare runs made close together.
+    rates: dict[str, list[float]] = {"baseline": [], "sqlite": [], "postgres": []}
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "bench.sqlite"
-        url = f"sqlite:///{path}"
-        sqlite_rate = ingest_rate(frames, block_events, StoreWriter(open_store(url), settings()))
+        for round_ in range(args.rounds):
+            rates["baseline"].append(ingest_rate(frames, block_events, None))
+            folder = Path(tmp) / f"round{round_}"
+            folder.mkdir()
+            url = f"sqlite:///{folder / 'bench.sqlite'}"
+            writer = StoreWriter(open_store(url), settings())
+            rates["sqlite"].append(ingest_rate(frames, block_events, writer))
+            if not args.no_postgres:
+                with fresh_database("kvscope_bench_") as name:
+                    pg_engine = open_store(database_url(name))
+                    writer = StoreWriter(pg_engine, settings())
+                    rates["postgres"].append(ingest_rate(frames, block_events, writer))
+                    pg_engine.dispose()
         with create_engine(url).connect() as conn:
             conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
-        disk = measure(Path(tmp), block_events, stream_log(STREAM, payloads))
+        disk = measure(folder, block_events, stream_log(STREAM, payloads))
         times = rebuild_times(url, len(frames), args.rebuilds, args.seed)
-    ratio = sqlite_rate / baseline
+    baseline = statistics.median(rates["baseline"])
     print(
-        f"store on, SQLite file                    {sqlite_rate:12,.0f} block-events/s  "
-        f"{ratio:.2f}x the baseline  (target >= 0.6x: {_mark(ratio >= 0.6)})"
+        f"baseline: memory-only ingest            {baseline:12,.0f} block-events/s  "
+        f"(median of {args.rounds} rounds)"
     )
-
-    pg_rate = None
-    if not args.no_postgres:
-        with fresh_database("kvscope_bench_") as name:
-            pg_engine = open_store(database_url(name))
-            pg_rate = ingest_rate(frames, block_events, StoreWriter(pg_engine, settings()))
-            pg_engine.dispose()
-            print(
-                f"store on, PostgreSQL                     {pg_rate:12,.0f} block-events/s  "
-                f"{pg_rate / baseline:.2f}x the baseline  (target >= 0.5x: "
-                f"{_mark(pg_rate / baseline >= 0.5)})"
-            )
+    ratios = {}
+    for kind, what, target in (("sqlite", "SQLite file", 0.6), ("postgres", "PostgreSQL", 0.5)):
+        if not rates[kind]:
+            continue
+        each = [rate / base for rate, base in zip(rates[kind], rates["baseline"], strict=True)]
+        ratios[kind] = statistics.median(each)
+        print(
+            f"store on, {what:<30} {statistics.median(rates[kind]):12,.0f} block-events/s  "
+            f"{ratios[kind]:.2f}x the baseline, median of rounds "
+            f"({', '.join(f'{r:.2f}' for r in each)})  "
+            f"(target >= {target}x: {_mark(ratios[kind] >= target)})"
+        )
+    sqlite_rate = statistics.median(rates["sqlite"])
+    pg_rate = statistics.median(rates["postgres"]) if rates["postgres"] else None
 
     per_event = disk.per_event(disk.file_bytes)
     for line in disk.lines("benchmark stream (SQLite)"):
@@ -207,9 +221,9 @@ def main() -> None:
             {
                 "baseline_block_events_per_s": round(baseline),
                 "sqlite_block_events_per_s": round(sqlite_rate),
-                "sqlite_ratio": round(ratio, 3),
+                "sqlite_ratio": round(ratios["sqlite"], 3),
                 "postgres_block_events_per_s": None if pg_rate is None else round(pg_rate),
-                "postgres_ratio": None if pg_rate is None else round(pg_rate / baseline, 3),
+                "postgres_ratio": None if pg_rate is None else round(ratios["postgres"], 3),
                 "disk_bytes_per_block_event": round(per_event, 1),
                 "log_bytes_per_block_event": {
                     fmt: round(disk.per_event(size), 1) for fmt, size in disk.log_by_format.items()
