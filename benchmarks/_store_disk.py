@@ -11,6 +11,7 @@ import random
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import msgspec
@@ -19,6 +20,7 @@ from sqlalchemy import create_engine, text
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import AppliedBatch
+from kvscope.collector.snapshot import SNAPSHOT_FORMATS, recode
 from kvscope.collector.types import StreamId
 from kvscope.storage.engine import open_store
 from kvscope.storage.log_chunks import WRITABLE_FORMATS, pack
@@ -46,6 +48,11 @@ class Disk:
     checkpoint_bytes: int
     log_by_format: dict[int, int]
     """The same log rows packed in each chunk format (the bytes of their `data`)."""
+    snapshots_by_format: dict[int, int]
+    """The stored checkpoints and resets' "before" maps, re-written in each snapshot format."""
+    empty_bytes: int
+    """A new store's file before anything is written: a page per table and index, a fixed cost
+    that a short recording's bytes per block-event carry in full."""
 
     def per_event(self, size: float) -> float:
         return size / self.block_events
@@ -56,12 +63,18 @@ class Disk:
             f"format {fmt}: {self.per_event(size):.1f}"
             for fmt, size in sorted(self.log_by_format.items())
         )
+        snapshots = ", ".join(
+            f"format {fmt}: {self.per_event(size):.1f}"
+            for fmt, size in sorted(self.snapshots_by_format.items())
+        )
         return [
             f"disk, {what}: {self.file_bytes:,} bytes for {self.block_events:,} block-events: "
             f"{self.per_event(self.file_bytes):.1f} bytes per block-event  (target <= 20)",
             f"  log {self.per_event(self.log_bytes):.1f}, checkpoints "
-            f"{self.per_event(self.checkpoint_bytes):.1f}, the rest {self.per_event(other):.1f}; "
-            f"the log's batches packed as chunk {formats}",
+            f"{self.per_event(self.checkpoint_bytes):.1f}, the rest {self.per_event(other):.1f} "
+            f"(of which a new store's empty pages {self.per_event(self.empty_bytes):.1f}); "
+            f"the log's batches packed as chunk {formats}; the checkpoints and resets' before "
+            f"maps as snapshot {snapshots}",
         ]
 
 
@@ -90,6 +103,11 @@ def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
         conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
         log_bytes = conn.execute(text("SELECT sum(length(data)) FROM log_chunks")).scalar()
         snapshots = conn.execute(text("SELECT sum(length(snapshot)) FROM checkpoints")).scalar()
+        stored = [
+            bytes(data)
+            for query in ("SELECT snapshot FROM checkpoints", "SELECT before FROM resets")
+            for data in conn.execute(text(query)).scalars()
+        ]
     engine.dispose()
     return Disk(
         block_events,
@@ -97,7 +115,21 @@ def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
         int(log_bytes or 0),
         int(snapshots or 0),
         {fmt: packed_size(log, fmt) for fmt in WRITABLE_FORMATS},
+        {fmt: sum(len(recode(data, fmt)) for data in stored) for fmt in SNAPSHOT_FORMATS},
+        empty_store_bytes(),
     )
+
+
+@cache
+def empty_store_bytes() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "empty.sqlite"
+        open_store(f"sqlite:///{path}").dispose()
+        engine = create_engine(f"sqlite:///{path}")
+        with engine.connect() as conn:
+            conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+        engine.dispose()
+        return sum(p.stat().st_size for p in Path(tmp).iterdir())
 
 
 def packed_size(log: Sequence[LogRow], fmt: int) -> int:

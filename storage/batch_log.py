@@ -94,6 +94,22 @@ def batches_between(
     conn: Connection, sid: int, epoch: int, after: int, upto: int
 ) -> Iterator[LoggedBatch]:
     """The stored batches of `epoch` with after < seq <= upto, in order."""
+    for chunk in _chunks_between(conn, sid, epoch, after, upto):
+        yield from chunk.between(after, upto)
+
+
+def payloads_between(
+    conn: Connection, sid: int, epoch: int, after: int, upto: int
+) -> Iterator[tuple[int, bytes]]:
+    """(seq, payload) of the same batches: what a rebuild replays, without a record per batch."""
+    for chunk in _chunks_between(conn, sid, epoch, after, upto):
+        yield from chunk.payloads_between(after, upto)
+
+
+def _chunks_between(
+    conn: Connection, sid: int, epoch: int, after: int, upto: int
+) -> Iterator[Chunk]:
+    """The chunks of `epoch` that hold batches with after < seq <= upto, in order."""
     # From the chunk holding seq after + 1: the chunks' first seqs bound an indexed range.
     start = conn.execute(
         select(_t.c.first_seq)
@@ -109,7 +125,7 @@ def batches_between(
         .order_by(_t.c.first_seq)
     ).scalars()
     for data in rows:
-        yield from Chunk(data).between(after, upto)
+        yield Chunk(data)
 
 
 def stamped_last_before(conn: Connection, sid: int, at: float) -> EpochBatch | None:

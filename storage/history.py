@@ -143,12 +143,12 @@ def rebuild(conn: Connection, position: Position, stream: StreamId) -> RebuiltMa
     else:
         prefix_map = PrefixMap(stream)
         after = -1
-    decoder = BatchDecoder()
+    decode, apply, epoch = BatchDecoder().decode, prefix_map.apply, position.epoch
     replayed = 0
-    for batch in batch_log.batches_between(
-        conn, position.stream_id, position.epoch, after, position.seq
+    for seq, payload in batch_log.payloads_between(
+        conn, position.stream_id, epoch, after, position.seq
     ):
-        prefix_map.apply(decoder.decode(batch.payload, batch.seq), position.epoch)
+        apply(decode(payload, seq), epoch)
         replayed += 1
     return RebuiltMap(
         map=prefix_map,

@@ -107,8 +107,16 @@ class Chunk:
 
     def between(self, after: int, upto: int) -> Iterator[LoggedBatch]:
         """Batches with after < seq <= upto, in order."""
-        for i in range(bisect_right(self.seqs, after), bisect_right(self.seqs, upto)):
+        for i in range(*self._range(after, upto)):
             yield self.batch(i)
+
+    def payloads_between(self, after: int, upto: int) -> Iterator[tuple[int, bytes]]:
+        """(seq, payload) of the same batches."""
+        start, end = self._range(after, upto)
+        return zip(self.seqs[start:end], self.payloads[start:end], strict=True)
+
+    def _range(self, after: int, upto: int) -> tuple[int, int]:
+        return bisect_right(self.seqs, after), bisect_right(self.seqs, upto)
 
 
 def pack(rows: Sequence[LogRow], fmt: int = CHUNK_FORMAT) -> list[ChunkRow]:

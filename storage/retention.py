@@ -3,7 +3,7 @@
 Pruning never removes what the retained window needs: every instant at or after the log's
 cutoff must still rebuild, so for each epoch the newest checkpoint at or before the cutoff is
 kept with the whole log after it, and the log before it goes. An epoch without such a checkpoint
-keeps its log until one exists (the writer checkpoints every minute by default).
+keeps its log until one exists (the writer checkpoints at least every 20,000 batches).
 """
 
 from __future__ import annotations

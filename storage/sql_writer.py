@@ -48,11 +48,16 @@ class RowWriter:
     """Writes rows within a caller's transaction; caches stream and reset ids between them."""
 
     def __init__(
-        self, shard: str | None, checkpoint_written: Callable[[CheckpointRow, int], None]
+        self,
+        shard: str | None,
+        checkpoint_written: Callable[[CheckpointRow, int], None],
+        log_packed: Callable[[StreamId, int, int], None],
     ) -> None:
         self.shard = shard
         self.checkpoint_written = checkpoint_written
         """Told each checkpoint's size on disk (the ingest side paces checkpoints by it)."""
+        self.log_packed = log_packed
+        """Told, per stream and transaction, the log's bytes before and after compression."""
         self._stream_ids: dict[StreamId, int] = {}
         self._reset_ids: dict[tuple[StreamId, tuple[int, int, str]], int] = {}
 
@@ -95,6 +100,13 @@ class RowWriter:
                     checkpoints += 1
                 prepared.ordered.append(row)
         prepared.chunks = pack(log)
+        packed: dict[StreamId, list[int]] = {}
+        for chunk in prepared.chunks:
+            sizes = packed.setdefault(chunk.stream, [0, 0])
+            sizes[0] += chunk.raw_bytes
+            sizes[1] += len(chunk.data)
+        for stream, (raw, stored) in packed.items():
+            self.log_packed(stream, raw, stored)
         prepared.droppable = len(log) + len(prepared.rollups) + checkpoints
         return prepared
 

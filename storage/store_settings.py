@@ -33,13 +33,14 @@ class StoreSettings:
     transaction and a log chunk per second, not per few batches, at a replica's usual rates
     (small chunks compress poorly). What waits is lost by a crash only until the restart asks
     the replay socket for it."""
-    checkpoint_log_ratio: float = 3.0
-    """Checkpoint once the log received since the last checkpoint (its payloads' bytes as
-    received) is this many times that checkpoint's size on disk.
+    checkpoint_log_ratio: float = 2.0
+    """Checkpoint once the log stored since the last checkpoint (compressed, as on disk) is
+    this many times that checkpoint's size on disk: checkpoints then take at most 1/ratio of
+    the log's bytes (but for `checkpoint_every_batches`), whatever the payloads' packing.
 
-    This bounds both costs: rebuilding an instant replays at most this many checkpoints' worth
-    of log, and checkpoints take a known share of the writer's work. A lower ratio rebuilds
-    faster and ingests slower; benchmarks/store.py measures both."""
+    It also bounds rebuilding an instant: at most this many checkpoints' worth of packed log is
+    replayed. A lower ratio rebuilds faster, stores more and ingests slower;
+    benchmarks/store.py measures all three."""
     checkpoint_every_batches: int = 20_000
     """A checkpoint at least this often (in batches), whatever the sizes."""
     gil_switch_interval_s: float | None = 0.0005

@@ -63,9 +63,14 @@ class _StreamState:
     epoch: int | None = None
     batches_since_checkpoint: int = 0
     log_bytes_since_checkpoint: int = 0
-    checkpoint_due_bytes: float = 0.0
-    """Log bytes after which the next checkpoint is due: `checkpoint_log_ratio` times the last
-    checkpoint's size on disk (compressed), as the writer thread reports it."""
+    checkpoint_due_bytes: float = math.inf
+    """Log bytes received after which the next checkpoint is due: those that make
+    `checkpoint_log_ratio` times the last checkpoint's size on disk once the log is packed, at
+    the stream's packing so far (the writer thread reports both). None is due by size before
+    the first report."""
+    checkpoint_on_disk: float = 0.0
+    log_raw_packed: int = 0
+    log_stored_packed: int = 0
     checkpoint_seq: tuple[int, int] | None = None
     force_checkpoint: bool = False
     connected_since: float | None = None
@@ -108,7 +113,7 @@ class StoreWriter:
             rare_bytes_limit=self.settings.rare_bytes,
         )
         self._streams: dict[StreamId, _StreamState] = {}
-        self._sql = RowWriter(self.settings.shard, self._checkpoint_written)
+        self._sql = RowWriter(self.settings.shard, self._checkpoint_written, self._log_packed)
         switch = self.settings.gil_switch_interval_s
         if switch is not None and switch < sys.getswitchinterval():
             sys.setswitchinterval(switch)
@@ -377,14 +382,28 @@ class StoreWriter:
             state.batches_since_checkpoint = 0
             state.log_bytes_since_checkpoint = 0
             # Until the writer reports the size on disk, assume zstd's usual 40 %.
-            on_disk = len(row.snapshot) * 0.4
-            state.checkpoint_due_bytes = self.settings.checkpoint_log_ratio * on_disk
+            state.checkpoint_on_disk = len(row.snapshot) * 0.4
+            self._pace(state)
             state.checkpoint_seq = (row.epoch, row.seq)
             state.force_checkpoint = False
+
+    def _pace(self, state: _StreamState) -> None:
+        """When the next checkpoint is due (either thread; one float, read by the ingest one)."""
+        if state.log_stored_packed:
+            packing = state.log_stored_packed / state.log_raw_packed
+            on_disk = self.settings.checkpoint_log_ratio * state.checkpoint_on_disk
+            state.checkpoint_due_bytes = on_disk / packing
 
     # --- the writer thread --------------------------------------------------------------------
     def _checkpoint_written(self, row: CheckpointRow, size_on_disk: int) -> None:
         state = self._streams.get(row.stream)
         if state is not None and state.checkpoint_seq == (row.epoch, row.seq):
-            # One float, read by the ingest thread.
-            state.checkpoint_due_bytes = self.settings.checkpoint_log_ratio * size_on_disk
+            state.checkpoint_on_disk = size_on_disk
+            self._pace(state)
+
+    def _log_packed(self, stream: StreamId, raw: int, stored: int) -> None:
+        state = self._streams.get(stream)
+        if state is not None:
+            state.log_raw_packed += raw
+            state.log_stored_packed += stored
+            self._pace(state)

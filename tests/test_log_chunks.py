@@ -103,7 +103,7 @@ def test_what_is_not_a_chunk_is_refused_clearly() -> None:
 
 def store_log(engine: Engine, rows: list[LogRow]) -> None:
     """Through the writer's own path: a transaction per few hundred rows, as it takes them."""
-    writer = RowWriter(None, lambda *_: None)
+    writer = RowWriter(None, lambda *_: None, lambda *_: None)
     for start in range(0, len(rows), 317):
         prepared = writer.prepare(list(rows[start : start + 317]))
         with engine.begin() as conn:
@@ -147,6 +147,9 @@ def test_lookups_agree_with_the_plain_log(store_url: str) -> None:
             after, upto = sorted(rng.sample(range(-1, seqs[-1] + 2), 2))
             between = batch_log.batches_between(conn, sid, epoch, after, upto)
             assert [b.seq for b in between] == [s for s in seqs if after < s <= upto]
+            payloads = batch_log.payloads_between(conn, sid, epoch, after, upto)
+            wanted = [(r[2], r[5]) for r in by_epoch[epoch] if after < r[2] <= upto]
+            assert list(payloads) == wanted
 
         instants = [r[3] for r in rows] + [rng.uniform(990, rows[-1][3] + 20) for _ in range(80)]
         for at in rng.sample(instants, 120):

@@ -4,10 +4,10 @@ fills it from the points stored so far, down drops it and keeps the rest."""
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import command
 
 from kvscope.storage import schema
-from kvscope.storage.engine import alembic_config, make_engine, upgrade
+from kvscope.storage.engine import upgrade
+from tests.migration_support import downgrade, store_at
 
 
 def _reset(conn: sa.Connection, sid: int, seq: int, offsets: list[float]) -> int:
@@ -16,30 +16,43 @@ def _reset(conn: sa.Connection, sid: int, seq: int, offsets: list[float]) -> int
     reset_id = conn.execute(
         sa.insert(resets)
         .values(
-            stream_id=sid, epoch=0, seq=seq, ts=1000.0 + seq, recv_ts=None,
-            reason="all_blocks_cleared", degraded=False, before_blocks=10, before_hittable=10,
-            before_orphans=0, before_tokens=160, before=b"x", t50_s=3.0, t90_s=None,
-            peak_orphans=0, recovery_until_ts=1000.0 + seq + max(offsets, default=0.0),
+            stream_id=sid,
+            epoch=0,
+            seq=seq,
+            ts=1000.0 + seq,
+            recv_ts=None,
+            reason="all_blocks_cleared",
+            degraded=False,
+            before_blocks=10,
+            before_hittable=10,
+            before_orphans=0,
+            before_tokens=160,
+            before=b"x",
+            t50_s=3.0,
+            t90_s=None,
+            peak_orphans=0,
+            recovery_until_ts=1000.0 + seq + max(offsets, default=0.0),
         )
         .returning(resets.c.id)
-    ).scalar_one()  # fmt: skip
+    ).scalar_one()
     for offset in offsets:
         conn.execute(
             sa.insert(schema.reset_recovery).values(
-                reset_id=reset_id, offset_s=offset, blocks=5, hittable=5, orphans=0,
-                share_blocks_back=0.5, share_tokens_back=0.5,
+                reset_id=reset_id,
+                offset_s=offset,
+                blocks=5,
+                hittable=5,
+                orphans=0,
+                share_blocks_back=0.5,
+                share_tokens_back=0.5,
             )
-        )  # fmt: skip
+        )
     return int(reset_id)
 
 
 def test_0007_says_which_stored_windows_are_complete_and_goes_back(store_url: str) -> None:
-    engine = make_engine(store_url)
-    upgrade(engine, "0006")
+    engine, sid = store_at(store_url, "0006")
     with engine.begin() as conn:
-        sid = conn.execute(
-            sa.insert(schema.streams).values(replica="a", rank=0).returning(schema.streams.c.id)
-        ).scalar_one()
         complete = _reset(conn, sid, 10, [1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0])
         partial = _reset(conn, sid, 20, [1.0, 2.0, 5.0])
         empty = _reset(conn, sid, 30, [])
@@ -49,10 +62,7 @@ def test_0007_says_which_stored_windows_are_complete_and_goes_back(store_url: st
         got = dict(conn.execute(sa.select(r.c.id, r.c.recovery_complete)).all())
     assert got == {complete: True, partial: False, empty: False}
 
-    config = alembic_config()
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.downgrade(config, "0006")
+    downgrade(engine, "0006")
     with engine.connect() as conn:
         columns = {c["name"] for c in sa.inspect(conn).get_columns("resets")}
         assert "recovery_complete" not in columns and "recovery_until_ts" in columns

@@ -6,8 +6,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvscope.collector._byte_planes import join_planes, split_planes
 from kvscope.collector.prefix_map import PrefixMap
-from kvscope.collector.snapshot import SnapshotError, compress, decode_map, encode_map
+from kvscope.collector.snapshot import (
+    FORMAT_VERSION,
+    SnapshotError,
+    compress,
+    decode_map,
+    encode_map,
+    recode,
+    snapshot_version,
+)
 from kvscope.collector.types import Batch, BlocksStored, KVEvent, StreamId
 from tests.test_prefix_map import events, stored
 
@@ -87,3 +96,40 @@ def test_snapshots_pack_from_several_threads_at_once() -> None:
     for t in threads:
         t.join()
     assert errors == []
+
+
+def _many_blocks() -> PrefixMap:
+    prefix_map = PrefixMap(STREAM)
+    for root in range(50):
+        hashes = list(range(root * 1000 + 1, root * 1000 + 41))
+        prefix_map.apply(Batch(root, 1.0 + root, 0, [stored(hashes, None)]))
+    return prefix_map
+
+
+def test_snapshots_store_columns_as_byte_planes_and_read_the_first_format() -> None:
+    prefix_map = _many_blocks()
+    planes = encode_map(prefix_map)
+    first = encode_map(prefix_map, version=1)
+    assert snapshot_version(planes) == FORMAT_VERSION == 2 and snapshot_version(first) == 1
+    assert len(planes) < len(first)
+    for data in (planes, first):
+        assert state_of(decode_map(data, STREAM)) == state_of(prefix_map)
+
+
+def test_a_snapshot_recoded_to_either_format_restores_the_same_map() -> None:
+    prefix_map = _many_blocks()
+    first = encode_map(prefix_map, version=1)
+    planes = recode(first, 2)
+    assert snapshot_version(planes) == 2
+    assert state_of(decode_map(planes, STREAM)) == state_of(prefix_map)
+    back = recode(planes, 1)
+    assert snapshot_version(back) == 1
+    assert state_of(decode_map(back, STREAM)) == state_of(prefix_map)
+    assert state_of(decode_map(recode(planes, 2), STREAM)) == state_of(prefix_map)
+
+
+@given(st.binary(max_size=64), st.sampled_from([1, 2, 4, 8]))
+def test_byte_planes_go_there_and_back(data: bytes, width: int) -> None:
+    data = data[: len(data) - len(data) % width]
+    split = split_planes(data, width)
+    assert sorted(split) == sorted(data) and join_planes(split, width) == data
