@@ -91,8 +91,12 @@ class Trial:
     lag_p50_s: float
     lag_p99_s: float
     lag_max_s: float
-    lost: int
-    """Batches sent and never applied, dropped by the store, or in a gap left degraded."""
+    unapplied: int
+    """Batches sent and never applied to the map."""
+    store_dropped: int
+    """Batches the store's queue dropped (marked incomplete in the store)."""
+    degraded: int
+    """Degraded intervals opened: gaps the replay did not fill."""
     replays: int
     drain_s: float
     """The store's backlog at the end: the time to write it (0 without a store)."""
@@ -100,6 +104,10 @@ class Trial:
     """The collector process's CPU seconds per second over the measured span."""
     store_bytes: int
     store_bytes_per_replica_hour: float
+
+    @property
+    def lost(self) -> int:
+        return self.unapplied + self.store_dropped + self.degraded
 
     @property
     def cpu_per_replica(self) -> float:
@@ -225,7 +233,7 @@ def run_trial(
         size = _size(kind, writer, where) - size_before
         if writer is not None:
             writer.engine.dispose()
-        lost = sum(max(0, n - probe.applied_per_stream[s]) for s, n in expected.items())
+        unapplied = sum(max(0, n - probe.applied_per_stream[s]) for s, n in expected.items())
         return Trial(
             store=kind,
             replicas=replicas,
@@ -234,7 +242,9 @@ def run_trial(
             lag_p50_s=_percentile(probe.lags, 0.50),
             lag_p99_s=_percentile(probe.lags, 0.99),
             lag_max_s=max(probe.lags, default=0.0),
-            lost=lost + dropped + probe.degraded_opened,
+            unapplied=unapplied,
+            store_dropped=dropped,
+            degraded=probe.degraded_opened,
             replays=sum(s.replays for s in sent),
             drain_s=drain_s,
             cpu_cores=(cpu1 - cpu0) / (wall1 - wall0),
