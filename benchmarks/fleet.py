@@ -2,7 +2,7 @@
 
     python benchmarks/fleet.py [--stores none,sqlite,postgresql] [--rate 2500] [--start 4]
                                [--max 1024] [--duration 10] [--warmup 3] [--procs 2]
-                               [--replicas N] [--json]
+                               [--reset-every 40] [--replicas N] [--json]
 
 Each trial runs N publishers (benchmarks/_fleet_publishers.py: a few processes, each driving
 many PUB sockets that connect to the collector's bound SUB with llm-d topics
@@ -22,7 +22,9 @@ store, N doubles from `--start` until a trial fails, then is bisected (to `--res
 most replicas that kept up. `--replicas N` runs that one trial per store instead.
 
 The stream is benchmarks/ingest.py's model of vLLM's BlockPool (every replica plays the same
-batches, each from seq 0 at its own phase). The figures depend on the machine: the publishers
+batches, each from seq 0 at its own phase), with a reset (AllBlocksCleared) every
+`--reset-every` seconds of a replica's stream: each reset's recovery and prefix groups are
+stored as it recovers, a cost per reset. The figures depend on the machine: the publishers
 share its cores with the collector, and a loaded machine makes lag that is not the collector's.
 The last line (`--json`: the only output) is one JSON object.
 """
@@ -49,9 +51,9 @@ HEADER = (
 )
 
 
-def fleet_stream(rate: float, seconds: float, seed: int) -> Stream:
+def fleet_stream(rate: float, seconds: float, seed: int, reset_every_s: float) -> Stream:
     """`seconds` of one replica's batches at `rate`, with each batch's place in block-events."""
-    payloads, _ = make_stream(int(rate * seconds) + 1, seed, 20_000, int(rate * 40))
+    payloads, _ = make_stream(int(rate * seconds) + 1, seed, 20_000, int(rate * reset_every_s))
     decode = msgspec.msgpack.Decoder(VllmEventBatch).decode
     cum, total = [], 0
     for payload in payloads:
@@ -134,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=10.0, help="measured seconds per trial")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring")
     parser.add_argument("--procs", type=int, default=2, help="publisher processes")
+    parser.add_argument(
+        "--reset-every", type=float, default=40.0, help="seconds between a replica's resets"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
@@ -141,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(stores) - set(STORES)
     if unknown:
         parser.error(f"unknown store {', '.join(sorted(unknown))}: one of {', '.join(STORES)}")
-    stream = fleet_stream(args.rate, args.warmup + args.duration + 5, args.seed)
+    stream = fleet_stream(args.rate, args.warmup + args.duration + 5, args.seed, args.reset_every)
     if not args.json:
         print(
             f"stream: {args.rate:,.0f} block-events/s per replica, {len(stream.payloads):,} "
