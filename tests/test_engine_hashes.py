@@ -119,3 +119,15 @@ def test_the_store_rebuilds_each_epoch_in_its_own_engine_form(tmp_path: Path) ->
         }
     engine.dispose()
     assert shown == {0: [SAME], 1: [-1]}
+
+
+def test_vllms_own_session_id_does_not_make_it_sglang() -> None:
+    """vLLM >= 0.30 may send `session_id` too; it always sends `group_idx`, SGLang never."""
+    event = msgspec.msgpack.decode(vllm_batch(1.0))[1][0] | {"session_id": "chat-1"}
+    vllm = StreamIngest(StreamId("v", 0), can_replay=False)
+    vllm.live_frames(frames(0, msgspec.msgpack.encode([1.0, [event], 0])), 1.0)
+    sglang_event = sglang_stored(-1, None, SGLANG_TOKENS, session_id="chat-1")
+    del sglang_event["cache_salt"]  # however SGLang leaves out a salt it has not got
+    sglang = StreamIngest(StreamId("s", 0), can_replay=False)
+    sglang.live_frames(frames(0, sglang_batch(1.0, [sglang_event])), 1.0)
+    assert (vllm.engine, sglang.engine) == ("vllm", "sglang")
