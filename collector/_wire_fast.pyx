@@ -47,6 +47,7 @@ from kvscope.collector._msgpack cimport (
 from kvscope.collector._wire_scan cimport (
     CLEARED,
     F_BLOCK_SIZE,
+    F_CACHE_SALT,
     F_EXTRA_KEYS,
     F_GROUP,
     F_HASHES,
@@ -282,6 +283,10 @@ cdef object stored(Reader* r, Event* e, object key, int64_t max_block_size):
     lora_name = optional_str(r, e.at[F_LORA_NAME], MAX_LORA_NAME_BYTES)
     if lora_name is _BAD:
         return None
+    if e.at[F_CACHE_SALT] >= 0:
+        f = at(r, e.at[F_CACHE_SALT])
+        if not read_nil(&f):
+            return None  # SGLang's salt joins the extra keys: the slow path's work
     return BlocksStored(
         hashes, parent, tokens, PyLong_FromLongLong(block_size), key, lora_name, None
     )

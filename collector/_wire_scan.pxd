@@ -18,7 +18,7 @@ from kvscope.collector._msgpack cimport (
 
 cdef enum:
     F_TYPE, F_HASHES, F_PARENT, F_TOKENS, F_BLOCK_SIZE, F_LORA_ID, F_MEDIUM, F_LORA_NAME,
-    F_EXTRA_KEYS, F_GROUP, N_FIELDS
+    F_EXTRA_KEYS, F_GROUP, F_CACHE_SALT, N_FIELDS
 
 
 cdef enum:
@@ -63,6 +63,7 @@ cdef inline int field_of(const uint8_t* s, Py_ssize_t n) noexcept nogil:
     elif n == 10:
         if is_(s, n, b"block_size", 10): return F_BLOCK_SIZE
         if is_(s, n, b"extra_keys", 10): return F_EXTRA_KEYS
+        if is_(s, n, b"cache_salt", 10): return F_CACHE_SALT
     elif n == 12:
         if is_(s, n, b"block_hashes", 12): return F_HASHES
     elif n == 17:

@@ -72,7 +72,10 @@ class StreamIngest(ReplayRules):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         tail_check_after_s: float = DEFAULT_TAIL_CHECK_AFTER_S,
         sink: EventSink | None = None,
+        engine: Engine | None = None,
     ) -> None:
+        """`engine`: the publisher's engine as configured; None: told by its batches (again
+        after each restart, which may be another engine under the same name)."""
         self.stream = stream
         self.sink = sink
         self.can_replay = can_replay
@@ -87,8 +90,10 @@ class StreamIngest(ReplayRules):
         """The next seq to apply; None until the stream's position is known."""
         self.last_seq: int | None = None
         self.last_message_at: float | None = None
-        self.engine: Engine | None = None
-        """"vllm" or "sglang": configured, else told by the first batch that stores a block."""
+        self.configured_engine = engine
+        self.engine: Engine | None = engine
+        """"vllm" or "sglang": configured, else told by the epoch's first batch that stores a
+        block."""
         self.restarts_at: deque[tuple[int, float]] = deque(maxlen=256)
         """(new epoch, receive time) of the last restarts noticed."""
         self._replay: Replay | None = None
@@ -256,6 +261,9 @@ class StreamIngest(ReplayRules):
         self.map.clear(
             ClearReason.RESTART, seq, now, self.epoch - 1, self.degraded is not None, now
         )
+        # The new epoch's engine is told again, and its hashes shown in that engine's form.
+        self.engine = self.configured_engine
+        self.map.counters.signed_hashes = False
         self._degradation.known_again(None, now)
         self.expected = None
         self._recent.clear()

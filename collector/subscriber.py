@@ -78,8 +78,8 @@ class Collector:
             max_message_bytes=self.settings.max_message_bytes,
             tail_check_after_s=self.settings.tail_check_after_s,
             sink=self._sink,
+            engine=spec.engine,
         )
-        ingest.engine = spec.engine
         return ingest
 
     def resume(self, point: ResumePoint) -> None:

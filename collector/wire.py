@@ -49,6 +49,7 @@ class MapBlockStored(msgspec.Struct, tag="BlockStored", tag_field="type", gc=Fal
     lora_name: str | None = None
     extra_keys: list[Any] | None = None
     group_idx: int | None = None
+    cache_salt: str | None = None  # SGLang's
 
 
 class MapBlockRemoved(msgspec.Struct, tag="BlockRemoved", tag_field="type", gc=False):
@@ -145,9 +146,16 @@ class _Converter:
         extra_keys: object,
         group: object,
         typed: bool,
+        cache_salt: object = None,
     ) -> BlocksStored:
+        """`cache_salt` (SGLang's, per page) joins each block's extra keys, where vLLM puts a
+        request's salt: a salted block is then no lookup's hit, in either engine's map."""
         ints, raw, signed = rules.hashes_of(hashes, typed)
         n = len(ints)
+        extra = rules.extra_keys_of(extra_keys, n)
+        salt = rules.short_str(cache_salt, "cache_salt", rules.MAX_LORA_NAME_BYTES)
+        if salt is not None:
+            extra = [[salt, *(entry or [])] for entry in extra or [None] * n]
         size = rules.block_size_of(block_size, self.max_block_size)
         rules.lora_id_ok(lora_id)
         return BlocksStored(
@@ -159,7 +167,7 @@ class _Converter:
                 rules.short_str(medium, "medium", rules.MAX_MEDIUM_BYTES), rules.group_of(group)
             ),
             lora_name=rules.short_str(lora_name, "lora_name", rules.MAX_LORA_NAME_BYTES),
-            extra_keys=rules.extra_keys_of(extra_keys, n),
+            extra_keys=extra,
             raw_hashes=raw,
             raw_parent=parent if type(parent) is bytes else None,
             signed_hashes=signed or (type(parent) is int and parent < 0),
@@ -189,6 +197,7 @@ class _Converter:
                         event.extra_keys,
                         event.group_idx,
                         typed=True,
+                        cache_salt=getattr(event, "cache_salt", None),
                     )
                 )
             elif kind is MapBlockRemoved or kind is ArrayBlockRemoved:
@@ -221,6 +230,7 @@ class _Converter:
             f.get("extra_keys"),
             f.get("group_idx"),
             typed=False,
+            cache_salt=f.get("cache_salt"),
         )
 
 

@@ -20,7 +20,8 @@ v1/core/block_pool.py, the offloading, LMCache, Mooncake and simple-offload conn
   every block it walked).
 - block_size: 0..max_block_size (`IngestLimits`).
 - medium: None or a str of at most MAX_MEDIUM_BYTES (UTF-8); group_idx None or 0..MAX_GROUP.
-- lora_name: None or a str of at most MAX_LORA_NAME_BYTES; lora_id: None or an int.
+- lora_name (and SGLang's cache_salt): None or a str of at most MAX_LORA_NAME_BYTES; lora_id:
+  None or an int.
 - extra_keys: None, or one entry per hash, each None or a list of at most MAX_EXTRA_ITEMS
   items: None, bool, int, float, str or bytes (at most MAX_EXTRA_BYTES), or a list of at most
   MAX_EXTRA_ITEMS such values (a multimodal `(identifier, offset)` pair). All None is None.

@@ -5,6 +5,10 @@ and its compiling of a multi-row insert, would hold the GIL for as long as the w
 The drivers let go of the GIL for each statement they execute, and taking it back while the
 ingest thread runs waits out its switch interval: one row per statement (executemany, which
 sqlite3 steps row by row) starved the writer until ingest paused.
+
+PostgreSQL gets one array per column instead (`INSERT ... SELECT * FROM unnest(...)`): psycopg
+parses a statement's placeholders in Python, and caches only statements of at most 50 of them,
+so thousands of placeholders were parsed again at every transaction, most of the writer's time.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from functools import lru_cache
 from itertools import chain
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Table
 
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
@@ -42,11 +46,21 @@ def _insert_sql(
     return sql
 
 
+@lru_cache(maxsize=8)
+def _unnest_sql(table: Table, key: tuple[str, ...], dialect: Any) -> str:
+    """PostgreSQL's INSERT of any number of rows, one array parameter per column."""
+    columns = [c.name for c in table.columns]
+    arrays = ", ".join(f"%b::{c.type.compile(dialect=dialect)}[]" for c in table.columns)
+    sql = f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM unnest({arrays})"
+    if key:
+        updated = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
+        sql += f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updated}"
+    return sql
+
+
 def _rows_per_statement(conn: Connection, width: int) -> int:
-    """Rows of `width` parameters one statement may carry: SQLite allows 32766 parameters since
-    3.32 (999 before), PostgreSQL 65535."""
-    if conn.dialect.name == "postgresql":
-        return 65535 // width
+    """Rows of `width` parameters one SQLite statement may carry: 32766 parameters since 3.32
+    (999 before)."""
     getlimit = getattr(conn.connection.dbapi_connection, "getlimit", None)  # Python >= 3.11
     limit = 999 if getlimit is None else getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
     return max(1, int(limit) // width)
@@ -65,17 +79,22 @@ def _flat_with_ids(rows: list[Any], width: int, stream_id: Callable[[StreamId], 
 
 def _execute_in_chunks(
     conn: Connection,
-    table: str,
+    table: Table,
     columns: tuple[str, ...],
     key: tuple[str, ...],
     params: list[Any],
     most: int,
 ) -> None:
     width = len(columns)
+    if conn.dialect.name == "postgresql":
+        assert columns == tuple(c.name for c in table.columns)
+        arrays = tuple(params[i::width] for i in range(width))
+        conn.exec_driver_sql(_unnest_sql(table, key, conn.dialect), arrays)
+        return
     step = min(most, _rows_per_statement(conn, width)) * width
     for start in range(0, len(params), step):
         chunk = tuple(params[start : start + step])
-        sql = _insert_sql(table, columns, key, conn.dialect.paramstyle, len(chunk) // width)
+        sql = _insert_sql(table.name, columns, key, conn.dialect.paramstyle, len(chunk) // width)
         conn.exec_driver_sql(sql, chunk)
 
 
@@ -87,7 +106,7 @@ def insert_chunks(
     transaction is being retried after a commit whose answer was lost."""
     params = _flat_with_ids(chunks, len(CHUNK_COLUMNS), stream_id)
     key = ("stream_id", "epoch", "first_seq")
-    _execute_in_chunks(conn, schema.log_chunks.name, CHUNK_COLUMNS, key, params, 1000)
+    _execute_in_chunks(conn, schema.log_chunks, CHUNK_COLUMNS, key, params, 1000)
 
 
 def upsert_rollups(
@@ -102,4 +121,4 @@ def upsert_rollups(
         for r in latest.values()
     ]
     params = _flat_with_ids(values, len(ROLLUP_COLUMNS), stream_id)
-    _execute_in_chunks(conn, schema.rollups.name, ROLLUP_COLUMNS, ROLLUP_KEY, params, 5000)
+    _execute_in_chunks(conn, schema.rollups, ROLLUP_COLUMNS, ROLLUP_KEY, params, 5000)

@@ -131,7 +131,7 @@ def pack(rows: Sequence[LogRow], fmt: int = CHUNK_FORMAT) -> list[ChunkRow]:
         raise ValueError(f"log chunk format {fmt} is not one this version writes")
     if not rows:
         return []
-    streams, epochs, seqs, ts, recv_ts, payloads = zip(*rows, strict=True)
+    streams, epochs, seqs, ts, recv_ts, payloads = zip(*_by_stream(rows), strict=True)
     made = []
     for start, end in _bounds(streams, epochs, ts, payloads):
         run_seqs, run_ts = array("q", seqs[start:end]), array("d", ts[start:end])
@@ -171,8 +171,22 @@ def split(rows: Sequence[LogRow]) -> list[Sequence[LogRow]]:
     """The runs of `rows` that `pack` makes chunks of."""
     if not rows:
         return []
+    rows = _by_stream(rows)
     streams, epochs, _, ts, _, payloads = zip(*rows, strict=True)
     return [rows[start:end] for start, end in _bounds(streams, epochs, ts, payloads)]
+
+
+def _by_stream(rows: Sequence[LogRow]) -> Sequence[LogRow]:
+    """Each stream's rows together, in the order applied. A fleet's transaction interleaves its
+    streams batch by batch, and a chunk holds one stream's run: left interleaved, every batch
+    would be a chunk of its own."""
+    first = rows[0][0]
+    if all(row[0] == first for row in rows):
+        return rows
+    grouped: dict[Any, list[LogRow]] = {}
+    for row in rows:
+        grouped.setdefault(row[0], []).append(row)
+    return [row for group in grouped.values() for row in group]
 
 
 def _bounds(
