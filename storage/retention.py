@@ -12,8 +12,19 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, and_, delete, func, select
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    Connection,
+    Engine,
+    Table,
+    and_,
+    delete,
+    func,
+    select,
+)
 
 from kvscope.storage import batch_log, schema
 
@@ -56,12 +67,23 @@ def prune(engine: Engine, retention: Retention, now: float) -> Pruned:
                 )
         if retention.resets_s is not None:
             old = select(schema.resets.c.id).where(schema.resets.c.ts < now - retention.resets_s)
-            rr = schema.reset_recovery
-            conn.execute(delete(rr).where(rr.c.reset_id.in_(old)))
+            for table, column in _naming_resets():
+                conn.execute(delete(table).where(column.in_(old)))
             pruned.resets = _deleted(
                 conn, delete(schema.resets).where(schema.resets.c.ts < now - retention.resets_s)
             )
     return pruned
+
+
+def _naming_resets() -> list[tuple[Table, Column[Any]]]:
+    """Every table and column that names a reset (its recovery, its prefix groups, ...): they go
+    before the reset, which the database would otherwise refuse to delete."""
+    return [
+        (table, key.parent)
+        for table in schema.metadata.sorted_tables
+        for key in table.foreign_keys
+        if key.column is schema.resets.c.id
+    ]
 
 
 def _prune_log(

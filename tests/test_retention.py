@@ -53,3 +53,19 @@ def test_every_instant_inside_the_window_still_rebuilds(store_url: str) -> None:
         engine, Retention(log_s=last_ts - cutoff, checkpoints_s=None, rollups_s=100.0), last_ts
     )
     assert (again.batches, again.checkpoints) == (0, 0)
+
+
+def test_pruned_resets_take_their_recovery_and_prefix_groups_along(store_url: str) -> None:
+    """`--reset-days`: a reset goes with every row that names it (PostgreSQL refuses to delete
+    a reset that its prefix groups still name)."""
+    ingest_capture(store_url, "lab_3rps_180s", StoreSettings(checkpoint_every_batches=400), 40)
+    engine = open_store(store_url)
+    with engine.connect() as conn:
+        assert count(conn, schema.reset_prefix_groups) > 0
+        newest = conn.execute(select(func.max(schema.resets.c.ts))).scalar_one()
+    pruned = prune(engine, Retention(None, None, None, resets_s=0.0), newest + 1.0)
+    assert pruned.resets > 0
+    with engine.connect() as conn:
+        for table in (schema.resets, schema.reset_recovery, schema.reset_prefix_groups):
+            assert count(conn, table) == 0, table.name
+    engine.dispose()
