@@ -95,14 +95,14 @@ samples AS (
   FROM ranked
   ORDER BY id, side, CASE WHEN k < m AND n >= 0.5 * total THEN k ELSE m END, k DESC
 ), engine_figures AS (
+  -- Each figure from its own rows (rates and p50 have one per reset and side): an engine
+  -- that exposes TTFT but no prefix-cache counters still has its TTFT.
   SELECT c.id,
-         max(r.rate) FILTER (WHERE r.side = 'before') AS hit_before,
-         max(r.rate) FILTER (WHERE r.side = 'after') AS hit_after,
-         max(t.ttft) FILTER (WHERE t.side = 'before') AS ttft_before,
-         max(t.ttft) FILTER (WHERE t.side = 'after') AS ttft_after
-  FROM clears c LEFT JOIN rates r ON r.id = c.id
-  LEFT JOIN p50 t ON t.id = c.id AND t.side = r.side
-  GROUP BY c.id
+         (SELECT r.rate FROM rates r WHERE r.id = c.id AND r.side = 'before') AS hit_before,
+         (SELECT r.rate FROM rates r WHERE r.id = c.id AND r.side = 'after') AS hit_after,
+         (SELECT t.ttft FROM p50 t WHERE t.id = c.id AND t.side = 'before') AS ttft_before,
+         (SELECT t.ttft FROM p50 t WHERE t.id = c.id AND t.side = 'after') AS ttft_after
+  FROM clears c
 )"""
 MODES_SQL = f"""
 WITH clears AS (
