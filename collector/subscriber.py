@@ -14,9 +14,12 @@ has succeeded, not before.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from typing import Any
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -64,6 +67,7 @@ class Collector:
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._streams: dict[StreamId, StreamSockets] = {}
         self._stop = threading.Event()
+        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self.failure: str | None = None
@@ -86,6 +90,44 @@ class Collector:
         """Start `point.stream` where a store left off (before `start`)."""
         with self.lock:
             self.ingests[point.stream].resume(point)
+
+    def call_soon(self, call: Callable[[], Any]) -> Future[Any]:
+        """Run `call` on the loop's thread (which owns the sockets and the maps), under the
+        lock, at its next turn; its result or exception in the future."""
+        done: Future[Any] = Future()
+        self._calls.put((call, done))
+        return done
+
+    def add_stream(self, spec: StreamEndpoint, point: ResumePoint | None) -> None:
+        """Follow one more stream, from `point` if given (on the loop's thread: `call_soon`)."""
+        ingest = self._new_ingest(spec)
+        if point is not None:
+            ingest.resume(point)
+        # Replaced, not changed: readers iterate the dict without the lock.
+        self.ingests = {**self.ingests, spec.stream: ingest}
+        self._streams[spec.stream] = StreamSockets(self._ctx, spec, ingest, self.settings)
+
+    def remove_stream(self, stream: StreamId) -> None:
+        """Stop following a stream added by `add_stream`: its sockets close, its map goes (on
+        the loop's thread: `call_soon`)."""
+        sockets = self._streams.pop(stream, None)
+        if sockets is not None:
+            sockets.close()
+        self.ingests = {k: v for k, v in self.ingests.items() if k != stream}
+
+    def _run_calls(self) -> None:
+        while True:
+            try:
+                call, done = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            if not done.set_running_or_notify_cancel():
+                continue
+            try:
+                with self.lock:
+                    done.set_result(call())
+            except Exception as exc:  # the caller's to handle
+                done.set_exception(exc)
 
     # --- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -178,7 +220,9 @@ class Collector:
                 poller, owners, registered = zmq.Poller(), current, tuple(current)
                 for sock in registered:
                     poller.register(sock, zmq.POLLIN)
-            for sock, _ in poller.poll(POLL_MS):
+            if not registered:  # no stream yet (leases give them): zmq_poll would not wait
+                self._stop.wait(POLL_MS / 1000)
+            for sock, _ in poller.poll(POLL_MS) if registered else ():
                 stream, role = owners[sock]
                 with self.lock:
                     if stream is None:
@@ -193,6 +237,7 @@ class Collector:
                             self._on_monitor(stream)
                     except zmq.ZMQError as exc:  # this stream's sockets; the others go on
                         stream.ingest.errors.socket_failed(role, exc)
+            self._run_calls()
             now = time.time()
             with self.lock:
                 for stream in self._streams.values():

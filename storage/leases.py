@@ -102,9 +102,16 @@ def leases(conn: Connection) -> dict[StreamId, Lease]:
     return {StreamId(r[0], r[1]): Lease(r[2], int(r[3]), bool(r[4])) for r in rows}
 
 
-def acquire(conn: Connection, stream: StreamId, member: str) -> int | None:
-    """Grant `stream` to `member` with the next token, unless a live member holds it; the
-    token, or None. Call within a transaction of its own (the row stays locked until it ends)."""
+@dataclass(frozen=True)
+class Grant:
+    token: int
+    takeover: bool
+    """Taken from a member whose heartbeat had stopped."""
+
+
+def acquire(conn: Connection, stream: StreamId, member: str) -> Grant | None:
+    """Grant `stream` to `member` with the next token, unless a live member holds it; None if
+    one does. Call within a transaction of its own (the row stays locked until it ends)."""
     row = conn.execute(select(L.c.owner, L.c.token).where(_pk(stream)).with_for_update()).first()
     takeover = False
     if row is None:
@@ -138,7 +145,7 @@ def acquire(conn: Connection, stream: StreamId, member: str) -> int | None:
             writes=0,
         )
     )
-    return int(token)
+    return Grant(int(token), takeover)
 
 
 def release(conn: Connection, stream: StreamId, member: str, token: int) -> bool:
@@ -184,7 +191,8 @@ class Fence:
         self.member = member
         self._tokens: dict[StreamId, int] = {}
         self._lock = threading.Lock()
-        self._refused = refused
+        self.on_refused = refused
+        """Told each stream whose rows were refused (on the writer's thread)."""
         self.refused_rows = 0
         """Rows left out because this member did not hold their stream's lease."""
 
@@ -228,5 +236,5 @@ class Fence:
 
     def refused(self, stream: StreamId, rows: int) -> None:
         self.refused_rows += rows
-        if self._refused is not None:
-            self._refused(stream)
+        if self.on_refused is not None:
+            self.on_refused(stream)

@@ -21,6 +21,7 @@ from kvscope.storage.engine import alembic_config, make_engine, open_store, upgr
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.leases import (
     Fence,
+    Grant,
     LeaseError,
     acquire,
     check_backend,
@@ -89,12 +90,12 @@ def test_acquire_renew_expire_release(pg_url: str) -> None:
         heartbeat(conn, "a", 60)
         heartbeat(conn, "b", 60)
     with engine.begin() as conn:
-        assert acquire(conn, STREAM, "a") == 1
+        assert acquire(conn, STREAM, "a") == Grant(1, False)
     with engine.begin() as conn:
         assert acquire(conn, STREAM, "b") is None  # a live member holds it
     with engine.begin() as conn:
         assert release(conn, STREAM, "a", 1)
-        assert acquire(conn, STREAM, "b") == 2
+        assert acquire(conn, STREAM, "b") == Grant(2, False)
         assert owned(conn, "b") == {STREAM: 2} and owned(conn, "a") == {}
 
     # b stops beating: a takes the stream over with the next token.
@@ -103,7 +104,7 @@ def test_acquire_renew_expire_release(pg_url: str) -> None:
     wait_until(dead(engine, "b"), "b's heartbeat to expire")
     with engine.begin() as conn:
         assert leases(conn)[STREAM].live is False
-        assert acquire(conn, STREAM, "a") == 3
+        assert acquire(conn, STREAM, "a") == Grant(3, True)
     # b beats again: alive, but the stream is a's now.
     with engine.begin() as conn:
         heartbeat(conn, "b", 60)
@@ -153,8 +154,9 @@ def test_a_stale_token_writes_nothing_and_the_next_holder_resumes(pg_url: str) -
     half = len(records) // 2
     with engine.begin() as conn:
         heartbeat(conn, "a", SHORT_TTL)
-        token_a = acquire(conn, STREAM, "a")
-    assert token_a is not None
+        grant = acquire(conn, STREAM, "a")
+    assert grant is not None
+    token_a = grant.token
     lost: list[StreamId] = []
     fence_a = Fence("a", lost.append)
     fence_a.hold(STREAM, token_a)
@@ -169,8 +171,9 @@ def test_a_stale_token_writes_nothing_and_the_next_holder_resumes(pg_url: str) -
     wait_until(dead(engine, "a"), "a's heartbeat to expire")
     with engine.begin() as conn:
         heartbeat(conn, "b", 60)
-        token_b = acquire(conn, STREAM, "b")
-    assert token_b == token_a + 1
+        taken = acquire(conn, STREAM, "b")
+    assert taken == Grant(token_a + 1, True)
+    token_b = taken.token
     point = resume_point(engine, STREAM)
     assert point is not None and point.last_seq == ingest_a.last_seq
 
@@ -215,8 +218,9 @@ def test_a_write_in_flight_holds_off_a_takeover(pg_url: str) -> None:
     with engine.begin() as conn:
         heartbeat(conn, "a", SHORT_TTL)
         heartbeat(conn, "b", 60)
-        token = acquire(conn, STREAM, "a")
-    assert token is not None
+        grant = acquire(conn, STREAM, "a")
+    assert grant is not None
+    token = grant.token
     fence = Fence("a")
     fence.hold(STREAM, token)
     wait_until(dead(engine, "a"), "a's heartbeat to expire")
@@ -228,7 +232,7 @@ def test_a_write_in_flight_holds_off_a_takeover(pg_url: str) -> None:
                 with pytest.raises(OperationalError, match="lock timeout"):
                     acquire(taking, STREAM, "b")
         with engine.begin() as taking:
-            assert acquire(taking, STREAM, "b") == token + 1
+            assert acquire(taking, STREAM, "b") == Grant(token + 1, True)
         with writing.begin():
             assert fence.admit(writing, {STREAM}) == set()
     engine.dispose()
