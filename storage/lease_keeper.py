@@ -19,7 +19,6 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
@@ -40,17 +39,6 @@ def member_id() -> str:
     return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
 
 
-@dataclass
-class LeaseStats:
-    held: int = 0
-    acquired: int = 0
-    takeovers: int = 0
-    """Leases taken from a member whose heartbeat had stopped."""
-    released: int = 0
-    lost: int = 0
-    """Leases found taken by another member (this one had not beaten in time)."""
-
-
 class LeaseKeeper:
     def __init__(
         self,
@@ -66,7 +54,7 @@ class LeaseKeeper:
         self.engine = engine
         self.member = fence.member
         self.settings = settings or LeaseSettings()
-        self.stats = LeaseStats()
+        self.stats = fence.stats
         self._specs = {spec.stream: spec for spec in endpoints}
         self._collector = collector
         self._writer = writer
@@ -142,7 +130,6 @@ class LeaseKeeper:
                 self._take(stream)
             elif not should and stream in self._running:
                 self._give_up(stream)
-        self.stats.held = len(self._fence.held())
 
     def _take(self, stream: StreamId) -> None:
         with self.engine.begin() as conn:

@@ -183,12 +183,25 @@ def owner_of(stream: StreamId, members: Iterable[str]) -> str | None:
     return max(members, key=lambda m: _rank(m, stream), default=None)
 
 
+@dataclass
+class LeaseStats:
+    """Counted by the lease keeper (storage/lease_keeper.py), read by /metrics."""
+
+    acquired: int = 0
+    takeovers: int = 0
+    """Leases taken from a member whose heartbeat had stopped."""
+    released: int = 0
+    lost: int = 0
+    """Leases found taken by another member (this one had not beaten in time)."""
+
+
 class Fence:
     """What the store's writer checks at every write: the streams this member holds, with
     their tokens (set by the lease keeper, read by the writer thread)."""
 
     def __init__(self, member: str, refused: Callable[[StreamId], None] | None = None) -> None:
         self.member = member
+        self.stats = LeaseStats()
         self._tokens: dict[StreamId, int] = {}
         self._lock = threading.Lock()
         self.on_refused = refused

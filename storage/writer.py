@@ -116,6 +116,7 @@ class StoreWriter:
             rare_bytes_limit=self.settings.rare_bytes,
         )
         self._streams: dict[StreamId, _StreamState] = {}
+        self.fence = fence  # with leases: the streams held, and the lease counters
         self._sql = RowWriter(
             self.settings.shard, self._checkpoint_written, self._log_packed, fence
         )
