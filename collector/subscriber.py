@@ -25,8 +25,8 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from kvscope.collector.endpoints import StreamEndpoint
-from kvscope.collector.fleet import FleetSettings, StreamStarter
-from kvscope.collector.fleet_router import Route
+from kvscope.collector.fleet import FleetSettings, NotNow, StreamStarter
+from kvscope.collector.fleet_router import Refusal, Route
 from kvscope.collector.fleet_socket import FleetSocket
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import ConnectionChange, EventSink, ResumePoint
@@ -108,12 +108,15 @@ class Collector:
         self._streams[spec.stream] = StreamSockets(self._ctx, spec, ingest, self.settings)
 
     def remove_stream(self, stream: StreamId) -> None:
-        """Stop following a stream added by `add_stream`: its sockets close, its map goes (on
-        the loop's thread: `call_soon`)."""
+        """Stop following a stream (added by `add_stream`, or a fleet's): its sockets close,
+        its map goes (on the loop's thread: `call_soon`)."""
         sockets = self._streams.pop(stream, None)
         if sockets is not None:
             sockets.close()
         self.ingests = {k: v for k, v in self.ingests.items() if k != stream}
+        if self.fleet is not None:  # a fleet's publisher: registered afresh when next heard
+            self.fleet.router.forget(stream)
+            self.fleet.gone.discard(stream)
 
     def _run_calls(self) -> None:
         while True:
@@ -334,6 +337,8 @@ class Collector:
             if to is None:
                 continue
             stream = self._register(to, now()) if to.new else self._streams[to.stream]
+            if stream is None:
+                continue
             if to.stream in self.fleet.gone:
                 self.fleet.gone.discard(to.stream)
                 logger.info("%s: heard again", to.stream)
@@ -342,8 +347,9 @@ class Collector:
             if request is not None:
                 stream.send_replay(request)
 
-    def _register(self, to: Route, now: float) -> StreamSockets:
-        """A publisher heard for the first time: its stream, started where the store left it."""
+    def _register(self, to: Route, now: float) -> StreamSockets | None:
+        """A publisher heard for the first time: its stream, started where the store left it;
+        None if it must not be followed yet."""
         assert self.fleet is not None
         spec = StreamEndpoint(to.stream, self.fleet.settings.bind, True, to.replay_endpoint)
         ingest = self._new_ingest(spec)
@@ -351,6 +357,9 @@ class Collector:
         if self._starter is not None:
             try:
                 point = self._starter.resume_point(to.stream)
+            except NotNow:
+                self.fleet.router.forget(to.stream, Refusal.LEASED)
+                return None
             except Exception as exc:  # a store that does not answer: followed from scratch
                 logger.warning("%s: no resume point (%s): followed afresh", to.stream, exc)
         if point is not None:

@@ -87,7 +87,7 @@ LeaseOpt = Annotated[
         "--lease/--no-lease",
         envvar="KVSCOPE_LEASE",
         help="Share the replicas with every collector on this PostgreSQL through leases: each "
-        "holds its share, and takes over those of one that dies. Default: [store] lease.",
+        "holds its share, and takes over those of one that dies. Default: \\[store] lease.",
         show_default=False,
     ),
 ]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 
 import typer
 
+from kvscope.collector.fleet import NotNow
 from kvscope.collector.sink import ResumePoint
 from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
@@ -16,7 +18,7 @@ from kvscope.config import Config, ConfigError, StoreConfig
 from kvscope.options import err, fail
 from kvscope.storage.dangling import close_dangling_connections
 from kvscope.storage.lease_keeper import LeaseKeeper, member_id
-from kvscope.storage.leases import Fence, acquire
+from kvscope.storage.leases import Fence, LeaseSettings, acquire
 from kvscope.storage.resume import resume_point
 from kvscope.storage.retention import Retention
 from kvscope.storage.writer import StoreWriter
@@ -32,19 +34,22 @@ class StoreStarter:
     """A stream starts where the store left it (`collector.fleet.StreamStarter`): at start-up
     for configured replicas, when first heard for a fleet's publishers. With leases (a
     `fence`), a fleet's publisher is stored only if its lease is free: one that another
-    collector holds is followed here but not stored."""
+    collector holds is refused until its lease is free (asked again every `renew_s`)."""
 
     def __init__(self, writer: StoreWriter, fence: Fence | None = None) -> None:
         self.writer = writer
         self.fence = fence
+        self._retry_at: dict[StreamId, float] = {}
 
     def resume_point(self, stream: StreamId) -> ResumePoint | None:
         if self.fence is not None:
+            if time.monotonic() < self._retry_at.get(stream, 0.0):
+                raise NotNow(stream)
             with self.writer.engine.begin() as conn:
                 grant = acquire(conn, stream, self.fence.member)
-            if grant is None:
-                logger.warning("%s: its lease is another collector's: not stored here", stream)
-                return None
+            if grant is None:  # refused (counted) until then
+                self._retry_at[stream] = time.monotonic() + LeaseSettings.renew_s
+                raise NotNow(stream)
             self.fence.hold(stream, grant.token)
         return self.from_store(stream)
 

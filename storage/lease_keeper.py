@@ -187,6 +187,4 @@ class LeaseKeeper:
         logger.warning("%s: lease lost to another collector; stream dropped", stream)
         self._fence.drop(stream)
         self.stats.lost += 1
-        if stream in self._running:
-            self._stop_following(stream)
-        self._undrained.add(stream)
+        self._stop_following(stream)  # a fleet's publisher too: it asks again when next heard
