@@ -11,8 +11,11 @@ from collections.abc import Callable, Iterable
 import pytest
 import sqlalchemy as sa
 from alembic import command
+from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 
+from kvscope.api.app import create_app
+from kvscope.api.data import ApiData
 from kvscope.collector.capture import CaptureRecord, read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
@@ -208,6 +211,12 @@ def test_a_stale_token_writes_nothing_and_the_next_holder_resumes(pg_url: str) -
     (ta, _, _, a_last), (tb, b_granted, b_first, _) = writes
     assert (ta, tb) == (token_a, token_b)
     assert a_last < b_granted <= b_first  # a's writes all landed before b held the stream
+
+    # GET /replicas says who holds each stream.
+    answer = TestClient(create_app(ApiData(engine=engine))).get("/replicas")
+    assert answer.status_code == 200, answer.text
+    (rank,) = answer.json()[0]["ranks"]
+    assert rank["lease"] == {"owner": "b", "token": token_b, "live": True}
     engine.dispose()
 
 
