@@ -1,13 +1,14 @@
 """A collector's share of the streams, kept through leases (storage/leases.py).
 
-Every `renew_s` the keeper beats (the member stays alive), reads the live members and the
-leases, and moves streams: a configured stream whose rendezvous owner is this member is taken
-(a free lease, or one whose owner stopped beating) and resumed exactly as after a crash (the
-store's resume point, then the publisher's replay); one whose owner is now another member is
-given up gracefully (its sockets closed, its queued rows written, then released); one whose
-lease names another member now (taken over while this one did not beat) is dropped at once, and
-its queued rows are refused by the writer's fence. A stream the writer's fence refused is
-dropped the same way. Before a stream let go is taken again, the writer drains what it queued.
+Every `renew_s` the keeper beats (the member stays alive; a thread of its own) and, on its
+other thread, reads the live members and the leases and moves streams: a configured stream
+whose rendezvous owner is this member is taken (a free lease, or one whose owner stopped
+beating) and resumed exactly as after a crash (the store's resume point, then the publisher's
+replay); one whose owner is now another member is given up gracefully (its sockets closed, its
+queued rows written, then released); one whose lease names another member now (taken over
+while this one did not beat) is dropped at once, and its queued rows are refused by the
+writer's fence. A stream the writer's fence refused is dropped the same way. Before a stream
+let go is taken again, the writer drains what it queued.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ class LeaseKeeper:
         self._refused_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvscope-leases", daemon=True)
+        self._left = threading.Event()
+        self._beat = threading.Thread(target=self._beating, name="kvscope-beat", daemon=True)
 
     def fenced(self, stream: StreamId) -> None:
         """The writer's fence refused rows of `stream` (from the writer's thread)."""
@@ -81,12 +84,16 @@ class LeaseKeeper:
         with self.engine.begin() as conn:
             leases.heartbeat(conn, self.member, self.settings.ttl_s)
         logger.info("lease member %s joined", self.member)
+        self._beat.start()
         try:
             yield
         finally:
+            self._left.set()
+            self._beat.join()
             try:
                 with self.engine.begin() as conn:
                     leases.leave(conn, self.member)
+                logger.info("lease member %s left: its leases released at exit", self.member)
             except Exception as exc:  # they expire by themselves
                 logger.warning(
                     "leases not released (%s): they expire in %.0f s", exc, self.settings.ttl_s
@@ -94,7 +101,7 @@ class LeaseKeeper:
 
     @contextmanager
     def keeping(self) -> Iterator[None]:
-        """Beat and move streams while the block runs (the collector running)."""
+        """Move streams while the block runs (the collector running)."""
         self._thread.start()
         try:
             yield
@@ -102,18 +109,25 @@ class LeaseKeeper:
             self._stop.set()
             self._thread.join()
 
+    def _beating(self) -> None:
+        """Its own thread: moving streams (flushes, resumes) never delays a heartbeat."""
+        while not self._left.wait(self.settings.renew_s):
+            try:
+                with self.engine.begin() as conn:
+                    leases.heartbeat(conn, self.member, self.settings.ttl_s)
+            except Exception as exc:  # a store that does not answer: the next beat tries again
+                logger.warning("lease heartbeat: %s: %s", type(exc).__name__, exc)
+
     def _run(self) -> None:
-        while True:
+        # A turn first: members starting together then see each other, and none takes all.
+        while not self._stop.wait(self.settings.renew_s):
             try:
                 self.tick()
             except Exception as exc:  # a store that does not answer: the next turn tries again
                 logger.warning("leases: %s: %s", type(exc).__name__, exc)
-            if self._stop.wait(self.settings.renew_s):
-                return
 
     def tick(self) -> None:
         with self.engine.begin() as conn:
-            leases.heartbeat(conn, self.member, self.settings.ttl_s)
             members = leases.live_members(conn)
             mine = leases.owned(conn, self.member)
         with self._refused_lock:

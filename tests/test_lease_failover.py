@@ -13,6 +13,7 @@ Every wait is on a condition (the leases' TTL is the production default).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -171,6 +172,9 @@ def test_three_collectors_survive_a_kill_9_of_one(
     run.wait(lambda: len(run.members()) == 3, "the new member", stepping=True, timeout=60)
     joined = run.members()
     run.wait(lambda: run.balanced(joined), "the new share", stepping=True, timeout=60)
+    (new,) = joined - survivors
+    moved = {s for s in sources if owner_of(s, joined) == new}  # often some (tests/
+    # test_lease_keeper.py gives streams up deterministically)
     check_alive()
     for _ in range(100):
         run.step()
@@ -209,4 +213,6 @@ def test_three_collectors_survive_a_kill_9_of_one(
     assert owners.count(victim) >= 1 and taken == owners.count(victim)
     text = log.read_text()
     assert "Traceback" not in text, text[-4000:]
-    assert "taken over" in text and "resumed from the store" in text and "released" in text
+    assert "taken over" in text and "resumed from the store" in text
+    if moved:  # given up to the new member: written, then released
+        assert re.search(r": lease \d+ released$", text, re.MULTILINE), text[-4000:]
