@@ -12,7 +12,11 @@ import time
 from contextlib import ExitStack
 
 import sqlalchemy as sa
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
+from kvscope.api.data import ApiData
+from kvscope.api.metrics import make_registry
 from kvscope.collector.endpoints import replica_streams
 from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
@@ -98,3 +102,15 @@ def test_the_keeper_takes_gives_up_takes_back_and_drops(pg_url: str, stack: Exit
     assert taken not in collector.ingests and taken not in fence.held()
     assert keeper.stats.lost == 1
     assert keeper.stats.takeovers == 0 and keeper.stats.acquired == len(streams) + len(share_b)
+
+    # /metrics says so.
+    registry, _ = make_registry(ApiData(collector=collector, engine=engine, writer=writer))
+    samples = {
+        s.name: s.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in family.samples
+    }
+    assert samples["kvscope_leases_held"] == len(fence.held())
+    assert samples["kvscope_leases_lost_total"] == 1
+    assert samples["kvscope_leases_takeovers_total"] == 0
+    assert samples["kvscope_store_rows_fenced_total"] == fence.refused_rows
