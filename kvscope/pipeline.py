@@ -43,7 +43,7 @@ class StoreStarter:
 
     def resume_point(self, stream: StreamId) -> ResumePoint | None:
         if self.fence is not None:
-            if time.monotonic() < self._retry_at.get(stream, 0.0):
+            if stream in self.fence.draining or time.monotonic() < self._retry_at.get(stream, 0):
                 raise NotNow(stream)
             with self.writer.engine.begin() as conn:
                 grant = acquire(conn, stream, self.fence.member)

@@ -63,8 +63,7 @@ class LeaseKeeper:
         self._resume_point = resume_point
         self._running: set[StreamId] = set()
         """Streams this member follows (a held stream not in it is being given up)."""
-        self._undrained: set[StreamId] = set()
-        """Streams let go whose queued rows the writer has not drained yet."""
+        self._undrained = fence.draining
         self._refused: set[StreamId] = set()
         self._refused_lock = threading.Lock()
         self._stop = threading.Event()

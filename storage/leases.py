@@ -208,6 +208,9 @@ class Fence:
         """Told each stream whose rows were refused (on the writer's thread)."""
         self.refused_rows = 0
         """Rows left out because this member did not hold their stream's lease."""
+        self.draining: set[StreamId] = set()
+        """Streams let go whose queued rows the writer has not drained yet: not to be taken
+        again until it has (their old rows would pass the new token's check)."""
 
     def hold(self, stream: StreamId, token: int) -> None:
         with self._lock:
