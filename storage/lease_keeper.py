@@ -143,6 +143,9 @@ class LeaseKeeper:
                 self._take(stream)
             elif not should and stream in self._running:
                 self._give_up(stream)
+        for stream in self._fence.held().keys() - self._specs.keys():
+            if self._collector.is_gone(stream):  # a fleet's: it may speak to another now
+                self._give_up(stream)
 
     def _take(self, stream: StreamId) -> None:
         with self.engine.begin() as conn:

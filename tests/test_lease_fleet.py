@@ -1,5 +1,5 @@
 """A fleet's publisher (bind mode) under leases: refused while another collector holds its lease,
-then followed and stored exactly once the lease is free.
+then followed and stored exactly once the lease is free; released once it is gone.
 
 A lab replica (vLLM's own Scheduler and ZmqEventPublisher on CPU) connects to the collector's
 bound socket; the other collector is a lease member made by the test (its heartbeat and lease
@@ -21,7 +21,8 @@ from kvscope.lab.ports import free_port
 from kvscope.pipeline import StoreStarter
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
-from kvscope.storage.leases import Fence, acquire, heartbeat, release
+from kvscope.storage.lease_keeper import LeaseKeeper
+from kvscope.storage.leases import Fence, acquire, heartbeat, leases, release
 from kvscope.storage.writer import StoreWriter
 from tests.lab_support import assert_exact
 from tests.test_lab_fleet import fleet_replica, last, tcp
@@ -49,7 +50,7 @@ def test_a_publisher_leased_elsewhere_waits_then_resumes_exactly(
         [],
         settings=CollectorSettings(replay_timeout_s=2.0),
         sink=writer,
-        fleet=FleetSettings(tcp(bind), replay_template="tcp://{ip}:{port}"),
+        fleet=FleetSettings(tcp(bind), replay_template="tcp://{ip}:{port}", gone_after_s=2.0),
         starter=StoreStarter(writer, fence),
     )
     collector.start()
@@ -81,3 +82,13 @@ def test_a_publisher_leased_elsewhere_waits_then_resumes_exactly(
         rebuilt = rebuild(conn, position_at_seq(conn, sid, last(replica)), stream)
     assert rebuilt.map.counts() == replica.truth_counts()
     assert fence.refused_rows == 0
+
+    # Gone (silent past gone_after_s): its lease is released at the keeper's next turn, for
+    # whichever collector it speaks to next.
+    keeper = LeaseKeeper(engine, [], collector, writer, fence, lambda s: None)
+    replica.close()
+    wait_for(collector, lambda: collector.is_gone(stream), lambda: f"{stream} gone")
+    keeper.tick()
+    with engine.connect() as conn:
+        assert leases(conn)[stream].owner is None
+    assert stream not in collector.ingests and fence.held() == {}
