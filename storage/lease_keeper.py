@@ -127,6 +127,7 @@ class LeaseKeeper:
 
     def tick(self) -> None:
         with self.engine.begin() as conn:
+            leases.forget_dead(conn)
             members = leases.live_members(conn)
             mine = leases.owned(conn, self.member)
         with self._refused_lock:

@@ -78,6 +78,12 @@ def heartbeat(conn: Connection, member: str, ttl_s: float) -> None:
     )
 
 
+def forget_dead(conn: Connection, after_s: float = 3600.0) -> int:
+    """Members dead (not beating) this long go (a killed one never leaves): how many. Their
+    leases stay, free to take (an owner that is no member is not live)."""
+    return conn.execute(M.delete().where(M.c.expires_at < _in(-after_s))).rowcount
+
+
 def live_members(conn: Connection) -> list[str]:
     return sorted(conn.execute(select(M.c.id).where(M.c.expires_at > _now())).scalars())
 

@@ -28,6 +28,7 @@ from kvscope.storage.leases import (
     LeaseError,
     acquire,
     check_backend,
+    forget_dead,
     heartbeat,
     leases,
     leave,
@@ -127,6 +128,16 @@ def test_acquire_renew_expire_release(pg_url: str) -> None:
         leave(conn, "a")
         assert live_members(conn) == ["b"]
         assert leases(conn)[STREAM].owner is None
+        # A member killed long ago (it never left) is forgotten; live ones stay.
+        conn.execute(
+            sa.insert(schema.lease_members).values(
+                id="killed",
+                started_at=sa.func.now() - sa.text("interval '3 hours'"),
+                expires_at=sa.func.now() - sa.text("interval '2 hours'"),
+            )
+        )
+        assert forget_dead(conn) == 1
+        assert forget_dead(conn) == 0 and live_members(conn) == ["b"]
     with engine.connect() as conn:
         g = schema.lease_grants
         grants = conn.execute(
