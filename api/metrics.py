@@ -115,6 +115,12 @@ class StateCollector(PromCollector):
             f["kvscope_store_retries_total"].add_metric([], st.retries)
             f["kvscope_store_rows_refused_total"].add_metric([], st.rows_refused)
             f["kvscope_store_writer_up"].add_metric([], float(writer.up))
+            fence = writer.fence
+            if fence is not None:
+                f["kvscope_leases_held"].add_metric([], len(fence.held()))
+                f["kvscope_leases_takeovers_total"].add_metric([], fence.stats.takeovers)
+                f["kvscope_leases_lost_total"].add_metric([], fence.stats.lost)
+                f["kvscope_store_rows_fenced_total"].add_metric([], fence.refused_rows)
         yield from f.values()
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 import msgspec
 from fastapi import APIRouter, Depends, Query, Response
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from kvscope.api.context import ApiContext, context
@@ -22,11 +23,13 @@ from kvscope.api.schemas import (
     UnavailableRank,
     table_statuses,
 )
+from kvscope.api.schemas_lease import LeaseInfo
 from kvscope.collector.block_table import BlockTable, TokenQuery
 from kvscope.collector.dump import show_hash
 from kvscope.collector.prefix_map import PrefixMatch
 from kvscope.collector.types import StreamId, TableKey
 from kvscope.storage.engine import store_down
+from kvscope.storage.leases import Lease, leases
 
 router = APIRouter(tags=["cache"])
 Ctx = Annotated[ApiContext, Depends(context)]
@@ -117,12 +120,18 @@ def _statuses(ctx: ApiContext, streams: list[StreamId]) -> list[ReplicaStatus]:
     raised (503)."""
     by_replica: dict[str, ReplicaStatus] = {}
     store_error: Exception | None = None
+    held = _leases(ctx)
     for stream in streams:
         status = by_replica.setdefault(
             stream.replica, ReplicaStatus(replica=stream.replica, ranks=[])
         )
         try:
             status.ranks.append(_rank_status(ctx, stream))
+            lease = held.get(stream)
+            if lease is not None:
+                status.ranks[-1].lease = LeaseInfo(
+                    owner=lease.owner, token=lease.token, live=lease.live
+                )
         except Exception as exc:
             if not store_down(exc):
                 raise
@@ -131,6 +140,19 @@ def _statuses(ctx: ApiContext, streams: list[StreamId]) -> list[ReplicaStatus]:
     if store_error is not None and not any(s.ranks for s in by_replica.values()):
         raise store_error
     return list(by_replica.values())
+
+
+def _leases(ctx: ApiContext) -> dict[StreamId, Lease]:
+    """The streams' leases, where collectors share a PostgreSQL store by lease; none while
+    the store does not answer (the rest of the answer does not need them)."""
+    engine = ctx.data.engine
+    if engine is None or engine.dialect.name != "postgresql":
+        return {}
+    try:
+        with engine.connect() as conn:
+            return leases(conn)
+    except SQLAlchemyError:
+        return {}
 
 
 @router.get("/replicas", response_model=list[ReplicaStatus])

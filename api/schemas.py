@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, Field
 
+from kvscope.api.schemas_lease import LeaseInfo
+
 if TYPE_CHECKING:
     from kvscope.collector.block_table import TableStats
     from kvscope.collector.types import TableKey
@@ -61,6 +63,7 @@ class RankStatus(BaseModel):
         description="A fleet's publisher silent past gone_after_s: its map and history are "
         "kept, and it is followed again when it speaks. None when only the store is known.",
     )
+    lease: LeaseInfo | None = None
     epoch: int
     last_seq: int | None
     last_batch_ts: float | None

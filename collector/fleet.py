@@ -143,7 +143,13 @@ def batch_rank(payload: bytes) -> int:
     return 0
 
 
+class NotNow(Exception):
+    """A stream that must not be followed yet (another collector holds its lease)."""
+
+
 class StreamStarter(Protocol):
-    """Where a stream first heard mid-run starts: the store's resume point, if it keeps one."""
+    """Where a stream first heard mid-run starts: the store's resume point, if it keeps one;
+    `NotNow` if it must not be followed yet (its message is refused, and the next one asks
+    again)."""
 
     def resume_point(self, stream: StreamId) -> ResumePoint | None: ...

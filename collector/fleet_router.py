@@ -29,6 +29,9 @@ class Refusal(StrEnum):
     """Another topic (or a configured replica) already has this replica name and rank."""
     FRAME_COUNT = "frame_count"
     """Not a [topic, seq, payload] message: no topic or batch to route it by."""
+    LEASED = "leased"
+    """Another collector holds the stream's lease (`--lease`): asked for again every few
+    seconds; once it is free, the stream resumes from the store and the replay."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,16 @@ class FleetRouter:
         self._routes[(topic, rank)] = stream
         self._taken.add(stream)
         return Route(stream, publisher.replay_endpoint(rank), True)
+
+    def forget(self, stream: StreamId, why: Refusal | None = None) -> None:
+        """The stream is not (or no longer) followed: its next message routes as new."""
+        for key in [k for k, v in self._routes.items() if v == stream]:
+            del self._routes[key]
+            if key[0] not in {topic for topic, _ in self._routes}:
+                self._publishers.pop(key[0], None)
+            if why is not None:
+                self._refuse(why, key[0])
+        self._taken.discard(stream)
 
     def _refuse(self, why: Refusal, topic: bytes) -> None:
         self.refused[why] += 1

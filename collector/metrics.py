@@ -159,6 +159,30 @@ METRICS: tuple[MetricSpec, ...] = (
         (),
     ),
     MetricSpec(
+        "kvscope_leases_held",
+        "gauge",
+        "Streams whose lease this collector holds (collect --lease); absent without leases.",
+        (),
+    ),
+    MetricSpec(
+        "kvscope_leases_takeovers_total",
+        "counter",
+        "Leases this collector took from one whose heartbeat had stopped (a collector died).",
+        (),
+    ),
+    MetricSpec(
+        "kvscope_leases_lost_total",
+        "counter",
+        "Leases found taken by another collector (this one had not renewed in time).",
+        (),
+    ),
+    MetricSpec(
+        "kvscope_store_rows_fenced_total",
+        "counter",
+        "Rows left out at a write because their stream's lease was no longer this collector's.",
+        (),
+    ),
+    MetricSpec(
         "kvscope_store_spill_bytes",
         "gauge",
         "Bytes of rows the queue had no room for, waiting in the local spill file.",

@@ -14,16 +14,19 @@ has succeeded, not before.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from typing import Any
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from kvscope.collector.endpoints import StreamEndpoint
-from kvscope.collector.fleet import FleetSettings, StreamStarter
-from kvscope.collector.fleet_router import Route
+from kvscope.collector.fleet import FleetSettings, NotNow, StreamStarter
+from kvscope.collector.fleet_router import Refusal, Route
 from kvscope.collector.fleet_socket import FleetSocket
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import ConnectionChange, EventSink, ResumePoint
@@ -64,6 +67,7 @@ class Collector:
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._streams: dict[StreamId, StreamSockets] = {}
         self._stop = threading.Event()
+        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self.failure: str | None = None
@@ -86,6 +90,47 @@ class Collector:
         """Start `point.stream` where a store left off (before `start`)."""
         with self.lock:
             self.ingests[point.stream].resume(point)
+
+    def call_soon(self, call: Callable[[], Any]) -> Future[Any]:
+        """Run `call` on the loop's thread (which owns the sockets and the maps), under the
+        lock, at its next turn; its result or exception in the future."""
+        done: Future[Any] = Future()
+        self._calls.put((call, done))
+        return done
+
+    def add_stream(self, spec: StreamEndpoint, point: ResumePoint | None) -> None:
+        """Follow one more stream, from `point` if given (on the loop's thread: `call_soon`)."""
+        ingest = self._new_ingest(spec)
+        if point is not None:
+            ingest.resume(point)
+        # Replaced, not changed: readers iterate the dict without the lock.
+        self.ingests = {**self.ingests, spec.stream: ingest}
+        self._streams[spec.stream] = StreamSockets(self._ctx, spec, ingest, self.settings)
+
+    def remove_stream(self, stream: StreamId) -> None:
+        """Stop following a stream (added by `add_stream`, or a fleet's): its sockets close,
+        its map goes (on the loop's thread: `call_soon`)."""
+        sockets = self._streams.pop(stream, None)
+        if sockets is not None:
+            sockets.close()
+        self.ingests = {k: v for k, v in self.ingests.items() if k != stream}
+        if self.fleet is not None:  # a fleet's publisher: registered afresh when next heard
+            self.fleet.router.forget(stream)
+            self.fleet.gone.discard(stream)
+
+    def _run_calls(self) -> None:
+        while True:
+            try:
+                call, done = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            if not done.set_running_or_notify_cancel():
+                continue
+            try:
+                with self.lock:
+                    done.set_result(call())
+            except Exception as exc:  # the caller's to handle
+                done.set_exception(exc)
 
     # --- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -178,7 +223,9 @@ class Collector:
                 poller, owners, registered = zmq.Poller(), current, tuple(current)
                 for sock in registered:
                     poller.register(sock, zmq.POLLIN)
-            for sock, _ in poller.poll(POLL_MS):
+            if not registered:  # no stream yet (leases give them): zmq_poll would not wait
+                self._stop.wait(POLL_MS / 1000)
+            for sock, _ in poller.poll(POLL_MS) if registered else ():
                 stream, role = owners[sock]
                 with self.lock:
                     if stream is None:
@@ -193,6 +240,7 @@ class Collector:
                             self._on_monitor(stream)
                     except zmq.ZMQError as exc:  # this stream's sockets; the others go on
                         stream.ingest.errors.socket_failed(role, exc)
+            self._run_calls()
             now = time.time()
             with self.lock:
                 for stream in self._streams.values():
@@ -289,6 +337,8 @@ class Collector:
             if to is None:
                 continue
             stream = self._register(to, now()) if to.new else self._streams[to.stream]
+            if stream is None:
+                continue
             if to.stream in self.fleet.gone:
                 self.fleet.gone.discard(to.stream)
                 logger.info("%s: heard again", to.stream)
@@ -297,8 +347,9 @@ class Collector:
             if request is not None:
                 stream.send_replay(request)
 
-    def _register(self, to: Route, now: float) -> StreamSockets:
-        """A publisher heard for the first time: its stream, started where the store left it."""
+    def _register(self, to: Route, now: float) -> StreamSockets | None:
+        """A publisher heard for the first time: its stream, started where the store left it;
+        None if it must not be followed yet."""
         assert self.fleet is not None
         spec = StreamEndpoint(to.stream, self.fleet.settings.bind, True, to.replay_endpoint)
         ingest = self._new_ingest(spec)
@@ -306,6 +357,9 @@ class Collector:
         if self._starter is not None:
             try:
                 point = self._starter.resume_point(to.stream)
+            except NotNow:
+                self.fleet.router.forget(to.stream, Refusal.LEASED)
+                return None
             except Exception as exc:  # a store that does not answer: followed from scratch
                 logger.warning("%s: no resume point (%s): followed afresh", to.stream, exc)
         if point is not None:

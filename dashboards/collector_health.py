@@ -272,13 +272,43 @@ def _store() -> list[Json]:
     ]
 
 
+def _leases() -> list[Json]:
+    def per_second(name: str) -> str:
+        return f"sum(rate({kv(name)}[{RATE}]))"
+
+    return [
+        row("Leases"),
+        timeseries(
+            "Leases: held per collector, takeovers, losses, fenced rows",
+            [
+                prom(f"sum by (instance) ({kv('kvscope_leases_held')})", "held: {{instance}}"),
+                prom(per_second("kvscope_leases_takeovers_total"), "takeovers", "B"),
+                prom(per_second("kvscope_leases_lost_total"), "lost", "C"),
+                prom(per_second("kvscope_store_rows_fenced_total"), "fenced rows", "D"),
+            ],
+            description="Collectors that share streams through leases (`--lease`): the streams "
+            "each holds (their sum is every stream, each held once), leases taken from a "
+            "collector whose heartbeat stopped, leases a collector found taken from it, and "
+            "rows left out at a write because their lease was gone. Empty without leases.",
+            unit="short",
+            min_value=0,
+            w=24,
+            overrides=[
+                override("takeovers", unit="ops"),
+                override("lost", unit="ops"),
+                override("fenced rows", unit="ops"),
+            ],
+        ),
+    ]
+
+
 def build() -> Json:
     return dashboard(
         uid=COLLECTOR_HEALTH_UID,
         title="kvscope / Collector health",
         description="Streams connected, silent and degraded; events by type and status, "
-        "malformed input, lag; the store's queue, write latency and retries.",
+        "malformed input, lag; the store's queue, write latency and retries; leases.",
         variables=[prometheus_variable(), replica_variable()],
-        panels=[*_streams(), *_events(), *_store()],
+        panels=[*_streams(), *_events(), *_store(), *_leases()],
         time_from="now-1h",
     )

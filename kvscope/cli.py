@@ -32,6 +32,7 @@ from kvscope.options import (
     DpRanksOpt,
     DurationOpt,
     JsonOpt,
+    LeaseOpt,
     MaxMessageOpt,
     MetricsOpt,
     ReplayOpt,
@@ -107,6 +108,7 @@ def collect(
     live: Annotated[bool, typer.Option(help="Show the live terminal view.")] = True,
     store: StoreFlag = None,
     shard: ShardOpt = None,
+    lease: LeaseOpt = None,
     spill_bytes: SpillBytesOpt = None,
     spill_dir: SpillDirOpt = None,
     bind: BindOpt = None,
@@ -119,7 +121,7 @@ def collect(
     config = load_config(
         config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes, metrics
     )
-    config = with_store_flags(config, store, shard, spill_bytes, spill_dir)
+    config = with_store_flags(config, store, shard, spill_bytes, spill_dir, lease)
     config = with_fleet_flags(
         config, bind, topic_pattern, replica_format, replay_template, gone_after
     )

@@ -15,9 +15,9 @@ The file lists replicas and collector settings:
     topic = ""
     metrics = "http://10.0.0.5:8000/metrics"   # optional: vLLM's own metrics, scraped
 
-    [store]                                 # --store, --shard, --spill-bytes, --spill-dir
+    [store]                                 # --store, --shard, --spill-bytes, --spill-dir, --lease
     url = "postgresql+psycopg://kvscope@db/kvscope"
-    shard = "east"
+    shard = "east"                          # or lease = true: collectors that fail over
     spill_bytes = 1073741824
     spill_dir = "/var/lib/kvscope/spill"
 
@@ -103,6 +103,9 @@ class StoreConfig:
     shard: str | None = None
     spill_bytes: int = StoreSettings.spill_bytes
     spill_dir: str | None = None
+    lease: bool = False
+    """Share the streams with the other collectors on this PostgreSQL through leases
+    (storage/leases.py), taking over those of a collector that died."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +188,9 @@ def _store(section: Any) -> StoreConfig:
     if unknown:
         raise ConfigError(f"[store]: unknown keys {sorted(unknown)}")
     for key, value in section.items():
-        if key == "spill_bytes":
+        if key == "lease":
+            valid, expected = isinstance(value, bool), "true or false"
+        elif key == "spill_bytes":
             # bool is an int to Python, not to a reader of the file.
             valid = isinstance(value, int) and not isinstance(value, bool) and value >= 0
             expected = "a byte count >= 0"

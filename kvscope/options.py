@@ -81,6 +81,16 @@ ShardOpt = Annotated[
         "replicas; a replica another shard writes is refused.",
     ),
 ]
+LeaseOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--lease/--no-lease",
+        envvar="KVSCOPE_LEASE",
+        help="Share the replicas with every collector on this PostgreSQL through leases: each "
+        "holds its share, and takes over those of one that dies. Default: \\[store] lease.",
+        show_default=False,
+    ),
+]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print one JSON document for scripts instead of tables.")
 ]
@@ -182,10 +192,12 @@ def with_store_flags(
     shard: str | None,
     spill_bytes: int | None,
     spill_dir: str | None,
+    lease: bool | None = None,
 ) -> Config:
     """The file's [store] with each flag (or its environment variable) that was given on top."""
     file = config.store
     store = StoreConfig(
+        lease=file.lease if lease is None else lease,
         url=file.url if url is None else url,
         shard=file.shard if shard is None else shard,
         spill_bytes=file.spill_bytes if spill_bytes is None else spill_bytes,

@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import typer
 
+from kvscope.collector.fleet import NotNow
 from kvscope.collector.sink import ResumePoint
 from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
-from kvscope.config import Config, ConfigError
+from kvscope.config import Config, ConfigError, StoreConfig
 from kvscope.options import err, fail
 from kvscope.storage.dangling import close_dangling_connections
+from kvscope.storage.lease_keeper import LeaseKeeper, member_id
+from kvscope.storage.leases import Fence, LeaseSettings, acquire
 from kvscope.storage.resume import resume_point
 from kvscope.storage.retention import Retention
 from kvscope.storage.writer import StoreWriter
-from kvscope.store_commands import closing_writer, open_writer, scraping
+from kvscope.store_commands import NO_STORE, closing_writer, open_writer, scraping
 
 logger = logging.getLogger(__name__)
 FAILED_EXIT = 1
@@ -28,12 +32,28 @@ restarts the process, and the store's resume takes over as after a kill -9)."""
 
 class StoreStarter:
     """A stream starts where the store left it (`collector.fleet.StreamStarter`): at start-up
-    for configured replicas, when first heard for a fleet's publishers."""
+    for configured replicas, when first heard for a fleet's publishers. With leases (a
+    `fence`), a fleet's publisher is stored only if its lease is free: one that another
+    collector holds is refused until its lease is free (asked again every `renew_s`)."""
 
-    def __init__(self, writer: StoreWriter) -> None:
+    def __init__(self, writer: StoreWriter, fence: Fence | None = None) -> None:
         self.writer = writer
+        self.fence = fence
+        self._retry_at: dict[StreamId, float] = {}
 
     def resume_point(self, stream: StreamId) -> ResumePoint | None:
+        if self.fence is not None:
+            if stream in self.fence.draining or time.monotonic() < self._retry_at.get(stream, 0):
+                raise NotNow(stream)
+            with self.writer.engine.begin() as conn:
+                grant = acquire(conn, stream, self.fence.member)
+            if grant is None:  # refused (counted) until then
+                self._retry_at[stream] = time.monotonic() + LeaseSettings.renew_s
+                raise NotNow(stream)
+            self.fence.hold(stream, grant.token)
+        return self.from_store(stream)
+
+    def from_store(self, stream: StreamId) -> ResumePoint | None:
         close_dangling_connections(self.writer.engine, stream)
         point = resume_point(self.writer.engine, stream)
         if point is not None:
@@ -56,19 +76,47 @@ def running_pipeline(config: Config) -> Iterator[tuple[Collector, StoreWriter | 
         streams = [s for r in config.replicas for s in r.streams()]
     except ConfigError as exc:
         raise fail(str(exc)) from exc
-    writer = open_writer(config.store, [s.stream for s in streams])
-    starter = None if writer is None else StoreStarter(writer)
+    fence = leased(config.store)
+    writer = open_writer(config.store, [] if fence else [s.stream for s in streams], fence)
+    starter = None if writer is None else StoreStarter(writer, fence)
     collector = Collector(
-        streams, settings=config.collector, sink=writer, fleet=config.fleet, starter=starter
+        [] if fence else streams,
+        settings=config.collector,
+        sink=writer,
+        fleet=config.fleet,
+        starter=starter,
     )
-    if starter is not None:
+    keeper = None
+    if fence is not None and writer is not None and starter is not None:
+        keeper = LeaseKeeper(writer.engine, streams, collector, writer, fence, starter.from_store)
+        fence.on_refused = keeper.fenced
+    elif starter is not None:
         for stream in collector.ingests:
             point = starter.resume_point(stream)
             if point is not None:
                 collector.resume(point)
     scrape_targets = {r.name: r.metrics for r in config.replicas if r.metrics}
-    with closing_writer(writer, Retention()), scraping(writer, scrape_targets), collector:
+    with ExitStack() as stack:
+        if keeper is not None:  # leases released last, once the writer has flushed
+            stack.enter_context(keeper.membership())
+        stack.enter_context(closing_writer(writer, Retention()))
+        stack.enter_context(scraping(writer, scrape_targets))
+        stack.enter_context(collector)
+        if keeper is not None:  # streams move only while the collector runs
+            stack.enter_context(keeper.keeping())
         yield collector, writer
+
+
+def leased(store: StoreConfig) -> Fence | None:
+    """With `lease`: this collector's fence (a member of its own); refused without a store or
+    with a shard (leases replace the static split)."""
+    if not store.lease:
+        return None
+    if store.url == NO_STORE:
+        raise fail("--lease needs a shared PostgreSQL store (--store postgresql+psycopg://...)")
+    if store.shard is not None:
+        raise fail("--lease and --shard exclude each other: leases replace the static shards")
+    return Fence(member_id())
 
 
 def failure(collector: Collector, writer: StoreWriter | None) -> str | None:

@@ -30,6 +30,7 @@ from kvscope.options import (
     ConfigOpt,
     DpRanksOpt,
     HostOpt,
+    LeaseOpt,
     MaxMessageOpt,
     MetricsOpt,
     PortOpt,
@@ -122,6 +123,7 @@ def serve(
     max_message_bytes: MaxMessageOpt = None,
     store: StoreFlag = None,
     shard: ShardOpt = None,
+    lease: LeaseOpt = None,
     spill_bytes: SpillBytesOpt = None,
     spill_dir: SpillDirOpt = None,
     bind: BindOpt = None,
@@ -148,7 +150,7 @@ def serve(
         metrics,
         api_url,
     )
-    config = with_store_flags(config, store, shard, spill_bytes, spill_dir)
+    config = with_store_flags(config, store, shard, spill_bytes, spill_dir, lease)
     config = with_fleet_flags(
         config, bind, topic_pattern, replica_format, replay_template, gone_after
     )

@@ -30,6 +30,7 @@ from kvscope.storage.history import (
     rebuild,
     stream_id,
 )
+from kvscope.storage.leases import Fence, LeaseError, check_backend
 from kvscope.storage.redact import redact
 from kvscope.storage.reset_links import LINK_WINDOW_S, linked_modes, resets_query
 from kvscope.storage.retention import DAY, Pruner, Retention, prune
@@ -98,8 +99,11 @@ def open_for_reading(url: str) -> Engine:
         raise _fail(redact(f"{url}: {exc}")) from exc
 
 
-def open_writer(store: StoreConfig, streams: Sequence[StreamId] = ()) -> StoreWriter | None:
-    """A writer on `store` owning `streams` (refused if another shard writes one of them)."""
+def open_writer(
+    store: StoreConfig, streams: Sequence[StreamId] = (), fence: Fence | None = None
+) -> StoreWriter | None:
+    """A writer on `store` owning `streams` (refused if another shard writes one of them);
+    with a `fence` (leases), writing only the streams whose lease it holds."""
     url = store.url
     if url == NO_STORE:
         return None
@@ -109,8 +113,10 @@ def open_writer(store: StoreConfig, streams: Sequence[StreamId] = ()) -> StoreWr
         settings = StoreSettings(
             shard=store.shard, spill_bytes=store.spill_bytes, spill_dir=store.spill_dir
         )
-        return StoreWriter(engine, settings)
-    except ShardConflict as exc:
+        if fence is not None:
+            check_backend(engine.dialect.name)
+        return StoreWriter(engine, settings, fence)
+    except (ShardConflict, LeaseError) as exc:
         raise _fail(str(exc)) from exc
     except SQLAlchemyError as exc:
         raise _fail(redact(f"cannot open store {url}: {str(exc).splitlines()[0]}")) from exc

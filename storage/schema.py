@@ -10,6 +10,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -233,4 +234,43 @@ reset_requests = Table(
     Column("http_status", Integer),
     Column("detail", String(400)),
     Index("ix_reset_requests_replica_at", "replica", "requested_at"),
+)
+
+lease_members = Table(
+    "lease_members",
+    metadata,
+    # A running `collect --lease` process (storage/leases.py): alive while `expires_at`, renewed
+    # by its heartbeat on the database's clock, is in the future. Its leases last as long.
+    Column("id", String(200), primary_key=True),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+
+stream_leases = Table(
+    "stream_leases",
+    metadata,
+    # The one writer of a stream: `owner` (a lease member's id, NULL once released) holds it
+    # under `token`, which grows by one at every grant; each write checks both (fencing).
+    Column("replica", String(200), primary_key=True),
+    Column("rank", Integer, primary_key=True),
+    Column("owner", String(200)),
+    Column("token", BigInteger, nullable=False),
+)
+
+lease_grants = Table(
+    "lease_grants",
+    metadata,
+    # Every grant of a stream's lease, and when its holder's writes landed (the database's
+    # clock, at each write transaction): who wrote a stream when, and that no two did at once.
+    Column("replica", String(200), primary_key=True),
+    Column("rank", Integer, primary_key=True),
+    Column("token", BigInteger, primary_key=True),
+    Column("owner", String(200), nullable=False),
+    # Taken from a holder whose heartbeat had stopped (not released to it).
+    Column("takeover", Boolean, nullable=False),
+    Column("granted_at", DateTime(timezone=True), nullable=False),
+    Column("released_at", DateTime(timezone=True)),
+    Column("first_write_at", DateTime(timezone=True)),
+    Column("last_write_at", DateTime(timezone=True)),
+    Column("writes", BigInteger, nullable=False),
 )

@@ -13,6 +13,7 @@ from kvscope.collector.snapshot import compress
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.bulk_sql import insert_chunks, upsert_rollups
+from kvscope.storage.leases import Fence
 from kvscope.storage.log_chunks import ChunkRow, pack
 from kvscope.storage.prefix_groups_store import store_prefix_groups
 from kvscope.storage.rows import (
@@ -38,6 +39,27 @@ class Prepared:
     droppable: int = 0
     """Rows of the kinds the queue may drop (they count towards its bound)."""
 
+    def streams(self) -> set[StreamId]:
+        return {_stream(r) for rows in (self.ordered, self.chunks, self.rollups) for r in rows}
+
+    def keep_only(self, streams: set[StreamId]) -> dict[StreamId, int]:
+        """Leave out the rows of every other stream; the rows left out (batches for the log's
+        chunks), per stream."""
+        left: dict[StreamId, int] = {}
+        for r in (*self.ordered, *self.chunks, *self.rollups):
+            if (stream := _stream(r)) not in streams:
+                left[stream] = left.get(stream, 0) + (r.batches if type(r) is ChunkRow else 1)
+        self.ordered = [r for r in self.ordered if _stream(r) in streams]
+        self.chunks = [r for r in self.chunks if r.stream in streams]
+        self.rollups = [r for r in self.rollups if r.stream in streams]
+        return left
+
+
+def _stream(row: Row | ChunkRow) -> StreamId:
+    stream = row[0] if type(row) is tuple else row.stream  # type: ignore[union-attr]
+    assert isinstance(stream, StreamId)
+    return stream
+
 
 def droppable(row: Row) -> bool:
     """Batches, rollups and checkpoints: the rows the queue may drop when it is full."""
@@ -52,8 +74,11 @@ class RowWriter:
         shard: str | None,
         checkpoint_written: Callable[[CheckpointRow, int], None],
         log_packed: Callable[[StreamId, int, int], None],
+        fence: Fence | None = None,
     ) -> None:
         self.shard = shard
+        self.fence = fence
+        """With leases: each transaction writes only the streams whose lease it still holds."""
         self.checkpoint_written = checkpoint_written
         """Told each checkpoint's size on disk (the ingest side paces checkpoints by it)."""
         self.log_packed = log_packed
@@ -111,6 +136,12 @@ class RowWriter:
         return prepared
 
     def write(self, conn: Connection, prepared: Prepared) -> None:
+        if self.fence is not None:
+            # Checked in this transaction, the lease rows held until it commits: a stream
+            # taken over meanwhile gets none of these rows.
+            admitted = self.fence.admit(conn, prepared.streams())
+            for stream, rows in prepared.keep_only(admitted).items():
+                self.fence.refused(stream, rows)
         # Epochs, resets and recoveries keep their order (a recovery needs its reset's id).
         for row in prepared.ordered:
             self._write_one(conn, row)

@@ -35,6 +35,7 @@ from kvscope.collector.sink import (
 )
 from kvscope.collector.snapshot import encode_map, encode_tables
 from kvscope.collector.types import StreamId
+from kvscope.storage.leases import Fence
 from kvscope.storage.recovery_follow import StreamRecoveries, recovery_row
 from kvscope.storage.recovery_resume import open_recovery
 from kvscope.storage.rollups import SecondRollup
@@ -96,7 +97,9 @@ class WriterStats:
 class StoreWriter:
     """A `Collector`'s sink (collector/sink.py's `EventSink`), writing to one store."""
 
-    def __init__(self, engine: Engine, settings: StoreSettings | None = None) -> None:
+    def __init__(
+        self, engine: Engine, settings: StoreSettings | None = None, fence: Fence | None = None
+    ) -> None:
         self.settings = settings or StoreSettings()
         self.stats = WriterStats()
         self._drop_log = RateLimitedLog(logger)
@@ -113,7 +116,10 @@ class StoreWriter:
             rare_bytes_limit=self.settings.rare_bytes,
         )
         self._streams: dict[StreamId, _StreamState] = {}
-        self._sql = RowWriter(self.settings.shard, self._checkpoint_written, self._log_packed)
+        self.fence = fence  # with leases: the streams held, and the lease counters
+        self._sql = RowWriter(
+            self.settings.shard, self._checkpoint_written, self._log_packed, fence
+        )
         switch = self.settings.gil_switch_interval_s
         if switch is not None and switch < sys.getswitchinterval():
             sys.setswitchinterval(switch)
@@ -202,6 +208,11 @@ class StoreWriter:
             self._put_always(recovery_row(point.stream, found.key, found.tracker))
         if not found.tracker.done:
             state.recoveries.resumed(found.key, found.tracker)
+
+    def forget(self, stream: StreamId) -> None:
+        """The stream left this collector (its lease given up or lost): its state goes, as in
+        a crash; its next holder resumes from the store (`fence`: storage/leases.py)."""
+        self._streams.pop(stream, None)
 
     def degraded(self, change: DegradedChange) -> None:
         """Each degraded interval is written when it opens and again (an upsert on its start)

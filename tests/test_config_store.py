@@ -103,3 +103,33 @@ def test_the_environment_and_the_flag_win_over_the_file(tmp_path: Path) -> None:
     assert from_env.exists() and not from_file.exists()
     _collect(tmp_path, section, "--store", f"sqlite:///{from_flag}")
     assert from_flag.exists() and not from_file.exists()
+
+
+def test_lease_from_the_file_the_environment_and_the_flag(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[store]\nurl = "postgresql+psycopg://db/k"\nlease = true\n')
+    config = load_file(path)
+    assert config.store.lease is True
+    assert with_store_flags(config, None, None, None, None).store.lease is True
+    assert with_store_flags(config, None, None, None, None, False).store.lease is False
+    path.write_text("[store]\nlease = 'yes'\n")
+    with pytest.raises(ConfigError, match="lease has value 'yes', not true or false"):
+        load_file(path)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--store", "none"], "--lease needs a shared PostgreSQL store"),
+        (["--store", "sqlite:///{tmp}/k.sqlite"], "leases need PostgreSQL"),
+        (["--store", "sqlite:///{tmp}/k.sqlite", "--shard", "east"], "exclude each other"),
+    ],
+)
+def test_lease_is_refused_where_it_cannot_work(
+    tmp_path: Path, flags: list[str], message: str
+) -> None:
+    args = ["collect", "--replica", "a=tcp://127.0.0.1:9", "--no-live", "--duration", "1"]
+    flags = [f.format(tmp=tmp_path) for f in flags]
+    result = CliRunner().invoke(app, [*args, *flags], env={"KVSCOPE_LEASE": "1"})
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())

@@ -1,0 +1,262 @@
+"""Leases: several collectors on one PostgreSQL, exactly one writer per stream.
+
+A collector is a *member* while its heartbeat row has not expired (`lease_members.expires_at`,
+on the database's clock, so the collectors' clocks never matter). A stream's lease
+(`stream_leases`) names its owner and a fencing token that grows by one at every grant; it is
+valid while its owner is a live member. A lease whose owner stopped beating (`kill -9`, a host
+gone) may be taken by another member, with the next token. Every write transaction of the
+store's writer checks, inside itself, that the lease still names this member and its token
+(`Fence.admit`), holding the row so a taker waits for the write to commit: a stale writer's
+rows are refused and nothing of them lands. `lease_grants` keeps every grant and when its
+writes landed. PostgreSQL only (`clock_timestamp()`, row locks).
+
+Which member should hold a stream is rendezvous hashing over the live members (`owner_of`):
+each computes the same answer, and a member joining or leaving moves only its share.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, and_, exists, func, insert, select, tuple_, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from kvscope.collector.types import StreamId
+from kvscope.storage import schema
+
+M, L, G = schema.lease_members, schema.stream_leases, schema.lease_grants
+
+
+class LeaseError(ValueError):
+    """Leases asked for where they cannot work (a store that is not PostgreSQL)."""
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    ttl_s: float = 10.0
+    """A member (and every lease it holds) is taken for dead this long after its last
+    heartbeat: its streams are taken over after this, plus at most one `renew_s`."""
+    renew_s: float = 2.0
+    """Heartbeat, and look at the members and the leases, this often."""
+
+
+def check_backend(dialect: str) -> None:
+    if dialect != "postgresql":
+        raise LeaseError(
+            f"leases need PostgreSQL (the store is {dialect}): several collectors share one "
+            "PostgreSQL; a SQLite store has one collector, which needs none"
+        )
+
+
+def _now() -> Any:
+    return func.clock_timestamp()
+
+
+def _in(seconds: float) -> Any:
+    return _now() + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+
+
+def _live(owner: Any) -> Any:
+    return exists().where(M.c.id == owner, M.c.expires_at > _now())
+
+
+def _pk(stream: StreamId) -> Any:
+    return and_(L.c.replica == stream.replica, L.c.rank == stream.rank)
+
+
+def heartbeat(conn: Connection, member: str, ttl_s: float) -> None:
+    """The member is alive for `ttl_s` more (it joins on its first beat)."""
+    statement = pg_insert(M).values(id=member, started_at=_now(), expires_at=_in(ttl_s))
+    conn.execute(
+        statement.on_conflict_do_update(
+            index_elements=[M.c.id], set_={"expires_at": statement.excluded.expires_at}
+        )
+    )
+
+
+def forget_dead(conn: Connection, after_s: float = 3600.0) -> int:
+    """Members dead (not beating) this long go (a killed one never leaves): how many. Their
+    leases stay, free to take (an owner that is no member is not live)."""
+    return conn.execute(M.delete().where(M.c.expires_at < _in(-after_s))).rowcount
+
+
+def live_members(conn: Connection) -> list[str]:
+    return sorted(conn.execute(select(M.c.id).where(M.c.expires_at > _now())).scalars())
+
+
+def owned(conn: Connection, member: str) -> dict[StreamId, int]:
+    """The streams whose lease names `member`, with their tokens."""
+    rows = conn.execute(select(L.c.replica, L.c.rank, L.c.token).where(L.c.owner == member))
+    return {StreamId(r.replica, r.rank): int(r.token) for r in rows}
+
+
+@dataclass(frozen=True)
+class Lease:
+    owner: str | None
+    token: int
+    live: bool
+    """The owner is a live member (the lease holds)."""
+
+
+def leases(conn: Connection) -> dict[StreamId, Lease]:
+    """Every stream's lease as it stands."""
+    rows = conn.execute(select(L.c.replica, L.c.rank, L.c.owner, L.c.token, _live(L.c.owner)))
+    return {StreamId(r[0], r[1]): Lease(r[2], int(r[3]), bool(r[4])) for r in rows}
+
+
+@dataclass(frozen=True)
+class Grant:
+    token: int
+    takeover: bool
+    """Taken from a member whose heartbeat had stopped."""
+
+
+def acquire(conn: Connection, stream: StreamId, member: str) -> Grant | None:
+    """Grant `stream` to `member` with the next token, unless a live member holds it; None if
+    one does. Call within a transaction of its own (the row stays locked until it ends)."""
+    row = conn.execute(select(L.c.owner, L.c.token).where(_pk(stream)).with_for_update()).first()
+    takeover = False
+    if row is None:
+        token = conn.execute(
+            pg_insert(L)
+            .values(replica=stream.replica, rank=stream.rank, owner=member, token=1)
+            .on_conflict_do_nothing()
+            .returning(L.c.token)
+        ).scalar_one_or_none()
+        if token is None:  # another member made it meanwhile
+            return None
+    else:
+        if row.owner is not None and row.owner != member:
+            if conn.execute(select(_live(row.owner))).scalar():
+                return None
+            takeover = True
+        token = conn.execute(
+            update(L)
+            .where(_pk(stream))
+            .values(owner=member, token=L.c.token + 1)
+            .returning(L.c.token)
+        ).scalar_one()
+    conn.execute(
+        insert(G).values(
+            replica=stream.replica,
+            rank=stream.rank,
+            token=token,
+            owner=member,
+            takeover=takeover,
+            granted_at=_now(),
+            writes=0,
+        )
+    )
+    return Grant(int(token), takeover)
+
+
+def release(conn: Connection, stream: StreamId, member: str, token: int) -> bool:
+    """Give the lease up (its writes are done): free for the next member at once."""
+    done = conn.execute(
+        update(L).where(_pk(stream), L.c.owner == member, L.c.token == token).values(owner=None)
+    ).rowcount
+    _grant_released(conn, stream, token)
+    return bool(done)
+
+
+def _grant_released(conn: Connection, stream: StreamId, token: int) -> None:
+    conn.execute(
+        update(G)
+        .where(G.c.replica == stream.replica, G.c.rank == stream.rank, G.c.token == token)
+        .where(G.c.released_at.is_(None))
+        .values(released_at=_now())
+    )
+
+
+def leave(conn: Connection, member: str) -> None:
+    """A member that stops: its remaining leases free, itself gone."""
+    for stream, token in owned(conn, member).items():
+        release(conn, stream, member, token)
+    conn.execute(M.delete().where(M.c.id == member))
+
+
+def _rank(member: str, stream: StreamId) -> bytes:
+    key = f"{member}\0{stream.replica}\0{stream.rank}".encode()
+    return hashlib.blake2b(key, digest_size=8).digest()
+
+
+def owner_of(stream: StreamId, members: Iterable[str]) -> str | None:
+    """The member that should hold `stream` (rendezvous hashing); None without members."""
+    return max(members, key=lambda m: _rank(m, stream), default=None)
+
+
+@dataclass
+class LeaseStats:
+    """Counted by the lease keeper (storage/lease_keeper.py), read by /metrics."""
+
+    acquired: int = 0
+    takeovers: int = 0
+    """Leases taken from a member whose heartbeat had stopped."""
+    released: int = 0
+    lost: int = 0
+    """Leases found taken by another member (this one had not beaten in time)."""
+
+
+class Fence:
+    """What the store's writer checks at every write: the streams this member holds, with
+    their tokens (set by the lease keeper, read by the writer thread)."""
+
+    def __init__(self, member: str, refused: Callable[[StreamId], None] | None = None) -> None:
+        self.member = member
+        self.stats = LeaseStats()
+        self._tokens: dict[StreamId, int] = {}
+        self._lock = threading.Lock()
+        self.on_refused = refused
+        """Told each stream whose rows were refused (on the writer's thread)."""
+        self.refused_rows = 0
+        """Rows left out because this member did not hold their stream's lease."""
+        self.draining: set[StreamId] = set()
+        """Streams let go whose queued rows the writer has not drained yet: not to be taken
+        again until it has (their old rows would pass the new token's check)."""
+
+    def hold(self, stream: StreamId, token: int) -> None:
+        with self._lock:
+            self._tokens[stream] = token
+
+    def drop(self, stream: StreamId) -> None:
+        with self._lock:
+            self._tokens.pop(stream, None)
+
+    def held(self) -> dict[StreamId, int]:
+        with self._lock:
+            return dict(self._tokens)
+
+    def admit(self, conn: Connection, streams: set[StreamId]) -> set[StreamId]:
+        """Of `streams`, those whose lease still names this member with its token, locked
+        (FOR SHARE) until the transaction ends, and their grants' write times set."""
+        tokens = self.held()
+        keys = [(s.replica, s.rank, tokens[s]) for s in streams if s in tokens]
+        if not keys:
+            return set()
+        found = conn.execute(
+            select(L.c.replica, L.c.rank, L.c.token)
+            .where(L.c.owner == self.member, tuple_(L.c.replica, L.c.rank, L.c.token).in_(keys))
+            .order_by(L.c.replica, L.c.rank)
+            .with_for_update(read=True)
+        ).all()
+        if found:
+            at = _now()
+            conn.execute(
+                update(G)
+                .where(tuple_(G.c.replica, G.c.rank, G.c.token).in_([tuple(r) for r in found]))
+                .values(
+                    first_write_at=func.coalesce(G.c.first_write_at, at),
+                    last_write_at=at,
+                    writes=G.c.writes + 1,
+                )
+            )
+        return {StreamId(r.replica, r.rank) for r in found}
+
+    def refused(self, stream: StreamId, rows: int) -> None:
+        self.refused_rows += rows
+        if self.on_refused is not None:
+            self.on_refused(stream)

@@ -1,0 +1,269 @@
+"""Leases on the real PostgreSQL: acquire, renew, expiry, release, and fencing at every write.
+
+A member's expiry is waited for (a short TTL, then a condition), never timed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from fastapi.testclient import TestClient
+from sqlalchemy.exc import OperationalError
+
+from kvscope.api.app import create_app
+from kvscope.api.data import ApiData
+from kvscope.collector.capture import CaptureRecord, read_capture
+from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.types import StreamId
+from kvscope.storage import batch_log, schema
+from kvscope.storage.engine import alembic_config, make_engine, open_store, upgrade
+from kvscope.storage.history import position_at_seq, rebuild, stream_id
+from kvscope.storage.leases import (
+    Fence,
+    Grant,
+    LeaseError,
+    acquire,
+    check_backend,
+    forget_dead,
+    heartbeat,
+    leases,
+    leave,
+    live_members,
+    owned,
+    owner_of,
+    release,
+)
+from kvscope.storage.resume import resume_point
+from kvscope.storage.writer import StoreWriter
+from tests.conftest import capture_path
+
+STREAM = StreamId("lab", 0)
+SHORT_TTL = 0.3
+
+
+def wait_until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def dead(engine: sa.Engine, member: str) -> Callable[[], bool]:
+    def check() -> bool:
+        with engine.connect() as conn:
+            return member not in live_members(conn)
+
+    return check
+
+
+def test_0011_adds_the_lease_tables_and_goes_back(store_url: str) -> None:
+    engine = make_engine(store_url)
+    upgrade(engine, "0010")
+    tables = {"lease_members", "stream_leases", "lease_grants"}
+    with engine.connect() as conn:
+        assert not tables & set(sa.inspect(conn).get_table_names())
+    upgrade(engine)
+    with engine.connect() as conn:
+        inspector = sa.inspect(conn)
+        for name in tables:
+            got = {c["name"] for c in inspector.get_columns(name)}
+            assert got == {c.name for c in schema.metadata.tables[name].columns}
+    config = alembic_config()
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0010")
+    with engine.connect() as conn:
+        left = set(sa.inspect(conn).get_table_names())
+        assert not tables & left and "reset_prefix_groups" in left
+    upgrade(engine)
+    engine.dispose()
+
+
+def test_sqlite_is_refused_with_a_reason() -> None:
+    with pytest.raises(LeaseError, match="PostgreSQL"):
+        check_backend("sqlite")
+
+
+def test_acquire_renew_expire_release(pg_url: str) -> None:
+    engine = open_store(pg_url)
+    with engine.begin() as conn:
+        heartbeat(conn, "a", 60)
+        heartbeat(conn, "b", 60)
+    with engine.begin() as conn:
+        assert acquire(conn, STREAM, "a") == Grant(1, False)
+    with engine.begin() as conn:
+        assert acquire(conn, STREAM, "b") is None  # a live member holds it
+    with engine.begin() as conn:
+        assert release(conn, STREAM, "a", 1)
+        assert acquire(conn, STREAM, "b") == Grant(2, False)
+        assert owned(conn, "b") == {STREAM: 2} and owned(conn, "a") == {}
+
+    # b stops beating: a takes the stream over with the next token.
+    with engine.begin() as conn:
+        heartbeat(conn, "b", SHORT_TTL)
+    wait_until(dead(engine, "b"), "b's heartbeat to expire")
+    with engine.begin() as conn:
+        assert leases(conn)[STREAM].live is False
+        assert acquire(conn, STREAM, "a") == Grant(3, True)
+    # b beats again: alive, but the stream is a's now.
+    with engine.begin() as conn:
+        heartbeat(conn, "b", 60)
+        assert owned(conn, "b") == {} and leases(conn)[STREAM].owner == "a"
+
+    # A heartbeat renews: a lapses, beats again, and holds its lease again.
+    with engine.begin() as conn:
+        heartbeat(conn, "a", SHORT_TTL)
+    wait_until(dead(engine, "a"), "a's heartbeat to expire")
+    with engine.begin() as conn:
+        heartbeat(conn, "a", 60)
+    with engine.begin() as conn:
+        assert acquire(conn, STREAM, "b") is None
+        assert leases(conn)[STREAM].live
+
+    with engine.begin() as conn:
+        leave(conn, "a")
+        assert live_members(conn) == ["b"]
+        assert leases(conn)[STREAM].owner is None
+        # A member killed long ago (it never left) is forgotten; live ones stay.
+        conn.execute(
+            sa.insert(schema.lease_members).values(
+                id="killed",
+                started_at=sa.func.now() - sa.text("interval '3 hours'"),
+                expires_at=sa.func.now() - sa.text("interval '2 hours'"),
+            )
+        )
+        assert forget_dead(conn) == 1
+        assert forget_dead(conn) == 0 and live_members(conn) == ["b"]
+    with engine.connect() as conn:
+        g = schema.lease_grants
+        grants = conn.execute(
+            sa.select(g.c.token, g.c.owner, g.c.takeover, g.c.released_at.is_not(None))
+            .order_by(g.c.token)
+        ).all()  # fmt: skip
+    assert [tuple(r) for r in grants] == [
+        (1, "a", False, True),
+        (2, "b", False, False),  # never released: taken over
+        (3, "a", True, True),
+    ]
+    engine.dispose()
+
+
+def feed(ingest: StreamIngest, records: Iterable[CaptureRecord]) -> None:
+    for record in records:
+        ingest.live_frames(record.frames, record.recv_ts)
+
+
+def stored_batches(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return batch_log.count_batches(conn, epoch=0)
+
+
+def test_a_stale_token_writes_nothing_and_the_next_holder_resumes(pg_url: str) -> None:
+    engine = open_store(pg_url)
+    records = list(read_capture(capture_path("lab_3rps_180s.msgpack.gz")))
+    half = len(records) // 2
+    with engine.begin() as conn:
+        heartbeat(conn, "a", SHORT_TTL)
+        grant = acquire(conn, STREAM, "a")
+    assert grant is not None
+    token_a = grant.token
+    lost: list[StreamId] = []
+    fence_a = Fence("a", lost.append)
+    fence_a.hold(STREAM, token_a)
+    writer_a = StoreWriter(engine, fence=fence_a)
+    ingest_a = StreamIngest(STREAM, can_replay=False, sink=writer_a)
+    feed(ingest_a, records[:half])
+    assert writer_a.flush()
+    before = stored_batches(engine)
+    assert before == ingest_a.counters.batches_applied and not lost
+
+    # a's heartbeat stops (a paused process, say); b takes the stream over.
+    wait_until(dead(engine, "a"), "a's heartbeat to expire")
+    with engine.begin() as conn:
+        heartbeat(conn, "b", 60)
+        taken = acquire(conn, STREAM, "b")
+    assert taken == Grant(token_a + 1, True)
+    token_b = taken.token
+    point = resume_point(engine, STREAM)
+    assert point is not None and point.last_seq == ingest_a.last_seq
+
+    # a goes on with its old token: every row refused, nothing lands.
+    feed(ingest_a, records[half:])
+    writer_a.flush()
+    writer_a.close()
+    assert stored_batches(engine) == before
+    assert set(lost) == {STREAM} and fence_a.refused_rows > 0
+    assert writer_a.stats.rows_refused == 0  # fenced off, not a store error
+
+    # b resumes from the store and writes on: the stored map is the one a followed.
+    fence_b = Fence("b")
+    fence_b.hold(STREAM, token_b)
+    writer_b = StoreWriter(engine, fence=fence_b)
+    ingest_b = StreamIngest(STREAM, can_replay=False, sink=writer_b)
+    ingest_b.resume(point)
+    feed(ingest_b, records[half:])
+    writer_b.close()
+    assert ingest_b.map.counts() == ingest_a.map.counts()
+    with engine.connect() as conn:
+        assert batch_log.count_batches(conn, epoch=0) == ingest_a.counters.batches_applied
+        sid = stream_id(conn, STREAM.replica)
+        assert ingest_a.last_seq is not None
+        rebuilt = rebuild(conn, position_at_seq(conn, sid, ingest_a.last_seq), STREAM)
+        assert rebuilt.map.counts() == ingest_a.map.counts()
+        g = schema.lease_grants
+        writes = conn.execute(
+            sa.select(g.c.token, g.c.granted_at, g.c.first_write_at, g.c.last_write_at)
+            .order_by(g.c.token)
+        ).all()  # fmt: skip
+    (ta, _, _, a_last), (tb, b_granted, b_first, _) = writes
+    assert (ta, tb) == (token_a, token_b)
+    assert a_last < b_granted <= b_first  # a's writes all landed before b held the stream
+
+    # GET /replicas says who holds each stream.
+    answer = TestClient(create_app(ApiData(engine=engine))).get("/replicas")
+    assert answer.status_code == 200, answer.text
+    (rank,) = answer.json()[0]["ranks"]
+    assert rank["lease"] == {"owner": "b", "token": token_b, "live": True}
+    engine.dispose()
+
+
+def test_a_write_in_flight_holds_off_a_takeover(pg_url: str) -> None:
+    """The fence locks the lease row until its transaction ends: a taker waits for it (here
+    it gives up at once, with lock_timeout), so no write lands after the token changed."""
+    engine = open_store(pg_url)
+    with engine.begin() as conn:
+        heartbeat(conn, "a", SHORT_TTL)
+        heartbeat(conn, "b", 60)
+        grant = acquire(conn, STREAM, "a")
+    assert grant is not None
+    token = grant.token
+    fence = Fence("a")
+    fence.hold(STREAM, token)
+    wait_until(dead(engine, "a"), "a's heartbeat to expire")
+    with engine.connect() as writing:
+        with writing.begin():
+            assert fence.admit(writing, {STREAM, StreamId("other", 0)}) == {STREAM}
+            with engine.connect() as taking, taking.begin():
+                taking.execute(sa.text("SET LOCAL lock_timeout = '100ms'"))
+                with pytest.raises(OperationalError, match="lock timeout"):
+                    acquire(taking, STREAM, "b")
+        with engine.begin() as taking:
+            assert acquire(taking, STREAM, "b") == Grant(token + 1, True)
+        with writing.begin():
+            assert fence.admit(writing, {STREAM}) == set()
+    engine.dispose()
+
+
+def test_a_member_that_joins_or_leaves_moves_only_its_share() -> None:
+    streams = [StreamId(f"r{i}", rank) for i in range(30) for rank in (0, 1)]
+    three = {s: owner_of(s, ["a", "b", "c"]) for s in streams}
+    assert set(three.values()) == {"a", "b", "c"}
+    four = {s: owner_of(s, ["c", "d", "b", "a"]) for s in streams}  # order does not matter
+    assert {s for s in streams if three[s] != four[s]} == {s for s in streams if four[s] == "d"}
+    two = {s: owner_of(s, ["a", "b"]) for s in streams}
+    assert {s for s in streams if three[s] != two[s]} == {s for s in streams if three[s] == "c"}
+    assert owner_of(STREAM, []) is None
