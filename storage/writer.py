@@ -35,6 +35,7 @@ from kvscope.collector.sink import (
 )
 from kvscope.collector.snapshot import encode_map, encode_tables
 from kvscope.collector.types import StreamId
+from kvscope.storage.checkpoint_pacing import CheckpointPacer
 from kvscope.storage.leases import Fence
 from kvscope.storage.recovery_follow import StreamRecoveries, recovery_row
 from kvscope.storage.recovery_resume import open_recovery
@@ -57,23 +58,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class _StreamState:
-    """What the writer remembers per stream between batches (ingest thread only)."""
+    """What the writer remembers per stream between batches (ingest thread only, but for the
+    pacer, which the writer thread tells what the log and checkpoints take on disk)."""
 
     rollup: SecondRollup
     recoveries: StreamRecoveries
+    pacer: CheckpointPacer
     epoch: int | None = None
-    batches_since_checkpoint: int = 0
-    log_bytes_since_checkpoint: int = 0
-    checkpoint_due_bytes: float = math.inf
-    """Log bytes received after which the next checkpoint is due: those that make
-    `checkpoint_log_ratio` times the last checkpoint's size on disk once the log is packed, at
-    the stream's packing so far (the writer thread reports both). None is due by size before
-    the first report."""
-    checkpoint_on_disk: float = 0.0
-    log_raw_packed: int = 0
-    log_stored_packed: int = 0
-    checkpoint_seq: tuple[int, int] | None = None
-    force_checkpoint: bool = False
     connected_since: float | None = None
     dropped_from: tuple[int, int, float] | None = None
     """(epoch, seq, ts) of the first batch dropped since the store last had room."""
@@ -146,13 +137,7 @@ class StoreWriter:
             self._note_drop(batch.stream, state, epoch, batch.seq, batch.ts)
         elif state.dropped_from is not None:
             self._close_drop(stream, state)
-        state.batches_since_checkpoint += 1
-        state.log_bytes_since_checkpoint += len(batch.payload)
-        if (
-            state.log_bytes_since_checkpoint >= state.checkpoint_due_bytes
-            or state.batches_since_checkpoint >= self.settings.checkpoint_every_batches
-            or state.force_checkpoint
-        ) and state.dropped_from is None:
+        if state.pacer.batch(len(payload)) and state.dropped_from is None:
             self._checkpoint(batch, state)
 
     def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
@@ -332,7 +317,10 @@ class StoreWriter:
         state = self._streams.get(stream)
         if state is None:
             recoveries = StreamRecoveries(stream, self.settings.recovery_offsets_s)
-            state = self._streams[stream] = _StreamState(SecondRollup(stream), recoveries)
+            pacer = CheckpointPacer(
+                self.settings.checkpoint_log_ratio, self.settings.checkpoint_every_batches
+            )
+            state = self._streams[stream] = _StreamState(SecondRollup(stream), recoveries, pacer)
         return state
 
     def _put(self, row: Row, nbytes: int = 0) -> bool:
@@ -360,7 +348,7 @@ class StoreWriter:
                 seq,
             )
         state.dropped_to = (seq, ts)
-        state.force_checkpoint = True
+        state.pacer.forced = True
 
     def _close_drop(self, stream: StreamId, state: _StreamState) -> None:
         assert state.dropped_from is not None and state.dropped_to is not None
@@ -390,31 +378,15 @@ class StoreWriter:
             encode_map(batch.view, compressed=False),
         )
         if self._put(row, len(row.snapshot)):
-            state.batches_since_checkpoint = 0
-            state.log_bytes_since_checkpoint = 0
-            # Until the writer reports the size on disk, assume zstd's usual 40 %.
-            state.checkpoint_on_disk = len(row.snapshot) * 0.4
-            self._pace(state)
-            state.checkpoint_seq = (row.epoch, row.seq)
-            state.force_checkpoint = False
-
-    def _pace(self, state: _StreamState) -> None:
-        """When the next checkpoint is due (either thread; one float, read by the ingest one)."""
-        if state.log_stored_packed:
-            packing = state.log_stored_packed / state.log_raw_packed
-            on_disk = self.settings.checkpoint_log_ratio * state.checkpoint_on_disk
-            state.checkpoint_due_bytes = on_disk / packing
+            state.pacer.queued((row.epoch, row.seq), len(row.snapshot))
 
     # --- the writer thread --------------------------------------------------------------------
     def _checkpoint_written(self, row: CheckpointRow, size_on_disk: int) -> None:
         state = self._streams.get(row.stream)
-        if state is not None and state.checkpoint_seq == (row.epoch, row.seq):
-            state.checkpoint_on_disk = size_on_disk
-            self._pace(state)
+        if state is not None:
+            state.pacer.written((row.epoch, row.seq), size_on_disk)
 
     def _log_packed(self, stream: StreamId, raw: int, stored: int) -> None:
         state = self._streams.get(stream)
         if state is not None:
-            state.log_raw_packed += raw
-            state.log_stored_packed += stored
-            self._pace(state)
+            state.pacer.packed(raw, stored)
