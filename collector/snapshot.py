@@ -128,24 +128,34 @@ def snapshot_version(data: bytes) -> int:
     return int(_state(data)["version"])
 
 
+NOT_WHOLE = (KeyError, IndexError, TypeError, ValueError, AttributeError)
+"""What a snapshot that decodes but lacks or mistypes a part raises on the way to a map."""
+
+
 def recode(data: bytes, version: int) -> bytes:
     """A snapshot re-written in format `version`, compressed (the map itself is not rebuilt)."""
     if version not in SNAPSHOT_FORMATS:
         raise SnapshotError(f"no map snapshot format {version}")
-    state = _state_v1(data)
-    if version == 2:
-        state["tables"] = [_as_planes(t) for t in state["tables"]]
+    try:
+        state = _state_v1(data)
+        if version == 2:
+            state["tables"] = [_as_planes(t) for t in state["tables"]]
+    except NOT_WHOLE as exc:
+        raise SnapshotError(f"not a whole map snapshot: {exc!r}") from exc
     state["version"] = version
     return compress(msgspec.msgpack.encode(state))
 
 
 def decode_tables(data: bytes) -> tuple[dict[TableKey, BlockTable], bool]:
     """The tables and whether the publisher sends signed hashes."""
-    state = _state_v1(data)
-    tables = {}
-    for table_state in state["tables"]:
-        table = BlockTable.from_state(table_state)
-        tables[table.key] = table
+    try:
+        state = _state_v1(data)
+        tables = {}
+        for table_state in state["tables"]:
+            table = BlockTable.from_state(table_state)
+            tables[table.key] = table
+    except NOT_WHOLE as exc:
+        raise SnapshotError(f"not a whole map snapshot: {exc!r}") from exc
     return tables, bool(state.get("signed"))
 
 
