@@ -136,13 +136,23 @@ def load_file(path: Path) -> Config:
         fleet = fleet_section(data["fleet"]) if "fleet" in data else None
     except FleetError as exc:
         raise ConfigError(str(exc)) from exc
+    replicas = data.get("replica", [])
+    if not isinstance(replicas, list):
+        raise ConfigError(f"[[replica]] must be an array of tables, not {replicas!r}")
     return Config(
-        replicas=[_replica(entry, i) for i, entry in enumerate(data.get("replica", []))],
-        collector=_collector(data.get("collector", {})),
-        store=_store(data.get("store", {})),
+        replicas=[_replica(entry, i) for i, entry in enumerate(replicas)],
+        collector=_collector(_table(data, "collector")),
+        store=_store(_table(data, "store")),
         fleet=fleet,
-        tokenizer=_display(data.get("display", {})),
+        tokenizer=_display(_table(data, "display")),
     )
+
+
+def _table(data: dict[str, Any], name: str) -> dict[str, Any]:
+    section = data.get(name, {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"[{name}] must be a table, not {section!r}")
+    return section
 
 
 def _display(section: Any) -> str | None:

@@ -75,6 +75,10 @@ def test_collect_runs_for_a_while_and_reports_each_stream(tmp_path: Path) -> Non
         ("[collector]\nreplay_timeout_s = 'soon'\n", "replay_timeout_s has value 'soon'"),
         ("[collector]\nspeed = 1\n", "unknown keys ['speed']"),
         ("not toml [", "config file"),
+        ("display = 3\n", "[display] must be a table, not 3"),
+        ("collector = 'fast'\n", "[collector] must be a table, not 'fast'"),
+        ("store = 1\n", "[store] must be a table, not 1"),
+        ("replica = 'a'\n", "[[replica]] must be an array of tables, not 'a'"),
     ],
 )
 def test_config_errors_name_the_key_and_the_value(tmp_path: Path, text: str, message: str) -> None:
