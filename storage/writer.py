@@ -35,6 +35,7 @@ from kvscope.collector.sink import (
 )
 from kvscope.collector.snapshot import encode_map, encode_tables
 from kvscope.collector.types import StreamId
+from kvscope.storage.prefix_followers import PrefixFollowers
 from kvscope.storage.recovery_follow import StreamRecoveries, recovery_row
 from kvscope.storage.recovery_resume import open_recovery
 from kvscope.storage.rollups import SecondRollup
@@ -113,7 +114,12 @@ class StoreWriter:
             rare_bytes_limit=self.settings.rare_bytes,
         )
         self._streams: dict[StreamId, _StreamState] = {}
-        self._sql = RowWriter(self.settings.shard, self._checkpoint_written, self._log_packed)
+        self._sql = RowWriter(
+            self.settings.shard,
+            self._checkpoint_written,
+            self._log_packed,
+            PrefixFollowers(self.settings.prefix_followers),
+        )
         switch = self.settings.gil_switch_interval_s
         if switch is not None and switch < sys.getswitchinterval():
             sys.setswitchinterval(switch)
