@@ -20,12 +20,11 @@ from kvscope.storage.history import NotInStore
 from kvscope.storage.reset_follower import ResetFollower
 from kvscope.storage.reset_prefix_types import ResetPrefixes
 from kvscope.storage.reset_prefixes import offsets_reached
-
-DEFAULT_CAP = 256
+from kvscope.storage.store_settings import StoreSettings
 
 
 class PrefixFollowers:
-    def __init__(self, cap: int = DEFAULT_CAP) -> None:
+    def __init__(self, cap: int = StoreSettings.prefix_followers) -> None:
         self.cap = cap
         self._held: dict[StreamId, ResetFollower] = {}
         self.replayed = 0

@@ -7,6 +7,8 @@ one per recovering stream and feeds it only the batches logged since (storage/pr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sqlalchemy import Connection, select
 
 from kvscope.collector.block_table import BlockTable
@@ -117,8 +119,11 @@ class ResetFollower:
         self.reset_id = reset_id
         self.stream_id: int = row.stream_id
         self.ts: float = row.ts
-        self.before, self.signed = decode_tables(row.before)
-        self._groups_of_before()
+        before, self.signed = decode_tables(row.before)
+        self._groups_of_before(before)
+        # What a group keeps of the before map (its root's): the map itself is not held.
+        self._heads = [_head(before[key], key, root) for key, root in self.roots]
+        self._block_size = {key: table.block_size for key, table in before.items()}
         stream = StreamId(row.replica, row.rank)
         if row.reason == ClearReason.RESTART.value:
             # A new epoch from an empty map; its first batch (`seq`) is the first one followed.
@@ -138,8 +143,7 @@ class ResetFollower:
         """Batches applied so far (each once)."""
         self._decoder = BatchDecoder()
 
-    def _groups_of_before(self) -> None:
-        before = self.before
+    def _groups_of_before(self, before: dict[TableKey, BlockTable]) -> None:
         self.roots: list[tuple[TableKey, int]] = []
         self.members: dict[TableKey, dict[int, int]] = {}
         self.before_root: dict[TableKey, dict[int, int]] = {}
@@ -223,7 +227,6 @@ class ResetFollower:
     def _group(
         self, i: int, key: TableKey, root: int, states: list[_State], orphans_left: int
     ) -> PrefixGroup:
-        table = self.before[key]
         size, shared_size = self.sizes[i], self.shared_sizes[i]
         points = tuple(
             GroupPoint(offset, *state.get(i, (0, 0, 0)))
@@ -240,18 +243,32 @@ class ResetFollower:
             ),
             None,
         )
-        tokens = table.entry(root).token_ids
-        return PrefixGroup(
-            table=key,
-            root=root,
-            raw_root=table.raw_hash(root),
-            orphan_root=table.parent_of(root) is not None,
-            first_tokens=None if tokens is None else tuple(tokens[:FIRST_TOKENS]),
+        return replace(
+            self._heads[i],
             blocks=size,
-            tokens=size * table.block_size,
+            tokens=size * self._block_size[key],
             shared_blocks=shared_size,
             points=points,
             back_at_s=back,
             status=status_of(back),
             orphans_left=orphans_left,
         )
+
+
+def _head(table: BlockTable, key: TableKey, root: int) -> PrefixGroup:
+    """A group's root as the before map held it (its counts filled in per answer)."""
+    tokens = table.entry(root).token_ids
+    return PrefixGroup(
+        table=key,
+        root=root,
+        raw_root=table.raw_hash(root),
+        orphan_root=table.parent_of(root) is not None,
+        first_tokens=None if tokens is None else tuple(tokens[:FIRST_TOKENS]),
+        blocks=0,
+        tokens=0,
+        shared_blocks=0,
+        points=(),
+        back_at_s=None,
+        status=status_of(None),
+        orphans_left=0,
+    )

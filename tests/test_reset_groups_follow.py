@@ -45,7 +45,7 @@ class Checked:
             self.followers.forget()
 
 
-def _writer(url: str, cap: int = 256, forget_at: int | None = None) -> tuple[StoreWriter, Checked]:
+def _writer(url: str, cap: int = 64, forget_at: int | None = None) -> tuple[StoreWriter, Checked]:
     # A row per transaction: each offset reached is answered on its own.
     settings = StoreSettings(prefix_followers=cap, rows_per_transaction=1)
     writer = StoreWriter(open_store(url), settings)
