@@ -49,15 +49,18 @@ class PrefixFollowers:
         if complete is None:
             raise NotInStore(f"no reset {reset_id}")
         offsets = offsets_reached(conn, reset_id)
-        follower = self._held.pop(stream, None)
+        held = self._held.pop(stream, None)
+        follower = held
         if follower is None or follower.reset_id != reset_id or not follower.follows(offsets):
-            follower = ResetFollower(conn, reset_id)  # the stream's previous reset is over
+            follower = ResetFollower(conn, reset_id)
             self.rebuilt += 1
         done = follower.replayed
         follower.advance(conn, offsets)
         self.replayed += follower.replayed - done
-        if not complete[0] and len(self._held) < self.cap:
-            self._held[stream] = follower
+        # A stream recovers from its newest reset only: an older one's last row is not kept.
+        newest = held if held is not None and held.reset_id > reset_id else follower
+        if (newest is not follower or not complete[0]) and len(self._held) < self.cap:
+            self._held[stream] = newest
         found = follower.result(bool(complete[0]))
         if self.observe is not None:
             self.observe(conn, found)

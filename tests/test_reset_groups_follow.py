@@ -131,6 +131,14 @@ def test_a_keep_running_resets_orphans_and_evicted_orphans_followed(tmp_path: An
     assert len({o for rid, o in checked.answers if rid == ids[0]}) >= 5
     assert writer._sql.followers.replayed == window
 
+    # The clear's last row after the restart's first: answered afresh, the newer one kept.
+    followers = PrefixFollowers()
+    with writer.engine.connect() as conn:
+        older, newer = ids
+        for rid in (newer, older, newer):
+            assert followers.groups(conn, STREAM, rid) == reset_prefixes(conn, rid)
+    assert (followers.rebuilt, followers.held()) == (2, 1)
+
 
 def test_past_the_cap_and_after_forgetting_the_full_rebuild_answers(tmp_path: Any) -> None:
     capped, checked = _recording(f"sqlite:///{tmp_path / 'capped.sqlite'}", cap=0)
