@@ -63,13 +63,12 @@ def _chains(table: BlockTable) -> tuple[dict[int, int], set[int]]:
             if member not in root_of:
                 root_of[member] = root
                 order.append(member)
+    # (child, parent) below every root, each child after its parent.
+    edges = [(h, p) for h in order if root_of[h] != h and (p := parent_of[h]) is not None]
     leaves = dict.fromkeys(present, 1)
-    for h in order:
-        if root_of[h] != h:
-            leaves[parent_of[h]] = 0  # type: ignore[index]
-    for h in reversed(order):
-        if root_of[h] != h:
-            leaves[parent_of[h]] += leaves[h]  # type: ignore[index]
+    leaves.update(dict.fromkeys((parent for _, parent in edges), 0))
+    for h, parent in reversed(edges):
+        leaves[parent] += leaves[h]
     return root_of, {h for h, n in leaves.items() if n >= 2}
 
 
