@@ -7,15 +7,16 @@ from __future__ import annotations
 from sqlalchemy import Connection, delete, insert, update
 
 from kvscope.storage import schema
-from kvscope.storage.reset_prefix_types import tokens_recomputed
+from kvscope.storage.reset_prefix_types import ResetPrefixes, tokens_recomputed
 from kvscope.storage.reset_prefixes import reset_prefixes
 
 
-def store_prefix_groups(conn: Connection, reset_id: int) -> int:
-    """Replace the reset's stored groups and figures with those computed now; returns how many
-    groups."""
+def store_prefix_groups(conn: Connection, reset_id: int, found: ResetPrefixes | None = None) -> int:
+    """Replace the reset's stored groups and figures with `found` (default: computed now from
+    the store); returns how many groups."""
     t, r = schema.reset_prefix_groups, schema.resets
-    found = reset_prefixes(conn, reset_id)
+    if found is None:
+        found = reset_prefixes(conn, reset_id)
     groups = found.groups
     figures = {"tokens_recomputed": tokens_recomputed(groups), "orphans_left": len(found.orphans)}
     conn.execute(update(r).where(r.c.id == reset_id).values(**figures))

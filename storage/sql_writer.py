@@ -15,6 +15,7 @@ from kvscope.storage import schema
 from kvscope.storage.bulk_sql import insert_chunks, upsert_rollups
 from kvscope.storage.leases import Fence
 from kvscope.storage.log_chunks import ChunkRow, pack
+from kvscope.storage.prefix_followers import PrefixFollowers
 from kvscope.storage.prefix_groups_store import store_prefix_groups
 from kvscope.storage.rows import (
     CheckpointRow,
@@ -74,6 +75,7 @@ class RowWriter:
         shard: str | None,
         checkpoint_written: Callable[[CheckpointRow, int], None],
         log_packed: Callable[[StreamId, int, int], None],
+        followers: PrefixFollowers | None = None,
         fence: Fence | None = None,
     ) -> None:
         self.shard = shard
@@ -85,11 +87,14 @@ class RowWriter:
         """Told, per stream and transaction, the log's bytes before and after compression."""
         self._stream_ids: dict[StreamId, int] = {}
         self._reset_ids: dict[tuple[StreamId, tuple[int, int, str]], int] = {}
+        self.followers = followers or PrefixFollowers()
 
     def forget_ids(self) -> None:
-        """A failed transaction may have rolled back ids we cached within it."""
+        """A failed transaction may have rolled back ids we cached within it, and batches the
+        prefix followers were fed."""
         self._stream_ids.clear()
         self._reset_ids.clear()
+        self.followers.forget()
 
     def _stream_id(self, conn: Connection, stream: StreamId) -> int:
         sid = self._stream_ids.get(stream)
@@ -150,11 +155,12 @@ class RowWriter:
             insert_chunks(conn, prepared.chunks, stream_id)
         if prepared.rollups:
             upsert_rollups(conn, prepared.rollups, stream_id)
-        # After the log: the groups are rebuilt from it (the batches up to an offset came
-        # before the recovery row that says it was reached).
+        # After the log: the groups follow it (the batches up to an offset came before the
+        # recovery row that says it was reached).
         followed = {(r.stream, r.key) for r in prepared.ordered if type(r) is RecoveryRow}
         for stream, key in sorted(followed, key=str):
-            store_prefix_groups(conn, self._reset_id(conn, stream, key))
+            reset_id = self._reset_id(conn, stream, key)
+            store_prefix_groups(conn, reset_id, self.followers.groups(conn, stream, reset_id))
 
     def _write_one(self, conn: Connection, row: Row) -> None:
         if type(row) is EpochRow:

@@ -52,3 +52,6 @@ class StoreSettings:
     retry_max_s: float = 5.0
     recovery_offsets_s: tuple[float, ...] = DEFAULT_OFFSETS_S
     shard: str | None = None
+    prefix_followers: int = 64
+    """Recovering streams whose prefix groups the writer follows batch by batch
+    (storage/prefix_followers.py); past it, a reset's groups are rebuilt at each offset."""

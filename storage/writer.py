@@ -37,6 +37,7 @@ from kvscope.collector.snapshot import encode_map, encode_tables
 from kvscope.collector.types import StreamId
 from kvscope.storage.checkpoint_pacing import CheckpointPacer
 from kvscope.storage.leases import Fence
+from kvscope.storage.prefix_followers import PrefixFollowers
 from kvscope.storage.recovery_follow import StreamRecoveries, recovery_row
 from kvscope.storage.recovery_resume import open_recovery
 from kvscope.storage.rollups import SecondRollup
@@ -109,7 +110,11 @@ class StoreWriter:
         self._streams: dict[StreamId, _StreamState] = {}
         self.fence = fence  # with leases: the streams held, and the lease counters
         self._sql = RowWriter(
-            self.settings.shard, self._checkpoint_written, self._log_packed, fence
+            self.settings.shard,
+            self._checkpoint_written,
+            self._log_packed,
+            PrefixFollowers(self.settings.prefix_followers),
+            fence,
         )
         switch = self.settings.gil_switch_interval_s
         if switch is not None and switch < sys.getswitchinterval():

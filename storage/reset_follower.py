@@ -1,0 +1,273 @@
+"""One reset's prefix groups followed through its recovery offsets (storage/reset_prefixes.py
+says what they are): the `before` map's groups computed once, the map rebuilt just after the
+clear fed the logged batches, each batch once however many offsets are reached. The full
+rebuild (`reset_prefixes`) is a fresh follower fed to the last offset; the store writer keeps
+one per recovering stream and feeds it only the batches logged since (storage/prefix_followers.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sqlalchemy import Connection, select
+
+from kvscope.collector.block_table import BlockTable
+from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.sink import ClearReason
+from kvscope.collector.snapshot import decode_tables
+from kvscope.collector.types import StreamId, TableKey
+from kvscope.collector.wire import BatchDecoder
+from kvscope.storage import batch_log, schema
+from kvscope.storage.history import NotInStore, Position, rebuild
+from kvscope.storage.reset_orphans import Orphans
+from kvscope.storage.reset_prefix_types import (
+    BACK_SHARE,
+    FIRST_TOKENS,
+    GroupPoint,
+    PrefixGroup,
+    ResetPrefixes,
+    status_of,
+)
+
+_State = dict[int, list[int]]
+
+
+def _chains(table: BlockTable) -> tuple[dict[int, int], set[int]]:
+    """hash -> the root of its chain (a block whose parent is None or not cached), and the
+    shared blocks: those with two or more leaves (cached prefixes) under them."""
+    present = table.counts()
+    parent_of = {h: table.parent_of(h) for h in present}
+    root_of: dict[int, int] = {}
+    order: list[int] = []
+    """Every hash after its parent."""
+    longest = len(present)
+    for start in present:
+        parent = parent_of[start]
+        known = None if parent is None else root_of.get(parent)
+        if known is not None:  # the common case: its parent came first
+            root_of[start] = known
+            order.append(start)
+            continue
+        path: list[int] = []
+        h = start
+        while h not in root_of:
+            parent = parent_of[h]
+            if parent is None or parent not in present or len(path) > longest:
+                root_of[h] = h  # (past `longest`: a cycle, in hostile input; cut here)
+                order.append(h)
+                break
+            path.append(h)
+            h = parent
+        root = root_of[h]
+        for member in reversed(path):
+            if member not in root_of:
+                root_of[member] = root
+                order.append(member)
+    # (child, parent) below every root, each child after its parent.
+    edges = [(h, p) for h in order if root_of[h] != h and (p := parent_of[h]) is not None]
+    leaves = dict.fromkeys(present, 1)
+    leaves.update(dict.fromkeys((parent for _, parent in edges), 0))
+    for h, parent in reversed(edges):
+        leaves[parent] += leaves[h]
+    return root_of, {h for h, n in leaves.items() if n >= 2}
+
+
+def _state_of(
+    view: PrefixMap, members: dict[TableKey, dict[int, int]], shared: dict[TableKey, set[int]]
+) -> _State:
+    """Per group index: [cached again, hittable again, shared blocks hittable again]."""
+    counts: _State = {}
+    for key, of_group in members.items():
+        table = view.tables.get(key)
+        if table is None:
+            continue
+        # The blocks back, by a set intersection in C: after a reset most are not.
+        for h in table.counts().keys() & of_group.keys():
+            found = counts.setdefault(of_group[h], [0, 0, 0])
+            found[0] += 1
+            if table.is_hittable(h):
+                found[1] += 1
+                if h in shared[key]:
+                    found[2] += 1
+    return counts
+
+
+class ResetFollower:
+    """The groups of one reset and the map after its clear, fed batch by batch. Exact for any
+    offsets that extend the ones it was fed (offsets are reached in order)."""
+
+    def __init__(self, conn: Connection, reset_id: int) -> None:
+        """NotInStore: no such reset, or its log is gone."""
+        r, s = schema.resets, schema.streams
+        row = conn.execute(
+            select(
+                r.c.stream_id,
+                r.c.epoch,
+                r.c.seq,
+                r.c.ts,
+                r.c.before,
+                r.c.reason,
+                s.c.replica,
+                s.c.rank,
+            )
+            .join(s, s.c.id == r.c.stream_id)
+            .where(r.c.id == reset_id)
+        ).first()
+        if row is None:
+            raise NotInStore(f"no reset {reset_id}")
+        self.reset_id = reset_id
+        self.stream_id: int = row.stream_id
+        self.ts: float = row.ts
+        before, self.signed = decode_tables(row.before)
+        self._groups_of_before(before)
+        # What a group keeps of the before map (its root's): the map itself is not held.
+        self._heads = [_head(before[key], key, root) for key, root in self.roots]
+        self._block_size = {key: table.block_size for key, table in before.items()}
+        stream = StreamId(row.replica, row.rank)
+        if row.reason == ClearReason.RESTART.value:
+            # A new epoch from an empty map; its first batch (`seq`) is the first one followed.
+            self.epoch, self.after = row.epoch + 1, row.seq - 1
+            self.view, self.unknown = PrefixMap(stream), []
+        else:
+            self.epoch, self.after = row.epoch, row.seq
+            rebuilt = rebuild(conn, Position(row.stream_id, self.epoch, self.after, row.ts), stream)
+            self.view, self.unknown = rebuilt.map, rebuilt.unknown_because
+        self.orphans = Orphans(self.before_root)
+        self.orphans.start(self.view, row.ts)
+        self.offsets: tuple[float, ...] = ()
+        self.states: list[_State] = []
+        """Per offset passed by a batch: the map just before that batch."""
+        self.last_ts = row.ts
+        self.replayed = 0
+        """Batches applied so far (each once)."""
+        self._decoder = BatchDecoder()
+
+    def _groups_of_before(self, before: dict[TableKey, BlockTable]) -> None:
+        self.roots: list[tuple[TableKey, int]] = []
+        self.members: dict[TableKey, dict[int, int]] = {}
+        self.before_root: dict[TableKey, dict[int, int]] = {}
+        self.sizes: list[int] = []
+        self.shared: dict[TableKey, set[int]] = {}
+        self.shared_sizes: list[int] = []
+        for key in sorted(before, key=lambda k: (k.medium, k.group)):
+            root_of, self.shared[key] = _chains(before[key])
+            self.before_root[key] = root_of
+            index: dict[int, int] = {}
+            of_group = self.members[key] = {}
+            for h in sorted(root_of):
+                root = root_of[h]
+                group = index.get(root)
+                if group is None:
+                    group = index[root] = len(self.roots)
+                    self.roots.append((key, root))
+                    self.sizes.append(0)
+                    self.shared_sizes.append(0)
+                of_group[h] = group
+                self.sizes[group] += 1
+                self.shared_sizes[group] += h in self.shared[key]
+
+    def follows(self, offsets: tuple[float, ...]) -> bool:
+        """Whether `offsets` extend those fed so far (else only a fresh follower is exact)."""
+        return offsets[: len(self.offsets)] == self.offsets
+
+    def advance(self, conn: Connection, offsets: tuple[float, ...]) -> None:
+        """Feeds the batches logged since the last call, up to the last offset of `offsets`."""
+        assert self.follows(offsets)
+        self.offsets = offsets
+        if not offsets:
+            return
+        last_instant = self.ts + offsets[-1]
+        view, epoch = self.view, self.epoch
+        batches = batch_log.batches_between(conn, self.stream_id, epoch, self.after, 2**63 - 1)
+        for batch in batches:
+            while (
+                len(self.states) < len(offsets) and batch.ts > self.ts + offsets[len(self.states)]
+            ):
+                self.states.append(self._state())
+            if batch.ts > last_instant:
+                break  # not applied: read again once a later offset is reached
+            decoded = self._decoder.decode(batch.payload, batch.seq)
+            view.apply(decoded, epoch)
+            self.orphans.after(view, decoded.events, batch.ts)
+            self.last_ts, self.after = batch.ts, batch.seq
+            self.replayed += 1
+
+    def _state(self) -> _State:
+        return _state_of(self.view, self.members, self.shared)
+
+    def result(self, complete: bool) -> ResetPrefixes:
+        """The answer as of the offsets fed; those no batch has passed yet: the map now."""
+        states = self.states[: len(self.offsets)]
+        while len(states) < len(self.offsets):  # the log ends at or before the offset
+            states.append(self._state())
+        groups = []
+        left: dict[tuple[TableKey, int], int] = {}
+        found_orphans = self.orphans.result()
+        for orphan in found_orphans:
+            if orphan.group_root is not None:
+                group_key = (orphan.table, orphan.group_root)
+                left[group_key] = left.get(group_key, 0) + 1
+        for i, (key, root) in enumerate(self.roots):
+            groups.append(self._group(i, key, root, states, left.get((key, root), 0)))
+        groups.sort(key=lambda g: (-g.tokens, -g.blocks, g.table.medium, g.table.group, g.root))
+        return ResetPrefixes(
+            reset_id=self.reset_id,
+            ts=self.ts,
+            offsets=self.offsets,
+            complete=complete,
+            signed=self.signed,
+            groups=tuple(groups),
+            orphans=found_orphans,
+            evicted_orphans=self.orphans.evicted_result(),
+            followed_until_ts=self.last_ts,
+            unknown_because=tuple(self.unknown),
+        )
+
+    def _group(
+        self, i: int, key: TableKey, root: int, states: list[_State], orphans_left: int
+    ) -> PrefixGroup:
+        size, shared_size = self.sizes[i], self.shared_sizes[i]
+        points = tuple(
+            GroupPoint(offset, *state.get(i, (0, 0, 0)))
+            for offset, state in zip(self.offsets, states, strict=True)
+        )
+        # One chain (nothing shared): the whole chain is what must come back.
+        trunk = shared_size or size
+        trunk_back = [p.shared_back if shared_size else p.hittable_back for p in points]
+        back = next(
+            (
+                p.offset_s
+                for p, n in zip(points, trunk_back, strict=True)
+                if n >= BACK_SHARE * trunk
+            ),
+            None,
+        )
+        return replace(
+            self._heads[i],
+            blocks=size,
+            tokens=size * self._block_size[key],
+            shared_blocks=shared_size,
+            points=points,
+            back_at_s=back,
+            status=status_of(back),
+            orphans_left=orphans_left,
+        )
+
+
+def _head(table: BlockTable, key: TableKey, root: int) -> PrefixGroup:
+    """A group's root as the before map held it (its counts filled in per answer)."""
+    tokens = table.entry(root).token_ids
+    return PrefixGroup(
+        table=key,
+        root=root,
+        raw_root=table.raw_hash(root),
+        orphan_root=table.parent_of(root) is not None,
+        first_tokens=None if tokens is None else tuple(tokens[:FIRST_TOKENS]),
+        blocks=0,
+        tokens=0,
+        shared_blocks=0,
+        points=(),
+        back_at_s=None,
+        status=status_of(None),
+        orphans_left=0,
+    )
