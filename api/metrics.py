@@ -115,13 +115,23 @@ class StateCollector(PromCollector):
             f["kvscope_store_retries_total"].add_metric([], st.retries)
             f["kvscope_store_rows_refused_total"].add_metric([], st.rows_refused)
             f["kvscope_store_writer_up"].add_metric([], float(writer.up))
+            # At 0 without leases, as the fleet's: the dashboard's rates have their zero.
             fence = writer.fence
+            leases = (0, 0, 0, 0)
             if fence is not None:
-                f["kvscope_leases_held"].add_metric([], len(fence.held()))
-                f["kvscope_leases_takeovers_total"].add_metric([], fence.stats.takeovers)
-                f["kvscope_leases_lost_total"].add_metric([], fence.stats.lost)
-                f["kvscope_store_rows_fenced_total"].add_metric([], fence.refused_rows)
+                held, stats = len(fence.held()), fence.stats
+                leases = (held, stats.takeovers, stats.lost, fence.refused_rows)
+            for name, value in zip(LEASE_METRICS, leases, strict=True):
+                f[name].add_metric([], value)
         yield from f.values()
+
+
+LEASE_METRICS = (
+    "kvscope_leases_held",
+    "kvscope_leases_takeovers_total",
+    "kvscope_leases_lost_total",
+    "kvscope_store_rows_fenced_total",
+)
 
 
 def make_registry(data: ApiData) -> tuple[CollectorRegistry, Counter]:

@@ -161,7 +161,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "kvscope_leases_held",
         "gauge",
-        "Streams whose lease this collector holds (collect --lease); absent without leases.",
+        "Streams whose lease this collector holds (collect --lease); 0 without leases.",
         (),
     ),
     MetricSpec(
