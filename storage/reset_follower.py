@@ -124,7 +124,12 @@ class ResetFollower:
         self._heads = [_head(before[key], key, root) for key, root in self.roots]
         self._block_size = {key: table.block_size for key, table in before.items()}
         stream = StreamId(row.replica, row.rank)
-        if row.reason == ClearReason.RESTART.value:
+        restart = row.reason == ClearReason.RESTART.value
+        if batch_log.batch_at(conn, row.stream_id, row.epoch + restart, row.seq) is None:
+            # The batch that cleared the map (a restart's first) is where following starts:
+            # without it (pruned, or dropped in an outage) the map after the clear is unknown.
+            raise NotInStore(f"reset {reset_id}: its clear's batch (seq {row.seq}) is not stored")
+        if restart:
             # A new epoch from an empty map; its first batch (`seq`) is the first one followed.
             self.epoch, self.after = row.epoch + 1, row.seq - 1
             self.view, self.unknown = PrefixMap(stream), []

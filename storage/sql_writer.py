@@ -13,6 +13,7 @@ from kvscope.collector.snapshot import compress
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.bulk_sql import insert_chunks, upsert_rollups
+from kvscope.storage.history import NotInStore
 from kvscope.storage.leases import Fence
 from kvscope.storage.log_chunks import ChunkRow, pack
 from kvscope.storage.prefix_followers import PrefixFollowers
@@ -160,7 +161,11 @@ class RowWriter:
         followed = {(r.stream, r.key) for r in prepared.ordered if type(r) is RecoveryRow}
         for stream, key in sorted(followed, key=str):
             reset_id = self._reset_id(conn, stream, key)
-            store_prefix_groups(conn, reset_id, self.followers.groups(conn, stream, reset_id))
+            try:
+                found = self.followers.groups(conn, stream, reset_id)
+            except NotInStore:
+                continue  # its clear's batch was dropped (an outage): no groups, none made up
+            store_prefix_groups(conn, reset_id, found)
 
     def _write_one(self, conn: Connection, row: Row) -> None:
         if type(row) is EpochRow:

@@ -73,3 +73,25 @@ def test_db_upgrade_backfills_what_an_old_store_lacks(store_url: str, tmp_path: 
     again = CliRunner().invoke(app, ["db", "backfill", "--store", store_url])
     assert again.exit_code == 0 and "backfilled 0 resets" in again.output  # nothing left
     got.dispose()
+
+
+def test_a_reset_whose_log_was_pruned_is_left_without_and_counted(
+    store_url: str, tmp_path: Path
+) -> None:
+    """No figures are made up for a reset whose log is gone: it is left as it is (NULL, no
+    groups), and the command says how many."""
+    new = open_store(_store(tmp_path))
+    _old_store(new, store_url)
+    old = make_engine(store_url)
+    with old.begin() as conn:  # what `kvscope prune` leaves of a log older than its window
+        conn.execute(sa.delete(schema.log_chunks))
+        conn.execute(sa.delete(schema.checkpoints))
+    old.dispose()
+    result = CliRunner().invoke(app, ["db", "upgrade", "--store", store_url])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "backfilled 0 resets" in said and "2 left without: their batch log was pruned" in said
+    got = make_engine(store_url)
+    resets, groups = _figures(got)
+    assert [(t, o) for _, t, o in resets] == [(None, None), (None, None)] and groups == []
+    got.dispose()
