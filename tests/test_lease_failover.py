@@ -55,9 +55,19 @@ def write_config(path: Path, sources: dict[StreamId, tuple[int, int]]) -> None:
 
 def start_collect(config: Path, store: str, log: Path) -> subprocess.Popen[bytes]:
     command = [
-        sys.executable, "-m", "kvscope.cli", "--log-level", "INFO", "collect", "--no-live",
-        "--config", str(config), "--store", store, "--lease",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "kvscope.cli",
+        "--log-level",
+        "INFO",
+        "collect",
+        "--no-live",
+        "--config",
+        str(config),
+        "--store",
+        store,
+        "--lease",
+    ]
     return subprocess.Popen(command, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
 
@@ -199,9 +209,10 @@ def test_three_collectors_survive_a_kill_9_of_one(
             # Every batch exactly once: none lost at the kill, none written twice.
             assert batch_log.count_batches(conn, sid) == source.batches, stream
             grants = conn.execute(
-                select(g).where(g.c.replica == stream.replica, g.c.rank == stream.rank)
+                select(g)
+                .where(g.c.replica == stream.replica, g.c.rank == stream.rank)
                 .order_by(g.c.token)
-            ).all()  # fmt: skip
+            ).all()
             assert [r.token for r in grants] == list(range(1, len(grants) + 1))
             for before, after in zip(grants, grants[1:], strict=False):
                 # One writer at a time: a grant's writes all landed before the next grant.

@@ -141,9 +141,10 @@ def test_acquire_renew_expire_release(pg_url: str) -> None:
     with engine.connect() as conn:
         g = schema.lease_grants
         grants = conn.execute(
-            sa.select(g.c.token, g.c.owner, g.c.takeover, g.c.released_at.is_not(None))
-            .order_by(g.c.token)
-        ).all()  # fmt: skip
+            sa.select(g.c.token, g.c.owner, g.c.takeover, g.c.released_at.is_not(None)).order_by(
+                g.c.token
+            )
+        ).all()
     assert [tuple(r) for r in grants] == [
         (1, "a", False, True),
         (2, "b", False, False),  # never released: taken over
@@ -216,9 +217,10 @@ def test_a_stale_token_writes_nothing_and_the_next_holder_resumes(pg_url: str) -
         assert rebuilt.map.counts() == ingest_a.map.counts()
         g = schema.lease_grants
         writes = conn.execute(
-            sa.select(g.c.token, g.c.granted_at, g.c.first_write_at, g.c.last_write_at)
-            .order_by(g.c.token)
-        ).all()  # fmt: skip
+            sa.select(g.c.token, g.c.granted_at, g.c.first_write_at, g.c.last_write_at).order_by(
+                g.c.token
+            )
+        ).all()
     (ta, _, _, a_last), (tb, b_granted, b_first, _) = writes
     assert (ta, tb) == (token_a, token_b)
     assert a_last < b_granted <= b_first  # a's writes all landed before b held the stream
