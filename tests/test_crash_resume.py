@@ -34,23 +34,21 @@ RESETS = ResetOdds(keep=0.02, preempt=0.01)
 STREAM = StreamId("r", 0)
 
 
+def collect_process(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """`kvscope collect ARGS` (no live table, INFO log) as a process of its own, logging to
+    `log`: a process the tests can kill -9."""
+    command = [sys.executable, "-m", "kvscope.cli", "--log-level", "INFO", "collect", "--no-live"]
+    return subprocess.Popen([*command, *args], stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
 def start_collect(store: str, port: int, replay_port: int, log: Path) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable,
-        "-m",
-        "kvscope.cli",
-        "--log-level",
-        "INFO",
-        "collect",
-        "--no-live",
+    endpoints = [
         "--replica",
         f"r=tcp://127.0.0.1:{port}",
         "--replay",
         f"tcp://127.0.0.1:{replay_port}",
-        "--store",
-        store,
     ]
-    return subprocess.Popen(command, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    return collect_process([*endpoints, "--store", store], log)
 
 
 def kill_if_running(process: subprocess.Popen[bytes]) -> None:

@@ -16,7 +16,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -32,7 +31,7 @@ from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.leases import leases, live_members, owner_of
-from tests.test_crash_resume import kill_if_running
+from tests.test_crash_resume import collect_process, kill_if_running
 from tests.vllm_source import ResetOdds, Source
 
 pytestmark = pytest.mark.vllm
@@ -54,21 +53,7 @@ def write_config(path: Path, sources: dict[StreamId, tuple[int, int]]) -> None:
 
 
 def start_collect(config: Path, store: str, log: Path) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable,
-        "-m",
-        "kvscope.cli",
-        "--log-level",
-        "INFO",
-        "collect",
-        "--no-live",
-        "--config",
-        str(config),
-        "--store",
-        store,
-        "--lease",
-    ]
-    return subprocess.Popen(command, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    return collect_process(["--config", str(config), "--store", store, "--lease"], log)
 
 
 class Run:
