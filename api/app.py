@@ -57,9 +57,11 @@ def create_app(data: ApiData, settings: ApiSettings | None = None) -> FastAPI:
     @app.get("/readyz", tags=["health"], response_model=Health)
     def readyz() -> Response | Health:
         """Ready once the start-up replays have settled, while the collector runs and the store
-        answers; else 503 with the reason: `starting` (the replays in flight),
-        `collector_down` (its loop stopped: nothing is being collected),
-        `store_writer_down` (nothing more is stored) or `store_unavailable`."""
+        answers (and, with leases, once it knows which streams it holds); else 503 with the
+        reason: `starting` (the replays in flight), `collector_down` (its loop stopped:
+        nothing is being collected), `store_writer_down` (nothing more is stored),
+        `leases_settling` (no lease round completed yet, or the last one failed) or
+        `store_unavailable`."""
         collector = data.collector
         if collector is not None:
             if not collector.up:
@@ -86,6 +88,11 @@ def create_app(data: ApiData, settings: ApiSettings | None = None) -> FastAPI:
             why = writer.failure or "the store's writer thread is not running"
             return error_response(
                 ErrorBody(status=503, code="store_writer_down", message="not ready: " + why)
+            )
+        unsettled = None if data.leases is None else data.leases.unsettled()
+        if unsettled is not None:
+            return error_response(
+                ErrorBody(status=503, code="leases_settling", message="not ready: " + unsettled)
             )
         if not data.store_reachable():
             return error_response(

@@ -29,6 +29,7 @@ from kvscope.storage.history import (
     rebuild,
     stream_id,
 )
+from kvscope.storage.lease_keeper import LeaseKeeper
 from kvscope.storage.writer import StoreWriter
 
 logger = logging.getLogger(__name__)
@@ -68,10 +69,13 @@ class ApiData:
         engine: Engine | None = None,
         writer: StoreWriter | None = None,
         clock: Callable[[], float] = time.time,
+        leases: LeaseKeeper | None = None,
     ) -> None:
         self.collector = collector
         self.engine = engine
         self.writer = writer
+        self.leases = leases
+        """With `--lease`: which streams this collector holds, known once its rounds settle."""
         self.clock = clock
         self._cache: dict[tuple[StreamId, int, int, float | None], tuple[PrefixMap, list[str]]] = {}
         """Rebuilt maps are immutable once built (reads only): keep the last few."""

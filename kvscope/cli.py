@@ -127,7 +127,7 @@ def collect(
     )
     deadline = None if duration is None else time.monotonic() + duration
     pipeline = running_pipeline(config)
-    with stop_on_signals() as stop, pipeline as (collector, writer):
+    with stop_on_signals() as stop, pipeline as (collector, writer, _):
 
         def running() -> bool:
             return (

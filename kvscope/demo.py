@@ -367,7 +367,7 @@ def run_demo(console: Console, options: DemoOptions) -> int:
         settings = api_settings(config, token, options.text)
         window = settings.link_window_s
         base_id = max_reset_id(open_store(store))
-        with running_pipeline(replace(config, store=StoreConfig(store))) as (collector, writer):
+        with running_pipeline(replace(config, store=StoreConfig(store))) as (collector, writer, _):
             assert writer is not None
             app = create_app(
                 ApiData(collector=collector, engine=writer.engine, writer=writer), settings

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from typing import NamedTuple
 
 import typer
 
@@ -61,9 +62,17 @@ class StoreStarter:
         return point
 
 
+class Pipeline(NamedTuple):
+    collector: Collector
+    writer: StoreWriter | None
+    leases: LeaseKeeper | None
+    """With `lease`: the streams this collector holds (and whether it knows them yet)."""
+
+
 @contextmanager
-def running_pipeline(config: Config) -> Iterator[tuple[Collector, StoreWriter | None]]:
-    """A running collector (resumed from `config.store`, when there is one) and its writer.
+def running_pipeline(config: Config) -> Iterator[Pipeline]:
+    """A running collector (resumed from `config.store`, when there is one), its writer and,
+    with leases, its lease keeper.
 
     On the way out the sockets close first, then the store is flushed.
     """
@@ -104,7 +113,7 @@ def running_pipeline(config: Config) -> Iterator[tuple[Collector, StoreWriter | 
         stack.enter_context(collector)
         if keeper is not None:  # streams move only while the collector runs
             stack.enter_context(keeper.keeping())
-        yield collector, writer
+        yield Pipeline(collector, writer, keeper)
 
 
 def leased(store: StoreConfig) -> Fence | None:

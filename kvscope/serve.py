@@ -154,9 +154,12 @@ def serve(
     config = with_fleet_flags(
         config, bind, topic_pattern, replica_format, replay_template, gone_after
     )
-    with running_pipeline(config) as (collector, writer):
+    with running_pipeline(config) as (collector, writer, leases):
         data = ApiData(
-            collector=collector, engine=None if writer is None else writer.engine, writer=writer
+            collector=collector,
+            engine=None if writer is None else writer.engine,
+            writer=writer,
+            leases=leases,
         )
         app = create_app(primed(data), api_settings(config, api_token, text))
         logger.warning("kvscope API on http://%s:%d (docs at /docs)", host, port)

@@ -70,6 +70,9 @@ class LeaseKeeper:
         self._thread = threading.Thread(target=self._run, name="kvscope-leases", daemon=True)
         self._left = threading.Event()
         self._beat = threading.Thread(target=self._beating, name="kvscope-beat", daemon=True)
+        self._unsettled: str | None = (
+            "the first lease round (which streams this collector holds) has not run yet"
+        )
 
     def fenced(self, stream: StreamId) -> None:
         """The writer's fence refused rows of `stream` (from the writer's thread)."""
@@ -120,10 +123,27 @@ class LeaseKeeper:
     def _run(self) -> None:
         # A turn first: members starting together then see each other, and none takes all.
         while not self._stop.wait(self.settings.renew_s):
-            try:
-                self.tick()
-            except Exception as exc:  # a store that does not answer: the next turn tries again
-                logger.warning("leases: %s: %s", type(exc).__name__, exc)
+            self.turn()
+
+    def unsettled(self) -> str | None:
+        """Why this member does not know which streams it holds (not ready: /readyz), or None
+        once its last round completed."""
+        return self._unsettled
+
+    def turn(self) -> None:
+        """One round, as the keeper's thread runs it: a failure is logged and kept as the
+        reason this member is unsettled until a round completes again."""
+        try:
+            self.tick()
+        except Exception as exc:  # a store that does not answer: the next turn tries again
+            logger.warning("leases: %s: %s", type(exc).__name__, exc)
+            self._unsettled = (
+                f"the last lease round failed ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}): which streams this "
+                "collector holds is not known"
+            )
+        else:
+            self._unsettled = None
 
     def tick(self) -> None:
         with self.engine.begin() as conn:

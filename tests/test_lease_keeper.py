@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
+from typing import NamedTuple
 
 import sqlalchemy as sa
+from fastapi.testclient import TestClient
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvscope.api.app import create_app
 from kvscope.api.data import ApiData
 from kvscope.api.metrics import make_registry
 from kvscope.collector.endpoints import replica_streams
@@ -37,12 +40,24 @@ from kvscope.storage.writer import StoreWriter
 SHORT_TTL = 0.3
 
 
-def test_the_keeper_takes_gives_up_takes_back_and_drops(pg_url: str, stack: ExitStack) -> None:
-    engine = open_store(pg_url)
+class Me(NamedTuple):
+    engine: sa.Engine
+    keeper: LeaseKeeper
+    collector: Collector
+    writer: StoreWriter
+    fence: Fence
+    streams: set[StreamId]
+
+
+def member_me(url: str, replicas: int, stack: ExitStack) -> Me:
+    """The keeper of member "me" (no heartbeat yet), its collector running, over `replicas`
+    replicas whose sockets point at a port nothing listens on (they just wait)."""
+    engine = open_store(url)
     stack.callback(engine.dispose)
-    port = free_port()  # nothing listens: the streams' sockets just wait
-    specs = [s for i in range(8) for s in replica_streams(f"r{i}", f"tcp://127.0.0.1:{port}")]
-    streams = {s.stream for s in specs}
+    port = free_port()
+    specs = [
+        s for i in range(replicas) for s in replica_streams(f"r{i}", f"tcp://127.0.0.1:{port}")
+    ]
     fence = Fence("me")
     writer = StoreWriter(engine, fence=fence)
     stack.callback(writer.close)
@@ -53,6 +68,11 @@ def test_the_keeper_takes_gives_up_takes_back_and_drops(pg_url: str, stack: Exit
         engine, specs, collector, writer, fence, lambda s: None, LeaseSettings(ttl_s=600)
     )
     fence.on_refused = keeper.fenced
+    return Me(engine, keeper, collector, writer, fence, {s.stream for s in specs})
+
+
+def test_the_keeper_takes_gives_up_takes_back_and_drops(pg_url: str, stack: ExitStack) -> None:
+    engine, keeper, collector, writer, fence, streams = member_me(pg_url, 8, stack)
 
     def owners() -> dict[StreamId, str | None]:
         with engine.connect() as conn:
@@ -114,3 +134,40 @@ def test_the_keeper_takes_gives_up_takes_back_and_drops(pg_url: str, stack: Exit
     assert samples["kvscope_leases_lost_total"] == 1
     assert samples["kvscope_leases_takeovers_total"] == 0
     assert samples["kvscope_store_rows_fenced_total"] == fence.refused_rows
+
+
+def test_readyz_waits_for_the_first_lease_round_and_a_lost_store(
+    pg_url: str, stack: ExitStack
+) -> None:
+    """Ready only once this member knows which streams it holds: after its first round, and
+    not while its rounds fail (the store lost); a collector without leases never waits."""
+    engine, keeper, collector, writer, fence, streams = member_me(pg_url, 1, stack)
+    with engine.begin() as conn:
+        heartbeat(conn, "me", 600)
+
+    def ready(leases: LeaseKeeper | None) -> tuple[int, str, str]:
+        data = ApiData(collector=collector, engine=engine, writer=writer, leases=leases)
+        answer = TestClient(create_app(data)).get("/readyz")
+        error = answer.json().get("error", {})
+        return answer.status_code, error.get("code", ""), error.get("message", "")
+
+    assert ready(None)[0] == 200  # no leases: nothing to wait for
+    status, code, message = ready(keeper)
+    assert (status, code) == (503, "leases_settling")
+    assert "first lease round" in message
+
+    keeper.turn()
+    assert set(fence.held()) == streams
+    assert ready(keeper)[0] == 200
+
+    # The store stops answering the keeper: which streams it holds is not known any more.
+    keeper.engine = sa.create_engine(f"postgresql+psycopg://127.0.0.1:{free_port()}/none")
+    stack.callback(keeper.engine.dispose)
+    keeper.turn()
+    status, code, message = ready(keeper)
+    assert (status, code) == (503, "leases_settling")
+    assert "OperationalError" in message and "last lease round failed" in message
+
+    keeper.engine = engine
+    keeper.turn()
+    assert ready(keeper)[0] == 200

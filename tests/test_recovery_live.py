@@ -113,7 +113,7 @@ def test_same_rows_via_replay_and_via_sockets_and_partial_mid_stream(tmp_path: A
     try:
         config = Config([ReplicaConfig("lab", source.endpoint, replay=source.replay_endpoint)])
         store = f"sqlite:///{tmp_path / 'serve.sqlite'}"
-        with running_pipeline(replace(config, store=StoreConfig(store))) as (collector, writer):
+        with running_pipeline(replace(config, store=StoreConfig(store))) as (collector, writer, _):
             assert writer is not None
             _until(lambda: collector.is_connected(STREAM), "the collector to connect")
             source.play()
