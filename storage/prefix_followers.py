@@ -3,7 +3,8 @@ stream, fed at each recovery offset only the batches logged since the last, inst
 the map after the clear and replaying the window again at every offset.
 
 Bounded: a follower is dropped once its recovery is complete, replaced when the stream's next
-reset is followed, and at most `cap` are held; past the cap (and after a restart of the
+reset is followed, dropped when the stream's lease moves to another collector, and at most
+`cap` are held; past the cap (and after a restart of the
 collector or a failed transaction, which forget them all) an offset is computed in full, as
 `reset_prefixes` does, and followed again from there while there is room. Writer thread only.
 """
@@ -40,6 +41,10 @@ class PrefixFollowers:
     def forget(self) -> None:
         """A failed transaction may have rolled back batches the followers were fed."""
         self._held.clear()
+
+    def drop(self, stream: StreamId) -> None:
+        """`stream` is followed no more here (its lease moved away)."""
+        self._held.pop(stream, None)
 
     def groups(self, conn: Connection, stream: StreamId, reset_id: int) -> ResetPrefixes:
         """The reset's answer as of the offsets stored for it now (NotInStore: as

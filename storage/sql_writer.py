@@ -97,6 +97,14 @@ class RowWriter:
         self._reset_ids.clear()
         self.followers.forget()
 
+    def forget_stream(self, stream: StreamId) -> None:
+        """`stream` is written no more (its lease moved away): its reset's follower and its
+        cached ids go, rather than wait for the cap."""
+        self.followers.drop(stream)
+        self._stream_ids.pop(stream, None)
+        for key in [k for k in self._reset_ids if k[0] == stream]:
+            del self._reset_ids[key]
+
     def _stream_id(self, conn: Connection, stream: StreamId) -> int:
         sid = self._stream_ids.get(stream)
         if sid is None:

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from kvscope.collector.ratelog import RateLimitedLog
+from kvscope.collector.types import StreamId
 from kvscope.storage.engine import store_down
 from kvscope.storage.heap_trim import rss_bytes, trim_heap
 from kvscope.storage.rowqueue import RowQueue
@@ -47,6 +48,9 @@ class WriteLoop:
         self._refusals = RateLimitedLog(logger)
         self._held_peak = 0
         """The most bytes held in memory since the heap was last trimmed."""
+        self._leaving: list[tuple[int, StreamId]] = []
+        """Streams to forget once the queue's rows up to each mark are written."""
+        self._leaving_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="kvscope-store-writer", daemon=True)
         self.thread.start()
 
@@ -61,10 +65,27 @@ class WriteLoop:
                 self.stats.rows_written += len(rows)
                 self.stats.transactions += 1
                 self.queue.done(droppable)
+                self._forget_left()
                 self._trim_after_backlog()
         except Exception as exc:  # said, not hidden: see `failure`
             self.failure = f"{type(exc).__name__}: {exc}"
             logger.exception("the store writer stopped: %s", self.failure)
+
+    def forget(self, stream: StreamId) -> None:
+        """Any thread: `stream` is written no more here; once the rows queued until now are
+        written (they may still follow its reset), its state on the writer thread goes."""
+        with self._leaving_lock:
+            self._leaving.append((self.queue.put_total, stream))
+
+    def _forget_left(self) -> None:
+        if not self._leaving:
+            return
+        written = self.queue.written_total
+        with self._leaving_lock:
+            due = [stream for mark, stream in self._leaving if mark <= written]
+            self._leaving = [(mark, s) for mark, s in self._leaving if mark > written]
+        for stream in due:
+            self.sql.forget_stream(stream)
 
     def _trim_after_backlog(self) -> None:
         """A backlog past `trim_after_bytes` has drained (to a sixteenth of it, since rows

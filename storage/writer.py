@@ -201,8 +201,10 @@ class StoreWriter:
 
     def forget(self, stream: StreamId) -> None:
         """The stream left this collector (its lease given up or lost): its state goes, as in
-        a crash; its next holder resumes from the store (`fence`: storage/leases.py)."""
+        a crash; its next holder resumes from the store (`fence`: storage/leases.py). The
+        writer thread's state of it goes once what it queued is written."""
         self._streams.pop(stream, None)
+        self._loop.forget(stream)
 
     def degraded(self, change: DegradedChange) -> None:
         """Each degraded interval is written when it opens and again (an upsert on its start)

@@ -6,6 +6,7 @@ offset; past the cap, or once the followers are forgotten, the full rebuild take
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, select
@@ -149,3 +150,22 @@ def test_past_the_cap_and_after_forgetting_the_full_rebuild_answers(tmp_path: An
     assert checked.wrong == []
     # The forgotten reset is followed again from its next offset, by one more rebuild.
     assert forgot._sql.followers.rebuilt == 3
+
+
+def test_a_stream_forgotten_takes_its_followers_along(tmp_path: Path) -> None:
+    """A stream whose lease moved away (`forget`): once what it queued is written, the writer
+    keeps no follower of its reset, which the cap alone would have held on to."""
+    writer = StoreWriter(open_store(f"sqlite:///{tmp_path / 'store.db'}"))
+    records = list(read_capture(capture_path("lab_3rps_180s.msgpack.gz")))
+    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
+    for record in records:
+        ingest.live_frames(record.frames, record.recv_ts)
+    writer.forget(STREAM)  # its rows still queued: written first, followed as before
+    assert writer.flush(60)
+    followers = writer._sql.followers
+    other = StreamIngest(StreamId("other", 0), can_replay=False, sink=writer)
+    for record in records[:50]:  # another stream's transaction, after the forget
+        other.live_frames(record.frames, record.recv_ts)
+    assert writer.flush(60)
+    assert followers.held() == 0
+    writer.close()
