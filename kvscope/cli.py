@@ -33,6 +33,8 @@ from kvscope.options import (
     DurationOpt,
     JsonOpt,
     LeaseOpt,
+    LeaseRenewOpt,
+    LeaseTtlOpt,
     MaxMessageOpt,
     MetricsOpt,
     ReplayOpt,
@@ -45,6 +47,7 @@ from kvscope.options import (
     load_config,
     token_text,
     with_fleet_flags,
+    with_lease_flags,
     with_store_flags,
 )
 from kvscope.pipeline import exit_if_failed, failure, running_pipeline
@@ -109,6 +112,8 @@ def collect(
     store: StoreFlag = None,
     shard: ShardOpt = None,
     lease: LeaseOpt = None,
+    lease_ttl: LeaseTtlOpt = None,
+    lease_renew: LeaseRenewOpt = None,
     spill_bytes: SpillBytesOpt = None,
     spill_dir: SpillDirOpt = None,
     bind: BindOpt = None,
@@ -122,6 +127,7 @@ def collect(
         config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes, metrics
     )
     config = with_store_flags(config, store, shard, spill_bytes, spill_dir, lease)
+    config = with_lease_flags(config, lease_ttl, lease_renew)
     config = with_fleet_flags(
         config, bind, topic_pattern, replica_format, replay_template, gone_after
     )

@@ -18,6 +18,8 @@ The file lists replicas and collector settings:
     [store]                                 # --store, --shard, --spill-bytes, --spill-dir, --lease
     url = "postgresql+psycopg://kvscope@db/kvscope"
     shard = "east"                          # or lease = true: collectors that fail over
+    lease_ttl_s = 10.0                      # with lease: --lease-ttl, --lease-renew
+    lease_renew_s = 2.0
     spill_bytes = 1073741824
     spill_dir = "/var/lib/kvscope/spill"
 
@@ -46,6 +48,7 @@ from kvscope.collector.fleet import FleetError, FleetSettings
 from kvscope.collector.subscriber import CollectorSettings
 from kvscope.fleet_config import fleet_section
 from kvscope.storage.engine import DEFAULT_STORE
+from kvscope.storage.leases import LeaseSettings
 from kvscope.storage.redact import has_userinfo, redact
 from kvscope.storage.store_settings import StoreSettings
 
@@ -95,6 +98,9 @@ class ReplicaConfig:
         return [dataclasses.replace(s, engine=self.engine) for s in streams]
 
 
+SECONDS = "a number of seconds > 0"
+
+
 @dataclass(frozen=True)
 class StoreConfig:
     """Where history goes, and how much of it may wait on local disk while the store is down."""
@@ -106,6 +112,24 @@ class StoreConfig:
     lease: bool = False
     """Share the streams with the other collectors on this PostgreSQL through leases
     (storage/leases.py), taking over those of a collector that died."""
+    lease_ttl_s: float = LeaseSettings.ttl_s
+    lease_renew_s: float = LeaseSettings.renew_s
+    """Shorter than `lease_ttl_s`: a collector beats before its membership expires."""
+
+    def __post_init__(self) -> None:
+        for key in ("lease_ttl_s", "lease_renew_s"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"[store] {key} has value {getattr(self, key)!r}, not {SECONDS}")
+        if self.lease_renew_s >= self.lease_ttl_s:
+            raise ConfigError(
+                f"lease_renew_s ({self.lease_renew_s} s) must be shorter than lease_ttl_s "
+                f"({self.lease_ttl_s} s) (--lease-renew, --lease-ttl): a collector beats "
+                "before its leases expire"
+            )
+
+    @property
+    def lease_settings(self) -> LeaseSettings:
+        return LeaseSettings(ttl_s=self.lease_ttl_s, renew_s=self.lease_renew_s)
 
 
 @dataclass(frozen=True)
@@ -197,9 +221,15 @@ def _store(section: Any) -> StoreConfig:
     unknown = set(section) - {f.name for f in fields(StoreConfig)}
     if unknown:
         raise ConfigError(f"[store]: unknown keys {sorted(unknown)}")
+    values = dict(section)
     for key, value in section.items():
         if key == "lease":
             valid, expected = isinstance(value, bool), "true or false"
+        elif key in ("lease_ttl_s", "lease_renew_s"):
+            valid = isinstance(value, int | float) and not isinstance(value, bool)
+            expected = SECONDS
+            if valid:
+                values[key] = float(value)  # > 0: StoreConfig checks it
         elif key == "spill_bytes":
             # bool is an int to Python, not to a reader of the file.
             valid = isinstance(value, int) and not isinstance(value, bool) and value >= 0
@@ -209,4 +239,4 @@ def _store(section: Any) -> StoreConfig:
             expected = "a non-empty string"
         if not valid:
             raise ConfigError(f"[store] {key} has value {value!r}, not {expected}")
-    return StoreConfig(**section)
+    return StoreConfig(**values)

@@ -91,6 +91,24 @@ LeaseOpt = Annotated[
         show_default=False,
     ),
 ]
+LeaseTtlOpt = Annotated[
+    float | None,
+    typer.Option(
+        envvar="KVSCOPE_LEASE_TTL",
+        help="With --lease: seconds without a heartbeat after which a collector is taken for "
+        "dead and its streams are taken over. Default: \\[store] lease_ttl_s, else 10.",
+        show_default=False,
+    ),
+]
+LeaseRenewOpt = Annotated[
+    float | None,
+    typer.Option(
+        envvar="KVSCOPE_LEASE_RENEW",
+        help="With --lease: seconds between heartbeats and lease rounds, shorter than "
+        "--lease-ttl. Default: \\[store] lease_renew_s, else 2.",
+        show_default=False,
+    ),
+]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print one JSON document for scripts instead of tables.")
 ]
@@ -196,13 +214,32 @@ def with_store_flags(
 ) -> Config:
     """The file's [store] with each flag (or its environment variable) that was given on top."""
     file = config.store
-    store = StoreConfig(
-        lease=file.lease if lease is None else lease,
-        url=file.url if url is None else url,
-        shard=file.shard if shard is None else shard,
-        spill_bytes=file.spill_bytes if spill_bytes is None else spill_bytes,
-        spill_dir=file.spill_dir if spill_dir is None else spill_dir,
-    )
+    try:
+        store = StoreConfig(
+            lease=file.lease if lease is None else lease,
+            url=file.url if url is None else url,
+            shard=file.shard if shard is None else shard,
+            spill_bytes=file.spill_bytes if spill_bytes is None else spill_bytes,
+            spill_dir=file.spill_dir if spill_dir is None else spill_dir,
+            lease_ttl_s=file.lease_ttl_s,
+            lease_renew_s=file.lease_renew_s,
+        )
+    except ConfigError as exc:
+        raise fail(str(exc)) from exc
+    return dataclasses.replace(config, store=store)
+
+
+def with_lease_flags(config: Config, ttl: float | None, renew: float | None) -> Config:
+    """The file's lease timing with each flag (or its environment variable) given on top."""
+    store = config.store
+    try:
+        store = dataclasses.replace(
+            store,
+            lease_ttl_s=store.lease_ttl_s if ttl is None else ttl,
+            lease_renew_s=store.lease_renew_s if renew is None else renew,
+        )
+    except ConfigError as exc:
+        raise fail(str(exc)) from exc
     return dataclasses.replace(config, store=store)
 
 

@@ -37,9 +37,16 @@ class StoreStarter:
     `fence`), a fleet's publisher is stored only if its lease is free: one that another
     collector holds is refused until its lease is free (asked again every `renew_s`)."""
 
-    def __init__(self, writer: StoreWriter, fence: Fence | None = None) -> None:
+    def __init__(
+        self,
+        writer: StoreWriter,
+        fence: Fence | None = None,
+        retry_s: float = LeaseSettings.renew_s,
+    ) -> None:
         self.writer = writer
         self.fence = fence
+        self.retry_s = retry_s
+        """How soon a lease refused is asked for again (the lease round's turn)."""
         self._retry_at: dict[StreamId, float] = {}
 
     def resume_point(self, stream: StreamId) -> ResumePoint | None:
@@ -49,7 +56,7 @@ class StoreStarter:
             with self.writer.engine.begin() as conn:
                 grant = acquire(conn, stream, self.fence.member)
             if grant is None:  # refused (counted) until then
-                self._retry_at[stream] = time.monotonic() + LeaseSettings.renew_s
+                self._retry_at[stream] = time.monotonic() + self.retry_s
                 raise NotNow(stream)
             self.fence.hold(stream, grant.token)
         return self.from_store(stream)
@@ -87,7 +94,8 @@ def running_pipeline(config: Config) -> Iterator[Pipeline]:
         raise fail(str(exc)) from exc
     fence = leased(config.store)
     writer = open_writer(config.store, [] if fence else [s.stream for s in streams], fence)
-    starter = None if writer is None else StoreStarter(writer, fence)
+    leasing = config.store.lease_settings
+    starter = None if writer is None else StoreStarter(writer, fence, leasing.renew_s)
     collector = Collector(
         [] if fence else streams,
         settings=config.collector,
@@ -97,7 +105,9 @@ def running_pipeline(config: Config) -> Iterator[Pipeline]:
     )
     keeper = None
     if fence is not None and writer is not None and starter is not None:
-        keeper = LeaseKeeper(writer.engine, streams, collector, writer, fence, starter.from_store)
+        keeper = LeaseKeeper(
+            writer.engine, streams, collector, writer, fence, starter.from_store, leasing
+        )
         fence.on_refused = keeper.fenced
     elif starter is not None:
         for stream in collector.ingests:

@@ -31,6 +31,8 @@ from kvscope.options import (
     DpRanksOpt,
     HostOpt,
     LeaseOpt,
+    LeaseRenewOpt,
+    LeaseTtlOpt,
     MaxMessageOpt,
     MetricsOpt,
     PortOpt,
@@ -46,6 +48,7 @@ from kvscope.options import (
     load_config,
     token_text,
     with_fleet_flags,
+    with_lease_flags,
     with_store_flags,
 )
 from kvscope.pipeline import exit_if_failed, running_pipeline, watching
@@ -124,6 +127,8 @@ def serve(
     store: StoreFlag = None,
     shard: ShardOpt = None,
     lease: LeaseOpt = None,
+    lease_ttl: LeaseTtlOpt = None,
+    lease_renew: LeaseRenewOpt = None,
     spill_bytes: SpillBytesOpt = None,
     spill_dir: SpillDirOpt = None,
     bind: BindOpt = None,
@@ -151,6 +156,7 @@ def serve(
         api_url,
     )
     config = with_store_flags(config, store, shard, spill_bytes, spill_dir, lease)
+    config = with_lease_flags(config, lease_ttl, lease_renew)
     config = with_fleet_flags(
         config, bind, topic_pattern, replica_format, replay_template, gone_after
     )

@@ -41,7 +41,8 @@ class LeaseSettings:
     """A member (and every lease it holds) is taken for dead this long after its last
     heartbeat: its streams are taken over after this, plus at most one `renew_s`."""
     renew_s: float = 2.0
-    """Heartbeat, and look at the members and the leases, this often."""
+    """Heartbeat, and look at the members and the leases, this often: shorter than `ttl_s`
+    (`collect --lease-renew`, `--lease-ttl`: kvscope/config.py checks it)."""
 
 
 def check_backend(dialect: str) -> None:

@@ -12,8 +12,9 @@ from kvscope.cli import app
 from kvscope.collector.capture import read_capture
 from kvscope.config import ConfigError, StoreConfig, load_file
 from kvscope.demo import _bundled
-from kvscope.options import with_store_flags
+from kvscope.options import with_lease_flags, with_store_flags
 from kvscope.storage.engine import DEFAULT_STORE
+from kvscope.storage.leases import LeaseSettings
 
 STORE_SECTION = """
 [store]
@@ -117,9 +118,40 @@ def test_lease_from_the_file_the_environment_and_the_flag(tmp_path: Path) -> Non
         load_file(path)
 
 
+def test_lease_timing_from_the_file_under_the_flags(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[store]\nlease = true\nlease_ttl_s = 30.0\nlease_renew_s = 5\n")
+    config = load_file(path)
+    assert config.store.lease_settings == LeaseSettings(ttl_s=30.0, renew_s=5.0)
+    assert with_store_flags(config, None, None, None, None).store == config.store
+    assert with_lease_flags(config, None, None).store == config.store
+    flagged = with_lease_flags(config, 20.0, 1.0)
+    assert flagged.store.lease_settings == LeaseSettings(ttl_s=20.0, renew_s=1.0)
+    assert StoreConfig().lease_settings == LeaseSettings()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("lease_ttl_s = 0\n", "lease_ttl_s has value 0.0, not a number of seconds > 0"),
+        ("lease_renew_s = 'often'\n", "lease_renew_s has value 'often'"),
+        ("lease_renew_s = true\n", "lease_renew_s has value True"),
+        ("lease_renew_s = 10.0\n", r"lease_renew_s \(10.0 s\) must be shorter than"),
+        ("lease_ttl_s = 3\nlease_renew_s = 4\n", r"lease_renew_s \(4.0 s\) must be shorter"),
+    ],
+)
+def test_lease_timing_errors_name_the_keys(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[store]\n" + text)
+    with pytest.raises(ConfigError, match=message):
+        load_file(path)
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
+        (["--lease-renew", "10"], "lease_renew_s (10.0 s) must be shorter than lease_ttl_s"),
+        (["--lease-ttl", "1", "--lease-renew", "1"], "must be shorter than lease_ttl_s (1.0 s)"),
         (["--store", "none"], "--lease needs a shared PostgreSQL store"),
         (["--store", "sqlite:///{tmp}/k.sqlite"], "leases need PostgreSQL"),
         (["--store", "sqlite:///{tmp}/k.sqlite", "--shard", "east"], "exclude each other"),
@@ -133,3 +165,13 @@ def test_lease_is_refused_where_it_cannot_work(
     result = CliRunner().invoke(app, [*args, *flags], env={"KVSCOPE_LEASE": "1"})
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
+
+
+def test_lease_timing_from_the_environment(tmp_path: Path) -> None:
+    args = ["collect", "--replica", "a=tcp://127.0.0.1:9", "--no-live", "--duration", "1"]
+    env = {"KVSCOPE_LEASE": "1", "KVSCOPE_LEASE_TTL": "4", "KVSCOPE_LEASE_RENEW": "5"}
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 2, result.output
+    assert "lease_renew_s (5.0 s) must be shorter than lease_ttl_s (4.0 s)" in " ".join(
+        result.output.split()
+    )

@@ -23,7 +23,9 @@ from kvscope.api.metrics import make_registry
 from kvscope.collector.endpoints import replica_streams
 from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
+from kvscope.config import Config, ReplicaConfig, StoreConfig
 from kvscope.lab.ports import free_port
+from kvscope.pipeline import running_pipeline
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.lease_keeper import LeaseKeeper
@@ -38,6 +40,7 @@ from kvscope.storage.leases import (
 from kvscope.storage.writer import StoreWriter
 
 SHORT_TTL = 0.3
+M = schema.lease_members
 
 
 class Me(NamedTuple):
@@ -171,3 +174,24 @@ def test_readyz_waits_for_the_first_lease_round_and_a_lost_store(
     keeper.engine = engine
     keeper.turn()
     assert ready(keeper)[0] == 200
+
+
+def test_the_pipeline_keeps_leases_with_the_configured_timing(pg_url: str) -> None:
+    config = Config(
+        replicas=[ReplicaConfig("r", f"tcp://127.0.0.1:{free_port()}")],
+        store=StoreConfig(pg_url, lease=True, lease_ttl_s=45.0, lease_renew_s=0.2),
+    )
+    with running_pipeline(config) as (_, writer, keeper):
+        assert keeper is not None and writer is not None
+        assert keeper.settings == LeaseSettings(ttl_s=45.0, renew_s=0.2)
+        deadline = time.monotonic() + 30
+        while keeper.unsettled() is not None:
+            assert time.monotonic() < deadline, "the first lease round"
+            time.sleep(0.05)
+        with writer.engine.connect() as conn:
+            left = conn.execute(
+                sa.select(
+                    sa.func.extract("epoch", M.c.expires_at - sa.func.clock_timestamp())
+                ).where(M.c.id == keeper.member)
+            ).scalar_one()
+        assert 30 < left <= 45  # the heartbeat's TTL is the configured one
