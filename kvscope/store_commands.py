@@ -351,16 +351,24 @@ def prune_command(
         float, typer.Option(help="Keep per-second rollups and engine samples; 0: forever.")
     ] = 30.0,
     reset_days: Annotated[float, typer.Option(help="Keep resets; 0 (default): forever.")] = 0.0,
+    lease_grant_days: Annotated[
+        float,
+        typer.Option(help="Keep lease grants (--lease: who wrote each stream when); 0: forever."),
+    ] = 7.0,
 ) -> None:
     """Apply retention now (`collect` also prunes in the background)."""
     retention = Retention(
-        _days(log_days), _days(checkpoint_days), _days(rollup_days), _days(reset_days)
+        _days(log_days),
+        _days(checkpoint_days),
+        _days(rollup_days),
+        _days(reset_days),
+        _days(lease_grant_days),
     )
     pruned = prune(open_store(store), retention, time.time())
     console.print(
         f"pruned {pruned.batches} batches, {pruned.checkpoints} checkpoints, "
         f"{pruned.rollups} rollups, {pruned.engine_samples} engine samples, "
-        f"{pruned.resets} resets"
+        f"{pruned.resets} resets, {pruned.lease_grants} lease grants"
     )
 
 

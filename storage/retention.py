@@ -1,4 +1,5 @@
-"""Retention by age: the raw log, checkpoints and rollups each have their own; resets stay.
+"""Retention by age: the raw log, checkpoints, rollups and lease grants each have their own;
+resets stay.
 
 Pruning never removes what the retained window needs: every instant at or after the log's
 cutoff must still rebuild, so for each epoch the newest checkpoint at or before the cutoff is
@@ -12,6 +13,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -22,6 +24,7 @@ from sqlalchemy import (
     Table,
     and_,
     delete,
+    exists,
     func,
     select,
 )
@@ -40,6 +43,9 @@ class Retention:
     rollups_s: float | None = 30 * DAY
     resets_s: float | None = None
     """Resets (with their before and recovery) are kept forever unless this is set."""
+    lease_grants_s: float | None = 7 * DAY
+    """Grants of streams' leases (who wrote each stream when) released or superseded this
+    long ago; a lease held now keeps its grant, and the tokens (`stream_leases`) stay."""
 
 
 @dataclass
@@ -49,6 +55,7 @@ class Pruned:
     rollups: int = 0
     resets: int = 0
     engine_samples: int = 0
+    lease_grants: int = 0
 
 
 def prune(engine: Engine, retention: Retention, now: float) -> Pruned:
@@ -72,7 +79,25 @@ def prune(engine: Engine, retention: Retention, now: float) -> Pruned:
             pruned.resets = _deleted(
                 conn, delete(schema.resets).where(schema.resets.c.ts < now - retention.resets_s)
             )
+        if retention.lease_grants_s is not None:
+            pruned.lease_grants = _prune_grants(conn, now - retention.lease_grants_s)
     return pruned
+
+
+def _prune_grants(conn: Connection, cutoff: float) -> int:
+    """Grants whose last sign (released, else last written, else granted) is older than
+    `cutoff`, but for the grant a lease is held under now (its writes are still counted).
+    Fencing needs none of them: the token to beat is `stream_leases.token`, never pruned."""
+    g, held = schema.lease_grants, schema.stream_leases
+    last = func.coalesce(g.c.released_at, g.c.last_write_at, g.c.granted_at)
+    current = exists().where(
+        held.c.replica == g.c.replica,
+        held.c.rank == g.c.rank,
+        held.c.token == g.c.token,
+        held.c.owner.is_not(None),
+    )
+    at = datetime.fromtimestamp(cutoff, UTC)
+    return _deleted(conn, delete(g).where(last < at, ~current))
 
 
 def _naming_resets() -> list[tuple[Table, Column[Any]]]:

@@ -13,9 +13,11 @@ import sqlalchemy as sa
 from alembic import command
 from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
+from typer.testing import CliRunner
 
 from kvscope.api.app import create_app
 from kvscope.api.data import ApiData
+from kvscope.cli import app as cli
 from kvscope.collector.capture import CaptureRecord, read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
@@ -38,6 +40,7 @@ from kvscope.storage.leases import (
     release,
 )
 from kvscope.storage.resume import resume_point
+from kvscope.storage.retention import DAY, Retention, prune
 from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
 
@@ -269,3 +272,55 @@ def test_a_member_that_joins_or_leaves_moves_only_its_share() -> None:
     two = {s: owner_of(s, ["a", "b"]) for s in streams}
     assert {s for s in streams if three[s] != two[s]} == {s for s in streams if three[s] == "c"}
     assert owner_of(STREAM, []) is None
+
+
+def test_old_grants_are_pruned_but_never_the_token(pg_url: str) -> None:
+    """`lease_grants` is pruned by age (retention), but for each stream's current grant; the
+    token lives in `stream_leases`, which pruning leaves alone: the next grant is still one
+    more than every token ever granted."""
+    engine = open_store(pg_url)
+    other = StreamId("lab", 1)
+    with engine.begin() as conn:
+        heartbeat(conn, "a", 60)
+    for _ in range(3):  # tokens 1..3 of STREAM, the last one held
+        with engine.begin() as conn:
+            grant = acquire(conn, STREAM, "a")
+            assert grant is not None
+            if grant.token < 3:
+                release(conn, STREAM, "a", grant.token)
+    with engine.begin() as conn:
+        assert acquire(conn, other, "a") == Grant(1, False)
+        release(conn, other, "a", 1)  # released: no current holder, its token stays 1
+    g = schema.lease_grants
+    with engine.begin() as conn:  # everything but STREAM's grant 2 happened two days ago
+        conn.execute(
+            sa.update(g)
+            .where(sa.tuple_(g.c.replica, g.c.rank, g.c.token) != ("lab", 0, 2))
+            .values(
+                granted_at=sa.func.now() - sa.text("interval '2 days'"),
+                released_at=sa.case(
+                    (g.c.released_at.is_(None), None),
+                    else_=sa.func.now() - sa.text("interval '2 days'"),
+                ),
+            )
+        )
+    pruned = prune(engine, Retention(None, None, None, lease_grants_s=DAY), time.time())
+    assert pruned.lease_grants == 2  # STREAM's token 1 and other's token 1
+    with engine.connect() as conn:
+        kept = {tuple(r) for r in conn.execute(sa.select(g.c.replica, g.c.rank, g.c.token))}
+    assert kept == {("lab", 0, 2), ("lab", 0, 3)}  # 3: held, however old
+    with engine.begin() as conn:
+        release(conn, STREAM, "a", 3)
+        assert acquire(conn, STREAM, "a") == Grant(4, False)
+        assert acquire(conn, other, "a") == Grant(2, False)
+    # `kvscope prune`: the default keeps a week, --lease-grant-days says otherwise.
+    with engine.begin() as conn:
+        conn.execute(
+            sa.update(g)
+            .where(g.c.replica == "lab", g.c.rank == 0, g.c.token == 2)
+            .values(released_at=sa.func.now() - sa.text("interval '2 days'"))
+        )
+    for flags, said in (([], "0 lease grants"), (["--lease-grant-days", "1"], "1 lease grants")):
+        result = CliRunner().invoke(cli, ["prune", "--store", pg_url, *flags])
+        assert said in " ".join(result.output.split()), result.output
+    engine.dispose()
