@@ -85,7 +85,8 @@ class RowWriter:
         self.checkpoint_written = checkpoint_written
         """Told each checkpoint's size on disk (the ingest side paces checkpoints by it)."""
         self.log_packed = log_packed
-        """Told, per stream and transaction, the log's bytes before and after compression."""
+        """Told, per stream and transaction committed, the log's bytes before and after
+        compression."""
         self._stream_ids: dict[StreamId, int] = {}
         self._reset_ids: dict[tuple[StreamId, tuple[int, int, str]], int] = {}
         self.followers = followers or PrefixFollowers()
@@ -139,6 +140,12 @@ class RowWriter:
                     checkpoints += 1
                 prepared.ordered.append(row)
         prepared.chunks = pack(log)
+        prepared.droppable = len(log) + len(prepared.rollups) + checkpoints
+        return prepared
+
+    def committed(self, prepared: Prepared) -> None:
+        """`prepared` landed: the log's bytes it stored are told, once (rows written again
+        one by one after a failed transaction were packed again, and told then)."""
         packed: dict[StreamId, list[int]] = {}
         for chunk in prepared.chunks:
             sizes = packed.setdefault(chunk.stream, [0, 0])
@@ -146,8 +153,6 @@ class RowWriter:
             sizes[1] += len(chunk.data)
         for stream, (raw, stored) in packed.items():
             self.log_packed(stream, raw, stored)
-        prepared.droppable = len(log) + len(prepared.rollups) + checkpoints
-        return prepared
 
     def write(self, conn: Connection, prepared: Prepared) -> None:
         if self.fence is not None:

@@ -116,6 +116,7 @@ class WriteLoop:
         try:
             prepared = self.sql.prepare(rows)
             self._commit(prepared)
+            self.sql.committed(prepared)
             return prepared.droppable
         except Exception as exc:
             if len(rows) > 1:

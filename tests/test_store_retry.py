@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
@@ -84,3 +85,44 @@ def test_a_commit_whose_answer_was_lost_is_retried_without_writing_twice(store_u
         assert conn.execute(select(func.count()).select_from(schema.reset_recovery)).scalar()
         for seq, live in samples.items():
             assert rebuild(conn, position_at_seq(conn, sid, seq), STREAM).map.counts() == live
+
+
+class RefusesFirst:
+    """An engine whose first transaction fails for good (not a store that is down): the
+    writer finds the row at fault by writing them one by one."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.refused = False
+
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        if not self.refused:
+            self.refused = True
+            raise ValueError("a value the store cannot hold")
+        with self.engine.begin() as conn:
+            yield conn
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
+def test_rows_written_one_by_one_are_paced_as_stored_once(tmp_path: Path) -> None:
+    """Checkpoints are paced by the log's bytes as stored: a transaction retried row by row
+    counts each chunk that landed once, not the chunks of the failed attempt too."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    writer = StoreWriter(open_store(url), StoreSettings(linger_s=60))
+    writer.engine = RefusesFirst(writer.engine)  # type: ignore[assignment]  # duck-typed stand-in
+    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
+    for record in list(read_capture(capture_path("lab_10rps_300s.msgpack.gz")))[:200]:
+        ingest.live_frames(record.frames, record.recv_ts)
+    assert writer.flush(60)  # one transaction of them all, refused, then one per row
+    pacer = writer._streams[STREAM].pacer
+    with open_store(url).connect() as conn:
+        c = schema.log_chunks
+        raw, stored, batches = conn.execute(
+            select(func.sum(c.c.raw_bytes), func.sum(func.length(c.c.data)), func.sum(c.c.batches))
+        ).one()
+    assert batches == 200 and writer.stats.rows_refused == 0
+    assert (pacer.log_raw, pacer.log_stored) == (raw, stored)
+    writer.close()
