@@ -26,7 +26,9 @@ from kvscope.api.schemas import (
 from kvscope.api.schemas_lease import LeaseInfo
 from kvscope.collector.block_table import BlockTable, TokenQuery
 from kvscope.collector.dump import show_hash
+from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.prefix_map import PrefixMatch
+from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId, TableKey
 from kvscope.storage.engine import store_down
 from kvscope.storage.leases import Lease, leases
@@ -44,74 +46,63 @@ def streams_of(ctx: ApiContext, replica: str) -> list[StreamId]:
 
 
 def _rank_status(ctx: ApiContext, stream: StreamId) -> RankStatus:
+    """Where the rank's map stands (live or rebuilt from the store), with the live stream's
+    own state when the collector follows it."""
     collector = ctx.data.collector
     with ctx.data.lock():
         view = ctx.data.map_now(stream)
         totals = view.map.totals()
-        tables = table_statuses(view.map.stats())
-        live = collector is not None and stream in collector.ingests
-        if live:
-            assert collector is not None
-            ingest = collector.ingests[stream]
-            c = ingest.counters
-            d = ingest.degraded
-            degraded = (
-                None
-                if d is None
-                else DegradedInfo(
-                    reason=d.reason, from_seq=d.from_seq, to_seq=d.to_seq, since=d.since
-                )
-            )
-            received = ingest.last_message_at
-            batch_ts = ingest.map.counters.last_ts
-            return RankStatus(
-                rank=stream.rank,
-                source="live",
-                connected=collector.is_connected(stream),
-                silent=collector.is_silent(stream),
-                gone=collector.is_gone(stream),
-                engine=ingest.engine,
-                epoch=ingest.epoch,
-                last_seq=ingest.last_seq,
-                last_batch_ts=batch_ts,
-                age_s=None if received is None else max(0.0, ctx.data.clock() - received),
-                engine_clock_offset_s=(
-                    None if received is None or batch_ts is None else received - batch_ts
-                ),
-                degraded=degraded,
-                degraded_intervals=len(ingest.degraded_history),
-                tail_unverified=ingest.tail_unverified(ctx.data.clock()),
-                ingest_errors=sum(c.ingest_errors.values()),
-                gaps=c.gaps,
-                replays_ok=c.replays_ok,
-                replays_failed=c.replays_failed,
-                restarts=c.restarts,
-                blocks=totals.blocks,
-                hittable=totals.hittable,
-                orphans=totals.orphans,
-                tables=tables,
-            )
-    return RankStatus(
-        rank=stream.rank,
-        source="store",
-        connected=None,
-        silent=None,
-        epoch=view.epoch,
-        last_seq=view.seq,
-        last_batch_ts=view.ts,
-        age_s=view.age_s,
-        engine_clock_offset_s=None,
-        degraded=None,
-        degraded_intervals=len(view.unknown_because),
-        gaps=None,
-        replays_ok=None,
-        replays_failed=None,
-        restarts=None,
-        blocks=totals.blocks,
-        hittable=totals.hittable,
-        orphans=totals.orphans,
-        tables=tables,
+        ingest = None if collector is None else collector.ingests.get(stream)
+        status = RankStatus(
+            rank=stream.rank,
+            source="store" if ingest is None else "live",
+            connected=None,
+            silent=None,
+            epoch=view.epoch,
+            last_seq=view.seq,
+            last_batch_ts=view.ts,
+            age_s=view.age_s,
+            engine_clock_offset_s=None,
+            degraded=None,
+            degraded_intervals=len(view.unknown_because),
+            gaps=None,
+            replays_ok=None,
+            replays_failed=None,
+            restarts=None,
+            blocks=totals.blocks,
+            hittable=totals.hittable,
+            orphans=totals.orphans,
+            tables=table_statuses(view.map.stats()),
+        )
+        if collector is not None and ingest is not None:
+            _live_state(ctx, collector, ingest, status)
+    return status
+
+
+def _live_state(
+    ctx: ApiContext, collector: Collector, ingest: StreamIngest, status: RankStatus
+) -> None:
+    """The followed stream's connection, counters and degraded state onto `status`."""
+    stream, c, d = ingest.stream, ingest.counters, ingest.degraded
+    received, batch_ts = ingest.last_message_at, ingest.map.counters.last_ts
+    status.connected = collector.is_connected(stream)
+    status.silent = collector.is_silent(stream)
+    status.gone = collector.is_gone(stream)
+    status.engine = ingest.engine
+    status.age_s = None if received is None else max(0.0, ctx.data.clock() - received)
+    status.engine_clock_offset_s = (
+        None if received is None or batch_ts is None else received - batch_ts
     )
+    status.degraded = (
+        None
+        if d is None
+        else DegradedInfo(reason=d.reason, from_seq=d.from_seq, to_seq=d.to_seq, since=d.since)
+    )
+    status.degraded_intervals = len(ingest.degraded_history)
+    status.tail_unverified = ingest.tail_unverified(ctx.data.clock())
+    status.ingest_errors = sum(c.ingest_errors.values())
+    status.gaps, status.restarts = c.gaps, c.restarts
+    status.replays_ok, status.replays_failed = c.replays_ok, c.replays_failed
 
 
 def _statuses(ctx: ApiContext, streams: list[StreamId]) -> list[ReplicaStatus]:
