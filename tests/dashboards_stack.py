@@ -3,7 +3,6 @@ Prometheus, the collector and the API."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -21,15 +20,14 @@ import pytest
 import uvicorn
 import yaml
 from fastapi import FastAPI
-from sqlalchemy import Engine, create_engine, insert, text
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
 
 from kvscope.collector.capture import CaptureRecord, read_capture
 from kvscope.dashboards.model import Json
 from kvscope.demo import _bundled
 from kvscope.lab.ports import free_port
-from kvscope.storage import schema
-from tests.conftest import PG_ADMIN_URL, collector_time
+from tests.conftest import PG_ADMIN_URL
 from tests.dashboards_support import CORRUPT_SEQ, PLAY_S, RATE_INTERVAL, REPLICA, SCRAPE_S
 
 
@@ -292,24 +290,3 @@ class Stack:
                 return [str(r[at]) for r in rows]
             resolved[v["name"]] = self.variables(dashboard)[v["name"]]
         raise KeyError(name)
-
-
-def insert_requests(engine: Engine) -> None:
-    """The requests through kvscope that caused the capture's resets, as the API records them
-    (POST /replicas/{replica}/reset), at their time in the recording: vLLM refused the first
-    (requests were running), the preempt and keep-running ones succeeded."""
-    sidecar = json.loads(_bundled("lab_3rps_180s.json").read_text())
-    with engine.begin() as conn:
-        for reset in sidecar["resets"]:
-            conn.execute(
-                insert(schema.reset_requests).values(
-                    replica=REPLICA,
-                    requested_at=collector_time(conn, reset["ts"]),
-                    requested_by="token@127.0.0.1",
-                    mode=reset["mode"],
-                    external=False,
-                    outcome="success" if reset["result"] else "refused",
-                    http_status=200,
-                    detail=json.dumps({"success": reset["result"]}),
-                )
-            )

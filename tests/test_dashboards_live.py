@@ -28,7 +28,6 @@ from kvscope.storage.writer import StoreWriter
 from tests.dashboards_stack import (
     LabVllm,
     Stack,
-    insert_requests,
     interpolate,
     lab_records,
     once,
@@ -45,6 +44,7 @@ from tests.dashboards_support import (
     TOKEN,
     Query,
 )
+from tests.requests_support import insert_requests
 
 
 @pytest.fixture(scope="module")

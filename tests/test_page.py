@@ -5,7 +5,6 @@ chart. A screenshot is saved in the test's tmp dir (`page.png`)."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import struct
@@ -22,7 +21,6 @@ import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
-from sqlalchemy import insert
 
 from kvscope.api.app import create_app
 from kvscope.api.data import ApiData
@@ -32,11 +30,10 @@ from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
 from kvscope.demo import _bundled
 from kvscope.lab.ports import free_port
-from kvscope.storage import schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
-from tests.conftest import collector_time
+from tests.requests_support import insert_requests
 
 REPLICA = "lab"
 
@@ -53,21 +50,7 @@ def fill_store(url: str) -> None:
     for record in read_capture(_bundled("lab_3rps_180s.msgpack.gz")):
         ingest.live_frames(record.frames, record.recv_ts)
     writer.close()
-    sidecar = json.loads(_bundled("lab_3rps_180s.json").read_text())
-    with writer.engine.begin() as conn:
-        for reset in sidecar["resets"]:
-            conn.execute(
-                insert(schema.reset_requests).values(
-                    replica=REPLICA,
-                    requested_at=collector_time(conn, reset["ts"]),
-                    requested_by="token@127.0.0.1",
-                    mode=reset["mode"],
-                    external=False,
-                    outcome="success" if reset["result"] else "refused",
-                    http_status=200,
-                    detail=None,
-                )
-            )
+    insert_requests(writer.engine, REPLICA, detail=False)
 
 
 def with_page(app: FastAPI) -> FastAPI:

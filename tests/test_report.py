@@ -18,7 +18,7 @@ from kvscope.demo import _bundled
 from kvscope.record import record_streams
 from kvscope.report import build_figure, load_resets, reset_ids
 from kvscope.storage.engine import open_store
-from tests.dashboards_stack import insert_requests
+from tests.requests_support import insert_requests
 
 CAPTURE = _bundled("lab_3rps_180s.msgpack.gz")
 PNG = b"\x89PNG\r\n\x1a\n"
