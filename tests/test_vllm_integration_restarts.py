@@ -9,17 +9,7 @@ import pytest
 
 from kvscope.collector.sink import ClearReason
 from kvscope.lab.ports import free_port
-from tests.vllm_integration_support import (
-    RANK0,
-    ClearRecorder,
-    assert_exact,
-    describe,
-    start_collector,
-    start_source,
-    tcp,
-    wait_for,
-    wait_synced,
-)
+from tests import vllm_integration_support as vi
 from tests.vllm_source import Source
 
 pytestmark = pytest.mark.vllm
@@ -37,23 +27,23 @@ def test_publisher_restart_starts_a_new_epoch(stack: ExitStack, racing: bool) ->
     port, replay_port = free_port(), free_port()
     first = Source.start(64, port, replay_port, seed=7, name="old")
     stack.callback(first.close)
-    recorder = ClearRecorder()
-    collector = start_collector(stack, tcp(port), tcp(replay_port), sink=recorder)
+    recorder = vi.ClearRecorder()
+    collector = vi.start_collector(stack, vi.tcp(port), vi.tcp(replay_port), sink=recorder)
     steps = 0
     while first.batches < 150:
         first.step()
         steps += 1
         if steps % 5 == 0:
-            assert_exact(collector, RANK0, first)
-    assert_exact(collector, RANK0, first)
+            vi.assert_exact(collector, vi.RANK0, first)
+    vi.assert_exact(collector, vi.RANK0, first)
     old_batches = first.batches
     with collector.lock:
-        old_map = collector.ingests[RANK0].map.counts()
+        old_map = collector.ingests[vi.RANK0].map.counts()
     assert old_map
 
     # The engine dies and a new one (empty cache, seq from 0) binds the same ports.
     first.close()
-    second = start_source(stack, port, replay_port, seed=8, name="new")
+    second = vi.start_source(stack, port, replay_port, seed=8, name="new")
     if racing:
         # A busy engine: a batch every few ms from its start, through the collector's reconnect
         # (its first batches are lost to the slow joiner) and the replay asked on reconnect.
@@ -61,34 +51,36 @@ def test_publisher_restart_starts_a_new_epoch(stack: ExitStack, racing: bool) ->
         while reconnected_at is None or second.batches < reconnected_at + 15:
             second.step()
             time.sleep(0.003)
-            if reconnected_at is None and collector.connection_counts(RANK0)[0] >= 2:
+            if reconnected_at is None and collector.connection_counts(vi.RANK0)[0] >= 2:
                 reconnected_at = second.batches
             assert second.batches < old_batches, "the collector took too long to reconnect"
     else:
 
         def reconnected() -> bool:
-            ingest = collector.ingests[RANK0]
-            connects = collector.connection_counts(RANK0)[0]
+            ingest = collector.ingests[vi.RANK0]
+            connects = collector.connection_counts(vi.RANK0)[0]
             return connects >= 2 and ingest.counters.replays_ok >= 2 and not ingest.replaying
 
-        wait_for(collector, reconnected, lambda: "a reconnect: " + describe(collector, RANK0))
+        vi.wait_for(
+            collector, reconnected, lambda: "a reconnect: " + vi.describe(collector, vi.RANK0)
+        )
     for step in range(100):
         second.step()
         if step % 5 == 4:
-            wait_synced(collector, RANK0, second, epoch=1)
-            assert_exact(collector, RANK0, second)
-    wait_synced(collector, RANK0, second, epoch=1)
-    assert_exact(collector, RANK0, second)
+            vi.wait_synced(collector, vi.RANK0, second, epoch=1)
+            vi.assert_exact(collector, vi.RANK0, second)
+    vi.wait_synced(collector, vi.RANK0, second, epoch=1)
+    vi.assert_exact(collector, vi.RANK0, second)
 
     with collector.lock:
-        ingest = collector.ingests[RANK0]
-        assert ingest.counters.restarts == 1, describe(collector, RANK0)
+        ingest = collector.ingests[vi.RANK0]
+        assert ingest.counters.restarts == 1, vi.describe(collector, vi.RANK0)
         assert ingest.epoch == 1
         assert ingest.degraded is None
         restarts = [c for c in recorder.cleared if c.reason is ClearReason.RESTART]
         assert len(restarts) == 1, recorder.cleared
         (restart,) = restarts
-        assert restart.stream == RANK0 and restart.epoch == 0 and not restart.degraded
+        assert restart.stream == vi.RANK0 and restart.epoch == 0 and not restart.degraded
         before = {
             (h, key.group): n
             for key, table in restart.tables.items()
@@ -108,23 +100,23 @@ def test_restart_while_disconnected_is_noticed(stack: ExitStack) -> None:
     port, replay_port = free_port(), free_port()
     first = Source.start(64, port, replay_port, seed=17, name="old")
     stack.callback(first.close)
-    collector = start_collector(stack, tcp(port), tcp(replay_port))
+    collector = vi.start_collector(stack, vi.tcp(port), vi.tcp(replay_port))
     while first.batches < 10:
         first.step()
-    assert_exact(collector, RANK0, first)
+    vi.assert_exact(collector, vi.RANK0, first)
 
     first.close()
-    second = start_source(stack, port, replay_port, seed=18, name="new")
+    second = vi.start_source(stack, port, replay_port, seed=18, name="new")
     while second.batches < 25:  # a few ms: well before the collector's reconnect (100 ms)
         second.step()
-    wait_for(
+    vi.wait_for(
         collector,
-        lambda: collector.connection_counts(RANK0)[0] >= 2,
-        lambda: "a reconnect: " + describe(collector, RANK0),
+        lambda: collector.connection_counts(vi.RANK0)[0] >= 2,
+        lambda: "a reconnect: " + vi.describe(collector, vi.RANK0),
     )
     second.run(20)
-    wait_synced(collector, RANK0, second)
+    vi.wait_synced(collector, vi.RANK0, second)
     with collector.lock:
-        ingest = collector.ingests[RANK0]
-        assert ingest.counters.restarts == 1 and ingest.epoch == 1, describe(collector, RANK0)
-    assert_exact(collector, RANK0, second)
+        ingest = collector.ingests[vi.RANK0]
+        assert ingest.counters.restarts == 1 and ingest.epoch == 1, vi.describe(collector, vi.RANK0)
+    vi.assert_exact(collector, vi.RANK0, second)
