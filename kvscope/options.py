@@ -16,7 +16,6 @@ from kvscope.config import (
     Config,
     ConfigError,
     ReplicaConfig,
-    StoreConfig,
     load_file,
     parse_replica_flag,
 )
@@ -214,18 +213,14 @@ def with_store_flags(
 ) -> Config:
     """The file's [store] with each flag (or its environment variable) that was given on top."""
     file = config.store
-    try:
-        store = StoreConfig(
-            lease=file.lease if lease is None else lease,
-            url=file.url if url is None else url,
-            shard=file.shard if shard is None else shard,
-            spill_bytes=file.spill_bytes if spill_bytes is None else spill_bytes,
-            spill_dir=file.spill_dir if spill_dir is None else spill_dir,
-            lease_ttl_s=file.lease_ttl_s,
-            lease_renew_s=file.lease_renew_s,
-        )
-    except ConfigError as exc:
-        raise fail(str(exc)) from exc
+    store = dataclasses.replace(
+        file,
+        lease=file.lease if lease is None else lease,
+        url=file.url if url is None else url,
+        shard=file.shard if shard is None else shard,
+        spill_bytes=file.spill_bytes if spill_bytes is None else spill_bytes,
+        spill_dir=file.spill_dir if spill_dir is None else spill_dir,
+    )
     return dataclasses.replace(config, store=store)
 
 
