@@ -66,3 +66,35 @@ def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
         code = proc.wait(30)
         source.close()
     assert code == 0, log.read_text()[-2000:]
+
+
+def test_serve_with_leases_is_not_ready_before_its_first_lease_round(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """`serve --lease` answers /readyz 503 until it knows which streams it holds: with a turn
+    of a minute, for the whole first minute."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    command = [
+        *[sys.executable, "-m", "kvscope.cli", "serve", "--lease", "--store", pg_url],
+        *["--replica", f"lab=tcp://127.0.0.1:{free_port()}", "--port", str(port)],
+        *["--lease-ttl", "120", "--lease-renew", "60"],
+    ]
+    proc = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "serve to answer"
+            try:
+                ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        error = ready.json()["error"]
+        assert (ready.status_code, error["code"]) == (503, "leases_settling")
+        assert "first lease round" in error["message"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    assert code == 0, log.read_text()[-2000:]
