@@ -113,8 +113,11 @@ class StoreConfig:
     """Share the streams with the other collectors on this PostgreSQL through leases
     (storage/leases.py), taking over those of a collector that died."""
     lease_ttl_s: float = LeaseSettings.ttl_s
+    """With `lease`: a collector that has not beaten this long is taken for dead, and its
+    streams are taken over."""
     lease_renew_s: float = LeaseSettings.renew_s
-    """Shorter than `lease_ttl_s`: a collector beats before its membership expires."""
+    """With `lease`: the heartbeat and lease round's turn; shorter than `lease_ttl_s`, so that
+    a collector beats before its membership expires."""
 
     def __post_init__(self) -> None:
         for key in ("lease_ttl_s", "lease_renew_s"):

@@ -4,9 +4,9 @@ the map after the clear and replaying the window again at every offset.
 
 Bounded: a follower is dropped once its recovery is complete, replaced when the stream's next
 reset is followed, dropped when the stream's lease moves to another collector, and at most
-`cap` are held; past the cap (and after a restart of the
-collector or a failed transaction, which forget them all) an offset is computed in full, as
-`reset_prefixes` does, and followed again from there while there is room. Writer thread only.
+`cap` are held; past the cap (and after a restart of the collector or a failed transaction,
+which forget them all) an offset is computed in full, as `reset_prefixes` does, and followed
+again from there while there is room. Writer thread only.
 """
 
 from __future__ import annotations
