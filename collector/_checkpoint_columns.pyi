@@ -1,0 +1,13 @@
+from array import array
+
+from _typeshed import ReadableBuffer
+
+def xor_linked_parents(
+    parents: ReadableBuffer,
+    hashes: ReadableBuffer,
+    slots: ReadableBuffer,
+    first_child: ReadableBuffer,
+    next_sibling: ReadableBuffer,
+) -> array[int]: ...
+def intern_records(data: ReadableBuffer, record: int) -> tuple[array[int], array[int]]: ...
+def expand_records(numbers: ReadableBuffer, records: ReadableBuffer, record: int) -> array[int]: ...
