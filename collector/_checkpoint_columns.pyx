@@ -21,6 +21,7 @@ from libc.string cimport memcmp, memcpy, memset
 cdef carray.array _UINT32 = array.array("I")
 cdef carray.array _UINT64 = array.array("Q")
 cdef carray.array _BYTES = array.array("B")
+cdef carray.array _INT32 = array.array("i")
 
 
 def xor_linked_parents(
@@ -135,4 +136,56 @@ def expand_records(const uint32_t[::1] numbers, const unsigned char[::1] records
         if k >= distinct:
             raise ValueError(f"record {k} of {distinct}")
         memcpy(dst + i * record, &records[k * record], record)
+    return out
+
+
+def by_slot(const uint64_t[::1] hashes, const int32_t[::1] slots, Py_ssize_t n_slots):
+    """(hash of each slot, bitmap of the slots holding one): the slot map with its slots left
+    implicit, as array("Q") and bytes."""
+    if hashes.shape[0] != slots.shape[0]:
+        raise ValueError("as many hashes as slots, please")
+    out = carray.clone(_UINT64, n_slots, True)
+    cdef uint64_t* dst = (<carray.array>out).data.as_ulonglongs
+    present = bytearray((n_slots + 7) // 8)
+    cdef unsigned char* bits = present
+    cdef Py_ssize_t i
+    cdef int32_t slot
+    for i in range(hashes.shape[0]):
+        slot = slots[i]
+        if slot < 0 or slot >= n_slots or bits[slot >> 3] & (1 << (slot & 7)):
+            raise ValueError(f"slot {slot} is outside the columns or held twice")
+        bits[slot >> 3] |= 1 << (slot & 7)
+        dst[slot] = hashes[i]
+    return out, bytes(present)
+
+
+def from_slots(const uint64_t[::1] hash_of_slot, const unsigned char[::1] present):
+    """The inverse of `by_slot`: (hashes, slots) as array("Q") and array("i"), in slot order."""
+    cdef Py_ssize_t n_slots = hash_of_slot.shape[0], i, n = 0
+    if present.shape[0] != (n_slots + 7) // 8:
+        raise ValueError("the bitmap does not cover the slots")
+    for i in range(n_slots):
+        n += (present[i >> 3] >> (i & 7)) & 1
+    hashes = carray.clone(_UINT64, n, False)
+    slots = carray.clone(_INT32, n, False)
+    cdef uint64_t* h = (<carray.array>hashes).data.as_ulonglongs
+    cdef int32_t* s = <int32_t*>(<carray.array>slots).data.as_ints
+    n = 0
+    for i in range(n_slots):
+        if (present[i >> 3] >> (i & 7)) & 1:
+            h[n], s[n] = hash_of_slot[i], <int32_t>i
+            n += 1
+    return hashes, slots
+
+
+def minus(const uint32_t[::1] a, const uint32_t[::1] b, bint inverse=False):
+    """a - b item by item, modulo 2^32 (a + b with `inverse`): a column as its difference from
+    another that mostly equals it (last and first store times)."""
+    if a.shape[0] != b.shape[0]:
+        raise ValueError("columns of different lengths")
+    out = carray.clone(_UINT32, a.shape[0], False)
+    cdef uint32_t* dst = (<carray.array>out).data.as_uints
+    cdef Py_ssize_t i
+    for i in range(a.shape[0]):
+        dst[i] = a[i] + b[i] if inverse else a[i] - b[i]
     return out

@@ -3,7 +3,8 @@
 zstd over msgpack; columns travel as raw array bytes, so encoding is a few memory copies. Format
 2 lays each column out as byte planes (collector/_byte_planes.pyx), which zstd packs tighter;
 format 3 first drops what the columns repeat (collector/_checkpoint_columns.pyx: parents the
-tree already names, token blocks stored once each). Formats 1 (items as they lie in memory) and
+tree already names, slot numbers, last store times equal to the first, token blocks stored once
+each). Formats 1 (items as they lie in memory) and
 2 are still read, and `recode` turns any into any other (the store's migrations do).
 """
 
@@ -20,8 +21,11 @@ import zstandard
 
 from kvscope.collector._byte_planes import join_planes, split_planes
 from kvscope.collector._checkpoint_columns import (
+    by_slot,
     expand_records,
+    from_slots,
     intern_records,
+    minus,
     xor_linked_parents,
 )
 from kvscope.collector.block_table import BlockTable
@@ -122,9 +126,9 @@ def _from_planes(table: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-_PARENT, _FIRST_CHILD, _NEXT_SIBLING, _TOKENS = (
+_PARENT, _FIRST_CHILD, _NEXT_SIBLING, _FIRST_MS, _LAST_MS, _TOKENS = (
     BlockTable._COLUMNS.index(name)
-    for name in ("_parent", "_first_child", "_next_sibling", "_tokens")
+    for name in ("_parent", "_first_child", "_next_sibling", "_first_ms", "_last_ms", "_tokens")
 )
 _TOKEN_ITEM = 4
 """Bytes per token in the tokens column (and in `token_blocks`' planes)."""
@@ -132,22 +136,41 @@ _TOKEN_ITEM = 4
 
 def _deduplicated(table: dict[str, Any]) -> dict[str, Any]:
     """A table state of format 1 without what format 3 leaves out (still format 1's shape):
-    parents XORed with their linked parent's hash, and the tokens column, when it is whole
-    blocks, as block numbers plus the distinct blocks (`token_blocks`, as byte planes)."""
+    - parents XORed with their linked parent's hash;
+    - the slot map as each slot's hash (0 for a free one) and a bitmap of the slots in use
+      (`present`), `slots` empty;
+    - last store times as their difference from the first (mostly 0);
+    - the tokens column, when it is whole blocks, as block numbers plus the distinct blocks
+      (`token_blocks`, as byte planes)."""
     columns = list(table["columns"])
     columns[_PARENT] = _linked_parents_xored(table, columns)
+    n_slots = len(columns[_PARENT])  # (an array of them now)
+    hash_of_slot, present = by_slot(
+        _items(table["hashes"], "Q"), _items(table["slots"], "i"), n_slots
+    )
+    columns[_LAST_MS] = minus(_items(columns[_LAST_MS], "I"), _items(columns[_FIRST_MS], "I"))
     record = table["block_size"] * _TOKEN_ITEM
     tokens = memoryview(columns[_TOKENS]).cast("B")
     blocks = None
     if record and len(tokens) % record == 0:
         columns[_TOKENS], distinct = intern_records(tokens, record)
         blocks = split_planes(distinct, _TOKEN_ITEM)
-    return {**table, "columns": columns, "token_blocks": blocks}
+    return {
+        **table,
+        "hashes": hash_of_slot,
+        "slots": b"",
+        "present": present,
+        "columns": columns,
+        "token_blocks": blocks,
+    }
 
 
 def _restored(table: dict[str, Any]) -> dict[str, Any]:
     """The inverse of `_deduplicated`."""
     columns = list(table["columns"])
+    hashes, slots = from_slots(_items(table["hashes"], "Q"), table.pop("present"))
+    table = {**table, "hashes": hashes, "slots": slots}
+    columns[_LAST_MS] = minus(_items(columns[_LAST_MS], "I"), _items(columns[_FIRST_MS], "I"), True)
     blocks = table.pop("token_blocks")
     if blocks is not None:
         columns[_TOKENS] = expand_records(

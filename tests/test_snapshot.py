@@ -10,8 +10,11 @@ from hypothesis import strategies as st
 
 from kvscope.collector._byte_planes import join_planes, split_planes
 from kvscope.collector._checkpoint_columns import (
+    by_slot,
     expand_records,
+    from_slots,
     intern_records,
+    minus,
     xor_linked_parents,
 )
 from kvscope.collector.block_table import BlockTable
@@ -146,8 +149,8 @@ def columns_of(table: BlockTable) -> object:
 def test_format_3_decodes_to_the_same_columns_as_format_2(
     before: list[KVEvent], after: list[KVEvent]
 ) -> None:
-    """Parents left out and token blocks stored once come back byte for byte, also where a
-    removal left free slots, stale tokens and orphans behind."""
+    """Parents, slot numbers and store times left out and token blocks stored once come back
+    byte for byte, also where a removal left free slots, stale tokens and orphans behind."""
     original = PrefixMap(STREAM)
     original.apply(Batch(0, 10.0, 0, before))
     original.apply(Batch(1, 11.0, 0, after))
@@ -184,6 +187,18 @@ def test_linked_parents_xored_twice_are_the_same() -> None:
     assert isinstance(xored, array)
 
 
+def test_slot_maps_and_differences_go_there_and_back() -> None:
+    from array import array
+
+    hash_of_slot, present = by_slot(array("Q", [5, 2**64 - 1]), array("i", [9, 0]), 10)
+    assert list(hash_of_slot) == [2**64 - 1, *[0] * 8, 5] and len(present) == 2
+    assert from_slots(hash_of_slot, present) == (array("Q", [2**64 - 1, 5]), array("i", [0, 9]))
+    with pytest.raises(ValueError):
+        by_slot(array("Q", [5, 6]), array("i", [1, 1]), 10)  # one slot, two hashes
+    first, last = array("I", [7, 2**32 - 1]), array("I", [3, 0])  # even a time going back
+    assert minus(minus(last, first), first, inverse=True) == last
+
+
 def _v3_state() -> dict[str, Any]:
     import msgspec
 
@@ -209,8 +224,18 @@ def _columns_set_to(**columns: bytes) -> dict[str, Any]:
         _columns_set_to(_first_child=b"\x7f"),  # a child past the columns
         {**_v3_state(), "tables": [{**_v3_state()["tables"][0], "token_blocks": b"\x00" * 5}]},
         {**_v3_state(), "tables": [{**_v3_state()["tables"][0], "block_size": 0}]},
+        {**_v3_state(), "tables": [{**_v3_state()["tables"][0], "present": b"\xff"}]},
+        {**_v3_state(), "tables": [{**_v3_state()["tables"][0], "present": None}]},
     ],
-    ids=["token-number", "cycle", "child-out-of-range", "token-blocks-cut", "no-block-size"],
+    ids=[
+        "token-number",
+        "cycle",
+        "child-out-of-range",
+        "token-blocks-cut",
+        "no-block-size",
+        "slots-cut",
+        "no-slots",
+    ],
 )
 def test_a_format_3_snapshot_that_lies_is_refused(state: dict[str, Any]) -> None:
     import msgspec
