@@ -18,16 +18,6 @@ from libc.string cimport memset
 cdef size_t MIN_CAPACITY = 8
 cdef Py_ssize_t PREFETCH_AHEAD = 16
 
-cdef extern from *:
-    """
-    #if defined(__GNUC__) || defined(__clang__)
-    #define KVSCOPE_PREFETCH(p) __builtin_prefetch(p)
-    #else
-    #define KVSCOPE_PREFETCH(p) ((void)(p))
-    #endif
-    """
-    void prefetch "KVSCOPE_PREFETCH"(const void* p) noexcept nogil
-
 
 def _as_uint64(values):
     return values if isinstance(values, array.array) and values.typecode == "Q" else array.array("Q", values)
@@ -70,14 +60,9 @@ cdef class SlotMap:
             raise ValueError("as many hashes as slots, please")
         cdef SlotMap made = cls(keys.shape[0])
         cdef Py_ssize_t i, n = keys.shape[0]
-        cdef size_t ahead
         for i in range(n):
-            # Each put lands at a random place of a table larger than the caches: asking for
-            # the place of a put further on lets the memory work on several at once.
             if i + PREFETCH_AHEAD < n:
-                ahead = mix(keys[i + PREFETCH_AHEAD]) & made._mask
-                prefetch(&made._keys[ahead])
-                prefetch(&made._vals[ahead])
+                made._prefetch(keys[i + PREFETCH_AHEAD])
             made._put(keys[i], values[i])
         return made
 
