@@ -6,7 +6,8 @@ lookup by tokens over it, _admit.pyx the check of a stream's limits before each 
 collector/_wire_fast.pyx decodes the common vLLM batch straight from its msgpack bytes (its
 msgpack reads inline in _msgpack.pxd, its scan of an event map in _wire_scan.pxd);
 collector/_zmq_recv.pyx receives a whole message with libzmq's own calls;
-collector/_byte_planes.pyx lays snapshot columns out as byte planes (all Cython).
+collector/_byte_planes.pyx lays snapshot columns out as byte planes, and
+collector/_checkpoint_columns.pyx drops what they repeat (all Cython).
 Installing kvscope therefore needs a C compiler and the Python headers, as any package with an
 extension built from source does.
 """
@@ -35,6 +36,9 @@ setup(
         [
             Extension("kvscope.collector._slot_map", ["collector/_slot_map.pyx"]),
             Extension("kvscope.collector._byte_planes", ["collector/_byte_planes.pyx"]),
+            Extension(
+                "kvscope.collector._checkpoint_columns", ["collector/_checkpoint_columns.pyx"]
+            ),
             Extension("kvscope.collector._table_core", ["collector/_table_core.pyx"]),
             Extension("kvscope.collector._lookup", ["collector/_lookup.pyx"]),
             Extension("kvscope.collector._admit", ["collector/_admit.pyx"]),

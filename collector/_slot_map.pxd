@@ -3,6 +3,17 @@
 from libc.stdint cimport int32_t, uint64_t
 
 
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define KVSCOPE_PREFETCH(p) __builtin_prefetch(p)
+    #else
+    #define KVSCOPE_PREFETCH(p) ((void)(p))
+    #endif
+    """
+    void prefetch "KVSCOPE_PREFETCH"(const void* p) noexcept nogil
+
+
 cdef enum:
     EMPTY = -1  # the value of a free entry: slots are non-negative
 
@@ -30,6 +41,13 @@ cdef class SlotMap:
     cdef void _remove_at(self, size_t i) noexcept
     cdef int _delete_at(self, size_t i) except -1
     cdef Py_ssize_t _index_of(self, key) noexcept
+
+    cdef inline void _prefetch(self, uint64_t key) noexcept:
+        # Ask for where `key` goes ahead of its probe: the table is larger than the caches,
+        # and misses asked for together are served together.
+        cdef size_t i = mix(key) & self._mask
+        prefetch(&self._keys[i])
+        prefetch(&self._vals[i])
 
     cdef inline Py_ssize_t _find(self, uint64_t key) noexcept:
         # Where `key` is (its slot is `_vals` there), or -1.

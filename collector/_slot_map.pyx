@@ -16,6 +16,7 @@ from libc.stdint cimport int32_t, uint64_t
 from libc.string cimport memset
 
 cdef size_t MIN_CAPACITY = 8
+cdef Py_ssize_t PREFETCH_AHEAD = 16
 
 
 def _as_uint64(values):
@@ -58,8 +59,10 @@ cdef class SlotMap:
         if keys.shape[0] != values.shape[0]:
             raise ValueError("as many hashes as slots, please")
         cdef SlotMap made = cls(keys.shape[0])
-        cdef Py_ssize_t i
-        for i in range(keys.shape[0]):
+        cdef Py_ssize_t i, n = keys.shape[0]
+        for i in range(n):
+            if i + PREFETCH_AHEAD < n:
+                made._prefetch(keys[i + PREFETCH_AHEAD])
             made._put(keys[i], values[i])
         return made
 

@@ -241,6 +241,8 @@ cdef class TableCore:
         cdef uint8_t hittable
         cdef bint extras = lora_name is not None or extra_keys is not None
         for i in range(n):
+            slot_of._prefetch(hashes[i])
+        for i in range(n):
             block_hash = hashes[i]
             found = slot_of._find(block_hash)
             if found >= 0:
@@ -330,6 +332,8 @@ cdef class TableCore:
         cdef uint32_t left
         cdef uint8_t slot_flags
         cdef uint64_t block_hash
+        for key in block_hashes:
+            slot_of._prefetch(key)
         for key in block_hashes:
             block_hash = key
             found = slot_of._find(block_hash)

@@ -67,6 +67,16 @@ def extras_bytes(extra: Any) -> int:
     return 0 if extra is None else 8
 
 
+def _column(typecode: str, data: Any) -> array[Any]:
+    """A checkpoint's array: bytes, or an array the snapshot decoder made (taken as it is, not
+    copied again)."""
+    if isinstance(data, array) and data.typecode == typecode:
+        return data
+    column = array(typecode)
+    column.frombytes(data)
+    return column
+
+
 @dataclass(frozen=True, slots=True)
 class BlockEntry:
     """One cached hash of a table, as a dump or an API shows it."""
@@ -160,9 +170,7 @@ class BlockTable(TableCore):
             "counts"
         ]
         table.saturated_stores = state.get("saturated_stores", 0)
-        hashes, slots = array("Q"), array("i")
-        hashes.frombytes(state["hashes"])
-        slots.frombytes(state["slots"])
+        hashes, slots = _column("Q", state["hashes"]), _column("i", state["slots"])
         table._slot_of = SlotMap.from_arrays(hashes, slots)
         columns = dict(zip(cls._COLUMNS, state["columns"], strict=True))
         n_slots = len(columns["_parent"]) // 8
@@ -170,12 +178,8 @@ class BlockTable(TableCore):
             # Written when copy counts were uint16.
             columns["_count"] = array("I", array("H", bytes(columns["_count"]))).tobytes()
         for name, data in columns.items():
-            column = array(getattr(table, name).typecode)
-            column.frombytes(data)
-            setattr(table, name, column)
-        free = array("i")
-        free.frombytes(state["free"])
-        table._free = free.tolist()
+            setattr(table, name, _column(getattr(table, name).typecode, data))
+        table._free = _column("i", state["free"]).tolist()
         # Without "high" (written before slots were handed out from a high-water mark), the
         # free list holds every slot never used as well: none is left above the columns' end.
         table._high = state.get("high", len(table._count))

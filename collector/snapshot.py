@@ -2,28 +2,39 @@
 
 zstd over msgpack; columns travel as raw array bytes, so encoding is a few memory copies. Format
 2 lays each column out as byte planes (collector/_byte_planes.pyx), which zstd packs tighter;
-format 1 (items as they lie in memory) is still read, and `recode` turns one into the other
-(the store's migration does).
+format 3 first drops what the columns repeat (collector/_checkpoint_columns.pyx: parents the
+tree already names, slot numbers, last store times equal to the first, token blocks stored once
+each). Formats 1 (items as they lie in memory) and
+2 are still read, and `recode` turns any into any other (the store's migrations do).
 """
 
 from __future__ import annotations
 
 import zlib
+from array import array
 from collections.abc import Mapping
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import zstandard
 
 from kvscope.collector._byte_planes import join_planes, split_planes
+from kvscope.collector._checkpoint_columns import (
+    by_slot,
+    expand_records,
+    from_slots,
+    intern_records,
+    minus,
+    xor_linked_parents,
+)
 from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.sink import MapReader, TableReader
 from kvscope.collector.types import StreamId, TableKey
 
-FORMAT_VERSION = 2
-SNAPSHOT_FORMATS = (1, 2)
+FORMAT_VERSION = 3
+SNAPSHOT_FORMATS = (1, 2, 3)
 """The formats read and written."""
 _ARRAYS = ("hashes", "slots", "free")
 """A table state's array fields besides its `columns`."""
@@ -42,12 +53,26 @@ def encode_tables(
 ) -> bytes:
     """The snapshot; `compressed=False` leaves the zstd step to `compress` (on another thread,
     since zstd runs without the GIL while the map must be copied with it)."""
-    table_states = [table.to_state() for table in tables.values()]
-    if version == 2:
-        table_states = [_as_planes(t) for t in table_states]
+    table_states = [_from_v1(table.to_state(), version) for table in tables.values()]
     state: dict[str, Any] = {"version": version, "tables": table_states, "signed": signed}
     raw = msgspec.msgpack.encode(state)
     return compress(raw) if compressed else raw
+
+
+def _from_v1(table: dict[str, Any], version: int) -> dict[str, Any]:
+    """A table state of format 1 as format `version`."""
+    if version == 1:  # as views: msgpack takes those (and bytes), not the decoder's arrays
+        views = {name: memoryview(table[name]) for name in _ARRAYS}
+        return {**table, **views, "columns": [memoryview(c) for c in table["columns"]]}
+    return _as_planes(_deduplicated(table) if version == 3 else table)
+
+
+def _to_v1(table: dict[str, Any], version: int) -> dict[str, Any]:
+    """The inverse of `_from_v1`."""
+    if version == 1:
+        return table
+    table = _from_planes(table)
+    return _restored(table) if version == 3 else table
 
 
 def _as_planes(table: dict[str, Any]) -> dict[str, Any]:
@@ -64,15 +89,20 @@ def _as_planes(table: dict[str, Any]) -> dict[str, Any]:
 
 
 @cache
-def _item_sizes() -> tuple[int, ...]:
-    """The item size of each of a table state's arrays (`_ARRAYS`, then its columns): a state
-    read back from msgpack has only bytes, so the sizes come from the table itself."""
+def _typecodes() -> tuple[str, ...]:
+    """The array type of each of a table state's arrays (`_ARRAYS`, then its columns): a state
+    read back from msgpack has only bytes, so the types come from the table itself."""
     table = BlockTable(TableKey("GPU", 0), 0.0)
-    sizes = {"hashes": 8, "slots": 4, "free": 4}
+    types = {"hashes": "Q", "slots": "i", "free": "i"}
     return (
-        *(sizes[name] for name in _ARRAYS),
-        *(getattr(table, name).itemsize for name in BlockTable._COLUMNS),
+        *(types[name] for name in _ARRAYS),
+        *(getattr(table, name).typecode for name in BlockTable._COLUMNS),
     )
+
+
+@cache
+def _item_sizes() -> tuple[int, ...]:
+    return tuple(array(typecode).itemsize for typecode in _typecodes())
 
 
 def _width(size: int, item_size: int) -> int:
@@ -85,12 +115,87 @@ def _from_planes(table: dict[str, Any]) -> dict[str, Any]:
     """The inverse of `_as_planes`."""
     widths = table.pop("widths")
     planes = [table[name] for name in _ARRAYS] + list(table["columns"])
-    arrays = [p if w == 1 else join_planes(p, w) for p, w in zip(planes, widths, strict=True)]
+    arrays = [
+        p if w == 1 else join_planes(p, w, typecode)
+        for p, w, typecode in zip(planes, widths, _typecodes(), strict=True)
+    ]
     return {
         **table,
         **dict(zip(_ARRAYS, arrays, strict=False)),
         "columns": arrays[len(_ARRAYS) :],
     }
+
+
+_PARENT, _FIRST_CHILD, _NEXT_SIBLING, _FIRST_MS, _LAST_MS, _TOKENS = (
+    BlockTable._COLUMNS.index(name)
+    for name in ("_parent", "_first_child", "_next_sibling", "_first_ms", "_last_ms", "_tokens")
+)
+_TOKEN_ITEM = 4
+"""Bytes per token in the tokens column (and in `token_blocks`' planes)."""
+
+
+def _deduplicated(table: dict[str, Any]) -> dict[str, Any]:
+    """A table state of format 1 without what format 3 leaves out (still format 1's shape):
+    - parents XORed with their linked parent's hash;
+    - the slot map as each slot's hash (0 for a free one) and a bitmap of the slots in use
+      (`present`), `slots` empty;
+    - last store times as their difference from the first (mostly 0);
+    - the tokens column, when it is whole blocks, as block numbers plus the distinct blocks
+      (`token_blocks`, as byte planes)."""
+    columns = list(table["columns"])
+    columns[_PARENT] = _linked_parents_xored(table, columns)
+    n_slots = len(columns[_PARENT])  # (an array of them now)
+    hash_of_slot, present = by_slot(
+        _items(table["hashes"], "Q"), _items(table["slots"], "i"), n_slots
+    )
+    columns[_LAST_MS] = minus(_items(columns[_LAST_MS], "I"), _items(columns[_FIRST_MS], "I"))
+    record = table["block_size"] * _TOKEN_ITEM
+    tokens = memoryview(columns[_TOKENS]).cast("B")
+    blocks = None
+    if record and len(tokens) % record == 0:
+        columns[_TOKENS], distinct = intern_records(tokens, record)
+        blocks = split_planes(distinct, _TOKEN_ITEM)
+    return {
+        **table,
+        "hashes": hash_of_slot,
+        "slots": b"",
+        "present": present,
+        "columns": columns,
+        "token_blocks": blocks,
+    }
+
+
+def _restored(table: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of `_deduplicated`."""
+    columns = list(table["columns"])
+    hashes, slots = from_slots(_items(table["hashes"], "Q"), table.pop("present"))
+    table = {**table, "hashes": hashes, "slots": slots}
+    columns[_LAST_MS] = minus(_items(columns[_LAST_MS], "I"), _items(columns[_FIRST_MS], "I"), True)
+    blocks = table.pop("token_blocks")
+    if blocks is not None:
+        columns[_TOKENS] = expand_records(
+            _items(columns[_TOKENS], "I"),
+            join_planes(blocks, _TOKEN_ITEM),
+            table["block_size"] * _TOKEN_ITEM,
+        )
+    columns[_PARENT] = _linked_parents_xored(table, columns)
+    return {**table, "columns": columns}
+
+
+def _linked_parents_xored(table: dict[str, Any], columns: list[Any]) -> Any:
+    return xor_linked_parents(
+        memoryview(columns[_PARENT]).cast("B"),
+        _items(table["hashes"], "Q"),
+        _items(table["slots"], "i"),
+        _items(columns[_FIRST_CHILD], "i"),
+        _items(columns[_NEXT_SIBLING], "i"),
+    )
+
+
+def _items(data: Any, fmt: Literal["Q", "I", "i"]) -> memoryview:
+    """`data` (bytes or an array's view) as items of struct format `fmt` (TypeError if the
+    bytes are not whole items)."""
+    return memoryview(data).cast("B").cast(fmt)
 
 
 def compress(raw: bytes) -> bytes:
@@ -118,9 +223,9 @@ def _state(data: bytes) -> dict[str, Any]:
 
 def _state_v1(data: bytes) -> dict[str, Any]:
     state = _state(data)
-    if state["version"] == 2:
-        state["tables"] = [_from_planes(t) for t in state["tables"]]
-        state["version"] = 1
+    version = state["version"]
+    state["tables"] = [_to_v1(t, version) for t in state["tables"]]
+    state["version"] = 1
     return state
 
 
@@ -138,8 +243,7 @@ def recode(data: bytes, version: int) -> bytes:
         raise SnapshotError(f"no map snapshot format {version}")
     try:
         state = _state_v1(data)
-        if version == 2:
-            state["tables"] = [_as_planes(t) for t in state["tables"]]
+        state["tables"] = [_from_v1(t, version) for t in state["tables"]]
     except NOT_WHOLE as exc:
         raise SnapshotError(f"not a whole map snapshot: {exc!r}") from exc
     state["version"] = version

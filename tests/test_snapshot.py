@@ -9,9 +9,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvscope.collector._byte_planes import join_planes, split_planes
+from kvscope.collector._checkpoint_columns import (
+    by_slot,
+    expand_records,
+    from_slots,
+    intern_records,
+    minus,
+    xor_linked_parents,
+)
+from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.snapshot import (
     FORMAT_VERSION,
+    SNAPSHOT_FORMATS,
     SnapshotError,
     compress,
     decode_map,
@@ -108,26 +118,133 @@ def _many_blocks() -> PrefixMap:
     return prefix_map
 
 
-def test_snapshots_store_columns_as_byte_planes_and_read_the_first_format() -> None:
+def test_snapshots_are_written_in_the_last_format_and_read_in_every_one() -> None:
     prefix_map = _many_blocks()
-    planes = encode_map(prefix_map)
-    first = encode_map(prefix_map, version=1)
-    assert snapshot_version(planes) == FORMAT_VERSION == 2 and snapshot_version(first) == 1
-    assert len(planes) < len(first)
-    for data in (planes, first):
+    written = {version: encode_map(prefix_map, version=version) for version in SNAPSHOT_FORMATS}
+    assert snapshot_version(encode_map(prefix_map)) == FORMAT_VERSION == 3
+    assert [snapshot_version(written[v]) for v in SNAPSHOT_FORMATS] == [1, 2, 3]
+    assert len(written[3]) < len(written[2]) < len(written[1])
+    for data in written.values():
         assert state_of(decode_map(data, STREAM)) == state_of(prefix_map)
 
 
-def test_a_snapshot_recoded_to_either_format_restores_the_same_map() -> None:
+def test_a_snapshot_recoded_to_any_format_restores_the_same_map() -> None:
     prefix_map = _many_blocks()
-    first = encode_map(prefix_map, version=1)
-    planes = recode(first, 2)
-    assert snapshot_version(planes) == 2
-    assert state_of(decode_map(planes, STREAM)) == state_of(prefix_map)
-    back = recode(planes, 1)
-    assert snapshot_version(back) == 1
-    assert state_of(decode_map(back, STREAM)) == state_of(prefix_map)
-    assert state_of(decode_map(recode(planes, 2), STREAM)) == state_of(prefix_map)
+    for start in SNAPSHOT_FORMATS:
+        data = encode_map(prefix_map, version=start)
+        for version in SNAPSHOT_FORMATS:
+            recoded = recode(data, version)
+            assert snapshot_version(recoded) == version
+            assert state_of(decode_map(recoded, STREAM)) == state_of(prefix_map)
+
+
+def columns_of(table: BlockTable) -> object:
+    """A table's arrays byte for byte: what a checkpoint must give back whatever it leaves out."""
+    columns = [getattr(table, name).tobytes() for name in BlockTable._COLUMNS]
+    return dict(table._slot_of.items()), columns, table._free, table._high
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(events, max_size=40), st.lists(events, max_size=20))
+def test_format_3_decodes_to_the_same_columns_as_format_2(
+    before: list[KVEvent], after: list[KVEvent]
+) -> None:
+    """Parents, slot numbers and store times left out and token blocks stored once come back
+    byte for byte, also where a removal left free slots, stale tokens and orphans behind."""
+    original = PrefixMap(STREAM)
+    original.apply(Batch(0, 10.0, 0, before))
+    original.apply(Batch(1, 11.0, 0, after))
+    planes = decode_map(encode_map(original, version=2), STREAM)
+    deduplicated = decode_map(encode_map(original, version=3), STREAM)
+    assert planes.tables.keys() == deduplicated.tables.keys() == original.tables.keys()
+    for key, table in original.tables.items():
+        assert columns_of(deduplicated.tables[key]) == columns_of(table)
+        assert columns_of(planes.tables[key]) == columns_of(table)
+
+
+@given(st.lists(st.binary(min_size=8, max_size=8), max_size=40))
+def test_records_interned_go_there_and_back(records: list[bytes]) -> None:
+    data = b"".join(records)
+    numbers, distinct = intern_records(data, 8)
+    assert len(distinct) == 8 * len(set(records)) and len(numbers) == len(records)
+    assert expand_records(numbers, distinct, 8).tobytes() == data
+
+
+def test_linked_parents_xored_twice_are_the_same() -> None:
+    """Each block under a cached parent is named by that parent's child list: format 3 keeps
+    0 for it, and the same XOR gives the parent back."""
+    from array import array
+
+    from kvscope.collector._table_core import HAS_PARENT
+
+    table = _many_blocks().tables[next(iter(_many_blocks().tables))]
+    hashes, slots = table._slot_of.to_arrays()
+    links = (hashes, slots, table._first_child, table._next_sibling)
+    xored = xor_linked_parents(table._parent.tobytes(), *links)
+    linked = [s for s in range(len(table._parent)) if table._flags[s] & HAS_PARENT]
+    assert linked and all(xored[s] == 0 for s in linked)  # the tree names each of them
+    assert xor_linked_parents(xored.tobytes(), *links) == table._parent
+    assert isinstance(xored, array)
+
+
+def test_slot_maps_and_differences_go_there_and_back() -> None:
+    from array import array
+
+    hash_of_slot, present = by_slot(array("Q", [5, 2**64 - 1]), array("i", [9, 0]), 10)
+    assert list(hash_of_slot) == [2**64 - 1, *[0] * 8, 5] and len(present) == 2
+    assert from_slots(hash_of_slot, present) == (array("Q", [2**64 - 1, 5]), array("i", [0, 9]))
+    with pytest.raises(ValueError):
+        by_slot(array("Q", [5, 6]), array("i", [1, 1]), 10)  # one slot, two hashes
+    first, last = array("I", [7, 2**32 - 1]), array("I", [3, 0])  # even a time going back
+    assert minus(minus(last, first), first, inverse=True) == last
+
+
+def _v3_state() -> dict[str, Any]:
+    import msgspec
+
+    state: dict[str, Any] = msgspec.msgpack.decode(encode_map(_many_blocks(), compressed=False))
+    assert state["version"] == 3 and state["tables"][0]["token_blocks"]
+    return state
+
+
+def _columns_set_to(**columns: bytes) -> dict[str, Any]:
+    state = _v3_state()
+    table = state["tables"][0]
+    for name, fill in columns.items():
+        at = BlockTable._COLUMNS.index(name)
+        table["columns"][at] = fill * (len(table["columns"][at]) // len(fill))
+    return state
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        _columns_set_to(_tokens=b"\xff"),  # token blocks past the distinct ones
+        _columns_set_to(_first_child=b"\x00", _next_sibling=b"\x00"),  # child lists in a cycle
+        _columns_set_to(_first_child=b"\x7f"),  # a child past the columns
+        {**_v3_state(), "tables": [{**_v3_state()["tables"][0], "token_blocks": b"\x00" * 5}]},
+        {**_v3_state(), "tables": [{**_v3_state()["tables"][0], "block_size": 0}]},
+        {**_v3_state(), "tables": [{**_v3_state()["tables"][0], "present": b"\xff"}]},
+        {**_v3_state(), "tables": [{**_v3_state()["tables"][0], "present": None}]},
+    ],
+    ids=[
+        "token-number",
+        "cycle",
+        "child-out-of-range",
+        "token-blocks-cut",
+        "no-block-size",
+        "slots-cut",
+        "no-slots",
+    ],
+)
+def test_a_format_3_snapshot_that_lies_is_refused(state: dict[str, Any]) -> None:
+    import msgspec
+
+    data = compress(msgspec.msgpack.encode(state))
+    with pytest.raises(SnapshotError):
+        decode_map(data, STREAM)
+    with pytest.raises(SnapshotError):
+        recode(data, 2)
 
 
 @given(st.binary(max_size=64), st.sampled_from([1, 2, 4, 8]))

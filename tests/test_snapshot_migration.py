@@ -1,13 +1,15 @@
-"""Migration 0010 (map snapshots as byte planes) on a real SQLite file and the real PostgreSQL:
-up re-writes every checkpoint and reset "before" in format 2, down in format 1, and each still
-restores the same map; bytes that are no snapshot are left alone."""
+"""Migrations 0010 (map snapshots as byte planes) and 0012 (without repeats) on a real SQLite file
+and the real PostgreSQL: up re-writes every checkpoint and reset "before" in the new format, down
+in the one before, and each still restores the same map; bytes that are no snapshot are left
+alone."""
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 
 from kvscope.collector.prefix_map import PrefixMap
-from kvscope.collector.snapshot import decode_map, encode_map, snapshot_version
+from kvscope.collector.snapshot import FORMAT_VERSION, decode_map, encode_map, snapshot_version
 from kvscope.collector.types import Batch, StreamId
 from kvscope.storage import schema
 from kvscope.storage.engine import upgrade
@@ -37,9 +39,8 @@ def _stored(engine: sa.Engine) -> list[bytes]:
     return [bytes(data) for data in (*snapshots, *befores[:-1])]
 
 
-def test_0010_rewrites_snapshots_as_byte_planes_and_back(store_url: str) -> None:
-    maps = [_map(30), _map(7), _map(12)]
-    engine, sid = store_at(store_url, "0009")
+def _insert_snapshots(engine: sa.Engine, sid: int, maps: list[PrefixMap], version: int) -> None:
+    """Two checkpoints, a reset's "before" and a reset whose "before" is no snapshot."""
     with engine.begin() as conn:
         for seq, prefix_map in enumerate(maps[:2]):
             conn.execute(
@@ -49,47 +50,46 @@ def test_0010_rewrites_snapshots_as_byte_planes_and_back(store_url: str) -> None
                     seq=seq,
                     ts=1.0,
                     blocks=1,
-                    snapshot=encode_map(prefix_map, version=1),
+                    snapshot=encode_map(prefix_map, version=version),
                 )
             )
-        conn.execute(
-            sa.insert(schema.resets).values(
-                stream_id=sid,
-                epoch=0,
-                seq=9,
-                ts=2.0,
-                reason="all_blocks_cleared",
-                degraded=False,
-                before_blocks=12,
-                before_hittable=12,
-                before_orphans=0,
-                before_tokens=192,
-                before=encode_map(maps[2], version=1),
+        for seq, before in ((9, encode_map(maps[2], version=version)), (20, b"not a snapshot")):
+            conn.execute(
+                sa.insert(schema.resets).values(
+                    stream_id=sid,
+                    epoch=0,
+                    seq=seq,
+                    ts=2.0,
+                    reason="all_blocks_cleared",
+                    degraded=False,
+                    before_blocks=0,
+                    before_hittable=0,
+                    before_orphans=0,
+                    before_tokens=0,
+                    before=before,
+                )
             )
-        )
-        conn.execute(
-            sa.insert(schema.resets).values(
-                stream_id=sid,
-                epoch=0,
-                seq=20,
-                ts=3.0,
-                reason="all_blocks_cleared",
-                degraded=False,
-                before_blocks=0,
-                before_hittable=0,
-                before_orphans=0,
-                before_tokens=0,
-                before=b"not a snapshot",
-            )
-        )
-    upgrade(engine)
-    after = _stored(engine)
-    assert [snapshot_version(data) for data in after] == [2, 2, 2]
-    assert [state_of(decode_map(d, STREAM)) for d in after] == [state_of(m) for m in maps]
 
-    downgrade(engine, "0009")
-    back = _stored(engine)
-    assert [snapshot_version(data) for data in back] == [1, 1, 1]
-    assert [state_of(decode_map(d, STREAM)) for d in back] == [state_of(m) for m in maps]
-    upgrade(engine)  # and up again
+
+def _assert_stored(engine: sa.Engine, maps: list[PrefixMap], version: int) -> None:
+    stored = _stored(engine)
+    assert [snapshot_version(data) for data in stored] == [version] * 3
+    assert [state_of(decode_map(d, STREAM)) for d in stored] == [state_of(m) for m in maps]
+
+
+@pytest.mark.parametrize(
+    ("before", "migration", "old", "new"), [("0009", "0010", 1, 2), ("0011", "0012", 2, 3)]
+)
+def test_a_snapshot_migration_rewrites_every_snapshot_and_back(
+    store_url: str, before: str, migration: str, old: int, new: int
+) -> None:
+    maps = [_map(30), _map(7), _map(12)]
+    engine, sid = store_at(store_url, before)
+    _insert_snapshots(engine, sid, maps, old)
+    upgrade(engine, migration)
+    _assert_stored(engine, maps, new)
+    downgrade(engine, before)
+    _assert_stored(engine, maps, old)
+    upgrade(engine)  # and up again, to the last format
+    _assert_stored(engine, maps, FORMAT_VERSION)
     engine.dispose()
