@@ -220,6 +220,15 @@ class BlockTable(TableCore):
         slot = self._slot_of[block_hash]
         return self._parent[slot] if self._flags[slot] & HAS_PARENT else None
 
+    def hashes(self) -> frozenset[int]:
+        """The cached hashes (`counts()`'s keys, without building the counts)."""
+        return frozenset(self._slot_of)
+
+    def hittable_hashes(self) -> list[int]:
+        """The hittable hashes, in `counts()`'s order, read from the flags in one pass."""
+        flags = self._flags
+        return [h for h, slot in self._slot_of.items() if flags[slot] & HITTABLE]
+
     def counts(self) -> dict[int, int]:
         """hash -> reference count: the shape of vLLM's `cached_block_hash_to_block`."""
         count = self._count

@@ -56,9 +56,11 @@ class RecoveryTracker:
     def start(
         cls, ts: float, tables: Mapping[TableKey, TableReader], offsets: tuple[float, ...]
     ) -> RecoveryTracker:
-        hashes = {key: frozenset(table.counts()) for key, table in tables.items()}
+        # Once per clear, on the ingest thread, over the whole map: one pass over the flags
+        # rather than a lookup per hash.
+        hashes = {key: table.hashes() for key, table in tables.items()}
         hittable_tokens = {
-            key: {h: table.block_size for h in table.counts() if table.is_hittable(h)}
+            key: dict.fromkeys(table.hittable_hashes(), table.block_size)
             for key, table in tables.items()
         }
         return cls(

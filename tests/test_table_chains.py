@@ -1,6 +1,8 @@
 """collector/_table_chains.pyx groups a table's blocks exactly as the per-block Python it
 replaced (kept below as the reference): the same roots, shared blocks and groups, hash for
-hash, on random tables with orphans, shared prefixes, removals and hash cycles."""
+hash, on random tables with orphans, shared prefixes, removals and hash cycles. And the
+table's whole-table reads a reset makes (`hashes`, `hittable_hashes`) say what the per-hash
+reads say."""
 
 from __future__ import annotations
 
@@ -123,3 +125,14 @@ def test_groups_by_smallest_hash_with_shared_trunks() -> None:
     assert members == {10: 3, 11: 3, 12: 3, 13: 3, 20: 4, 21: 4}
     assert shared == {10, 11}
     assert (sizes, shared_sizes) == ([4, 2], [2, 0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(_ops)
+def test_hashes_and_hittable_hashes_read_as_counts_and_is_hittable_say(
+    ops: list[tuple[bool, list[int], int | None]],
+) -> None:
+    # What a recovery keeps of the map at a clear (storage/recovery.py), read in one pass.
+    table = _table(ops)
+    assert table.hashes() == frozenset(table.counts())
+    assert table.hittable_hashes() == [h for h in table.counts() if table.is_hittable(h)]
