@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kvscope.collector import _lookup
+from kvscope.collector import _lookup, _table_counts
 from kvscope.collector._slot_map import SlotMap
 from kvscope.collector._table_core import (
     ASIDE,
@@ -283,6 +283,12 @@ class BlockTable(TableCore):
     # among the roots, each next one among the children of the one before. Compiled
     # (collector/_lookup.pyx): the API runs it on every table of every replica per request.
     longest_prefix = _lookup.longest_prefix
+
+    # How many of some hashes are cached here, and what those hittable weigh (`weights`: hash
+    # -> tokens): a recovery point reads a whole before map so, a probe each (compiled,
+    # collector/_table_counts.pyx).
+    count_cached = _table_counts.count_cached
+    hittable_weight = _table_counts.hittable_weight
 
     def subtrees(self) -> Iterator[Subtree]:
         """Each tree of cached blocks, from a head whose parent is not cached (a root, or an

@@ -136,3 +136,18 @@ def test_hashes_and_hittable_hashes_read_as_counts_and_is_hittable_say(
     table = _table(ops)
     assert table.hashes() == frozenset(table.counts())
     assert table.hittable_hashes() == [h for h in table.counts() if table.is_hittable(h)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(_ops, st.lists(_hashes, unique=True), st.integers(1, 64))
+def test_counts_over_other_hashes_are_the_per_hash_reads(
+    ops: list[tuple[bool, list[int], int | None]], others: list[int], size: int
+) -> None:
+    # What a recovery point reads of the map before the clear (storage/recovery.py).
+    table = _table(ops)
+    hashes = frozenset(others) | table.hashes()
+    weights = {h: size + h % 3 for h in hashes}
+    assert table.count_cached(hashes) == sum(1 for h in hashes if h in table)
+    assert table.hittable_weight(weights) == sum(
+        w for h, w in weights.items() if table.is_hittable(h)
+    )
