@@ -5,6 +5,8 @@ state and hot writes (its contract with block_table.py in _table_core.pxd), _loo
 lookup by tokens over it, _admit.pyx the check of a stream's limits before each batch;
 collector/_wire_fast.pyx decodes the common vLLM batch straight from its msgpack bytes (its
 msgpack reads inline in _msgpack.pxd, its scan of an event map in _wire_scan.pxd);
+collector/_table_chains.pyx groups a table's blocks by chain for a reset's prefix groups,
+_table_counts.pyx counts a before map's hashes against a table for a recovery point;
 collector/_zmq_recv.pyx receives a whole message with libzmq's own calls;
 collector/_byte_planes.pyx lays snapshot columns out as byte planes, and
 collector/_checkpoint_columns.pyx drops what they repeat (all Cython).
@@ -42,6 +44,8 @@ setup(
             Extension("kvscope.collector._table_core", ["collector/_table_core.pyx"]),
             Extension("kvscope.collector._lookup", ["collector/_lookup.pyx"]),
             Extension("kvscope.collector._admit", ["collector/_admit.pyx"]),
+            Extension("kvscope.collector._table_chains", ["collector/_table_chains.pyx"]),
+            Extension("kvscope.collector._table_counts", ["collector/_table_counts.pyx"]),
             Extension("kvscope.collector._wire_fast", ["collector/_wire_fast.pyx"]),
             # dlopen/dlsym: libdl before glibc 2.34, an empty stub after.
             Extension("kvscope.collector._zmq_recv", ["collector/_zmq_recv.pyx"], libraries=["dl"]),

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kvscope.collector import _lookup
+from kvscope.collector import _lookup, _table_counts
 from kvscope.collector._slot_map import SlotMap
 from kvscope.collector._table_core import (
     ASIDE,
@@ -224,6 +224,15 @@ class BlockTable(TableCore):
         slot = self._slot_of[block_hash]
         return self._parent[slot] if self._flags[slot] & HAS_PARENT else None
 
+    def hashes(self) -> frozenset[int]:
+        """The cached hashes (`counts()`'s keys, without building the counts)."""
+        return frozenset(self._slot_of)
+
+    def hittable_hashes(self) -> list[int]:
+        """The hittable hashes, in `counts()`'s order, read from the flags in one pass."""
+        flags = self._flags
+        return [h for h, slot in self._slot_of.items() if flags[slot] & HITTABLE]
+
     def counts(self) -> dict[int, int]:
         """hash -> reference count: the shape of vLLM's `cached_block_hash_to_block`."""
         count = self._count
@@ -278,6 +287,12 @@ class BlockTable(TableCore):
     # among the roots, each next one among the children of the one before. Compiled
     # (collector/_lookup.pyx): the API runs it on every table of every replica per request.
     longest_prefix = _lookup.longest_prefix
+
+    # How many of some hashes are cached here, and what those hittable weigh (`weights`: hash
+    # -> tokens): a recovery point reads a whole before map so, a probe each (compiled,
+    # collector/_table_counts.pyx).
+    count_cached = _table_counts.count_cached
+    hittable_weight = _table_counts.hittable_weight
 
     def subtrees(self) -> Iterator[Subtree]:
         """Each tree of cached blocks, from a head whose parent is not cached (a root, or an

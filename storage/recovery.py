@@ -56,9 +56,11 @@ class RecoveryTracker:
     def start(
         cls, ts: float, tables: Mapping[TableKey, TableReader], offsets: tuple[float, ...]
     ) -> RecoveryTracker:
-        hashes = {key: frozenset(table.counts()) for key, table in tables.items()}
+        # Once per clear, on the ingest thread, over the whole map: one pass over the flags
+        # rather than a lookup per hash.
+        hashes = {key: table.hashes() for key, table in tables.items()}
         hittable_tokens = {
-            key: {h: table.block_size for h in table.counts() if table.is_hittable(h)}
+            key: dict.fromkeys(table.hittable_hashes(), table.block_size)
             for key, table in tables.items()
         }
         return cls(
@@ -115,13 +117,12 @@ class RecoveryTracker:
         tokens_back = tokens_total = 0
         for key, hashes in self.before_hashes.items():
             table = view.tables.get(key)
+            tokens = self.before_hittable_tokens.get(key, {})
             total += len(hashes)
-            if table is not None:
-                back += sum(1 for h in hashes if h in table)
-            for h, size in self.before_hittable_tokens.get(key, {}).items():
-                tokens_total += size
-                if table is not None and table.is_hittable(h):
-                    tokens_back += size
+            tokens_total += sum(tokens.values())
+            if table is not None:  # (a probe a hash, in C: the whole before map, each offset)
+                back += table.count_cached(hashes)
+                tokens_back += table.hittable_weight(tokens)
         return RecoveryPoint(
             offset_s=offset,
             blocks=totals.blocks,

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from sqlalchemy import Connection, select
 
+from kvscope.collector._table_chains import chain_groups
 from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.sink import ClearReason
@@ -30,46 +31,6 @@ from kvscope.storage.reset_prefix_types import (
 )
 
 _State = dict[int, list[int]]
-
-
-def _chains(table: BlockTable) -> tuple[dict[int, int], set[int]]:
-    """hash -> the root of its chain (a block whose parent is None or not cached), and the
-    shared blocks: those with two or more leaves (cached prefixes) under them."""
-    present = table.counts()
-    parent_of = {h: table.parent_of(h) for h in present}
-    root_of: dict[int, int] = {}
-    order: list[int] = []
-    """Every hash after its parent."""
-    longest = len(present)
-    for start in present:
-        parent = parent_of[start]
-        known = None if parent is None else root_of.get(parent)
-        if known is not None:  # the common case: its parent came first
-            root_of[start] = known
-            order.append(start)
-            continue
-        path: list[int] = []
-        h = start
-        while h not in root_of:
-            parent = parent_of[h]
-            if parent is None or parent not in present or len(path) > longest:
-                root_of[h] = h  # (past `longest`: a cycle, in hostile input; cut here)
-                order.append(h)
-                break
-            path.append(h)
-            h = parent
-        root = root_of[h]
-        for member in reversed(path):
-            if member not in root_of:
-                root_of[member] = root
-                order.append(member)
-    # (child, parent) below every root, each child after its parent.
-    edges = [(h, p) for h in order if root_of[h] != h and (p := parent_of[h]) is not None]
-    leaves = dict.fromkeys(present, 1)
-    leaves.update(dict.fromkeys((parent for _, parent in edges), 0))
-    for h, parent in reversed(edges):
-        leaves[parent] += leaves[h]
-    return root_of, {h for h, n in leaves.items() if n >= 2}
 
 
 def _state_of(
@@ -137,7 +98,7 @@ class ResetFollower:
             self.epoch, self.after = row.epoch, row.seq
             rebuilt = rebuild(conn, Position(row.stream_id, self.epoch, self.after, row.ts), stream)
             self.view, self.unknown = rebuilt.map, rebuilt.unknown_because
-        self.orphans = Orphans(self.before_root)
+        self.orphans = Orphans(self._root_before)
         self.orphans.start(self.view, row.ts)
         self.offsets: tuple[float, ...] = ()
         self.states: list[_State] = []
@@ -150,26 +111,23 @@ class ResetFollower:
     def _groups_of_before(self, before: dict[TableKey, BlockTable]) -> None:
         self.roots: list[tuple[TableKey, int]] = []
         self.members: dict[TableKey, dict[int, int]] = {}
-        self.before_root: dict[TableKey, dict[int, int]] = {}
+        """hash -> its group's index in `roots`, per table."""
         self.sizes: list[int] = []
         self.shared: dict[TableKey, set[int]] = {}
         self.shared_sizes: list[int] = []
         for key in sorted(before, key=lambda k: (k.medium, k.group)):
-            root_of, self.shared[key] = _chains(before[key])
-            self.before_root[key] = root_of
-            index: dict[int, int] = {}
-            of_group = self.members[key] = {}
-            for h in sorted(root_of):
-                root = root_of[h]
-                group = index.get(root)
-                if group is None:
-                    group = index[root] = len(self.roots)
-                    self.roots.append((key, root))
-                    self.sizes.append(0)
-                    self.shared_sizes.append(0)
-                of_group[h] = group
-                self.sizes[group] += 1
-                self.shared_sizes[group] += h in self.shared[key]
+            members, self.shared[key], roots, sizes, shared_sizes = chain_groups(
+                before[key], len(self.roots)
+            )
+            self.members[key] = members
+            self.roots += [(key, root) for root in roots]
+            self.sizes += sizes
+            self.shared_sizes += shared_sizes
+
+    def _root_before(self, key: TableKey, block: int) -> int | None:
+        """The root of `block`'s group in the before map (None: it was not cached)."""
+        group = self.members.get(key, {}).get(block)
+        return None if group is None else self.roots[group][1]
 
     def follows(self, offsets: tuple[float, ...]) -> bool:
         """Whether `offsets` extend those fed so far (else only a fresh follower is exact)."""

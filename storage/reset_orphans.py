@@ -16,7 +16,7 @@ eviction once, the first time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kvscope.collector.block_table import BlockTable
@@ -26,22 +26,36 @@ from kvscope.storage.reset_prefix_types import ResetOrphan
 
 
 class Orphans:
-    def __init__(self, before_root: dict[TableKey, dict[int, int]]) -> None:
-        self.before_root = before_root
+    def __init__(self, root_before: Callable[[TableKey, int], int | None]) -> None:
+        self.root_before = root_before
+        """A block's group root in the before map (None: it was not cached then)."""
         self.found: list[list[Any]] = []
         """The reset's: [table, hash, parent, stored_ts, rejoined_ts, removed_ts, raw hash,
         raw parent]"""
         self.evicted: list[list[Any]] = []
         """Orphaned by eviction, the same fields with the time it was orphaned for stored_ts."""
-        self.open: list[list[Any]] = []
+        self._open: dict[tuple[TableKey, int], list[Any]] = {}
+        """(table, hash) -> its entry, while it is followed (neither rejoined nor removed)."""
+        self._open_under: dict[tuple[TableKey, int], set[int]] = {}
+        """(table, parent) -> the hashes of the open entries that name it: a batch's events
+        reach only the entries whose hash they remove or whose parent they store."""
         self._children: dict[TableKey, dict[int, set[int]]] = {}
         """parent -> the blocks stored under it since the clear."""
         self._seen_evicted: set[tuple[TableKey, int]] = set()
 
     def _entry(self, table: BlockTable, h: int, parent: int, ts: float) -> list[Any]:
         entry = [table.key, h, parent, ts, None, None, table.raw_hash(h), table.raw_parent(h)]
-        self.open.append(entry)
+        self._open[table.key, h] = entry
+        self._open_under.setdefault((table.key, parent), set()).add(h)
         return entry
+
+    def _close(self, entry: list[Any]) -> None:
+        key, h, parent = entry[0], entry[1], entry[2]
+        del self._open[key, h]
+        under = self._open_under[key, parent]
+        under.discard(h)
+        if not under:
+            del self._open_under[key, parent]
 
     def _child(self, key: TableKey, parent: int | None, h: int) -> None:
         if parent is not None:
@@ -59,24 +73,18 @@ class Orphans:
 
     def after(self, view: PrefixMap, events: Iterable[KVEvent], ts: float) -> None:
         """Called after each batch is applied to `view`."""
-        still = []
-        for entry in self.open:
-            table = view.tables.get(entry[0])
-            if table is None or entry[1] not in table:
-                entry[5] = ts
-            elif entry[2] in table:
-                entry[4] = ts
-            else:
-                still.append(entry)
-        self.open = still
         removed: dict[TableKey, set[int]] = {}
         stored: list[BlocksStored] = []
+        cleared = False
         for event in events:
             if isinstance(event, BlocksRemoved):
                 removed.setdefault(event.table, set()).update(event.hashes)
             elif isinstance(event, BlocksStored):
                 stored.append(event)
-        opened = {(e[0], e[1]) for e in self.open}
+            else:
+                cleared = True
+        self._rejoined_or_removed(view, removed, stored, cleared, ts)
+        opened = self._open.keys()
         for event in stored:
             parent: int | None = event.parent
             for h in event.hashes:
@@ -91,7 +99,6 @@ class Orphans:
             if named in removed.get(event.table, ()):
                 continue  # stored under a cached parent this batch removed: below
             self.found.append(self._entry(table, head, named, ts))
-            opened.add((event.table, head))
         for key, gone in removed.items():
             table = view.tables.get(key)
             children = self._children.get(key, {})
@@ -107,6 +114,45 @@ class Orphans:
                         self._seen_evicted.add((key, h))
                         self.evicted.append(self._entry(table, h, parent, ts))
 
+    def _rejoined_or_removed(
+        self,
+        view: PrefixMap,
+        removed: dict[TableKey, set[int]],
+        stored: list[BlocksStored],
+        cleared: bool,
+        ts: float,
+    ) -> None:
+        """Closes the open entries whose block is gone or whose parent is cached again. Only a
+        batch's removals and stores change either (a clear: anything), so only the entries they
+        name are looked at, not every open one at every batch."""
+        if cleared:
+            reached = list(self._open.values())
+        else:
+            reached = [
+                entry
+                for key, gone in removed.items()
+                for h in gone
+                if (entry := self._open.get((key, h))) is not None
+            ]
+            for event in stored:
+                for parent in event.hashes:
+                    for h in self._open_under.get((event.table, parent), ()):
+                        reached.append(self._open[event.table, h])
+        for entry in reached:
+            if entry[4] is None and entry[5] is None:  # (else reached twice, closed already)
+                self._settle(view, entry, ts)
+
+    def _settle(self, view: PrefixMap, entry: list[Any], ts: float) -> None:
+        """Closes `entry` if its block is gone (removed) or its parent is cached (rejoined)."""
+        table = view.tables.get(entry[0])
+        if table is None or entry[1] not in table:
+            entry[5] = ts
+        elif entry[2] in table:
+            entry[4] = ts
+        else:
+            return
+        self._close(entry)
+
     def _records(self, rows: list[list[Any]]) -> tuple[ResetOrphan, ...]:
         return tuple(
             ResetOrphan(
@@ -118,7 +164,7 @@ class Orphans:
                 removed,
                 raw,
                 raw_parent,
-                self.before_root.get(key, {}).get(parent),
+                self.root_before(key, parent),
             )
             for key, h, parent, since, rejoined, removed, raw, raw_parent in rows
         )

@@ -1,0 +1,153 @@
+"""collector/_table_chains.pyx groups a table's blocks exactly as the per-block Python it
+replaced (kept below as the reference): the same roots, shared blocks and groups, hash for
+hash, on random tables with orphans, shared prefixes, removals and hash cycles. And the
+table's whole-table reads a reset makes (`hashes`, `hittable_hashes`) say what the per-hash
+reads say."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvscope.collector._table_chains import chain_groups
+from kvscope.collector.block_table import BlockTable
+from kvscope.collector.types import TableKey
+
+KEY = TableKey("GPU", 0)
+
+_Groups = tuple[dict[int, int], set[int], list[int], list[int], list[int]]
+
+
+def reference_chains(table: BlockTable) -> tuple[dict[int, int], set[int]]:
+    """storage/reset_follower.py's `_chains` before it was compiled, unchanged."""
+    present = table.counts()
+    parent_of = {h: table.parent_of(h) for h in present}
+    root_of: dict[int, int] = {}
+    order: list[int] = []
+    longest = len(present)
+    for start in present:
+        parent = parent_of[start]
+        known = None if parent is None else root_of.get(parent)
+        if known is not None:
+            root_of[start] = known
+            order.append(start)
+            continue
+        path: list[int] = []
+        h = start
+        while h not in root_of:
+            parent = parent_of[h]
+            if parent is None or parent not in present or len(path) > longest:
+                root_of[h] = h
+                order.append(h)
+                break
+            path.append(h)
+            h = parent
+        root = root_of[h]
+        for member in reversed(path):
+            if member not in root_of:
+                root_of[member] = root
+                order.append(member)
+    edges = [(h, p) for h in order if root_of[h] != h and (p := parent_of[h]) is not None]
+    leaves = dict.fromkeys(present, 1)
+    leaves.update(dict.fromkeys((parent for _, parent in edges), 0))
+    for h, parent in reversed(edges):
+        leaves[parent] += leaves[h]
+    return root_of, {h for h, n in leaves.items() if n >= 2}
+
+
+def reference_groups(table: BlockTable, first: int) -> _Groups:
+    """`ResetFollower._groups_of_before`'s loop over one table, before it was compiled."""
+    root_of, shared = reference_chains(table)
+    index: dict[int, int] = {}
+    members: dict[int, int] = {}
+    roots: list[int] = []
+    sizes: list[int] = []
+    shared_sizes: list[int] = []
+    for h in sorted(root_of):
+        root = root_of[h]
+        group = index.get(root)
+        if group is None:
+            group = index[root] = len(roots)
+            roots.append(root)
+            sizes.append(0)
+            shared_sizes.append(0)
+        members[h] = first + group
+        sizes[group] += 1
+        shared_sizes[group] += h in shared
+    return members, shared, roots, sizes, shared_sizes
+
+
+def _table(ops: list[tuple[bool, list[int], int | None]]) -> BlockTable:
+    table = BlockTable(KEY, 0.0)
+    for store, hashes, parent in ops:
+        if store:
+            table.store_chain(hashes, parent, [], 1, 1.0)
+        else:
+            table.remove(hashes)
+    return table
+
+
+# Hashes from a small range, so that chains share blocks, parents go missing and come back,
+# and a chain may name a block below it as its parent (a cycle); some past 2**63 (uint64).
+_hashes = st.one_of(st.integers(0, 40), st.integers(2**64 - 8, 2**64 - 1))
+_ops = st.lists(
+    st.tuples(
+        st.sampled_from([True, True, True, False]),  # store, mostly; else remove
+        st.lists(_hashes, min_size=1, max_size=6, unique=True),
+        st.one_of(st.none(), _hashes),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_ops, st.integers(0, 5))
+def test_chain_groups_equal_the_reference(
+    ops: list[tuple[bool, list[int], int | None]], first: int
+) -> None:
+    table = _table(ops)
+    assert chain_groups(table, first) == reference_groups(table, first)
+
+
+def test_a_cycle_is_cut_as_the_reference_cuts_it() -> None:
+    # 2 names 1 as its parent, then 1 is stored under 2: each is the other's parent.
+    table = _table([(True, [2], 1), (True, [1], 2), (True, [3, 4], 2), (True, [5], 2)])
+    members, shared, roots, sizes, _ = chain_groups(table, 0)
+    assert (members, shared, roots, sizes) == reference_groups(table, 0)[:4]
+    assert sum(sizes) == 5 and len(roots) == 1
+
+
+def test_groups_by_smallest_hash_with_shared_trunks() -> None:
+    # Root 10 with two prefixes (10-11-12, 10-11-13): 10 and 11 are shared; 20-21 one chain.
+    table = _table([(True, [20, 21], None), (True, [10, 11, 12], None), (True, [13], 11)])
+    members, shared, roots, sizes, shared_sizes = chain_groups(table, 3)
+    assert roots == [10, 20]
+    assert members == {10: 3, 11: 3, 12: 3, 13: 3, 20: 4, 21: 4}
+    assert shared == {10, 11}
+    assert (sizes, shared_sizes) == ([4, 2], [2, 0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(_ops)
+def test_hashes_and_hittable_hashes_read_as_counts_and_is_hittable_say(
+    ops: list[tuple[bool, list[int], int | None]],
+) -> None:
+    # What a recovery keeps of the map at a clear (storage/recovery.py), read in one pass.
+    table = _table(ops)
+    assert table.hashes() == frozenset(table.counts())
+    assert table.hittable_hashes() == [h for h in table.counts() if table.is_hittable(h)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(_ops, st.lists(_hashes, unique=True), st.integers(1, 64))
+def test_counts_over_other_hashes_are_the_per_hash_reads(
+    ops: list[tuple[bool, list[int], int | None]], others: list[int], size: int
+) -> None:
+    # What a recovery point reads of the map before the clear (storage/recovery.py).
+    table = _table(ops)
+    hashes = frozenset(others) | table.hashes()
+    weights = {h: size + h % 3 for h in hashes}
+    assert table.count_cached(hashes) == sum(1 for h in hashes if h in table)
+    assert table.hittable_weight(weights) == sum(
+        w for h, w in weights.items() if table.is_hittable(h)
+    )
