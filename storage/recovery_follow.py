@@ -40,26 +40,24 @@ class StreamRecoveries:
     def __init__(self, stream: StreamId, offsets: tuple[float, ...]) -> None:
         self.stream = stream
         self.offsets = offsets
-        self._followed: list[_Followed] = []
-
-    def __bool__(self) -> bool:
-        return bool(self._followed)
+        self.followed: list[_Followed] = []
+        """The writer tests it for each batch: a list's truth takes no Python call."""
 
     def next_instants(self) -> Iterator[float]:
         """The engine-clock instants at which the next points are measured."""
-        for followed in self._followed:
+        for followed in self.followed:
             at = followed.tracker.next_instant
             if at is not None:
                 yield at
 
     def before_batch(self, view: MapReader, ts: float) -> list[RecoveryRow]:
         """The map before a batch stamped `ts`: a row for each recovery that reached a point."""
-        return [self._row(f) for f in self._followed if f.tracker.before_batch(view, ts)]
+        return [self._row(f) for f in self.followed if f.tracker.before_batch(view, ts)]
 
     def after_batch(self, batch: AppliedBatch) -> list[RecoveryRow]:
         """After each batch: rows where t50 or t90 became known or the window completed."""
         rows, still = [], []
-        for followed in self._followed:
+        for followed in self.followed:
             tracker = followed.tracker
             if batch.seq == followed.key[1] and batch.epoch == followed.key[0]:
                 still.append(followed)  # the batch that carried the clear itself
@@ -71,7 +69,7 @@ class StreamRecoveries:
                 rows.append(self._row(followed))
             if not tracker.done:
                 still.append(followed)
-        self._followed = still
+        self.followed = still
         return rows
 
     def cleared(
@@ -80,19 +78,19 @@ class StreamRecoveries:
         """A new clear: it ends the recoveries followed so far (their last rows) and starts its
         own."""
         rows = self.close()
-        self._followed = [_Followed(key, RecoveryTracker.start(ts, tables, self.offsets))]
+        self.followed = [_Followed(key, RecoveryTracker.start(ts, tables, self.offsets))]
         return rows
 
     def resumed(self, key: ResetKey, tracker: RecoveryTracker) -> None:
         """Go on following a recovery rebuilt from the store (after a crash)."""
-        self._followed.append(
+        self.followed.append(
             _Followed(key, tracker, tracker.t50_s is not None, tracker.t90_s is not None)
         )
 
     def close(self) -> list[RecoveryRow]:
         """The last rows of every recovery followed (what was reached stays stored)."""
-        rows = [self._row(f) for f in self._followed]
-        self._followed = []
+        rows = [self._row(f) for f in self.followed]
+        self.followed = []
         return rows
 
     def _row(self, followed: _Followed) -> RecoveryRow:

@@ -7,12 +7,18 @@ batch carries, summed, its clears and its gaps. Nothing walks the events of a ba
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from itertools import chain
+from operator import itemgetter, methodcaller
+
 from kvscope.collector.sink import EVERY_BATCH, AppliedBatch, MapReader, Span
 from kvscope.collector.types import StreamId, TableKey
 from kvscope.collector.wire import table_key
 from kvscope.storage.rows import RollupRow
 
 _DEFAULT_KEY = table_key("GPU", 0)
+_FOLD_AT = 1 << 16
+"""Batches' changes held before they are summed into one."""
 
 
 class SecondRollup:
@@ -23,8 +29,9 @@ class SecondRollup:
         self.second: int | None = None
         self._view: MapReader | None = None
         """The map of the last batch (what a second still open at close is read from)."""
-        self._changes: dict[TableKey, list[int]] = {}
-        """Blocks stored and removed per table in the current second."""
+        self._changes: list[Mapping[TableKey, Sequence[int]]] = []
+        """Each batch's blocks stored and removed per table in the current second, summed at
+        its end: one append per batch, and the sums run in C."""
         self._clears = 0
         self._gaps = 0
 
@@ -51,13 +58,9 @@ class SecondRollup:
         self._view = batch.view
         self._gaps += batch.gaps
         changes = self._changes
-        for key, counts in batch.changes.items():
-            mine = changes.get(key)
-            if mine is not None:
-                mine[0] += counts[0]
-                mine[1] += counts[1]
-            elif counts[0] or counts[1]:  # a table only named, by events of no block, is no row
-                changes[key] = [counts[0], counts[1]]
+        changes.append(batch.changes)
+        if len(changes) >= _FOLD_AT:  # a clock stuck in one second must not grow the list
+            self._changes = [_summed(changes)]
 
     def cleared(self) -> None:
         """An `AllBlocksCleared` in the batch being applied (restarts are not counted)."""
@@ -76,10 +79,11 @@ class SecondRollup:
         max over tiers, not the sum)."""
         assert self.second is not None
         stats = view.stats()
+        changes = _summed(self._changes)
         rows = []
-        for key in set(stats) | set(self._changes) or {_DEFAULT_KEY}:
+        for key in set(stats) | set(changes) or {_DEFAULT_KEY}:
             s = stats.get(key)
-            stores, removes = self._changes.get(key, (0, 0))
+            stores, removes = changes.get(key, (0, 0))
             rows.append(
                 RollupRow(
                     self.stream,
@@ -95,6 +99,19 @@ class SecondRollup:
                     self._gaps,
                 )
             )
-        self._changes = {}
+        self._changes = []
         self._clears = self._gaps = 0
         return rows
+
+
+def _summed(changes: list[Mapping[TableKey, Sequence[int]]]) -> dict[TableKey, tuple[int, int]]:
+    """Blocks stored and removed per table over `changes`; a table only named, by events of no
+    block, is left out (counts are never negative)."""
+    summed = {}
+    for key in set(chain.from_iterable(changes)):
+        counts = list(filter(None, map(methodcaller("get", key), changes)))
+        stores = sum(map(itemgetter(0), counts))
+        removes = sum(map(itemgetter(1), counts))
+        if stores or removes:
+            summed[key] = (stores, removes)
+    return summed

@@ -67,8 +67,8 @@ class RowQueue(Generic[Row]):
         self._droppable_in = 0
         self._droppable_out = 0
         self._taken = 0
-        self.put_total = 0
-        """Rows ever queued (a mark for `written_total` to reach)."""
+        self._others_in = 0
+        """Rows queued but droppable ones in memory: rare rows, and rows spilled."""
         self.written_total = 0
 
     def put(self, row: Row, droppable: bool, nbytes: int = 0) -> bool:
@@ -84,7 +84,7 @@ class RowQueue(Generic[Row]):
             ):
                 if spill is None or not spill.put(row):
                     return False
-                self.put_total += 1
+                self._others_in += 1
                 return True
             self._droppable_in += 1
         elif spill is not None and (
@@ -96,14 +96,21 @@ class RowQueue(Generic[Row]):
             spill.put(row, past_cap=True)
             self._last_rare_spilled = spill.rows_total
             self.rare_spilled_total += 1
-            self.put_total += 1
+            self._others_in += 1
             return True
+        else:
+            self._others_in += 1
         # Its size first: the consumer pops as many sizes as it finds rows.
         self._sizes.append(nbytes)
         self._bytes_in += nbytes
         self._rows.append(row)
-        self.put_total += 1
         return True
+
+    @property
+    def put_total(self) -> int:
+        """Rows ever queued (a mark for `written_total` to reach). Counted in two parts, so
+        that a droppable row put in memory, nearly every row, adds to one counter only."""
+        return self._droppable_in + self._others_in
 
     @property
     def memory_bytes(self) -> int:

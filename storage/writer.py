@@ -131,7 +131,7 @@ class StoreWriter:
             state.epoch = epoch
             self._put_always(EpochRow(stream, epoch, batch.recv_ts))
         state.rollup.applied(batch)
-        if state.recoveries:
+        if state.recoveries.followed:
             # Before the batch's log row: a store that holds the batch holds what it made known.
             for recovery in state.recoveries.after_batch(batch):
                 self._put_always(recovery)
@@ -149,7 +149,7 @@ class StoreWriter:
         """The map at each second's end (rollups) and at each recovery offset; the next call
         is wanted at the end of the second or the next offset, whichever comes first."""
         state = self._streams.get(stream) or self._state(stream)
-        if state.recoveries:
+        if state.recoveries.followed:
             # Each point is queued as soon as the stream passes its offset.
             for recovery in state.recoveries.before_batch(view, ts):
                 self._put_always(recovery)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from kvscope.collector.block_table import TableStats
 from kvscope.collector.ingest import StreamIngest
-from kvscope.collector.sink import ResumePoint
+from kvscope.collector.sink import AppliedBatch, MapReader, NullSink, ResumePoint, Span
 from kvscope.collector.types import StreamId
-from kvscope.storage import schema
+from kvscope.storage import rollups, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
@@ -53,7 +54,12 @@ def _ingest_into(writer: StoreWriter) -> StreamIngest:
     return StreamIngest(STREAM, can_replay=False, sink=writer)
 
 
-def test_each_second_holds_the_map_after_its_last_batch_and_its_changes(store_url: str) -> None:
+@pytest.mark.parametrize("fold_at", [None, 2], ids=["unfolded", "folded"])
+def test_each_second_holds_the_map_after_its_last_batch_and_its_changes(
+    store_url: str, fold_at: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if fold_at is not None:  # a second's changes summed as it goes, as a stuck clock's are
+        monkeypatch.setattr(rollups, "_FOLD_AT", fold_at)
     writer = StoreWriter(open_store(store_url), StoreSettings())
     live = _ingest_into(writer)
     plain = StreamIngest(STREAM, can_replay=False)
@@ -100,3 +106,30 @@ def test_a_map_loaded_after_a_crash_counts_only_what_comes_after(store_url: str)
         rows = conn.execute(select(schema.rollups)).all()
     got = {(r.second, r.medium): (r.stores, r.removes) for r in rows if r.stores or r.removes}
     assert got == {key: counts for key, counts in CHANGES.items() if key[0] >= 12}
+
+
+class _Rolled(NullSink):
+    """The rollup alone, fed as the store's writer feeds it."""
+
+    def __init__(self) -> None:
+        self.rollup = rollups.SecondRollup(STREAM)
+
+    def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
+        self.rollup.instant(view, ts)
+        return self.rollup.span()
+
+    def applied(self, batch: AppliedBatch) -> None:
+        self.rollup.applied(batch)
+
+
+def test_a_clock_stuck_in_one_second_holds_its_changes_summed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(rollups, "_FOLD_AT", 4)
+    sink = _Rolled()
+    live = StreamIngest(STREAM, can_replay=False, sink=sink)
+    for seq in range(50):
+        live.live_frames(frames(seq, payload(store(seq + 1), ts=7.5)), 7.5)
+    assert len(sink.rollup._changes) < 4  # not one per batch
+    (row,) = sink.rollup.close()
+    assert (row.second, row.stores, row.removes, row.stored) == (7, 50, 0, 50)
