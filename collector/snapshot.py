@@ -75,6 +75,30 @@ def _to_v1(table: dict[str, Any], version: int) -> dict[str, Any]:
     return _restored(table) if version == 3 else table
 
 
+def copy_tables(tables: Mapping[TableKey, TableReader], signed: bool = False) -> bytes:
+    """The tables as they are now, for `encode_copy` to make a snapshot of later (on another
+    thread, while they change): the cheapest whole copy, format 1 uncompressed."""
+    return encode_tables(tables, signed, compressed=False, version=1)
+
+
+def copy_map(prefix_map: MapReader) -> bytes:
+    return copy_tables(prefix_map.tables, prefix_map.signed_hashes)
+
+
+def encode_copy(copy: bytes, version: int = FORMAT_VERSION) -> bytes:
+    """The snapshot, compressed, of what `copy_tables` copied: the very bytes `encode_tables`
+    made of the tables then. The store's writer thread runs this, off the ingest thread: the
+    format's columns are worked out there."""
+    return _encoded(msgspec.msgpack.decode(copy), version)
+
+
+def _encoded(state_v1: dict[str, Any], version: int) -> bytes:
+    """A state of format 1 in format `version`, compressed."""
+    state_v1["tables"] = [_from_v1(t, version) for t in state_v1["tables"]]
+    state_v1["version"] = version
+    return compress(msgspec.msgpack.encode(state_v1))
+
+
 def _as_planes(table: dict[str, Any]) -> dict[str, Any]:
     """A table state of format 1 as format 2: each array as byte planes, its width beside it."""
     flat = [memoryview(a).cast("B") for a in (*(table[n] for n in _ARRAYS), *table["columns"])]
@@ -242,12 +266,9 @@ def recode(data: bytes, version: int) -> bytes:
     if version not in SNAPSHOT_FORMATS:
         raise SnapshotError(f"no map snapshot format {version}")
     try:
-        state = _state_v1(data)
-        state["tables"] = [_from_v1(t, version) for t in state["tables"]]
+        return _encoded(_state_v1(data), version)
     except NOT_WHOLE as exc:
         raise SnapshotError(f"not a whole map snapshot: {exc!r}") from exc
-    state["version"] = version
-    return compress(msgspec.msgpack.encode(state))
 
 
 def decode_tables(data: bytes) -> tuple[dict[TableKey, BlockTable], bool]:

@@ -30,8 +30,9 @@ class CheckpointRow:
     ts: float
     blocks: int
     snapshot: bytes
+    """The map copied (`copy_map`): the ingest thread's part of a checkpoint."""
     packed: bytes = b""
-    """The snapshot compressed, by the writer thread."""
+    """The snapshot encoded from it (`encode_copy`), by the writer thread."""
 
 
 @dataclass(slots=True)
@@ -47,6 +48,7 @@ class ResetRow:
     before_orphans: int
     before_tokens: int
     before: bytes
+    """The emptied tables copied (`copy_tables`), encoded by the writer thread."""
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ from functools import partial
 from sqlalchemy import Connection, Insert, Table, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kvscope.collector.snapshot import compress
+from kvscope.collector.snapshot import encode_copy
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.bulk_sql import insert_chunks, upsert_rollups
@@ -33,7 +33,8 @@ from kvscope.storage.rows import (
 @dataclass
 class Prepared:
     """Rows taken from the queue, made ready outside the transaction: the log packed into
-    chunks, checkpoints compressed (zstd runs without the GIL, and a retry redoes neither)."""
+    chunks, checkpoints encoded and compressed (zstd and the byte planes run without the GIL,
+    and a retry redoes neither)."""
 
     ordered: list[Row] = field(default_factory=list)
     chunks: list[ChunkRow] = field(default_factory=list)
@@ -135,7 +136,7 @@ class RowWriter:
                     prepared.rollups.append(row)
                     continue
                 if type(row) is CheckpointRow:
-                    row.packed = compress(row.snapshot)
+                    row.packed = encode_copy(row.snapshot)
                     self.checkpoint_written(row, len(row.packed))
                     checkpoints += 1
                 prepared.ordered.append(row)
@@ -216,7 +217,7 @@ class RowWriter:
                 "before_hittable": row.before_hittable,
                 "before_orphans": row.before_orphans,
                 "before_tokens": row.before_tokens,
-                "before": compress(row.before),
+                "before": encode_copy(row.before),
             }
             # A retried reset sets its own columns only: its id (which its points refer to)
             # and the recovery written since stay.

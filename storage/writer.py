@@ -2,13 +2,13 @@
 
 The writer is the collector's `EventSink` (collector/sink.py). On the ingest thread it only
 builds small row objects and puts them on a bounded queue (per batch a tuple for the log and a
-few counter updates; rollups sum each batch's per-table changes, checkpoints are encoded without
-compression); one writer thread drains the queue into batched
-transactions, packing the log into compressed chunks (storage/log_chunks) and compressing
-checkpoints. If the store is slow or down, rows wait and are retried; if the queue overflows,
-dropped batches are counted and their interval is written to the store as `incomplete` once it
-has room, followed by a fresh checkpoint so that instants after the hole rebuild exactly again.
-Nothing is lost silently.
+few counter updates; rollups keep each batch's per-table changes, checkpoints copy the map as it
+is); one writer thread drains the queue into batched transactions, packing the log into
+compressed chunks (storage/log_chunks) and encoding and compressing the copied maps. If the
+store is slow or down, rows wait and are retried; if the queue overflows, dropped batches are
+counted and their interval is written to the store as `incomplete` once it has room, followed by
+a fresh checkpoint so that instants after the hole rebuild exactly again. Nothing is lost
+silently.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from kvscope.collector.sink import (
     ResumePoint,
     Span,
 )
-from kvscope.collector.snapshot import encode_map, encode_tables
+from kvscope.collector.snapshot import copy_map, copy_tables
 from kvscope.collector.types import StreamId
 from kvscope.storage.checkpoint_pacing import CheckpointPacer
 from kvscope.storage.leases import Fence
@@ -167,7 +167,7 @@ class StoreWriter:
             state.rollup.cleared()
         tables = cleared.tables
         key = (cleared.epoch, cleared.seq, cleared.reason.value)
-        before = encode_tables(tables, compressed=False)
+        before = copy_tables(tables)
         self._put_always(
             ResetRow(
                 stream=cleared.stream,
@@ -382,7 +382,7 @@ class StoreWriter:
             batch.seq,
             batch.ts,
             batch.view.totals().blocks,
-            encode_map(batch.view, compressed=False),
+            copy_map(batch.view),
         )
         if self._put(row, len(row.snapshot)):
             state.pacer.queued((row.epoch, row.seq), len(row.snapshot))

@@ -24,7 +24,9 @@ from kvscope.collector.snapshot import (
     SNAPSHOT_FORMATS,
     SnapshotError,
     compress,
+    copy_map,
     decode_map,
+    encode_copy,
     encode_map,
     recode,
     snapshot_version,
@@ -79,6 +81,22 @@ def test_odd_blocks_lora_and_bytes_hashes_survive() -> None:
     assert restored.counters.signed_hashes
     table = next(iter(restored.tables.values()))
     assert table.raw_hash(6) == b"\x06" * 32
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(events, max_size=40), st.lists(events, max_size=20), st.booleans())
+def test_a_copy_encoded_later_is_the_snapshot_of_the_instant_it_was_taken(
+    before: list[KVEvent], after: list[KVEvent], signed: bool
+) -> None:
+    prefix_map = PrefixMap(STREAM)
+    prefix_map.apply(Batch(0, 10.0, 0, before))
+    prefix_map.counters.signed_hashes = signed
+    then, state_then = encode_map(prefix_map), state_of(prefix_map)
+    copy = copy_map(prefix_map)
+    prefix_map.apply(Batch(1, 11.0, 0, after))  # the map moves on before the copy is encoded
+    assert encode_copy(copy) == then
+    first = encode_copy(copy, version=1)
+    assert snapshot_version(first) == 1 and state_of(decode_map(first, STREAM)) == state_then
 
 
 def test_garbage_is_refused() -> None:
