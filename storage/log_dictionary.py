@@ -1,0 +1,147 @@
+"""The batch log's dictionaries: each stream's recent token content, which its chunks (format 2,
+storage/log_chunks.py) are compressed against.
+
+Token ids are most of a batch's bytes, and a stream's blocks carry content seen long before
+(prompts recur, evicted blocks are stored again), far more often than one chunk can see. The
+writer keeps, per stream, the distinct runs of `GRANULE` token ids it has seen, most recent last
+and at most `cap` bytes of them (`StreamContent`), and makes a zstd raw-content dictionary of
+them now and then: once the log stored against the current one is `ratio` times its size
+(dictionaries then take at most about 1/ratio of the log), and only if enough content is new.
+
+A dictionary is stored once, as its own row under its content's digest, which each chunk
+compressed with it names (idempotent: a retried transaction writes the same row, and a chunk
+decodes from its row and its dictionary's row alone). Memory per stream: the content kept (up
+to `cap` bytes, about twice that with Python's objects), the current dictionary's content and
+zstd's tables for it (about `cap` again each).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+import zstandard
+
+from kvscope.storage._token_granules import token_granules
+
+GRANULE = 16
+"""Token ids per run kept: vLLM's usual block size (a larger one is a multiple of it)."""
+DEFAULT_CAP = 1 << 20
+DEFAULT_RATIO = 8.0
+FRESH_SHARE = 0.125
+"""A new dictionary is made only once content worth this share of `cap` is new since the last."""
+STORED_SHARE = 0.5
+"""About what a dictionary's content takes on disk, compressed."""
+STORED_LEVEL = 3
+"""A dictionary row's own compression (token ids halve; made once per dictionary)."""
+
+
+class Dictionary:
+    """A raw-content zstd dictionary, named by its content's digest."""
+
+    __slots__ = ("digest", "content", "_zstd", "_level")
+
+    def __init__(self, content: bytes) -> None:
+        self.content = content
+        self.digest = digest_of(content)
+        self._zstd: zstandard.ZstdCompressionDict | None = None
+        self._level: int | None = None
+
+    @property
+    def zstd(self) -> zstandard.ZstdCompressionDict:
+        if self._zstd is None:
+            self._zstd = zstandard.ZstdCompressionDict(
+                self.content, dict_type=zstandard.DICT_TYPE_RAWCONTENT
+            )
+        return self._zstd
+
+    def zstd_for(self, level: int) -> zstandard.ZstdCompressionDict:
+        """The dictionary with zstd's tables for compressing at `level` made once (each
+        compression would otherwise make them again)."""
+        if self._level != level:
+            self.zstd.precompute_compress(level=level)
+            self._level = level
+        return self.zstd
+
+
+def digest_of(content: bytes) -> bytes:
+    return hashlib.blake2b(content, digest_size=16).digest()
+
+
+class DictionaryRow(NamedTuple):
+    """A dictionary as it is stored (table `log_dictionaries`)."""
+
+    stream: Any
+    """Its stream (a `StreamId`), put as its id when written."""
+    digest: bytes
+    made_at: float
+    raw_bytes: int
+    data: bytes
+    """The content, zstd-compressed."""
+
+
+def row_of(stream: Any, dictionary: Dictionary, made_at: float) -> DictionaryRow:
+    data = zstandard.ZstdCompressor(level=STORED_LEVEL).compress(dictionary.content)
+    return DictionaryRow(stream, dictionary.digest, made_at, len(dictionary.content), data)
+
+
+def from_stored(data: bytes) -> Dictionary:
+    return Dictionary(zstandard.ZstdDecompressor().decompress(data))
+
+
+class StreamContent:
+    """One stream's token content seen, and its current dictionary (the writer thread's)."""
+
+    __slots__ = ("cap", "ratio", "_seen", "_held", "_fresh", "_recurred", "current", "_since")
+
+    def __init__(self, cap: int = DEFAULT_CAP, ratio: float = DEFAULT_RATIO) -> None:
+        self.cap = cap
+        self.ratio = ratio
+        self._seen: dict[bytes, None] = {}
+        """Distinct runs, least recently seen first (a dict keeps insertion order)."""
+        self._held = 0
+        self._fresh = 0
+        """Bytes of runs not seen before since the current dictionary was made."""
+        self._recurred = 0
+        """Bytes of runs seen again (still held) since then: what a dictionary would have found."""
+        self.current: Dictionary | None = None
+        self._since = 0
+        """Log bytes stored against the current dictionary (or none)."""
+
+    def see(self, payloads: Iterable[bytes]) -> None:
+        if not self.cap:
+            return
+        runs: list[bytes] = []
+        for payload in payloads:
+            token_granules(payload, GRANULE, runs)
+        seen = self._seen
+        for run in runs:
+            if seen.pop(run, 0) is None:  # seen before: to the recent end
+                seen[run] = None
+                self._recurred += len(run)
+                continue
+            seen[run] = None
+            self._held += len(run)
+            self._fresh += len(run)
+        while self._held > self.cap:
+            old = next(iter(seen))
+            del seen[old]
+            self._held -= len(old)
+
+    def stored(self, log_bytes: int) -> None:
+        self._since += log_bytes
+
+    def refresh(self) -> Dictionary | None:
+        """A new dictionary if one is due, else None: once the log stored since the last is
+        `ratio` times the new one's size (stored, zstd takes token ids to about half), content
+        that recurred since is as much as it holds (a stream whose content does not recur gets
+        none: it would only cost), and enough of it is new."""
+        size = self._held
+        if not size or self._since < self.ratio * size * STORED_SHARE:
+            return None
+        if self._recurred < size or self._fresh < FRESH_SHARE * size:
+            return None
+        self.current = Dictionary(b"".join(self._seen))  # the most recent last: nearest
+        self._since = self._fresh = self._recurred = 0
+        return self.current
