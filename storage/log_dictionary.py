@@ -5,14 +5,16 @@ Token ids are most of a batch's bytes, and a stream's blocks carry content seen 
 (prompts recur, evicted blocks are stored again), far more often than one chunk can see. The
 writer keeps, per stream, the distinct runs of `GRANULE` token ids it has seen, most recent last
 and at most `cap` bytes of them (`StreamContent`), and makes a zstd raw-content dictionary of
-them now and then: once the log stored against the current one is `ratio` times its size
-(dictionaries then take at most about 1/ratio of the log), and only if enough content is new.
+them now and then (`StreamContent.refresh`): once the log stored since the last one is `ratio`
+times the new one's size on disk (dictionaries then take at most about 1/ratio of the log),
+content seen since recurred as much as it would hold (else it would only cost), and enough of
+it is new.
 
 A dictionary is stored once, as its own row under its content's digest, which each chunk
 compressed with it names (idempotent: a retried transaction writes the same row, and a chunk
 decodes from its row and its dictionary's row alone). Memory per stream: the content kept (up
-to `cap` bytes, about twice that with Python's objects), the current dictionary's content and
-zstd's tables for it (about `cap` again each).
+to `cap` bytes, with a Python object and a dict entry per run), the current dictionary's copy
+of it and zstd's tables for compressing against it.
 """
 
 from __future__ import annotations
@@ -40,21 +42,17 @@ STORED_LEVEL = 3
 class Dictionary:
     """A raw-content zstd dictionary, named by its content's digest."""
 
-    __slots__ = ("digest", "content", "_zstd", "_level")
+    __slots__ = ("digest", "zstd", "_level")
 
     def __init__(self, content: bytes) -> None:
-        self.content = content
         self.digest = digest_of(content)
-        self._zstd: zstandard.ZstdCompressionDict | None = None
+        # Holds the content (a copy): kept once per stream, not twice.
+        self.zstd = zstandard.ZstdCompressionDict(content, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
         self._level: int | None = None
 
     @property
-    def zstd(self) -> zstandard.ZstdCompressionDict:
-        if self._zstd is None:
-            self._zstd = zstandard.ZstdCompressionDict(
-                self.content, dict_type=zstandard.DICT_TYPE_RAWCONTENT
-            )
-        return self._zstd
+    def content(self) -> bytes:
+        return self.zstd.as_bytes()
 
     def zstd_for(self, level: int) -> zstandard.ZstdCompressionDict:
         """The dictionary with zstd's tables for compressing at `level` made once (each

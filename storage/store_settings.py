@@ -44,8 +44,9 @@ class StoreSettings:
     checkpoint_every_batches: int = 20_000
     """A checkpoint at least this often (in batches), whatever the sizes."""
     log_dictionary_bytes: int = 1 << 20
-    """Token content kept per stream to compress its log against (storage/log_dictionary.py):
-    a stream costs the writer about four times this in memory; 0 compresses without."""
+    """Token content kept per stream to compress its log against (storage/log_dictionary.py);
+    0 compresses without. A stream costs the writer a few times this in memory (the runs kept,
+    the dictionary, zstd's tables for it): a collector of many streams may want less."""
     log_dictionary_ratio: float = 8.0
     """A new dictionary once the log stored against the current one is this many times its
     content: dictionaries take at most about 1/ratio of the log's bytes."""
