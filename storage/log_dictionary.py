@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import zstandard
 
-from kvscope.storage._token_granules import token_granules
+from kvscope.storage._token_granules import note_token_runs
 
 GRANULE = 16
 """Token ids per run kept: vLLM's usual block size (a larger one is a multiple of it)."""
@@ -33,6 +33,8 @@ DEFAULT_CAP = 1 << 20
 DEFAULT_RATIO = 8.0
 FRESH_SHARE = 0.125
 """A new dictionary is made only once content worth this share of `cap` is new since the last."""
+EVICT_TO = 0.875
+"""Past the cap, content is dropped down to this share of it at once."""
 STORED_SHARE = 0.5
 """About what a dictionary's content takes on disk, compressed."""
 STORED_LEVEL = 3
@@ -91,13 +93,24 @@ def from_stored(data: bytes) -> Dictionary:
 class StreamContent:
     """One stream's token content seen, and its current dictionary (the writer thread's)."""
 
-    __slots__ = ("cap", "ratio", "_seen", "_held", "_fresh", "_recurred", "current", "_since")
+    __slots__ = (
+        "cap",
+        "ratio",
+        "_seen",
+        "_now",
+        "_held",
+        "_fresh",
+        "_recurred",
+        "current",
+        "_since",
+    )
 
     def __init__(self, cap: int = DEFAULT_CAP, ratio: float = DEFAULT_RATIO) -> None:
         self.cap = cap
         self.ratio = ratio
-        self._seen: dict[bytes, None] = {}
-        """Distinct runs, least recently seen first (a dict keeps insertion order)."""
+        self._seen: dict[bytes, int] = {}
+        """Distinct runs, and when each was last seen (a count of `see` calls)."""
+        self._now = 0
         self._held = 0
         self._fresh = 0
         """Bytes of runs not seen before since the current dictionary was made."""
@@ -108,24 +121,30 @@ class StreamContent:
         """Log bytes stored against the current dictionary (or none)."""
 
     def see(self, payloads: Iterable[bytes]) -> None:
+        """Note the runs of `payloads` (a transaction's) as seen now."""
         if not self.cap:
             return
-        runs: list[bytes] = []
+        self._now += 1
+        seen, now, fresh, recurred = self._seen, self._now, 0, 0
         for payload in payloads:
-            token_granules(payload, GRANULE, runs)
-        seen = self._seen
-        for run in runs:
-            if seen.pop(run, 0) is None:  # seen before: to the recent end
-                seen[run] = None
-                self._recurred += len(run)
-                continue
-            seen[run] = None
-            self._held += len(run)
-            self._fresh += len(run)
-        while self._held > self.cap:
-            old = next(iter(seen))
-            del seen[old]
-            self._held -= len(old)
+            new, again = note_token_runs(payload, GRANULE, seen, now)
+            fresh += new
+            recurred += again
+        self._held += fresh
+        self._fresh += fresh
+        self._recurred += recurred
+        if self._held > self.cap:
+            # The least recently seen go, down to EVICT_TO of the cap: a sort per eviction,
+            # not a move per run seen.
+            for run in self.runs():
+                del seen[run]
+                self._held -= len(run)
+                if self._held <= EVICT_TO * self.cap:
+                    break
+
+    def runs(self) -> list[bytes]:
+        """The runs held, least recently seen first (of those seen together, first seen first)."""
+        return sorted(self._seen, key=self._seen.__getitem__)
 
     def stored(self, log_bytes: int) -> None:
         self._since += log_bytes
@@ -140,6 +159,6 @@ class StreamContent:
             return None
         if self._recurred < size or self._fresh < FRESH_SHARE * size:
             return None
-        self.current = Dictionary(b"".join(self._seen))  # the most recent last: nearest
+        self.current = Dictionary(b"".join(self.runs()))  # the most recent last: nearest
         self._since = self._fresh = self._recurred = 0
         return self.current

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from kvscope.collector.types import StreamId
-from kvscope.storage._token_granules import token_granules
+from kvscope.storage._token_granules import note_token_runs
 from kvscope.storage.log_chunks import Chunk, ChunkError, named_dictionary, pack
 from kvscope.storage.log_dictionary import GRANULE, Dictionary, StreamContent, from_stored
 from kvscope.storage.log_packer import LogPacker
@@ -69,23 +69,28 @@ def test_token_runs_are_read_from_either_layout_and_hashes_are_not(layout: str) 
         removed(hashes, layout),
         stored(other, hashes[3:4], layout),
     ]
-    out: list[bytes] = []
-    token_granules(payload(events), GRANULE, out)
-    assert out == runs_of(tokens) + runs_of(other)
+    runs = runs_of(tokens) + runs_of(other)
+    seen: dict[bytes, int] = {}
+    size = sum(map(len, runs))
+    assert note_token_runs(payload(events), GRANULE, seen, 1) == (size, 0)
+    assert seen == dict.fromkeys(runs, 1)
+    # Seen again: nothing new, all of it recurred, and noted as seen then.
+    assert note_token_runs(payload(events[:1]), GRANULE, seen, 2) == (0, sum(map(len, runs[:3])))
+    assert seen == {**dict.fromkeys(runs, 1), **dict.fromkeys(runs[:3], 2)}
 
 
 def test_token_runs_of_what_is_no_batch_are_none_or_some_and_never_fail() -> None:
     rng = random.Random(5)
     for n in range(300):
-        out: list[bytes] = []
-        token_granules(rng.randbytes(n), GRANULE, out)
-        assert all(type(run) is bytes for run in out)
-    cut: list[bytes] = []
+        seen: dict[bytes, int] = {}
+        new, _ = note_token_runs(rng.randbytes(n), GRANULE, seen, 1)
+        assert new == sum(map(len, seen)) and all(type(run) is bytes for run in seen)
+    cut: dict[bytes, int] = {}
     first = stored(list(range(GRANULE)), [1])
     tokens_last = ["BlockStored", [2], None, list(range(GRANULE, 3 * GRANULE))]
     whole = msgspec.msgpack.encode([1.0, [first, tokens_last]])
-    token_granules(whole[:-5], GRANULE, cut)  # an array cut short is no token ids
-    assert cut == runs_of(list(range(GRANULE)))
+    note_token_runs(whole[:-5], GRANULE, cut, 1)  # an array cut short is no token ids
+    assert list(cut) == runs_of(list(range(GRANULE)))
 
 
 def block_log(
@@ -141,13 +146,13 @@ def seen_twice(content: StreamContent, blocks: list[list[int]]) -> None:
 
 def test_content_is_bounded_and_most_recent_last() -> None:
     content = StreamContent(cap=10 * 3 * GRANULE, ratio=0.0)  # ten runs of uint16 ids
-    runs = [[1000 * k + i for i in range(GRANULE)] for k in range(1, 14)]
-    content.see(payload([stored(run, [1])]) for run in runs)
-    content.see(payload([stored(runs[k], [1])]) for k in (5, 3, 4, 6, 7, 8, 9, 10, 11, 12))
-    made = content.refresh()
-    assert made is not None
-    kept = [runs[k] for k in (5, 3, 4, 6, 7, 8, 9, 10, 11, 12)]  # 0, 1, 2 made room
-    assert made.content == b"".join(run for r in kept for run in runs_of(r))
+    runs = [[1000 * k + i for i in range(GRANULE)] for k in range(1, 13)]
+    content.see(payload([stored(run, [1])]) for run in runs[:10])
+    content.see([payload([stored(runs[5], [1])])])
+    content.see([payload([stored(runs[0], [1])]), payload([stored(runs[10], [1])])])
+    content.see([payload([stored(runs[11], [1])])])  # past the cap: down to 7/8 of it
+    kept = [runs[k] for k in (4, 6, 7, 8, 9, 5, 0, 10, 11)]  # the oldest made room
+    assert content.runs() == [run for r in kept for run in runs_of(r)]
 
 
 def test_a_dictionary_is_made_when_content_recurs_and_enough_log_paid_for_it() -> None:
