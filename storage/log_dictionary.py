@@ -20,7 +20,7 @@ of it and zstd's tables for compressing against it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import zstandard
@@ -33,6 +33,8 @@ DEFAULT_CAP = 1 << 20
 DEFAULT_RATIO = 8.0
 FRESH_SHARE = 0.125
 """A new dictionary is made only once content worth this share of `cap` is new since the last."""
+SAMPLE = 8
+"""One batch in this many is noted once a stream's content holds steady."""
 EVICT_TO = 0.875
 """Past the cap, content is dropped down to this share of it at once."""
 STORED_SHARE = 0.5
@@ -103,6 +105,7 @@ class StreamContent:
         "_recurred",
         "current",
         "_since",
+        "_steady",
     )
 
     def __init__(self, cap: int = DEFAULT_CAP, ratio: float = DEFAULT_RATIO) -> None:
@@ -117,22 +120,28 @@ class StreamContent:
         self._recurred = 0
         """Bytes of runs seen again (still held) since then: what a dictionary would have found."""
         self.current: Dictionary | None = None
+        self._steady = False
+        """The last transaction's content was mostly seen before, and the cap nearly full."""
         self._since = 0
         """Log bytes stored against the current dictionary (or none)."""
 
-    def see(self, payloads: Iterable[bytes]) -> None:
-        """Note the runs of `payloads` (a transaction's) as seen now."""
+    def see(self, payloads: Sequence[bytes]) -> None:
+        """Note the runs of `payloads` (a transaction's) as seen now: all of them while the
+        content is short of the cap or changing, one batch in `SAMPLE` once it holds steady
+        (the writer holds the GIL meanwhile; a change still shows in the sample)."""
         if not self.cap:
             return
         self._now += 1
+        step = SAMPLE if self._steady else 1
         seen, now, fresh, recurred = self._seen, self._now, 0, 0
-        for payload in payloads:
+        for payload in payloads[::step]:
             new, again = note_token_runs(payload, GRANULE, seen, now)
             fresh += new
             recurred += again
+        self._steady = self._held >= EVICT_TO * self.cap and fresh < FRESH_SHARE * recurred
         self._held += fresh
         self._fresh += fresh
-        self._recurred += recurred
+        self._recurred += recurred * step  # what all the batches would have shown, about
         if self._held > self.cap:
             # The least recently seen go, down to EVICT_TO of the cap: a sort per eviction,
             # not a move per run seen.

@@ -15,7 +15,13 @@ import pytest
 from kvscope.collector.types import StreamId
 from kvscope.storage._token_granules import note_token_runs
 from kvscope.storage.log_chunks import Chunk, ChunkError, named_dictionary, pack
-from kvscope.storage.log_dictionary import GRANULE, Dictionary, StreamContent, from_stored
+from kvscope.storage.log_dictionary import (
+    GRANULE,
+    SAMPLE,
+    Dictionary,
+    StreamContent,
+    from_stored,
+)
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.rows import LogRow
 
@@ -141,18 +147,35 @@ def test_format_2_keeps_every_batch_and_needs_its_dictionary() -> None:
 
 def seen_twice(content: StreamContent, blocks: list[list[int]]) -> None:
     for _ in range(2):
-        content.see(payload([stored(block, [1])]) for block in blocks)
+        content.see([payload([stored(block, [1])]) for block in blocks])
+
+
+def one_run_each(runs: list[list[int]]) -> list[bytes]:
+    return [payload([stored(run, [1])]) for run in runs]
 
 
 def test_content_is_bounded_and_most_recent_last() -> None:
     content = StreamContent(cap=10 * 3 * GRANULE, ratio=0.0)  # ten runs of uint16 ids
     runs = [[1000 * k + i for i in range(GRANULE)] for k in range(1, 13)]
-    content.see(payload([stored(run, [1])]) for run in runs[:10])
-    content.see([payload([stored(runs[5], [1])])])
-    content.see([payload([stored(runs[0], [1])]), payload([stored(runs[10], [1])])])
-    content.see([payload([stored(runs[11], [1])])])  # past the cap: down to 7/8 of it
-    kept = [runs[k] for k in (4, 6, 7, 8, 9, 5, 0, 10, 11)]  # the oldest made room
+    content.see(one_run_each(runs[:10]))
+    content.see(one_run_each([runs[5], runs[10]]))  # past the cap: down to 7/8 of it
+    content.see(one_run_each([runs[0], runs[11]]))
+    kept = [runs[k] for k in (3, 4, 6, 7, 8, 9, 5, 10, 0, 11)]  # the oldest made room
     assert content.runs() == [run for r in kept for run in runs_of(r)]
+
+
+def test_steady_content_is_noted_from_a_sample_until_it_changes() -> None:
+    content = StreamContent(cap=10 * 3 * GRANULE, ratio=0.0)
+    runs = [[1000 * k + i for i in range(GRANULE)] for k in range(1, 11)]
+    content.see(one_run_each(runs))
+    content.see(one_run_each(runs))  # all seen before, and the cap full: steady
+    new = [[50_000 + 100 * k + i for i in range(GRANULE)] for k in range(2 * SAMPLE)]
+    content.see(one_run_each(new))
+    held = set(content.runs())
+    assert [k for k, run in enumerate(new) if runs_of(run)[0] in held] == [0, SAMPLE]
+    content.see(one_run_each(new[1:3]))  # it changed: every batch again
+    held = set(content.runs())
+    assert runs_of(new[1])[0] in held and runs_of(new[2])[0] in held
 
 
 def test_a_dictionary_is_made_when_content_recurs_and_enough_log_paid_for_it() -> None:
@@ -160,11 +183,11 @@ def test_a_dictionary_is_made_when_content_recurs_and_enough_log_paid_for_it() -
     content = StreamContent(cap=1 << 20, ratio=2.0)  # a dictionary <= the log since, stored
     assert content.refresh() is None  # nothing seen yet
     first_pool = token_pool(rng, 100)
-    content.see(payload([stored(b, [1])]) for b in first_pool)
+    content.see([payload([stored(b, [1])]) for b in first_pool])
     size = sum(len(run) for b in first_pool for run in runs_of(b))
     content.stored(10 * size)
     assert content.refresh() is None  # nothing recurred: a dictionary would only cost
-    content.see(payload([stored(b, [1])]) for b in first_pool)
+    content.see([payload([stored(b, [1])]) for b in first_pool])
     first = content.refresh()
     assert first is not None and content.current is first
     assert first.content == b"".join(run for b in first_pool for run in runs_of(b))
