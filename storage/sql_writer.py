@@ -107,9 +107,10 @@ class RowWriter:
         self.followers.forget()
 
     def forget_stream(self, stream: StreamId) -> None:
-        """`stream` is written no more (its lease moved away): its reset's follower and its
-        cached ids go, rather than wait for the cap."""
+        """`stream` is written no more (its lease moved away): its reset's follower, its
+        cached ids and its log's content go, rather than wait for the cap."""
         self.followers.drop(stream)
+        self.packer.forget(stream)
         self._stream_ids.pop(stream, None)
         for key in [k for k in self._reset_ids if k[0] == stream]:
             del self._reset_ids[key]

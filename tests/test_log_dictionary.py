@@ -23,7 +23,8 @@ from kvscope.storage.log_dictionary import (
     from_stored,
 )
 from kvscope.storage.log_packer import LogPacker
-from kvscope.storage.rows import LogRow
+from kvscope.storage.rows import LogRow, Row
+from kvscope.storage.sql_writer import RowWriter
 
 A, B = StreamId("a", 0), StreamId("b", 0)
 WIDTHS = (5, 200, 40_000, 3_000_000_000)
@@ -237,3 +238,18 @@ def test_a_dictionary_goes_with_every_transaction_naming_it_until_one_commits() 
     packer.forget(A)  # the stream went to another collector, and came back
     chunks, after = packer.pack(rows[:10])
     assert [c.dictionary for c in chunks] == [None] and after == []
+
+
+def test_a_stream_that_left_the_writer_takes_its_content_along() -> None:
+    """Its lease moved away (storage/write_loop.py's forget): the writer keeps no content for
+    it, and were it to come back, a new dictionary is made from what it shows then."""
+    rng = random.Random(8)
+    rows = block_log(rng, 300, token_pool(rng, 40))
+    writer = RowWriter(None, lambda *_: None, lambda *_: None, packer=LogPacker(ratio=0.5))
+    for start in (0, 100):
+        writer.committed(writer.prepare(list[Row](rows[start : start + 100])))
+    assert writer.packer.current()
+    writer.forget_stream(A)
+    assert not writer.packer.current()
+    chunks = writer.prepare(list[Row](rows[200:])).chunks
+    assert [c.dictionary for c in chunks] == [None]
