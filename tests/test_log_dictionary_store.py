@@ -1,6 +1,6 @@
 """Log dictionaries in a real store (SQLite file and PostgreSQL): written with the chunks that
 name them, even when a transaction fails; kept by retention while a chunk names them; and
-migration 0012, up and back down to format 1 chunks."""
+migration 0013, up and back down to format 1 chunks."""
 
 from __future__ import annotations
 
@@ -127,8 +127,8 @@ def test_retention_keeps_the_dictionaries_kept_chunks_name_and_the_newest(store_
     engine.dispose()
 
 
-def test_0012_down_rewrites_format_2_chunks_in_format_1_and_up_again(store_url: str) -> None:
-    engine, sid = store_at(store_url, "0012")
+def test_0013_down_rewrites_format_2_chunks_in_format_1_and_up_again(store_url: str) -> None:
+    engine, sid = store_at(store_url, "0013")
     rows = [
         (A, 0, *r[2:]) for r in block_log(random.Random(6), 400, token_pool(random.Random(6), 40))
     ]
@@ -137,7 +137,7 @@ def test_0012_down_rewrites_format_2_chunks_in_format_1_and_up_again(store_url: 
         write(engine, writer, rows[start : start + 100])
     with engine.connect() as conn:
         assert len(stored_dictionaries(conn)[1]) > 0
-    downgrade(engine, "0011")
+    downgrade(engine, "0012")
     with engine.connect() as conn:
         names = sa.inspect(conn).get_table_names()
         columns = {c["name"] for c in sa.inspect(conn).get_columns("log_chunks")}

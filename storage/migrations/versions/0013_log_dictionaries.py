@@ -1,7 +1,7 @@
 """log chunk format 2: chunks compressed against their stream's dictionary
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 
 Up adds `log_dictionaries` and the column by which a chunk names its dictionary; the chunks
 stored are left in format 1, which stays readable. Down re-writes every format 2 chunk in
@@ -17,8 +17,8 @@ from alembic import op
 from kvscope.storage.log_chunks import FORMAT_2_MAGIC, pack
 from kvscope.storage.log_dictionaries_sql import open_chunk
 
-revision = "0012"
-down_revision = "0011"
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
