@@ -9,7 +9,8 @@ collector/_table_chains.pyx groups a table's blocks by chain for a reset's prefi
 _table_counts.pyx counts a before map's hashes against a table for a recovery point;
 collector/_zmq_recv.pyx receives a whole message with libzmq's own calls;
 collector/_byte_planes.pyx lays snapshot columns out as byte planes, and
-collector/_checkpoint_columns.pyx drops what they repeat (all Cython).
+collector/_checkpoint_columns.pyx drops what they repeat; storage/_token_granules.pyx cuts a
+batch's token ids into the log dictionary's content (all Cython).
 Installing kvscope therefore needs a C compiler and the Python headers, as any package with an
 extension built from source does.
 """
@@ -47,6 +48,7 @@ setup(
             Extension("kvscope.collector._table_chains", ["collector/_table_chains.pyx"]),
             Extension("kvscope.collector._table_counts", ["collector/_table_counts.pyx"]),
             Extension("kvscope.collector._wire_fast", ["collector/_wire_fast.pyx"]),
+            Extension("kvscope.storage._token_granules", ["storage/_token_granules.pyx"]),
             # dlopen/dlsym: libdl before glibc 2.34, an empty stub after.
             Extension("kvscope.collector._zmq_recv", ["collector/_zmq_recv.pyx"], libraries=["dl"]),
         ],

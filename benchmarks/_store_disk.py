@@ -24,6 +24,7 @@ from kvscope.collector.snapshot import SNAPSHOT_FORMATS, recode
 from kvscope.collector.types import StreamId
 from kvscope.storage.engine import open_store
 from kvscope.storage.log_chunks import WRITABLE_FORMATS, pack
+from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.rows import LogRow
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
@@ -45,9 +46,12 @@ class Disk:
     block_events: int
     file_bytes: int
     log_bytes: int
+    """The log's chunks and the dictionaries they are compressed against."""
+    dictionary_bytes: int
     checkpoint_bytes: int
     log_by_format: dict[int, int]
-    """The same log rows packed in each chunk format (the bytes of their `data`)."""
+    """The same log rows packed in each chunk format (the bytes of their `data`, and of the
+    dictionaries they name)."""
     snapshots_by_format: dict[int, int]
     """The stored checkpoints and resets' "before" maps, re-written in each snapshot format."""
     empty_bytes: int
@@ -70,7 +74,8 @@ class Disk:
         return [
             f"disk, {what}: {self.file_bytes:,} bytes for {self.block_events:,} block-events: "
             f"{self.per_event(self.file_bytes):.1f} bytes per block-event  (target <= 20)",
-            f"  log {self.per_event(self.log_bytes):.1f}, checkpoints "
+            f"  log {self.per_event(self.log_bytes):.1f} (of which dictionaries "
+            f"{self.per_event(self.dictionary_bytes):.1f}), checkpoints "
             f"{self.per_event(self.checkpoint_bytes):.1f}, the rest {self.per_event(other):.1f} "
             f"(of which a new store's empty pages {self.per_event(self.empty_bytes):.1f}); "
             f"the log's batches packed as chunk {formats}; the checkpoints and resets' before "
@@ -102,6 +107,7 @@ def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
     with engine.connect() as conn:
         conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
         log_bytes = conn.execute(text("SELECT sum(length(data)) FROM log_chunks")).scalar()
+        dictionaries = conn.execute(text("SELECT sum(length(data)) FROM log_dictionaries")).scalar()
         snapshots = conn.execute(text("SELECT sum(length(snapshot)) FROM checkpoints")).scalar()
         stored = [
             bytes(data)
@@ -112,7 +118,8 @@ def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
     return Disk(
         block_events,
         sum(p.stat().st_size for p in folder.iterdir()),
-        int(log_bytes or 0),
+        int(log_bytes or 0) + int(dictionaries or 0),
+        int(dictionaries or 0),
         int(snapshots or 0),
         {fmt: packed_size(log, fmt) for fmt in WRITABLE_FORMATS},
         {fmt: sum(len(recode(data, fmt)) for data in stored) for fmt in SNAPSHOT_FORMATS},
@@ -134,12 +141,19 @@ def empty_store_bytes() -> int:
 
 def packed_size(log: Sequence[LogRow], fmt: int) -> int:
     """Bytes of `log` packed in chunks of format `fmt`, cut as a writer taking 5,000 rows per
-    transaction cuts them."""
-    return sum(
-        len(chunk.data)
-        for start in range(0, len(log), 5_000)
-        for chunk in pack(log[start : start + 5_000], fmt)
-    )
+    transaction cuts them; in format 2 with the dictionaries it makes on the way."""
+    if fmt != 2:
+        return sum(
+            len(chunk.data)
+            for start in range(0, len(log), 5_000)
+            for chunk in pack(log[start : start + 5_000], fmt)
+        )
+    packer, size = LogPacker(), 0
+    for start in range(0, len(log), 5_000):
+        chunks, dictionaries = packer.pack(log[start : start + 5_000])
+        packer.committed(dictionaries)
+        size += sum(len(c.data) for c in chunks) + sum(len(d.data) for d in dictionaries)
+    return size
 
 
 class _Tap(StoreWriter):

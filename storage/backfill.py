@@ -17,7 +17,7 @@ from sqlalchemy import Engine, select, update
 
 from kvscope.storage import schema
 from kvscope.storage.history import NotInStore
-from kvscope.storage.log_chunks import Chunk
+from kvscope.storage.log_dictionaries_sql import open_chunk
 from kvscope.storage.prefix_groups_store import store_prefix_groups
 
 
@@ -67,7 +67,7 @@ def backfill_chunk_bounds(engine: Engine) -> int:
         with engine.begin() as conn:
             where = (t.c.stream_id == sid) & (t.c.epoch == epoch) & (t.c.first_seq == first)
             data = conn.execute(select(t.c.data).where(where)).scalar_one()
-            recv = Chunk(data).recv_ts
+            recv = open_chunk(conn, sid, data).recv_ts
             conn.execute(
                 update(t).where(where).values(min_recv_ts=min(recv), max_recv_ts=max(recv))
             )

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, func, select
 
 from kvscope.storage import schema
 from kvscope.storage.log_chunks import MAX_CHUNK_SPAN_S, Chunk, LoggedBatch
+from kvscope.storage.log_dictionaries_sql import open_chunk
 
 _t = schema.log_chunks
 
@@ -27,7 +28,7 @@ def _chunk_at_or_before(conn: Connection, sid: int, epoch: int, seq: int) -> Chu
         .order_by(_t.c.first_seq.desc())
         .limit(1)
     ).scalar_one_or_none()
-    return None if data is None else Chunk(data)
+    return None if data is None else open_chunk(conn, sid, data)
 
 
 def batch_at_or_before(conn: Connection, sid: int, epoch: int, seq: int) -> LoggedBatch | None:
@@ -86,7 +87,7 @@ def last_batch(conn: Connection, sid: int, epoch: int) -> LoggedBatch | None:
     ).scalar_one_or_none()
     if data is None:
         return None
-    chunk = Chunk(data)
+    chunk = open_chunk(conn, sid, data)
     return chunk.batch(len(chunk) - 1)
 
 
@@ -125,7 +126,7 @@ def _chunks_between(
         .order_by(_t.c.first_seq)
     ).scalars()
     for data in rows:
-        yield Chunk(data)
+        yield open_chunk(conn, sid, data)
 
 
 def stamped_last_before(conn: Connection, sid: int, at: float) -> EpochBatch | None:
@@ -154,7 +155,7 @@ def stamped_last_before(conn: Connection, sid: int, at: float) -> EpochBatch | N
         rows.extend(conn.execute(ending).all())
     best: EpochBatch | None = None
     for epoch, data in rows:
-        chunk = Chunk(data)
+        chunk = open_chunk(conn, sid, data)
         for i, ts in enumerate(chunk.ts):
             if ts <= at and (
                 best is None
@@ -197,7 +198,7 @@ def all_batches(conn: Connection, sid: int) -> Iterator[EpochBatch]:
         .order_by(_t.c.epoch, _t.c.first_seq)
     ).all()
     for epoch, data in rows:
-        chunk = Chunk(data)
+        chunk = open_chunk(conn, sid, data)
         for i in range(len(chunk)):
             yield EpochBatch(epoch, chunk.batch(i))
 
@@ -218,17 +219,17 @@ def engine_time(conn: Connection, sid: int, recv_at: float) -> float | None:
     near = (hi > recv_at) & (lo <= recv_at)
     if latest is not None:
         near = near | (hi == latest)
-    before, after = _nearest(conn, mine & (near | hi.is_(None)), recv_at)
+    before, after = _nearest(conn, sid, mine & (near | hi.is_(None)), recv_at)
     if before is None:  # nothing received by then: the earliest batch of all
         earliest = conn.execute(select(func.min(lo)).where(mine)).scalar()
         if earliest is not None:
-            _, after = _nearest(conn, mine & ((lo == earliest) | hi.is_(None)), recv_at)
+            _, after = _nearest(conn, sid, mine & ((lo == earliest) | hi.is_(None)), recv_at)
     nearest = before or after
     return None if nearest is None else recv_at + nearest[1] - nearest[0]
 
 
 def _nearest(
-    conn: Connection, where: Any, recv_at: float
+    conn: Connection, sid: int, where: Any, recv_at: float
 ) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
     """(recv_ts, ts) of the latest batch received at or before `recv_at` and of the earliest
     after it, among the chunks `where` selects, read in the order stored."""
@@ -236,7 +237,7 @@ def _nearest(
     after: tuple[float, float] | None = None
     query = select(_t.c.data).where(where).order_by(_t.c.epoch, _t.c.first_seq)
     for data in conn.execute(query).scalars():
-        chunk = Chunk(data)
+        chunk = open_chunk(conn, sid, data)
         for pair in zip(chunk.recv_ts, chunk.ts, strict=True):
             if pair[0] <= recv_at:
                 before = pair if before is None or pair[0] >= before[0] else before

@@ -8,31 +8,41 @@ and about a third of the bytes (token ids repeat across a chunk; alone they hard
 Every batch stays exactly as received, with its seq, engine ts and receive time. A chunk also
 spans at most `MAX_CHUNK_SPAN_S` of engine time, so that the chunks which may hold the batch
 stamped last before an instant are found through two indexes, whatever the engine's clock did.
+
+Format 2 compresses a chunk against its stream's dictionary (storage/log_dictionary.py), whose
+digest it names: a stream's token content recurs far beyond what one chunk can see. Its bytes
+are `FORMAT_2_MAGIC`, the digest's length (0: no dictionary) and the digest, then the zstd frame.
+Format 1 is a bare zstd frame, read as before.
 """
 
 from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import accumulate
 from typing import Any, NamedTuple
 
 import msgspec
 import zstandard
 
+from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.rows import LogRow
 
-CHUNK_FORMAT = 1
+CHUNK_FORMAT = 2
 """The format `pack` writes."""
-WRITABLE_FORMATS = (1,)
+WRITABLE_FORMATS = (1, 2)
 MAX_CHUNK_BATCHES = 2000
 MAX_CHUNK_RAW_BYTES = 2 << 20
 """Bounds on a chunk: reading one batch (`kvscope dump --seq`, resume) unpacks its chunk."""
 MAX_CHUNK_SPAN_S = 10.0
 """Engine seconds between a chunk's earliest and latest batch, at most."""
 ZSTD_LEVEL = 1
-"""Higher levels pack the log hardly smaller at a much lower speed (benchmarks/store.py)."""
+"""Format 1's level: higher ones pack it hardly smaller at a much lower speed."""
+DICTIONARY_ZSTD_LEVEL = 3
+"""Format 2's: level 1 finds few of the matches a dictionary offers (benchmarks/store.py)."""
+FORMAT_2_MAGIC = b"KVL2"
+"""Never the start of a zstd frame (28 b5 2f fd), which a format 1 chunk is."""
 
 
 class ChunkError(ValueError):
@@ -64,6 +74,8 @@ class ChunkRow(NamedTuple):
     data: bytes
     min_recv_ts: float
     max_recv_ts: float
+    dictionary: bytes | None = None
+    """The digest of the dictionary `data` is compressed against (format 2), if any."""
 
     def values(self, stream_id: int) -> dict[str, Any]:
         """The row's columns, under the stream's id."""
@@ -73,19 +85,36 @@ class ChunkRow(NamedTuple):
 COLUMNS = ("stream_id", *ChunkRow._fields[1:])
 
 
+def named_dictionary(data: bytes) -> bytes | None:
+    """The digest of the dictionary a chunk's bytes were compressed against, if any."""
+    if data[:4] != FORMAT_2_MAGIC or len(data) < 5:
+        return None
+    return bytes(data[5 : 5 + data[4]]) or None
+
+
 class Chunk:
     """An unpacked chunk: its batches by seq (ascending, as they were applied)."""
 
     __slots__ = ("seqs", "ts", "recv_ts", "payloads")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, dictionary: Dictionary | None = None) -> None:
+        """`dictionary`: the one the chunk names (`named_dictionary`), if it names one."""
+        expected, frame, zdict = 1, data, None
+        if data[:4] == FORMAT_2_MAGIC and len(data) >= 5:
+            expected, frame = 2, data[5 + data[4] :]
+            named = named_dictionary(data)
+            if named is not None:
+                if dictionary is None or dictionary.digest != named:
+                    raise ChunkError(f"log chunk needs dictionary {named.hex()}, not given")
+                zdict = dictionary.zstd
         try:
+            decompressor = zstandard.ZstdDecompressor(dict_data=zdict)
             version, seqs, ts, recv_ts, payloads = msgspec.msgpack.decode(
-                zstandard.ZstdDecompressor().decompress(data)
+                decompressor.decompress(frame)
             )
         except (zstandard.ZstdError, msgspec.DecodeError, ValueError, TypeError) as exc:
             raise ChunkError(f"not a log chunk: {exc}") from exc
-        if version != CHUNK_FORMAT:
+        if version != expected:
             raise ChunkError(f"unknown log chunk format {version!r}")
         self.seqs = array("q", seqs)
         self.ts = array("d", ts)
@@ -119,13 +148,19 @@ class Chunk:
         return bisect_right(self.seqs, after), bisect_right(self.seqs, upto)
 
 
-def pack(rows: Sequence[LogRow], fmt: int = CHUNK_FORMAT) -> list[ChunkRow]:
-    """`rows` (in the order applied) as chunks of format `fmt`, compressed.
+def pack(
+    rows: Sequence[LogRow],
+    fmt: int = CHUNK_FORMAT,
+    dictionaries: Mapping[Any, Dictionary] | None = None,
+) -> list[ChunkRow]:
+    """`rows` (in the order applied) as chunks of format `fmt`, compressed; in format 2, each
+    stream's against its dictionary in `dictionaries`, if it has one.
 
     The writer thread holds the GIL for all of this but the compression, and the ingest thread
     waits meanwhile: rows are handled as columns (`zip`, `array`, `accumulate`, `bisect` run in
-    C), and all chunks are compressed in one call, which lets the GIL go once rather than once
-    per chunk (taking it back from a busy ingest thread can cost a whole switch interval).
+    C), and the chunks are compressed in one call per dictionary, which lets the GIL go once
+    rather than once per chunk (taking it back from a busy ingest thread can cost a whole switch
+    interval).
     """
     if fmt not in WRITABLE_FORMATS:
         raise ValueError(f"log chunk format {fmt} is not one this version writes")
@@ -138,7 +173,7 @@ def pack(rows: Sequence[LogRow], fmt: int = CHUNK_FORMAT) -> list[ChunkRow]:
         run_recv = array("d", recv_ts[start:end])
         raw = msgspec.msgpack.encode(
             (
-                CHUNK_FORMAT,
+                fmt,
                 run_seqs.tobytes(),
                 run_ts.tobytes(),
                 run_recv.tobytes(),
@@ -160,11 +195,31 @@ def pack(rows: Sequence[LogRow], fmt: int = CHUNK_FORMAT) -> list[ChunkRow]:
                 max(run_recv),
             )
         )
-    # A compressor object must not be shared between threads: one per call.
-    packed = zstandard.ZstdCompressor(level=ZSTD_LEVEL).multi_compress_to_buffer(
-        [chunk.data for chunk in made]
-    )
-    return [chunk._replace(data=packed[i].tobytes()) for i, chunk in enumerate(made)]
+    if fmt == 1:
+        # A compressor object must not be shared between threads: one per call.
+        packed = zstandard.ZstdCompressor(level=ZSTD_LEVEL).multi_compress_to_buffer(
+            [chunk.data for chunk in made]
+        )
+        return [chunk._replace(data=packed[i].tobytes()) for i, chunk in enumerate(made)]
+    return _pack_format_2(made, dictionaries or {})
+
+
+def _pack_format_2(made: list[ChunkRow], dictionaries: Mapping[Any, Dictionary]) -> list[ChunkRow]:
+    by_dictionary: dict[Dictionary | None, list[int]] = {}
+    for i, chunk in enumerate(made):
+        by_dictionary.setdefault(dictionaries.get(chunk.stream), []).append(i)
+    out = list(made)
+    for dictionary, where in by_dictionary.items():
+        compressor = zstandard.ZstdCompressor(
+            level=DICTIONARY_ZSTD_LEVEL,
+            dict_data=None if dictionary is None else dictionary.zstd_for(DICTIONARY_ZSTD_LEVEL),
+        )
+        packed = compressor.multi_compress_to_buffer([made[i].data for i in where])
+        digest = b"" if dictionary is None else dictionary.digest
+        head = FORMAT_2_MAGIC + bytes((len(digest),)) + digest
+        for k, i in enumerate(where):
+            out[i] = made[i]._replace(data=head + packed[k].tobytes(), dictionary=digest or None)
+    return out
 
 
 def split(rows: Sequence[LogRow]) -> list[Sequence[LogRow]]:

@@ -30,6 +30,7 @@ from sqlalchemy import (
 )
 
 from kvscope.storage import batch_log, schema
+from kvscope.storage.log_dictionaries_sql import prune_dictionaries
 
 logger = logging.getLogger(__name__)
 DAY = 86_400.0
@@ -56,6 +57,8 @@ class Pruned:
     resets: int = 0
     engine_samples: int = 0
     lease_grants: int = 0
+    dictionaries: int = 0
+    """Log dictionaries no kept chunk names any more."""
 
 
 def prune(engine: Engine, retention: Retention, now: float) -> Pruned:
@@ -64,6 +67,7 @@ def prune(engine: Engine, retention: Retention, now: float) -> Pruned:
     with engine.begin() as conn:
         if retention.log_s is not None:
             _prune_log(conn, now - retention.log_s, retention, now, pruned)
+            pruned.dictionaries = prune_dictionaries(conn)
         if retention.rollups_s is not None:
             r = schema.rollups
             pruned.rollups = _deleted(conn, delete(r).where(r.c.second < now - retention.rollups_s))

@@ -63,9 +63,26 @@ log_chunks = Table(
     # replayed batch arrives late); NULL in chunks an older kvscope wrote, until backfilled.
     Column("min_recv_ts", Float),
     Column("max_recv_ts", Float),
+    # The digest of the log_dictionaries row `data` is compressed against (format 2), if any.
+    Column("dictionary", LargeBinary),
     Index("ix_log_chunks_stream_min_ts", "stream_id", "min_ts"),
     Index("ix_log_chunks_stream_max_ts", "stream_id", "max_ts"),
     Index("ix_log_chunks_stream_recv_ts", "stream_id", "max_recv_ts", "min_recv_ts"),
+    Index("ix_log_chunks_stream_dictionary", "stream_id", "dictionary"),
+)
+
+log_dictionaries = Table(
+    "log_dictionaries",
+    metadata,
+    # A stream's token content that its log chunks are compressed against
+    # (storage/log_dictionary.py), stored once under its content's digest.
+    Column("stream_id", Integer, ForeignKey("streams.id"), primary_key=True),
+    Column("digest", LargeBinary, primary_key=True),
+    # When the writer made it (its clock): retention keeps each stream's newest.
+    Column("made_at", Float, nullable=False),
+    Column("raw_bytes", Integer, nullable=False),
+    # The content, zstd-compressed.
+    Column("data", LargeBinary, nullable=False),
 )
 
 checkpoints = Table(

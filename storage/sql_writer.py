@@ -15,7 +15,10 @@ from kvscope.storage import schema
 from kvscope.storage.bulk_sql import insert_chunks, upsert_rollups
 from kvscope.storage.history import NotInStore
 from kvscope.storage.leases import Fence
-from kvscope.storage.log_chunks import ChunkRow, pack
+from kvscope.storage.log_chunks import ChunkRow
+from kvscope.storage.log_dictionaries_sql import insert_dictionaries
+from kvscope.storage.log_dictionary import DictionaryRow
+from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.prefix_followers import PrefixFollowers
 from kvscope.storage.prefix_groups_store import store_prefix_groups
 from kvscope.storage.rows import (
@@ -38,6 +41,8 @@ class Prepared:
 
     ordered: list[Row] = field(default_factory=list)
     chunks: list[ChunkRow] = field(default_factory=list)
+    dictionaries: list[DictionaryRow] = field(default_factory=list)
+    """Those the chunks name that may not be stored yet."""
     rollups: list[RollupRow] = field(default_factory=list)
     droppable: int = 0
     """Rows of the kinds the queue may drop (they count towards its bound)."""
@@ -54,11 +59,12 @@ class Prepared:
                 left[stream] = left.get(stream, 0) + (r.batches if type(r) is ChunkRow else 1)
         self.ordered = [r for r in self.ordered if _stream(r) in streams]
         self.chunks = [r for r in self.chunks if r.stream in streams]
+        self.dictionaries = [r for r in self.dictionaries if r.stream in streams]
         self.rollups = [r for r in self.rollups if r.stream in streams]
         return left
 
 
-def _stream(row: Row | ChunkRow) -> StreamId:
+def _stream(row: Row | ChunkRow | DictionaryRow) -> StreamId:
     stream = row[0] if type(row) is tuple else row.stream  # type: ignore[union-attr]
     assert isinstance(stream, StreamId)
     return stream
@@ -79,6 +85,7 @@ class RowWriter:
         log_packed: Callable[[StreamId, int, int], None],
         followers: PrefixFollowers | None = None,
         fence: Fence | None = None,
+        packer: LogPacker | None = None,
     ) -> None:
         self.shard = shard
         self.fence = fence
@@ -91,6 +98,7 @@ class RowWriter:
         self._stream_ids: dict[StreamId, int] = {}
         self._reset_ids: dict[tuple[StreamId, tuple[int, int, str]], int] = {}
         self.followers = followers or PrefixFollowers()
+        self.packer = packer or LogPacker()
 
     def forget_ids(self) -> None:
         """A failed transaction may have rolled back ids we cached within it, and batches the
@@ -100,9 +108,10 @@ class RowWriter:
         self.followers.forget()
 
     def forget_stream(self, stream: StreamId) -> None:
-        """`stream` is written no more (its lease moved away): its reset's follower and its
-        cached ids go, rather than wait for the cap."""
+        """`stream` is written no more (its lease moved away): its reset's follower, its
+        cached ids and its log's content go, rather than wait for the cap."""
         self.followers.drop(stream)
+        self.packer.forget(stream)
         self._stream_ids.pop(stream, None)
         for key in [k for k in self._reset_ids if k[0] == stream]:
             del self._reset_ids[key]
@@ -140,13 +149,15 @@ class RowWriter:
                     self.checkpoint_written(row, len(row.packed))
                     checkpoints += 1
                 prepared.ordered.append(row)
-        prepared.chunks = pack(log)
+        prepared.chunks, prepared.dictionaries = self.packer.pack(log)
         prepared.droppable = len(log) + len(prepared.rollups) + checkpoints
         return prepared
 
     def committed(self, prepared: Prepared) -> None:
-        """`prepared` landed: the log's bytes it stored are told, once (rows written again
-        one by one after a failed transaction were packed again, and told then)."""
+        """`prepared` landed: its dictionaries are stored, and the log's bytes it stored are
+        told, once (rows written again one by one after a failed transaction were packed
+        again, and told then)."""
+        self.packer.committed(prepared.dictionaries)
         packed: dict[StreamId, list[int]] = {}
         for chunk in prepared.chunks:
             sizes = packed.setdefault(chunk.stream, [0, 0])
@@ -162,10 +173,13 @@ class RowWriter:
             admitted = self.fence.admit(conn, prepared.streams())
             for stream, rows in prepared.keep_only(admitted).items():
                 self.fence.refused(stream, rows)
+                self.packer.forget(stream)
         # Epochs, resets and recoveries keep their order (a recovery needs its reset's id).
         for row in prepared.ordered:
             self._write_one(conn, row)
         stream_id = partial(self._stream_id, conn)
+        if prepared.dictionaries:  # before the chunks that name them
+            insert_dictionaries(conn, prepared.dictionaries, stream_id)
         if prepared.chunks:
             insert_chunks(conn, prepared.chunks, stream_id)
         if prepared.rollups:

@@ -43,6 +43,13 @@ class StoreSettings:
     benchmarks/store.py measures all three."""
     checkpoint_every_batches: int = 20_000
     """A checkpoint at least this often (in batches), whatever the sizes."""
+    log_dictionary_bytes: int = 1 << 20
+    """Token content kept per stream to compress its log against (storage/log_dictionary.py);
+    0 compresses without. A stream costs the writer a few times this in memory (the runs kept,
+    the dictionary, zstd's tables for it): a collector of many streams may want less."""
+    log_dictionary_ratio: float = 8.0
+    """A new dictionary once the log stored against the current one is this many times its
+    content: dictionaries take at most about 1/ratio of the log's bytes."""
     gil_switch_interval_s: float | None = 0.0005
     """Set as the process's GIL switch interval (`sys.setswitchinterval`) unless it is already
     shorter; None leaves it. The writer thread lets go of the GIL for each compression and SQL

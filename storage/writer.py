@@ -37,6 +37,7 @@ from kvscope.collector.snapshot import copy_map, copy_tables
 from kvscope.collector.types import StreamId
 from kvscope.storage.checkpoint_pacing import CheckpointPacer
 from kvscope.storage.leases import Fence
+from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.prefix_followers import PrefixFollowers
 from kvscope.storage.recovery_follow import StreamRecoveries, recovery_row
 from kvscope.storage.recovery_resume import open_recovery
@@ -115,6 +116,7 @@ class StoreWriter:
             self._log_packed,
             PrefixFollowers(self.settings.prefix_followers),
             fence,
+            LogPacker(self.settings.log_dictionary_bytes, self.settings.log_dictionary_ratio),
         )
         switch = self.settings.gil_switch_interval_s
         if switch is not None and switch < sys.getswitchinterval():

@@ -1,0 +1,3 @@
+def note_token_runs(
+    payload: bytes, granule: int, seen: dict[bytes, int], when: int
+) -> tuple[int, int]: ...

@@ -1,0 +1,83 @@
+"""The log's dictionaries in the store: written beside the chunks that name them, read (and kept
+a while, by digest) to open those chunks, deleted when no chunk names them."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+from sqlalchemy import Connection, and_, delete, exists, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from kvscope.collector.types import StreamId
+from kvscope.storage import schema
+from kvscope.storage.log_chunks import Chunk, ChunkError, named_dictionary
+from kvscope.storage.log_dictionary import Dictionary, DictionaryRow, from_stored
+
+_t = schema.log_dictionaries
+_KEPT = 8
+"""Dictionaries kept in memory for reading: a rebuild reads one stream's, mostly one."""
+_kept: OrderedDict[bytes, Dictionary] = OrderedDict()
+_lock = threading.Lock()
+
+
+def insert_dictionaries(
+    conn: Connection, rows: list[DictionaryRow], stream_id: Callable[[StreamId], int]
+) -> None:
+    """A dictionary already there (a retried transaction, or the same content made again) is
+    marked made now: retention keeps each stream's newest."""
+    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    for row in rows:
+        statement = dialect_insert(_t).values(
+            stream_id=stream_id(row.stream),
+            digest=row.digest,
+            made_at=row.made_at,
+            raw_bytes=row.raw_bytes,
+            data=row.data,
+        )
+        conn.execute(
+            statement.on_conflict_do_update(
+                index_elements=["stream_id", "digest"], set_={"made_at": row.made_at}
+            )
+        )
+
+
+def dictionary(conn: Connection, sid: int, digest: bytes) -> Dictionary:
+    """The stream's dictionary `digest`; ChunkError if the store lacks it."""
+    with _lock:
+        found = _kept.get(digest)
+        if found is not None:
+            _kept.move_to_end(digest)
+            return found
+    data = conn.execute(
+        select(_t.c.data).where(_t.c.stream_id == sid, _t.c.digest == digest)
+    ).scalar_one_or_none()
+    if data is None:
+        raise ChunkError(f"log dictionary {digest.hex()} of stream {sid} is not in the store")
+    found = from_stored(bytes(data))
+    if found.digest != digest:
+        raise ChunkError(f"log dictionary {digest.hex()} of stream {sid} is damaged")
+    with _lock:
+        _kept[digest] = found  # by digest: the same content wherever it was read
+        while len(_kept) > _KEPT:
+            _kept.popitem(last=False)
+    return found
+
+
+def open_chunk(conn: Connection, sid: int, data: bytes) -> Chunk:
+    """A stored chunk of stream `sid`, with the dictionary it names."""
+    digest = named_dictionary(data)
+    return Chunk(data, None if digest is None else dictionary(conn, sid, digest))
+
+
+def prune_dictionaries(conn: Connection) -> int:
+    """Delete the dictionaries no chunk names, but each stream's newest (its writer may name it
+    in chunks to come, trusting it stored); how many went."""
+    c, newer = schema.log_chunks, _t.alias("newer")
+    named = exists().where(c.c.stream_id == _t.c.stream_id, c.c.dictionary == _t.c.digest)
+    newest = (
+        select(func.max(newer.c.made_at)).where(newer.c.stream_id == _t.c.stream_id)
+    ).scalar_subquery()
+    result = conn.execute(delete(_t).where(and_(~named, _t.c.made_at < newest)))
+    return int(result.rowcount or 0)

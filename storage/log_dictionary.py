@@ -1,0 +1,173 @@
+"""The batch log's dictionaries: each stream's recent token content, which its chunks (format 2,
+storage/log_chunks.py) are compressed against.
+
+Token ids are most of a batch's bytes, and a stream's blocks carry content seen long before
+(prompts recur, evicted blocks are stored again), far more often than one chunk can see. The
+writer keeps, per stream, the distinct runs of `GRANULE` token ids it has seen, most recent last
+and at most `cap` bytes of them (`StreamContent`), and makes a zstd raw-content dictionary of
+them now and then (`StreamContent.refresh`): once the log stored since the last one is `ratio`
+times the new one's size on disk (dictionaries then take at most about 1/ratio of the log),
+content seen since recurred as much as it would hold (else it would only cost), and enough of
+it is new.
+
+A dictionary is stored once, as its own row under its content's digest, which each chunk
+compressed with it names (idempotent: a retried transaction writes the same row, and a chunk
+decodes from its row and its dictionary's row alone). Memory per stream: the content kept (up
+to `cap` bytes, with a Python object and a dict entry per run), the current dictionary's copy
+of it and zstd's tables for compressing against it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import zstandard
+
+from kvscope.storage._token_granules import note_token_runs
+
+GRANULE = 16
+"""Token ids per run kept: vLLM's usual block size (a larger one is a multiple of it)."""
+DEFAULT_CAP = 1 << 20
+DEFAULT_RATIO = 8.0
+FRESH_SHARE = 0.125
+"""A new dictionary is made only once content worth this share of `cap` is new since the last."""
+SAMPLE = 8
+"""One batch in this many is noted once a stream's content holds steady."""
+EVICT_TO = 0.875
+"""Past the cap, content is dropped down to this share of it at once."""
+STORED_SHARE = 0.5
+"""About what a dictionary's content takes on disk, compressed."""
+STORED_LEVEL = 3
+"""A dictionary row's own compression (token ids halve; made once per dictionary)."""
+
+
+class Dictionary:
+    """A raw-content zstd dictionary, named by its content's digest."""
+
+    __slots__ = ("digest", "zstd", "_level")
+
+    def __init__(self, content: bytes) -> None:
+        self.digest = digest_of(content)
+        # Holds the content (a copy): kept once per stream, not twice.
+        self.zstd = zstandard.ZstdCompressionDict(content, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+        self._level: int | None = None
+
+    @property
+    def content(self) -> bytes:
+        return self.zstd.as_bytes()
+
+    def zstd_for(self, level: int) -> zstandard.ZstdCompressionDict:
+        """The dictionary with zstd's tables for compressing at `level` made once (each
+        compression would otherwise make them again)."""
+        if self._level != level:
+            self.zstd.precompute_compress(level=level)
+            self._level = level
+        return self.zstd
+
+
+def digest_of(content: bytes) -> bytes:
+    return hashlib.blake2b(content, digest_size=16).digest()
+
+
+class DictionaryRow(NamedTuple):
+    """A dictionary as it is stored (table `log_dictionaries`)."""
+
+    stream: Any
+    """Its stream (a `StreamId`), put as its id when written."""
+    digest: bytes
+    made_at: float
+    raw_bytes: int
+    data: bytes
+    """The content, zstd-compressed."""
+
+
+def row_of(stream: Any, dictionary: Dictionary, made_at: float) -> DictionaryRow:
+    data = zstandard.ZstdCompressor(level=STORED_LEVEL).compress(dictionary.content)
+    return DictionaryRow(stream, dictionary.digest, made_at, len(dictionary.content), data)
+
+
+def from_stored(data: bytes) -> Dictionary:
+    return Dictionary(zstandard.ZstdDecompressor().decompress(data))
+
+
+class StreamContent:
+    """One stream's token content seen, and its current dictionary (the writer thread's)."""
+
+    __slots__ = (
+        "cap",
+        "ratio",
+        "_seen",
+        "_now",
+        "_held",
+        "_fresh",
+        "_recurred",
+        "current",
+        "_since",
+        "_steady",
+    )
+
+    def __init__(self, cap: int = DEFAULT_CAP, ratio: float = DEFAULT_RATIO) -> None:
+        self.cap = cap
+        self.ratio = ratio
+        self._seen: dict[bytes, int] = {}
+        """Distinct runs, and when each was last seen (a count of `see` calls)."""
+        self._now = 0
+        self._held = 0
+        self._fresh = 0
+        """Bytes of runs not seen before since the current dictionary was made."""
+        self._recurred = 0
+        """Bytes of runs seen again (still held) since then: what a dictionary would have found."""
+        self.current: Dictionary | None = None
+        self._steady = False
+        """The last transaction's content was mostly seen before, and the cap nearly full."""
+        self._since = 0
+        """Log bytes stored against the current dictionary (or none)."""
+
+    def see(self, payloads: Sequence[bytes]) -> None:
+        """Note the runs of `payloads` (a transaction's) as seen now: all of them while the
+        content is short of the cap or changing, one batch in `SAMPLE` once it holds steady
+        (the writer holds the GIL meanwhile; a change still shows in the sample)."""
+        if not self.cap:
+            return
+        self._now += 1
+        step = SAMPLE if self._steady else 1
+        seen, now, fresh, recurred = self._seen, self._now, 0, 0
+        for payload in payloads[::step]:
+            new, again = note_token_runs(payload, GRANULE, seen, now)
+            fresh += new
+            recurred += again
+        self._steady = self._held >= EVICT_TO * self.cap and fresh < FRESH_SHARE * recurred
+        self._held += fresh
+        self._fresh += fresh
+        self._recurred += recurred * step  # what all the batches would have shown, about
+        if self._held > self.cap:
+            # The least recently seen go, down to EVICT_TO of the cap: a sort per eviction,
+            # not a move per run seen.
+            for run in self.runs():
+                del seen[run]
+                self._held -= len(run)
+                if self._held <= EVICT_TO * self.cap:
+                    break
+
+    def runs(self) -> list[bytes]:
+        """The runs held, least recently seen first (of those seen together, first seen first)."""
+        return sorted(self._seen, key=self._seen.__getitem__)
+
+    def stored(self, log_bytes: int) -> None:
+        self._since += log_bytes
+
+    def refresh(self) -> Dictionary | None:
+        """A new dictionary if one is due, else None: once the log stored since the last is
+        `ratio` times the new one's size (stored, zstd takes token ids to about half), content
+        that recurred since is as much as it holds (a stream whose content does not recur gets
+        none: it would only cost), and enough of it is new."""
+        size = self._held
+        if not size or self._since < self.ratio * size * STORED_SHARE:
+            return None
+        if self._recurred < size or self._fresh < FRESH_SHARE * size:
+            return None
+        self.current = Dictionary(b"".join(self.runs()))  # the most recent last: nearest
+        self._since = self._fresh = self._recurred = 0
+        return self.current
