@@ -22,6 +22,7 @@ The file lists replicas and collector settings:
     lease_renew_s = 2.0
     spill_bytes = 1073741824
     spill_dir = "/var/lib/kvscope/spill"
+    log_dictionary_bytes = 1048576          # per stream; 0: the log compressed without
 
     [fleet]                                 # publishers that connect: kvscope/fleet_config.py
     bind = "tcp://0.0.0.0:5557"
@@ -109,6 +110,9 @@ class StoreConfig:
     shard: str | None = None
     spill_bytes: int = StoreSettings.spill_bytes
     spill_dir: str | None = None
+    log_dictionary_bytes: int = StoreSettings.log_dictionary_bytes
+    """Token content each stream keeps to compress its log against (storage/log_dictionary.py);
+    a stream costs the writer a few times this: a collector of many streams may want less."""
     lease: bool = False
     """Share the streams with the other collectors on this PostgreSQL through leases
     (storage/leases.py), taking over those of a collector that died."""
@@ -233,7 +237,7 @@ def _store(section: Any) -> StoreConfig:
             expected = SECONDS
             if valid:
                 values[key] = float(value)  # > 0: StoreConfig checks it
-        elif key == "spill_bytes":
+        elif key in ("spill_bytes", "log_dictionary_bytes"):
             # bool is an int to Python, not to a reader of the file.
             valid = isinstance(value, int) and not isinstance(value, bool) and value >= 0
             expected = "a byte count >= 0"

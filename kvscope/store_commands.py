@@ -111,7 +111,10 @@ def open_writer(
         engine = open_store(url)
         claim_streams(engine, list(streams), store.shard)
         settings = StoreSettings(
-            shard=store.shard, spill_bytes=store.spill_bytes, spill_dir=store.spill_dir
+            shard=store.shard,
+            spill_bytes=store.spill_bytes,
+            spill_dir=store.spill_dir,
+            log_dictionary_bytes=store.log_dictionary_bytes,
         )
         if fence is not None:
             check_backend(engine.dialect.name)

@@ -15,6 +15,8 @@ from kvscope.demo import _bundled
 from kvscope.options import with_lease_flags, with_store_flags
 from kvscope.storage.engine import DEFAULT_STORE
 from kvscope.storage.leases import LeaseSettings
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.store_commands import open_writer
 
 STORE_SECTION = """
 [store]
@@ -175,3 +177,28 @@ def test_lease_timing_from_the_environment(tmp_path: Path) -> None:
     assert "lease_renew_s (5.0 s) must be shorter than lease_ttl_s (4.0 s)" in " ".join(
         result.output.split()
     )
+
+
+def test_a_fleet_can_lower_the_log_dictionary_each_stream_keeps(tmp_path: Path) -> None:
+    # Hundreds of streams per collector: each keeps a few times this in memory.
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f"[store]\nurl = 'sqlite:///{tmp_path / 's.sqlite'}'\nlog_dictionary_bytes = 0\n"
+    )
+    store = load_file(path).store
+    assert store.log_dictionary_bytes == 0
+    writer = open_writer(store)
+    assert writer is not None
+    try:
+        assert writer.settings.log_dictionary_bytes == 0
+    finally:
+        writer.close(10)
+    assert StoreConfig().log_dictionary_bytes == StoreSettings.log_dictionary_bytes
+
+
+@pytest.mark.parametrize("value", ["-1", "true", "'1MiB'"])
+def test_a_log_dictionary_size_is_a_byte_count(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(f"[store]\nlog_dictionary_bytes = {value}\n")
+    with pytest.raises(ConfigError, match="log_dictionary_bytes has value"):
+        load_file(path)
