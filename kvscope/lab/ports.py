@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 
 def can_bind(port: int) -> bool:
@@ -21,16 +23,40 @@ def can_bind(port: int) -> bool:
         return True
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10_000
+_handed_out: set[int] = set()
+"""Ports this process was given: two calls never return the same one."""
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port(exclude: Iterable[int] = ()) -> int:
-    """A TCP port nothing listens on, chosen by the OS, and not one of `exclude`."""
-    excluded = set(exclude)
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
+    """A TCP port nothing listens on, not one of `exclude`, and not one this process was given.
+
+    Drawn below the kernel's ephemeral range: a port from that range (what binding port 0 gives)
+    can become the source port of any connection made before the caller binds it, and two draws
+    in a row can give the same port: both made "Address already in use" in the tests."""
+    excluded = set(exclude) | _handed_out
+    high = _ephemeral_low()
+    draw = random.SystemRandom()
+    for _ in range(200):
+        port = draw.randrange(LOWEST_PORT, high) if high > LOWEST_PORT + 1000 else _any_port()
         if port not in excluded and can_bind(port):
+            _handed_out.add(port)
             return port
     raise RuntimeError("no free TCP port found")
+
+
+def _any_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def free_port_run(length: int, exclude: Iterable[int] = ()) -> int:
