@@ -48,7 +48,9 @@ class ResetRow:
     before_orphans: int
     before_tokens: int
     before: bytes
-    """The emptied tables copied (`copy_tables`), encoded by the writer thread."""
+    """The emptied tables copied (`copy_tables`)."""
+    packed_before: bytes = b""
+    """`before` encoded (`encode_copy`), by the writer thread."""
 
 
 @dataclass(slots=True)

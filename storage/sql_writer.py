@@ -145,9 +145,13 @@ class RowWriter:
                     prepared.rollups.append(row)
                     continue
                 if type(row) is CheckpointRow:
-                    row.packed = encode_copy(row.snapshot)
+                    if not row.packed:  # rows retried one by one come back here
+                        row.packed = encode_copy(row.snapshot)
                     self.checkpoint_written(row, len(row.packed))
                     checkpoints += 1
+                elif type(row) is ResetRow and not row.packed_before:
+                    # Outside the transaction: a 1M-block map takes a good part of a second.
+                    row.packed_before = encode_copy(row.before)
                 prepared.ordered.append(row)
         prepared.chunks, prepared.dictionaries = self.packer.pack(log)
         prepared.droppable = len(log) + len(prepared.rollups) + checkpoints
@@ -231,7 +235,7 @@ class RowWriter:
                 "before_hittable": row.before_hittable,
                 "before_orphans": row.before_orphans,
                 "before_tokens": row.before_tokens,
-                "before": encode_copy(row.before),
+                "before": row.packed_before,
             }
             # A retried reset sets its own columns only: its id (which its points refer to)
             # and the recovery written since stay.
