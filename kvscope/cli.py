@@ -54,6 +54,7 @@ from kvscope.pipeline import exit_if_failed, failure, running_pipeline
 from kvscope.serve import register as register_serve
 from kvscope.signals import stop_on_signals
 from kvscope.store_commands import (
+    LogDictionaryBytesOpt,
     SpillBytesOpt,
     SpillDirOpt,
     StoreFlag,
@@ -116,6 +117,7 @@ def collect(
     lease_renew: LeaseRenewOpt = None,
     spill_bytes: SpillBytesOpt = None,
     spill_dir: SpillDirOpt = None,
+    log_dictionary_bytes: LogDictionaryBytesOpt = None,
     bind: BindOpt = None,
     topic_pattern: TopicPatternOpt = None,
     replica_format: ReplicaFormatOpt = None,
@@ -126,7 +128,9 @@ def collect(
     config = load_config(
         config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes, metrics
     )
-    config = with_store_flags(config, store, shard, spill_bytes, spill_dir, lease)
+    config = with_store_flags(
+        config, store, shard, spill_bytes, spill_dir, lease, log_dictionary_bytes
+    )
     config = with_lease_flags(config, lease_ttl, lease_renew)
     config = with_fleet_flags(
         config, bind, topic_pattern, replica_format, replay_template, gone_after

@@ -22,7 +22,7 @@ The file lists replicas and collector settings:
     lease_renew_s = 2.0
     spill_bytes = 1073741824
     spill_dir = "/var/lib/kvscope/spill"
-    log_dictionary_bytes = 1048576          # per stream; 0: the log compressed without
+    log_dictionary_bytes = 1048576          # per stream (--log-dictionary-bytes); 0: none
 
     [fleet]                                 # publishers that connect: kvscope/fleet_config.py
     bind = "tcp://0.0.0.0:5557"

@@ -210,6 +210,7 @@ def with_store_flags(
     spill_bytes: int | None,
     spill_dir: str | None,
     lease: bool | None = None,
+    log_dictionary_bytes: int | None = None,
 ) -> Config:
     """The file's [store] with each flag (or its environment variable) that was given on top."""
     file = config.store
@@ -220,6 +221,9 @@ def with_store_flags(
         shard=file.shard if shard is None else shard,
         spill_bytes=file.spill_bytes if spill_bytes is None else spill_bytes,
         spill_dir=file.spill_dir if spill_dir is None else spill_dir,
+        log_dictionary_bytes=(
+            file.log_dictionary_bytes if log_dictionary_bytes is None else log_dictionary_bytes
+        ),
     )
     return dataclasses.replace(config, store=store)
 

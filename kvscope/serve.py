@@ -57,7 +57,7 @@ from kvscope.storage.engine import StoreError, may_write, open_store
 from kvscope.storage.redact import redact
 from kvscope.storage.token_text import TokenText
 from kvscope.storage.writer import StoreWriter
-from kvscope.store_commands import SpillBytesOpt, SpillDirOpt, StoreFlag
+from kvscope.store_commands import LogDictionaryBytesOpt, SpillBytesOpt, SpillDirOpt, StoreFlag
 
 logger = logging.getLogger(__name__)
 DEFAULT_PORT = 8087
@@ -131,6 +131,7 @@ def serve(
     lease_renew: LeaseRenewOpt = None,
     spill_bytes: SpillBytesOpt = None,
     spill_dir: SpillDirOpt = None,
+    log_dictionary_bytes: LogDictionaryBytesOpt = None,
     bind: BindOpt = None,
     topic_pattern: TopicPatternOpt = None,
     replica_format: ReplicaFormatOpt = None,
@@ -155,7 +156,9 @@ def serve(
         metrics,
         api_url,
     )
-    config = with_store_flags(config, store, shard, spill_bytes, spill_dir, lease)
+    config = with_store_flags(
+        config, store, shard, spill_bytes, spill_dir, lease, log_dictionary_bytes
+    )
     config = with_lease_flags(config, lease_ttl, lease_renew)
     config = with_fleet_flags(
         config, bind, topic_pattern, replica_format, replay_template, gone_after

@@ -73,6 +73,17 @@ SpillBytesOpt = Annotated[
         show_default=False,
     ),
 ]
+LogDictionaryBytesOpt = Annotated[
+    int | None,
+    typer.Option(
+        envvar="KVSCOPE_LOG_DICTIONARY_BYTES",
+        min=0,
+        help="Token content each stream keeps to compress its log against; a collector of "
+        "hundreds of streams may lower it. 0: the log compressed without. Default: [store] "
+        f"log_dictionary_bytes, else {StoreSettings.log_dictionary_bytes}.",
+        show_default=False,
+    ),
+]
 SpillDirOpt = Annotated[
     str | None,
     typer.Option(

@@ -202,3 +202,23 @@ def test_a_log_dictionary_size_is_a_byte_count(tmp_path: Path, value: str) -> No
     path.write_text(f"[store]\nlog_dictionary_bytes = {value}\n")
     with pytest.raises(ConfigError, match="log_dictionary_bytes has value"):
         load_file(path)
+
+
+def test_the_log_dictionary_size_from_the_flag_over_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[store]\nlog_dictionary_bytes = 4096\n")
+    config = load_file(path)
+    kept = with_store_flags(config, None, None, None, None).store
+    assert kept.log_dictionary_bytes == 4096
+    over = with_store_flags(config, None, None, None, None, log_dictionary_bytes=0).store
+    assert over.log_dictionary_bytes == 0
+
+
+def test_collect_takes_the_log_dictionary_size_from_the_environment(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    args = ["collect", "--store", url, "--no-live", "--duration", "1"]
+    refused = CliRunner().invoke(app, [*args, "--log-dictionary-bytes", "-1"])
+    assert refused.exit_code == 2, refused.output
+    env = {"KVSCOPE_LOG_DICTIONARY_BYTES": "-1"}
+    refused = CliRunner().invoke(app, args, env=env)
+    assert refused.exit_code == 2 and "log-dictionary-bytes" in refused.output, refused.output
