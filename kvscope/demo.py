@@ -40,13 +40,14 @@ from kvscope.config import Config, ReplicaConfig, StoreConfig
 from kvscope.demo_table import Asked, compact_table, reset_table
 from kvscope.lab.presets import KEEP_RESET_STUDY
 from kvscope.pipeline import running_pipeline
-from kvscope.report import load_resets, max_reset_id, reset_ids, write_with_prefixes
+from kvscope.report import load_resets, reset_ids, rows_so_far, write_with_prefixes
 from kvscope.report_compare import write_compare
 from kvscope.serve import api_settings
 from kvscope.signals import stop_on_signals
 from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import stream_id
+from kvscope.storage.mode_compare import RowsAfter
 from kvscope.storage.reset_links import clears_by_request, load_requests
 from kvscope.storage.scrape import MetricsScraper
 from kvscope.storage.token_text import TokenText
@@ -298,7 +299,7 @@ class CaptureDemo:
 def _finish(
     console: Console,
     store: str,
-    base_id: int,
+    start: RowsAfter,
     asked: list[Asked],
     options: DemoOptions,
     window: float,
@@ -306,18 +307,18 @@ def _finish(
     """Print the table and where the report went; the same as a JSON-ready summary."""
     out = options.out
     engine = open_store(store)
-    ids = [i for n in NAMES for i in reset_ids(engine, n, 0, 1e11) if i > base_id]
+    ids = [i for n in NAMES for i in reset_ids(engine, n, 0, 1e11) if i > start.reset_id]
     resets = load_resets(engine, ids, window)  # each with the mode of its linked request
     # The links the API gives (GET /resets): the same rule over the same rows.
     with engine.connect() as conn:
-        clears = clears_by_request(conn, window, base_id)
+        clears = clears_by_request(conn, window, start.reset_id)
         requests = {int(q.id): q for qs in load_requests(conn).values() for q in qs}
     table = reset_table(asked, requests, clears, {d.id: d for d in resets}, window)
     if not options.as_json:
         console.print(compact_table(table))
     linked = sorted((d for d in resets if d.mode is not None), key=lambda d: d.id)
     png, page = write_with_prefixes(engine, linked or resets, out, options.text)
-    compared = [write_compare(engine, name, 0.0, 1e11, out / name)[1] for name in NAMES]
+    compared = [write_compare(engine, n, 0.0, 1e11, out / n, start)[1] for n in NAMES]
     engine.dispose()
     console.print(f"report: {page} ({png.name}); store: {store}")
     console.print("modes side by side: " + ", ".join(str(p) for p in compared))
@@ -366,7 +367,7 @@ def run_demo(console: Console, options: DemoOptions) -> int:
         config = demo.config()
         settings = api_settings(config, token, options.text)
         window = settings.link_window_s
-        base_id = max_reset_id(open_store(store))
+        start = rows_so_far(open_store(store))
         with running_pipeline(replace(config, store=StoreConfig(store))) as (collector, writer, _):
             assert writer is not None
             app = create_app(
@@ -385,14 +386,14 @@ def run_demo(console: Console, options: DemoOptions) -> int:
                 # once written (with --serve the writer stays open; without, close writes).
                 writer.flush()
                 if options.serve:
-                    summary = _finish(console, store, base_id, asked, options, window)
+                    summary = _finish(console, store, start, asked, options, window)
                     _print_json(options, api, exact, summary)
                     _urls(console, api)
                     console.print("serving until Ctrl-C (SIGINT) or SIGTERM")
                     with stop_on_signals() as stop:
                         stop.wait()
         if not options.serve:
-            summary = _finish(console, store, base_id, asked, options, window)
+            summary = _finish(console, store, start, asked, options, window)
             _print_json(options, api, exact, summary)
             console.print(f"API was {api} (page /, docs /docs); --serve keeps it running")
     console.print(f"done in {time.monotonic() - started:.1f} s")

@@ -26,6 +26,7 @@ from kvscope.options import ConfigOpt, TokenizerOpt, fail, token_text
 from kvscope.report_compare import as_json, text_table, write_compare
 from kvscope.report_prefixes import load_prefixes, write_prefixes
 from kvscope.storage import schema
+from kvscope.storage.mode_compare import RowsAfter
 from kvscope.storage.redact import redact
 from kvscope.storage.reset_links import LINK_WINDOW_S, linked_modes, resets_query
 from kvscope.storage.scrape import HitRatePoint, hit_rate_series
@@ -76,9 +77,13 @@ def reset_ids(engine: Engine, replica: str, from_ts: float, to_ts: float) -> lis
         return [int(i) for i in conn.execute(query).scalars()]
 
 
-def max_reset_id(engine: Engine) -> int:
+def rows_so_far(engine: Engine) -> RowsAfter:
+    """Where the next run's resets and reset requests begin in this store."""
     with engine.connect() as conn:
-        return int(conn.execute(select(func.max(schema.resets.c.id))).scalar() or 0)
+        return RowsAfter(
+            int(conn.execute(select(func.max(schema.resets.c.id))).scalar() or 0),
+            int(conn.execute(select(func.max(schema.reset_requests.c.id))).scalar() or 0),
+        )
 
 
 def load_resets(engine: Engine, ids: list[int], window: float = LINK_WINDOW_S) -> list[ResetData]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from kvscope.report_compare_chart import write_compare_png
-from kvscope.storage.mode_compare import ModeComparison, compare_modes
+from kvscope.storage.mode_compare import ModeComparison, RowsAfter, compare_modes
 
 ROWS = (
     ("refused", "refused"),
@@ -56,10 +56,15 @@ def text_table(found: ModeComparison) -> str:
 
 
 def write_compare(
-    engine: Engine, replica: str, from_: float, to: float, out: Path
+    engine: Engine,
+    replica: str,
+    from_: float,
+    to: float,
+    out: Path,
+    after: RowsAfter | None = None,
 ) -> tuple[ModeComparison, Path]:
     with engine.connect() as conn:
-        found = compare_modes(conn, replica, from_, to)
+        found = compare_modes(conn, replica, from_, to, after=after)
     out.mkdir(parents=True, exist_ok=True)
     page = out / "compare.html"
     png = write_compare_png(found, out)

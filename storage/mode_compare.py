@@ -55,6 +55,15 @@ _DOCUMENTED: Final = {"use_attribute_docstrings": True}
 
 
 @dataclass(frozen=True, slots=True)
+class RowsAfter:
+    """Where one run of a store begins: the reset and reset request rows it wrote have ids
+    above these (a store reused across runs whose engine clocks may overlap)."""
+
+    reset_id: int
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class ResetFigures:
     """One reset request or clear of the comparison."""
 
@@ -205,16 +214,23 @@ def compare_modes(
     from_ts: float | None = None,
     to_ts: float | None = None,
     window: float = LINK_WINDOW_S,
+    after: RowsAfter | None = None,
 ) -> ModeComparison:
     """The comparison of `replica`'s resets (clears by engine `ts`, requests that made none by
     `requested_at` shifted onto the engine's clock, batch_log.engine_time) in [from_ts, to_ts],
-    on the engine's clock; either bound may be open."""
+    on the engine's clock; either bound may be open. With `after`, only that run's rows."""
 
     def inside(ts: float) -> bool:
         return (from_ts is None or ts >= from_ts) and (to_ts is None or ts <= to_ts)
 
     requests = load_requests(conn, replica)
-    resets = conn.execute(resets_query().where(schema.streams.c.replica == replica)).all()
+    resets_of = resets_query().where(schema.streams.c.replica == replica)
+    if after is not None:
+        requests = {
+            name: [q for q in qs if q.id > after.request_id] for name, qs in requests.items()
+        }
+        resets_of = resets_of.where(schema.resets.c.id > after.reset_id)
+    resets = conn.execute(resets_of).all()
     figures: list[ResetFigures] = []
     for reset in resets:
         if not inside(reset.ts):

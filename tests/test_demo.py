@@ -140,3 +140,17 @@ def test_demo_json_is_one_document_with_the_tables_records(tmp_path: Path) -> No
     assert len(found["resets"]["notes"]) == len(refused)
     assert Path(found["report"]).name == "report.html"
     assert "the map equals" in result.stderr and "what each reset did" not in result.stderr
+
+
+def test_a_demo_on_a_reused_store_compares_only_its_own_resets(tmp_path: Path) -> None:
+    """With --store naming a store an earlier demo wrote, the modes side by side count this
+    run's resets, as the table does, not every run's."""
+    store = f"sqlite:///{tmp_path / 'kept.sqlite'}"
+    env = {"KVSCOPE_DEMO_SOURCE": "capture"}
+    for run in ("first", "second"):
+        out = tmp_path / run
+        result = CliRunner().invoke(app, ["demo", "--store", store, "--out", str(out)], env=env)
+        assert result.exit_code == 0, result.output
+        page = (out / "lab-a" / "compare.html").read_text()
+        # The recording's default reset, refused once per run.
+        assert "<td>refused</td><td>1/1</td>" in page, page
