@@ -121,6 +121,31 @@ def _map_of(collector: Collector, name: str) -> tuple[dict[tuple[int, int], int]
         return ingest.map.counts(), ingest.map.totals(), ingest.degraded
 
 
+class _Applied:
+    """Whether the collector has applied a whole run of a stream.
+
+    On a reused store the collector resumes at the last run's final seq, which this run
+    counts up to again: the seq alone would say "caught up" before this run's batches arrive.
+    So the batches applied since the run began are counted too.
+    """
+
+    def __init__(self, collector: Collector) -> None:
+        with collector.lock:
+            self._before = {s: i.counters.batches_applied for s, i in collector.ingests.items()}
+
+    def through(self, collector: Collector, name: str, last_seq: int | None) -> bool:
+        """Seqs 0..`last_seq` of this run applied; call with `collector.lock` held."""
+        stream = StreamId(name, 0)
+        ingest = collector.ingests[stream]
+        applied = ingest.counters.batches_applied - self._before[stream]
+        return (
+            last_seq is not None
+            and ingest.last_seq == last_seq
+            and not ingest.replaying
+            and applied >= last_seq + 1
+        )
+
+
 def _sim_clock(replica: Any) -> Callable[[], float]:
     return lambda: float(replica.ts)
 
@@ -143,11 +168,9 @@ class LabDemo:
     def config(self) -> Config:
         return Config([ReplicaConfig(r.name, str(r.http_url)) for r in self.replicas])
 
-    def caught_up(self, collector: Collector) -> bool:
+    def caught_up(self, collector: Collector, applied: _Applied) -> bool:
         with collector.lock:
-            return all(
-                collector.ingests[StreamId(r.name, 0)].last_seq == r.last_seq for r in self.replicas
-            )
+            return all(applied.through(collector, r.name, r.last_seq) for r in self.replicas)
 
     def run(self, collector: Collector, writer: StoreWriter, api: str, token: str) -> list[Asked]:
         scrapers = [
@@ -156,6 +179,7 @@ class LabDemo:
             for r in self.replicas
         ]
         asked: list[Asked] = []
+        applied = _Applied(collector)
 
         def advance(until: float) -> None:
             while (now := min(r.sim_t for r in self.replicas)) < until:
@@ -168,7 +192,7 @@ class LabDemo:
         with ThreadPoolExecutor(1) as pool:
             for i, mode in enumerate(MODES):
                 advance(WARM_S + i * GAP_S)
-                _wait(lambda: self.caught_up(collector), 30, "the collector")
+                _wait(lambda: self.caught_up(collector, applied), 30, "the collector")
                 for r in self.replicas:
                     _, totals, _ = _map_of(collector, r.name)
                     done = len(r.resets)
@@ -197,7 +221,7 @@ class LabDemo:
         for r in self.replicas:
             if r.pending_events:
                 r.step()
-        _wait(lambda: self.caught_up(collector), 30, "the collector")
+        _wait(lambda: self.caught_up(collector, applied), 30, "the collector")
         return asked
 
     def check(self, collector: Collector, console: Console) -> bool:
@@ -234,16 +258,14 @@ class CaptureDemo:
         )
 
     def run(self, collector: Collector, writer: StoreWriter, api: str, token: str) -> list[Asked]:
+        applied = _Applied(collector)
         for source in self.sources:
             source.play()
         last = self.records[-1].seq
 
         def done() -> bool:
             with collector.lock:
-                return all(
-                    (i := collector.ingests[StreamId(n, 0)]).last_seq == last and not i.replaying
-                    for n in NAMES
-                )
+                return all(applied.through(collector, n, last) for n in NAMES)
 
         _wait(done, 120, "the capture to play")
         writer.flush()
