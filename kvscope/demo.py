@@ -389,7 +389,9 @@ def run_demo(console: Console, options: DemoOptions) -> int:
         config = demo.config()
         settings = api_settings(config, token, options.text)
         window = settings.link_window_s
-        start = rows_so_far(open_store(store))
+        engine = open_store(store)
+        start = rows_so_far(engine)
+        engine.dispose()
         with running_pipeline(replace(config, store=StoreConfig(store))) as (collector, writer, _):
             assert writer is not None
             app = create_app(
