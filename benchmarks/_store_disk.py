@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 
 import msgspec
+from _content_floor import ContentFloor, content_floor
 from sqlalchemy import create_engine, text
 
 from kvscope.collector.capture import read_capture
@@ -57,6 +58,7 @@ class Disk:
     empty_bytes: int
     """A new store's file before anything is written: a page per table and index, a fixed cost
     that a short recording's bytes per block-event carry in full."""
+    floor: ContentFloor
 
     def per_event(self, size: float) -> float:
         return size / self.block_events
@@ -80,6 +82,7 @@ class Disk:
             f"(of which a new store's empty pages {self.per_event(self.empty_bytes):.1f}); "
             f"the log's batches packed as chunk {formats}; the checkpoints and resets' before "
             f"maps as snapshot {snapshots}",
+            self.floor.line(),
         ]
 
 
@@ -124,6 +127,7 @@ def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
         {fmt: packed_size(log, fmt) for fmt in WRITABLE_FORMATS},
         {fmt: sum(len(recode(data, fmt)) for data in stored) for fmt in SNAPSHOT_FORMATS},
         empty_store_bytes(),
+        content_floor(row[5] for row in log),
     )
 
 

@@ -231,6 +231,10 @@ def main() -> None:
                 "recordings_disk_bytes_per_block_event": {
                     name: round(rec.per_event(rec.file_bytes), 1) for name, rec in recorded
                 },
+                "content_floor_bytes_per_block_event": {
+                    "stream": round(disk.floor.per_event(), 1),
+                    **{name: round(rec.floor.per_event(), 1) for name, rec in recorded},
+                },
                 "rebuild_median_ms": round(median_ms, 1),
                 "rebuild_p90_ms": round(p90_ms, 1),
                 "big_rebuild_median_ms": None if big_median_ms is None else round(big_median_ms, 1),
