@@ -16,7 +16,7 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
     DataError,
@@ -112,10 +112,23 @@ def alembic_config() -> AlembicConfig:
     return config
 
 
+MIGRATION_LOCK = 0x6B7673636F7065  # "kvscope": PostgreSQL's advisory lock key for migrations
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Run the migrations up to `revision` (idempotent)."""
+    """Run the migrations up to `revision` (idempotent).
+
+    Processes that open one new store at once take turns: each would otherwise read "no
+    schema" and create the same tables. The lock is held until the migrations commit, and the
+    next process then finds the store at `revision`.
+    """
     config = alembic_config()
     with engine.begin() as connection:
+        if engine.dialect.name == "sqlite":
+            # pysqlite begins lazily, and DDL alone would not take the write lock.
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        elif engine.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
 
