@@ -1,6 +1,7 @@
 """Builds the compiled part of kvscope; everything else is declared in pyproject.toml.
 
-collector/_slot_map.pyx is the block table's hash -> slot map; collector/_table_core.pyx its
+collector/_slot_map.pyx is the block table's hash -> slot map, _token_column.pyx its tokens
+packed at their bit width (the packing inline in _token_bits.pxd); collector/_table_core.pyx its
 state and hot writes (its contract with block_table.py in _table_core.pxd), _lookup.pyx the
 lookup by tokens over it, _admit.pyx the check of a stream's limits before each batch;
 collector/_wire_fast.pyx decodes the common vLLM batch straight from its msgpack bytes (its
@@ -42,6 +43,7 @@ setup(
             Extension(
                 "kvscope.collector._checkpoint_columns", ["collector/_checkpoint_columns.pyx"]
             ),
+            Extension("kvscope.collector._token_column", ["collector/_token_column.pyx"]),
             Extension("kvscope.collector._table_core", ["collector/_table_core.pyx"]),
             Extension("kvscope.collector._lookup", ["collector/_lookup.pyx"]),
             Extension("kvscope.collector._admit", ["collector/_admit.pyx"]),

@@ -7,6 +7,10 @@ int32 value in an open-addressed table (linear probing, deletion by backward shi
 are no tombstones): about 12 bytes over a load of 0.375 to 0.75. It offers the part of dict's
 interface `BlockTable` uses; its C layout and the inline probe are in _slot_map.pxd, which the
 table's core (collector/_table_core.pyx) cimports.
+
+Large arrays are mapped from the OS (mmap), not taken from the heap: the C library serves blocks
+below its (adaptive) mmap threshold from the heap, where the arrays a resize outgrows would stay
+resident as free heap; unmapped, they go back to the OS.
 """
 
 import array
@@ -14,9 +18,25 @@ import array
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, uint64_t
 from libc.string cimport memset
+from posix.mman cimport MAP_ANONYMOUS, MAP_FAILED, MAP_PRIVATE, PROT_READ, PROT_WRITE, mmap, munmap
 
 cdef size_t MIN_CAPACITY = 8
 cdef Py_ssize_t PREFETCH_AHEAD = 16
+cdef size_t MAPPED_BYTES = 256 << 10  # arrays this large are mapped, not taken from the heap
+
+
+cdef void* _take(size_t size) noexcept:
+    if size < MAPPED_BYTES:
+        return PyMem_Malloc(size)
+    cdef void* p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+    return NULL if p == MAP_FAILED else p
+
+
+cdef void _give_back(void* p, size_t size) noexcept:
+    if size < MAPPED_BYTES:
+        PyMem_Free(p)
+    elif p != NULL:
+        munmap(p, size)
 
 
 def _as_uint64(values):
@@ -37,15 +57,16 @@ cdef class SlotMap:
         self._allocate(cap)
 
     def __dealloc__(self):
-        PyMem_Free(self._keys)
-        PyMem_Free(self._vals)
+        cdef size_t cap = self._mask + 1
+        _give_back(self._keys, cap * sizeof(uint64_t))
+        _give_back(self._vals, cap * sizeof(int32_t))
 
     cdef int _allocate(self, size_t cap) except -1:
-        keys = <uint64_t*>PyMem_Malloc(cap * sizeof(uint64_t))
-        vals = <int32_t*>PyMem_Malloc(cap * sizeof(int32_t))
+        keys = <uint64_t*>_take(cap * sizeof(uint64_t))
+        vals = <int32_t*>_take(cap * sizeof(int32_t))
         if keys == NULL or vals == NULL:
-            PyMem_Free(keys)
-            PyMem_Free(vals)
+            _give_back(keys, cap * sizeof(uint64_t))
+            _give_back(vals, cap * sizeof(int32_t))
             raise MemoryError()
         memset(vals, 0xFF, cap * sizeof(int32_t))  # every value EMPTY
         self._keys, self._vals, self._mask, self._size = keys, vals, cap - 1, 0
@@ -112,8 +133,8 @@ cdef class SlotMap:
                 self._keys[j] = old_keys[i]
                 self._vals[j] = old_vals[i]
                 self._size += 1
-        PyMem_Free(old_keys)
-        PyMem_Free(old_vals)
+        _give_back(old_keys, old_cap * sizeof(uint64_t))
+        _give_back(old_vals, old_cap * sizeof(int32_t))
         return 0
 
     cdef void _remove_at(self, size_t i) noexcept:

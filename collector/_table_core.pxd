@@ -6,6 +6,7 @@ from cpython cimport array as carray
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 
 from kvscope.collector._slot_map cimport SlotMap
+from kvscope.collector._token_column cimport TokenColumn
 
 
 cpdef enum:
@@ -31,7 +32,6 @@ cdef struct Columns:
     uint8_t* flags
     uint32_t* first_ms
     uint32_t* last_ms
-    uint32_t* tokens
     Py_ssize_t slots
 
 
@@ -52,9 +52,11 @@ cdef class TableCore:
     cdef public Py_ssize_t side_bytes
     cdef public SlotMap _slot_of
     # Per-slot columns (`array`s): copies, parent hash, child and sibling links, flags, first
-    # and last store (ms since base_ts), and block_size tokens per slot.
+    # and last store (ms since base_ts); and block_size tokens per slot, packed (its `_tokens`
+    # property gives and takes them as uint32s, for checkpoints).
     cdef public carray.array _count, _parent, _first_child, _next_sibling, _prev_sibling
-    cdef public carray.array _flags, _first_ms, _last_ms, _tokens
+    cdef public carray.array _flags, _first_ms, _last_ms
+    cdef readonly TokenColumn _token_column
     cdef public list _free  # slots freed by removals, reused first (last freed, first reused)
     cdef public Py_ssize_t _high  # slots below it were handed out; from it on, never
     cdef double _ms_ts
@@ -70,7 +72,6 @@ cdef class TableCore:
     cdef public dict _raw_parent  # slot -> its parent's bytes, for such chain heads
 
     cdef uint32_t _ms(self, double ts) noexcept
-    cdef bytes _root_key(self, Columns* c, int32_t slot)
     cdef int _unroot(self, bytes key, int32_t slot) except -1
     cdef int _grow(self) except -1
     cdef int _reserve_tokens(self, int32_t slot) except -1
@@ -95,9 +96,10 @@ cdef inline void take_columns(TableCore table, Columns* c) noexcept:
     c.flags = <uint8_t*>column_data(table._flags)
     c.first_ms = <uint32_t*>column_data(table._first_ms)
     c.last_ms = <uint32_t*>column_data(table._last_ms)
-    c.tokens = <uint32_t*>column_data(table._tokens)
 
 
 cdef inline Py_ssize_t content_bytes(TableCore table) noexcept:
-    """What `table` holds of its blocks' contents: the tokens column and `side_bytes`."""
-    return table._tokens.ob_size * 4 + table.side_bytes
+    """What `table` holds of its blocks' contents: the tokens column, counted at 4 bytes a
+    token whatever its width (as the limits were set), and `side_bytes`."""
+    cdef TokenColumn tokens = table._token_column
+    return tokens.slots * tokens.block_size * 4 + table.side_bytes

@@ -3,6 +3,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvscope.collector._slot_map import SlotMap
+from kvscope.collector._token_column import TokenColumn
 from kvscope.collector.types import TableKey
 
 HITTABLE: int
@@ -35,6 +36,7 @@ class TableCore:
     _first_ms: array[int]
     _last_ms: array[int]
     _tokens: array[int]
+    _token_column: TokenColumn
     _free: list[int]
     _high: int
     _waiting: dict[int, list[int]]

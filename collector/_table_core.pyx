@@ -16,9 +16,9 @@ from cpython cimport array as carray
 from cpython.object cimport Py_SIZE
 from libc.math cimport NAN, floor
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy
 
 from kvscope.collector._slot_map cimport SlotMap
+from kvscope.collector._token_column cimport TokenColumn
 
 cdef double MS_MAX = 4294967295.0
 cdef uint32_t MAX_COPIES = 0xFFFFFFFFU
@@ -90,7 +90,7 @@ cdef class TableCore:
         self._flags = array.array("B")
         self._first_ms = array.array("I")
         self._last_ms = array.array("I")
-        self._tokens = array.array("I")
+        self._token_column = TokenColumn()
         self.saturated_stores = self.side_bytes = 0
         self._free = []
         self._ms_ts = NAN
@@ -114,18 +114,23 @@ cdef class TableCore:
         self._ms_ts, self._ms_value = ts, <uint32_t>ms
         return self._ms_value
 
+    @property
+    def _tokens(self):
+        """The tokens column as uint32s (a copy): what checkpoints keep, whatever the width."""
+        return self._token_column.to_uint32()
+
+    @_tokens.setter
+    def _tokens(self, tokens):
+        plain = tokens if _is_uint32_array(tokens) else array.array("I", tokens)
+        self._token_column.assign(self.block_size, plain)
+
     def _forget_root(self, int32_t slot):
         """Take root `slot` out of `_roots`, before its tokens are gone."""
-        cdef Columns c
         odd = self._odd_tokens.get(slot)
         if odd is not None:
             self._unroot(odd, slot)
         elif (<uint8_t*>column_data(self._flags))[slot] & HAS_TOKENS:
-            take_columns(self, &c)
-            self._unroot(self._root_key(&c, slot), slot)
-
-    cdef bytes _root_key(self, Columns* c, int32_t slot):
-        return (<const char*>&c.tokens[slot * self.block_size])[: self.block_size * 4]
+            self._unroot(self._token_column.block_bytes(slot), slot)
 
     cdef int _unroot(self, bytes key, int32_t slot) except -1:
         roots = self._roots.get(key)
@@ -153,11 +158,11 @@ cdef class TableCore:
 
     cdef int _reserve_tokens(self, int32_t slot) except -1:
         """Room in the tokens column for the tokens of `slot`: the column covers the slots that
-        hold tokens, not every slot, and grows in steps bounded in bytes."""
+        hold tokens, not every slot, and grows in steps bounded in bytes (as uint32 tokens)."""
         cdef Py_ssize_t per_slot = self.block_size * 4
-        cdef Py_ssize_t have = Py_SIZE(self._tokens) // self.block_size
+        cdef Py_ssize_t have = self._token_column.slots
         cdef Py_ssize_t step = max(have // 16, min(GROW_MIN, max(1, TOKENS_STEP_MIN_BYTES // per_slot)))
-        _extend(self._tokens, (max(slot + 1, have + step) - have) * self.block_size, False)
+        self._token_column.cover(max(slot + 1, have + step))
         return 0
 
     def token_bytes(self):
@@ -222,6 +227,9 @@ cdef class TableCore:
             tokens_array = tokens
             chunk_tokens = tokens_array.data.as_uints
         bs = self.block_size
+        cdef TokenColumn token_column = self._token_column
+        if same_size:
+            token_column.prepare(bs, chunk_tokens, n * bs)  # (widened here if need be)
         cdef SlotMap slot_of = self._slot_of
         cdef Columns c
         take_columns(self, &c)
@@ -287,10 +295,9 @@ cdef class TableCore:
                 orphans_added += 1
             if chunk_tokens != NULL:
                 if same_size:
-                    if (slot + 1) * bs > Py_SIZE(self._tokens):
+                    if slot >= token_column.slots:
                         self._reserve_tokens(slot)
-                        take_columns(self, &c)
-                    memcpy(&c.tokens[slot * bs], &chunk_tokens[i * block_size], block_size * 4)
+                    token_column.put(slot, &chunk_tokens[i * block_size])
                 else:
                     self._odd_tokens[slot] = (<char*>&chunk_tokens[i * block_size])[: block_size * 4]
                     self.side_bytes += block_size * 4
@@ -374,7 +381,7 @@ cdef class TableCore:
             ):
                 # A childless root: every request's first block ends so.
                 slot_of._delete_at(found)
-                self._unroot(self._root_key(&c, slot), slot)
+                self._unroot(self._token_column.block_bytes(slot), slot)
                 hittable_gone += 1
                 c.flags[slot] = 0
                 if self._raw:

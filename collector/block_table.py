@@ -29,6 +29,7 @@ from kvscope.collector._table_core import (
     NO_SLOT,
     TableCore,
 )
+from kvscope.collector._token_column import pack_query
 from kvscope.collector.types import TableKey
 
 
@@ -43,6 +44,7 @@ class TokenQuery:
             else array("I", token_ids)
         )
         self._first: dict[int, bytes] = {}
+        self._packed: dict[tuple[int, int], tuple[bytes, int]] = {}
 
     def first_block(self, block_size: int) -> bytes:
         """The first block's tokens as `_roots` keys them (computed once per block size)."""
@@ -50,6 +52,15 @@ class TokenQuery:
         if first is None:
             first = self._first[block_size] = self.tokens[:block_size].tobytes()
         return first
+
+    def packed(self, block_size: int, width: int) -> tuple[bytes, int]:
+        """The leading blocks packed as a tokens column of `width` bits holds them, and how
+        many (those before the first with a wider token), computed once per size and width."""
+        key = (block_size, width)
+        packed = self._packed.get(key)
+        if packed is None:
+            packed = self._packed[key] = pack_query(self.tokens, block_size, width)
+        return packed
 
 
 def extras_bytes(extra: Any) -> int:
@@ -278,8 +289,7 @@ class BlockTable(TableCore):
             return tuple(array("I", odd))
         if not self._flags[slot] & HAS_TOKENS:
             return None
-        bs = self.block_size
-        return tuple(self._tokens[slot * bs : (slot + 1) * bs])
+        return self._token_column.block(slot)
 
     # --- lookup by tokens ---------------------------------------------------------------------
     # How many leading full blocks of a `TokenQuery` are cached here, chained from block 0:

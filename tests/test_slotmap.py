@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -71,3 +74,33 @@ def test_changing_it_while_iterating_raises_as_a_dict_does() -> None:
     with pytest.raises(RuntimeError):
         for key in made:
             made[key + 1000] = 0
+
+
+GROWN_KEYS = 1_000_000
+"""Enough entries that every array a resize outgrows is large (a heap allocation would keep it)."""
+
+
+def test_growing_gives_the_outgrown_arrays_back() -> None:
+    # In a fresh interpreter, so that no earlier test's free heap takes the arrays.
+    script = f"""
+import os
+from kvscope.collector._slot_map import SlotMap
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+# A large block freed, as the table's columns free theirs when they grow: the C library then
+# serves blocks up to its size from the heap, and a heap block freed stays resident.
+block = bytearray(24 << 20)
+del block
+made = SlotMap()
+before = rss()
+for key in range({GROWN_KEYS}):
+    made[key * 0x9E3779B97F4A7C15 % 2**64] = key
+print(rss() - before, made.nbytes())
+"""
+    out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
+    grown, held = map(int, out.stdout.split())
+    # The outgrown arrays together are about as large as the last: kept, they double it.
+    assert grown < held * 1.25, (grown, held)

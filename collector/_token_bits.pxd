@@ -1,0 +1,65 @@
+# Token ids packed at a fixed bit width, little-endian bit order, a block at a time: every read
+# and write of a table's packed tokens column (collector/_token_column.pyx) and of a lookup's
+# packed query goes through these. A block's bytes end with zero bits, so equal blocks are equal
+# bytes (lookups compare them with memcmp).
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+
+cdef inline int bit_length(uint32_t v) noexcept nogil:
+    cdef int n = 0
+    while v:
+        v >>= 1
+        n += 1
+    return n
+
+
+cdef inline uint32_t largest(const uint32_t* tokens, Py_ssize_t n) noexcept nogil:
+    cdef uint32_t top = 0
+    cdef Py_ssize_t i
+    for i in range(n):
+        top |= tokens[i]  # the OR has the same bit length as the maximum, and no branch
+    return top
+
+
+cdef inline Py_ssize_t packed_size(Py_ssize_t n, int width) noexcept nogil:
+    """Bytes that `n` tokens of `width` bits take."""
+    return (n * width + 7) >> 3
+
+
+cdef inline void pack(uint8_t* out, const uint32_t* tokens, Py_ssize_t n, int width) noexcept nogil:
+    """Write `n` tokens, each below 2**width, as packed_size(n, width) bytes."""
+    if width == 32:
+        memcpy(out, tokens, n * 4)
+        return
+    cdef uint64_t acc = 0
+    cdef int held = 0
+    cdef Py_ssize_t i
+    for i in range(n):
+        acc |= (<uint64_t>tokens[i]) << held
+        held += width
+        while held >= 8:
+            out[0] = <uint8_t>acc
+            out += 1
+            acc >>= 8
+            held -= 8
+    if held:
+        out[0] = <uint8_t>acc
+
+
+cdef inline void unpack(uint32_t* out, const uint8_t* packed, Py_ssize_t n, int width) noexcept nogil:
+    """Read `n` tokens that `pack` wrote at `width` bits."""
+    if width == 32:
+        memcpy(out, packed, n * 4)
+        return
+    cdef uint64_t acc = 0, mask = ((<uint64_t>1) << width) - 1
+    cdef int held = 0
+    cdef Py_ssize_t i
+    for i in range(n):
+        while held < width:
+            acc |= (<uint64_t>packed[0]) << held
+            packed += 1
+            held += 8
+        out[i] = <uint32_t>(acc & mask)
+        acc >>= width
+        held -= width

@@ -1,0 +1,119 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""A table's tokens column, packed: each slot's block of tokens at the table's token bit width.
+
+Token ids are below the model's vocabulary size (about 2**17 for 128k): as uint32s they took
+half of what a cached block held. Here they take the bit length of the largest token stored so
+far; a wider token repacks the column once, at the new width (widths never shrink). A slot's
+block is `stride` whole bytes ending with zero bits, so blocks compare as bytes: a lookup packs
+its query at the same width (`pack_query`). Outside, tokens are uint32s: `to_uint32` and
+`assign` are what checkpoints read and write, so their format does not depend on the width.
+"""
+
+import array
+
+from cpython cimport array as carray
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.stdint cimport uint8_t, uint32_t
+
+from kvscope.collector._token_bits cimport bit_length, largest, pack, packed_size, unpack
+
+cdef carray.array _BYTES = array.array("B")
+cdef carray.array _UINT32 = array.array("I")
+
+
+cdef carray.array _zeros(Py_ssize_t n):
+    cdef carray.array made = carray.clone(_BYTES, n, True)
+    return made
+
+
+cdef class TokenColumn:
+    """Slot -> a block of `block_size` tokens, packed at `width` bits a token."""
+
+    def __init__(self):
+        self._data = _zeros(0)
+        self.width = 1  # (zero tokens take a bit too)
+        self.block_size = self.stride = self.slots = 0
+
+    cdef int prepare(self, Py_ssize_t block_size, const uint32_t* tokens, Py_ssize_t n) except -1:
+        """Be ready to `put` these tokens (blocks of `block_size`): widen if one is wider."""
+        if block_size != self.block_size:
+            if self.slots:
+                raise ValueError("a tokens column holds blocks of one size")
+            self.block_size = block_size
+            self.stride = packed_size(block_size, self.width)
+        cdef int width = bit_length(largest(tokens, n))
+        if width > self.width:
+            self._widen(width)
+        return 0
+
+    cdef int cover(self, Py_ssize_t slots) except -1:
+        """Hold slots up to `slots` (zero tokens in the new ones)."""
+        if slots > self.slots:
+            self._data.frombytes(bytes((slots - self.slots) * self.stride))
+            self.slots = slots
+        return 0
+
+    cdef int _widen(self, int width) except -1:
+        """Repack every slot at `width` bits."""
+        cdef Py_ssize_t bs = self.block_size, stride = packed_size(bs, width), slot
+        cdef carray.array wider = _zeros(self.slots * stride)
+        cdef uint8_t* out = <uint8_t*>wider.data.as_voidptr
+        cdef uint32_t* block = <uint32_t*>PyMem_Malloc(max(bs, 1) * sizeof(uint32_t))
+        if block == NULL:
+            raise MemoryError()
+        for slot in range(self.slots):
+            unpack(block, self.at(slot), bs, self.width)
+            pack(out + slot * stride, block, bs, width)
+        PyMem_Free(block)
+        self._data, self.width, self.stride = wider, width, stride
+        return 0
+
+    cdef bytes block_bytes(self, Py_ssize_t slot):
+        """`slot`'s tokens as uint32 bytes (how `_roots` keys a first block)."""
+        cdef bytes made = PyBytes_FromStringAndSize(NULL, self.block_size * sizeof(uint32_t))
+        unpack(<uint32_t*>PyBytes_AS_STRING(made), self.at(slot), self.block_size, self.width)
+        return made
+
+    def block(self, Py_ssize_t slot):
+        """`slot`'s tokens, as a tuple of ints."""
+        return tuple(array.array("I", self.block_bytes(slot)))
+
+    def to_uint32(self):
+        """The whole column as uint32 tokens, a block a slot: a checkpoint's tokens column."""
+        cdef Py_ssize_t bs = self.block_size, slot
+        cdef carray.array tokens = carray.clone(_UINT32, self.slots * bs, False)
+        for slot in range(self.slots):
+            unpack(tokens.data.as_uints + slot * bs, self.at(slot), bs, self.width)
+        return tokens
+
+    def assign(self, Py_ssize_t block_size, tokens):
+        """Hold `tokens` (an `array("I")`, a block a slot), packed at their own width."""
+        cdef carray.array plain = tokens
+        cdef Py_ssize_t n = len(plain), slot
+        if n and (block_size <= 0 or n % block_size):
+            raise ValueError("a tokens column holds whole blocks")
+        self.block_size = block_size
+        self.slots = n // block_size if n else 0
+        self.width = max(1, bit_length(largest(plain.data.as_uints, n)))
+        self.stride = packed_size(block_size, self.width)
+        self._data = _zeros(self.slots * self.stride)
+        for slot in range(self.slots):
+            self.put(slot, plain.data.as_uints + slot * block_size)
+
+
+def pack_query(tokens, Py_ssize_t block_size, int width):
+    """(The leading blocks of `tokens`, an `array("I")`, packed as a column of `width` holds
+    them; how many blocks that is): it stops before the first block with a token wider than
+    `width`, which no block of the column holds."""
+    cdef carray.array plain = tokens
+    cdef Py_ssize_t blocks = len(plain) // block_size if block_size > 0 else 0, usable = 0
+    cdef uint32_t* at = plain.data.as_uints
+    while usable < blocks and bit_length(largest(at + usable * block_size, block_size)) <= width:
+        usable += 1
+    cdef Py_ssize_t stride = packed_size(block_size, width), i
+    cdef bytes packed = PyBytes_FromStringAndSize(NULL, usable * stride)
+    cdef uint8_t* out = <uint8_t*>PyBytes_AS_STRING(packed)
+    for i in range(usable):
+        pack(out + i * stride, at + i * block_size, block_size, width)
+    return packed, usable
