@@ -8,7 +8,8 @@ collector/_wire_fast.pyx decodes the common vLLM batch straight from its msgpack
 msgpack reads inline in _msgpack.pxd, its scan of an event map in _wire_scan.pxd);
 collector/_table_chains.pyx groups a table's blocks by chain for a reset's prefix groups,
 _table_counts.pyx counts a before map's hashes against a table for a recovery point;
-collector/_zmq_recv.pyx receives a whole message with libzmq's own calls;
+collector/_zmq_recv.pyx receives a whole message with libzmq's own calls, _batch_rank.pyx reads
+a fleet's batch's DP rank;
 collector/_byte_planes.pyx lays snapshot columns out as byte planes, and
 collector/_checkpoint_columns.pyx drops what they repeat; storage/_token_granules.pyx cuts a
 batch's token ids into the log dictionary's content (all Cython).
@@ -50,6 +51,7 @@ setup(
             Extension("kvscope.collector._table_chains", ["collector/_table_chains.pyx"]),
             Extension("kvscope.collector._table_counts", ["collector/_table_counts.pyx"]),
             Extension("kvscope.collector._wire_fast", ["collector/_wire_fast.pyx"]),
+            Extension("kvscope.collector._batch_rank", ["collector/_batch_rank.pyx"]),
             Extension("kvscope.storage._token_granules", ["storage/_token_granules.pyx"]),
             # dlopen/dlsym: libdl before glibc 2.34, an empty stub after.
             Extension("kvscope.collector._zmq_recv", ["collector/_zmq_recv.pyx"], libraries=["dl"]),

@@ -19,6 +19,7 @@ from typing import Protocol
 
 import msgspec
 
+from kvscope.collector._batch_rank import scan_rank
 from kvscope.collector.endpoints import offset_port
 from kvscope.collector.sink import ResumePoint
 from kvscope.collector.types import StreamId
@@ -134,6 +135,14 @@ ingest's own checks see it."""
 def batch_rank(payload: bytes) -> int:
     """The DP rank a batch names (its events skipped, not decoded); 0 when it names none or
     cannot be read: the ingest then counts the batch as malformed on rank 0's stream."""
+    scanned = scan_rank(payload, MAX_RANK)  # vLLM's shape, without msgspec's structs
+    if scanned >= 0:
+        return scanned
+    return decoded_rank(payload)
+
+
+def decoded_rank(payload: bytes) -> int:
+    """`batch_rank` by msgspec's decoders: the rule for every payload the scan declines."""
     for decoder in _RANK_DECODERS:
         try:
             rank = decoder.decode(payload).data_parallel_rank

@@ -13,7 +13,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from kvscope.collector.fleet import FleetSettings, Publisher, TopicPattern, batch_rank
+from kvscope.collector._batch_rank import scan_rank
+from kvscope.collector.fleet import (
+    MAX_RANK,
+    FleetSettings,
+    Publisher,
+    TopicPattern,
+    decoded_rank,
+)
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.types import StreamId
 
@@ -47,7 +54,8 @@ class FleetRouter:
         self.settings = settings
         self.pattern = TopicPattern(settings)
         self.refused: Counter[Refusal] = Counter()
-        self._routes: dict[tuple[bytes, int], StreamId] = {}
+        self._routes: dict[tuple[bytes, int], Route] = {}
+        """Each registered stream's one `Route` (not new), handed out for its every message."""
         self._publishers: dict[bytes, Publisher] = {}
         """Matched topics (at most one per registered stream): the regex runs once per topic."""
         self._taken = set(taken)
@@ -63,10 +71,12 @@ class FleetRouter:
             self._refuse(Refusal.FRAME_COUNT, frames[0] if frames else b"")
             return None
         topic, _seq, payload = frames
-        rank = batch_rank(payload)
-        stream = self._routes.get((topic, rank))
-        if stream is not None:
-            return Route(stream, None, False)
+        rank = scan_rank(payload, MAX_RANK)  # fleet.batch_rank, inline: once per message
+        if rank < 0:
+            rank = decoded_rank(payload)
+        known = self._routes.get((topic, rank))
+        if known is not None:
+            return known
         publisher = self._publishers.get(topic) or self.pattern.match(topic)
         if publisher is None:
             self._refuse(Refusal.UNMATCHED, topic)
@@ -79,13 +89,13 @@ class FleetRouter:
             self._refuse(Refusal.NAME_TAKEN, topic)
             return None
         self._publishers[topic] = publisher
-        self._routes[(topic, rank)] = stream
+        self._routes[(topic, rank)] = Route(stream, None, False)
         self._taken.add(stream)
         return Route(stream, publisher.replay_endpoint(rank), True)
 
     def forget(self, stream: StreamId, why: Refusal | None = None) -> None:
         """The stream is not (or no longer) followed: its next message routes as new."""
-        for key in [k for k, v in self._routes.items() if v == stream]:
+        for key in [k for k, v in self._routes.items() if v.stream == stream]:
             del self._routes[key]
             if key[0] not in {topic for topic, _ in self._routes}:
                 self._publishers.pop(key[0], None)

@@ -16,6 +16,7 @@ from kvscope.collector.fleet_router import FleetRouter
 from kvscope.collector.sockets import (
     CollectorSettings,
     MessageReader,
+    SocketChanges,
     StreamSockets,
     message_reader,
 )
@@ -44,6 +45,7 @@ class FleetSocket:
         for rank in range(self.settings.dp_ranks):  # one socket; the batch names the rank
             sub.bind(offset_port(self.settings.bind, rank))
         self.sub, self.read = sub, message_reader(sub)
+        SocketChanges.note()
 
     def gone_now(self, stream: StreamSockets, now: float) -> bool:
         """True once, when a fleet publisher passes `gone_after_s` of silence."""
@@ -60,3 +62,4 @@ class FleetSocket:
         if self.sub is not None:
             self.sub.close(linger=0)
             self.sub = self.read = None
+            SocketChanges.note()

@@ -6,6 +6,7 @@ the fleet's one bound SUB, so theirs is absent and only the replay DEALER is the
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -90,6 +91,18 @@ class CollectorSettings:
     publisher's backlog. Past it libzmq drops, and the seq gap that leaves is replayed."""
 
 
+class SocketChanges:
+    """`latest` takes a value it never had whenever a socket opens or closes: the poll loop
+    rebuilds its poller only then, not at every wake-up (each value is written once)."""
+
+    _values = itertools.count(1)
+    latest = 0
+
+    @classmethod
+    def note(cls) -> None:
+        cls.latest = next(cls._values)
+
+
 class StreamSockets:
     """The sockets of one stream; `shared`: a fleet's, heard on the fleet's SUB (no own SUB)."""
 
@@ -118,6 +131,7 @@ class StreamSockets:
         self.read: MessageReader | None = None
         if not shared:
             self.sub, self.monitor, self.read = self._open_sub()
+            SocketChanges.note()
 
     def _open_sub(self) -> tuple[zmq.Socket[bytes], zmq.Socket[bytes], MessageReader]:
         """A new SUB socket, its monitor and its reader."""
@@ -156,6 +170,7 @@ class StreamSockets:
         self.reopen_at = None
         self._close_sub()
         self.sub, self.monitor, self.read = self._open_sub()
+        SocketChanges.note()
         return True
 
     def _close_sub(self) -> None:
@@ -164,6 +179,7 @@ class StreamSockets:
         self.sub.disable_monitor()
         self.monitor.close(linger=0)
         self.sub.close(linger=0)
+        SocketChanges.note()
 
     @property
     def connected(self) -> bool:
@@ -180,12 +196,14 @@ class StreamSockets:
         # [empty delimiter, start seq]: what vLLM's ROUTER expects after the identity frame.
         dealer.send_multipart([b"", request.start_seq.to_bytes(8, "big")])
         self.dealer = dealer
+        SocketChanges.note()
         return dealer
 
     def close_dealer(self) -> None:
         if self.dealer is not None:
             self.dealer.close(linger=0)
             self.dealer = None
+            SocketChanges.note()
 
     def close(self) -> None:
         self.close_dealer()

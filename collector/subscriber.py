@@ -14,6 +14,7 @@ has succeeded, not before.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -30,7 +31,7 @@ from kvscope.collector.fleet_router import Refusal, Route
 from kvscope.collector.fleet_socket import FleetSocket
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import ConnectionChange, EventSink, ResumePoint
-from kvscope.collector.sockets import DRAIN_LIMIT, POLL_MS, StreamSockets
+from kvscope.collector.sockets import DRAIN_LIMIT, POLL_MS, SocketChanges, StreamSockets
 from kvscope.collector.sockets import CollectorSettings as CollectorSettings
 from kvscope.collector.sockets import MessageReader as MessageReader
 from kvscope.collector.sockets import message_reader as message_reader
@@ -38,6 +39,10 @@ from kvscope.collector.sockets import recv_message as recv_message
 from kvscope.collector.types import StreamId
 
 logger = logging.getLogger(__name__)
+
+TEND_EVERY_S = 0.02
+"""Timers (replays, tail checks, reopens, gone publishers; spans of seconds) are checked this
+often at most, not at each wake-up: a fleet wakes the loop often, and a check walks all streams."""
 
 
 class Collector:
@@ -205,24 +210,16 @@ class Collector:
         poller = zmq.Poller()
         owners: dict[zmq.Socket[bytes], tuple[StreamSockets | None, str]] = {}
         registered: tuple[zmq.Socket[bytes], ...] = ()
+        seen, tended = -1, -math.inf
         while not self._stop.is_set():
-            current: dict[zmq.Socket[bytes], tuple[StreamSockets | None, str]] = {
-                sock: (stream, role)
-                for stream in self._streams.values()
-                for sock, role in (
-                    (stream.sub, "live"),
-                    (stream.monitor, "monitor"),
-                    (stream.dealer, "replay"),
-                )
-                if sock is not None
-            }
-            if self.fleet is not None and self.fleet.sub is not None:
-                current[self.fleet.sub] = (None, "fleet")
-            # Sockets change only with replays and reopens: rebuild the poller only then.
-            if tuple(current) != registered:
-                poller, owners, registered = zmq.Poller(), current, tuple(current)
-                for sock in registered:
-                    poller.register(sock, zmq.POLLIN)
+            # Sockets change only with replays, reopens and streams: rebuild the poller then.
+            if SocketChanges.latest != seen:
+                seen = SocketChanges.latest  # before the walk: a change meanwhile walks again
+                current = self._sockets()
+                if tuple(current) != registered:
+                    poller, owners, registered = zmq.Poller(), current, tuple(current)
+                    for sock in registered:
+                        poller.register(sock, zmq.POLLIN)
             if not registered:  # no stream yet (leases give them): zmq_poll would not wait
                 self._stop.wait(POLL_MS / 1000)
             for sock, _ in poller.poll(POLL_MS) if registered else ():
@@ -242,12 +239,31 @@ class Collector:
                         stream.ingest.errors.socket_failed(role, exc)
             self._run_calls()
             now = time.time()
+            if abs(now - tended) < TEND_EVERY_S:
+                continue
+            tended = now
             with self.lock:
                 for stream in self._streams.values():
                     try:
                         self._tend(stream, now)
                     except zmq.ZMQError as exc:
                         stream.ingest.errors.socket_failed("tick", exc)
+
+    def _sockets(self) -> dict[zmq.Socket[bytes], tuple[StreamSockets | None, str]]:
+        """Each open socket the loop polls, with its stream (None: the fleet's) and role."""
+        current: dict[zmq.Socket[bytes], tuple[StreamSockets | None, str]] = {
+            sock: (stream, role)
+            for stream in self._streams.values()
+            for sock, role in (
+                (stream.sub, "live"),
+                (stream.monitor, "monitor"),
+                (stream.dealer, "replay"),
+            )
+            if sock is not None
+        }
+        if self.fleet is not None and self.fleet.sub is not None:
+            current[self.fleet.sub] = (None, "fleet")
+        return current
 
     def _tend(self, stream: StreamSockets, now: float) -> None:
         """Timers: reopen a socket, give up on a replay, check a silent stream's tail, mark a
@@ -328,6 +344,7 @@ class Collector:
     def _drain_fleet(self) -> None:
         assert self.fleet is not None
         read, route, now = self.fleet.read, self.fleet.router.route, time.time
+        streams, gone = self._streams, self.fleet.gone
         assert read is not None
         for _ in range(DRAIN_LIMIT):
             frames = read()
@@ -336,11 +353,11 @@ class Collector:
             to = route(frames)
             if to is None:
                 continue
-            stream = self._register(to, now()) if to.new else self._streams[to.stream]
+            stream = self._register(to, now()) if to.new else streams[to.stream]
             if stream is None:
                 continue
-            if to.stream in self.fleet.gone:
-                self.fleet.gone.discard(to.stream)
+            if gone and to.stream in gone:
+                gone.discard(to.stream)
                 logger.info("%s: heard again", to.stream)
                 self._heard(stream, now())
             request = stream.ingest.live_frames(frames, now())

@@ -17,6 +17,7 @@ Format 1 is a bare zstd frame, read as before.
 
 from __future__ import annotations
 
+import threading
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
@@ -210,9 +211,10 @@ def _pack_format_2(made: list[ChunkRow], dictionaries: Mapping[Any, Dictionary])
         by_dictionary.setdefault(dictionaries.get(chunk.stream), []).append(i)
     out = list(made)
     for dictionary, where in by_dictionary.items():
-        compressor = zstandard.ZstdCompressor(
-            level=DICTIONARY_ZSTD_LEVEL,
-            dict_data=None if dictionary is None else dictionary.zstd_for(DICTIONARY_ZSTD_LEVEL),
+        compressor = (
+            _plain_compressor()
+            if dictionary is None
+            else dictionary.compressor(DICTIONARY_ZSTD_LEVEL)
         )
         packed = compressor.multi_compress_to_buffer([made[i].data for i in where])
         digest = b"" if dictionary is None else dictionary.digest
@@ -220,6 +222,17 @@ def _pack_format_2(made: list[ChunkRow], dictionaries: Mapping[Any, Dictionary])
         for k, i in enumerate(where):
             out[i] = made[i]._replace(data=head + packed[k].tobytes(), dictionary=digest or None)
     return out
+
+
+_plain = threading.local()
+
+
+def _plain_compressor() -> zstandard.ZstdCompressor:
+    """Format 2's compressor without a dictionary, one per thread, kept (as `Dictionary`'s)."""
+    found: zstandard.ZstdCompressor | None = getattr(_plain, "compressor", None)
+    if found is None:
+        found = _plain.compressor = zstandard.ZstdCompressor(level=DICTIONARY_ZSTD_LEVEL)
+    return found
 
 
 def split(rows: Sequence[LogRow]) -> list[Sequence[LogRow]]:

@@ -20,6 +20,7 @@ of it and zstd's tables for compressing against it.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -46,13 +47,15 @@ STORED_LEVEL = 3
 class Dictionary:
     """A raw-content zstd dictionary, named by its content's digest."""
 
-    __slots__ = ("digest", "zstd", "_level")
+    __slots__ = ("digest", "zstd", "_level", "_kept")
 
     def __init__(self, content: bytes) -> None:
         self.digest = digest_of(content)
         # Holds the content (a copy): kept once per stream, not twice.
         self.zstd = zstandard.ZstdCompressionDict(content, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
         self._level: int | None = None
+        self._kept: tuple[int, int, zstandard.ZstdCompressor] | None = None
+        """(thread, level, compressor): the last compressor made, for that thread only."""
 
     @property
     def content(self) -> bytes:
@@ -65,6 +68,17 @@ class Dictionary:
             self.zstd.precompute_compress(level=level)
             self._level = level
         return self.zstd
+
+    def compressor(self, level: int) -> zstandard.ZstdCompressor:
+        """A compressor against this dictionary at `level`, kept: making one costs about as
+        much as compressing a transaction's chunks with it. Not shared between threads (zstd's
+        contexts must not be): another thread gets one of its own."""
+        thread, kept = threading.get_ident(), self._kept
+        if kept is not None and kept[0] == thread and kept[1] == level:
+            return kept[2]
+        made = zstandard.ZstdCompressor(level=level, dict_data=self.zstd_for(level))
+        self._kept = (thread, level, made)  # one assignment: a reader sees all of it or none
+        return made
 
 
 def digest_of(content: bytes) -> bytes:

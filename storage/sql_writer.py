@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 
 from sqlalchemy import Connection, Insert, Table, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -319,7 +319,17 @@ def _upsert(
     all): a transaction retried after its commit landed but the answer was lost (the connection
     dropped) writes the same rows again, and must not fail on them forever; a recovery written
     again, fuller, replaces what it said before."""
-    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    names = None if only is None else tuple(sorted(only))
+    return _upsert_of(conn.dialect.name, table, key, names)
+
+
+@lru_cache(maxsize=64)
+def _upsert_of(
+    dialect: str, table: Table, key: tuple[str, ...], only: tuple[str, ...] | None
+) -> Insert:
+    """`_upsert`'s statement, made once: building one costs more than the row's write, and a
+    statement is immutable, so every transaction (and thread) can run the same one."""
+    dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     statement = dialect_insert(table)
     names = {c.name for c in table.columns} if only is None else set(only)
     return statement.on_conflict_do_update(

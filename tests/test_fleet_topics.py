@@ -95,6 +95,14 @@ def test_the_router_registers_each_topic_and_rank_once() -> None:
     assert router.registered == 2
 
 
+def test_a_known_streams_messages_share_one_route() -> None:
+    router = FleetRouter(FleetSettings(BIND))
+    assert router.route(message(b"kv@10.0.0.5:7000@m", seq=0)) is not None
+    second = router.route(message(b"kv@10.0.0.5:7000@m", seq=1))
+    third = router.route(message(b"kv@10.0.0.5:7000@m", seq=2))
+    assert second is not None and not second.new and second is third  # none made per message
+
+
 def test_the_router_counts_what_it_refuses() -> None:
     router = FleetRouter(FleetSettings(BIND, max_publishers=2), taken=[StreamId("10.0.0.9:1", 0)])
     assert router.route(message(b"kv-events")) is None
