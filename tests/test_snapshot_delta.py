@@ -89,10 +89,20 @@ def test_a_table_the_key_lacks_makes_no_delta() -> None:
     assert encode_delta(copy_map(prefix_map), key) is None
 
 
-@given(st.lists(st.tuples(st.binary(min_size=3, max_size=3), st.booleans()), max_size=40))
-def test_rows_gathered_and_scattered_go_there_and_back(rows: list[tuple[bytes, bool]]) -> None:
-    key = b"".join(row for row, _ in rows[: len(rows) // 2])
-    now = b"".join(row if keep else bytes(3) for row, keep in rows)
+@given(
+    st.lists(st.tuples(st.binary(min_size=8, max_size=8), st.booleans()), max_size=40),
+    st.sampled_from([1, 3, 4, 8]),
+    st.floats(0, 1),
+)
+def test_rows_gathered_and_scattered_go_there_and_back(
+    rows: list[tuple[bytes, bool]], width: int, kept: float
+) -> None:
+    """Whatever the width, and a key as long as now or shorter (its missing rows changed)."""
+    key = b"".join(row[:width] for row, _ in rows[: int(len(rows) * kept)])
+    now = b"".join(
+        row[:width] if keep else key[i * width : (i + 1) * width] or bytes(width)
+        for i, (row, keep) in enumerate(rows)
+    )
     changed = bytearray((len(rows) + 7) // 8)
-    mark_changed(key, now, 3, changed)
-    assert bytes(scatter(key, gather(now, changed, 3), changed, 3, len(rows))) == now
+    mark_changed(key, now, width, changed)
+    assert bytes(scatter(key, gather(now, changed, width), changed, width, len(rows))) == now
