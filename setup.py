@@ -11,7 +11,8 @@ _table_counts.pyx counts a before map's hashes against a table for a recovery po
 collector/_zmq_recv.pyx receives a whole message with libzmq's own calls, _batch_rank.pyx reads
 a fleet's batch's DP rank;
 collector/_byte_planes.pyx lays snapshot columns out as byte planes, and
-collector/_checkpoint_columns.pyx drops what they repeat; storage/_token_granules.pyx cuts a
+collector/_checkpoint_columns.pyx drops what they repeat, _checkpoint_rows.pyx keeps a delta
+checkpoint's changed rows; storage/_token_granules.pyx cuts a
 batch's token ids into the log dictionary's content (all Cython).
 Installing kvscope therefore needs a C compiler and the Python headers, as any package with an
 extension built from source does.
@@ -45,6 +46,7 @@ setup(
                 "kvscope.collector._checkpoint_columns", ["collector/_checkpoint_columns.pyx"]
             ),
             Extension("kvscope.collector._token_column", ["collector/_token_column.pyx"]),
+            Extension("kvscope.collector._checkpoint_rows", ["collector/_checkpoint_rows.pyx"]),
             Extension("kvscope.collector._table_core", ["collector/_table_core.pyx"]),
             Extension("kvscope.collector._lookup", ["collector/_lookup.pyx"]),
             Extension("kvscope.collector._admit", ["collector/_admit.pyx"]),

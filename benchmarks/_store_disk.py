@@ -54,7 +54,8 @@ class Disk:
     """The same log rows packed in each chunk format (the bytes of their `data`, and of the
     dictionaries they name)."""
     snapshots_by_format: dict[int, int]
-    """The stored checkpoints and resets' "before" maps, re-written in each snapshot format."""
+    """The stored key checkpoints (not deltas) and resets' "before" maps, re-written in each
+    snapshot format."""
     empty_bytes: int
     """A new store's file before anything is written: a page per table and index, a fixed cost
     that a short recording's bytes per block-event carry in full."""
@@ -114,7 +115,10 @@ def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
         snapshots = conn.execute(text("SELECT sum(length(snapshot)) FROM checkpoints")).scalar()
         stored = [
             bytes(data)
-            for query in ("SELECT snapshot FROM checkpoints", "SELECT before FROM resets")
+            for query in (
+                "SELECT snapshot FROM checkpoints WHERE key_seq IS NULL",  # deltas need a key
+                "SELECT before FROM resets",
+            )
             for data in conn.execute(text(query)).scalars()
         ]
     engine.dispose()

@@ -36,6 +36,8 @@ from kvscope.collector.types import StreamId, TableKey
 FORMAT_VERSION = 3
 SNAPSHOT_FORMATS = (1, 2, 3)
 """The formats read and written."""
+DELTA_FORMAT = 4
+"""A checkpoint as the rows changed since a key checkpoint (collector/snapshot_delta.py)."""
 _ARRAYS = ("hashes", "slots", "free")
 """A table state's array fields besides its `columns`."""
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -158,14 +160,17 @@ _TOKEN_ITEM = 4
 """Bytes per token in the tokens column (and in `token_blocks`' planes)."""
 
 
-def _deduplicated(table: dict[str, Any]) -> dict[str, Any]:
+def _deduplicated(table: dict[str, Any], known: bytes = b"") -> dict[str, Any]:
     """A table state of format 1 without what format 3 leaves out (still format 1's shape):
     - parents XORed with their linked parent's hash;
     - the slot map as each slot's hash (0 for a free one) and a bitmap of the slots in use
       (`present`), `slots` empty;
     - last store times as their difference from the first (mostly 0);
     - the tokens column, when it is whole blocks, as block numbers plus the distinct blocks
-      (`token_blocks`, as byte planes)."""
+      (`token_blocks`, as byte planes).
+
+    Token blocks in `known` (distinct records, as a key checkpoint holds them) are numbered
+    first, and left out of `token_blocks`: a delta names them in its key."""
     columns = list(table["columns"])
     columns[_PARENT] = _linked_parents_xored(table, columns)
     n_slots = len(columns[_PARENT])  # (an array of them now)
@@ -177,8 +182,9 @@ def _deduplicated(table: dict[str, Any]) -> dict[str, Any]:
     tokens = memoryview(columns[_TOKENS]).cast("B")
     blocks = None
     if record and len(tokens) % record == 0:
-        columns[_TOKENS], distinct = intern_records(tokens, record)
-        blocks = split_planes(distinct, _TOKEN_ITEM)
+        numbers, distinct = intern_records(known + tokens if known else tokens, record)
+        columns[_TOKENS] = numbers[len(known) // record :] if known else numbers
+        blocks = split_planes(memoryview(distinct)[len(known) :], _TOKEN_ITEM)
     return {
         **table,
         "hashes": hash_of_slot,
@@ -189,8 +195,9 @@ def _deduplicated(table: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _restored(table: dict[str, Any]) -> dict[str, Any]:
-    """The inverse of `_deduplicated`."""
+def _restored(table: dict[str, Any], records: Any = None) -> dict[str, Any]:
+    """The inverse of `_deduplicated`; `records`, when given, are its token blocks already
+    joined (a delta's: its key's and its own)."""
     columns = list(table["columns"])
     hashes, slots = from_slots(_items(table["hashes"], "Q"), table.pop("present"))
     table = {**table, "hashes": hashes, "slots": slots}
@@ -199,7 +206,7 @@ def _restored(table: dict[str, Any]) -> dict[str, Any]:
     if blocks is not None:
         columns[_TOKENS] = expand_records(
             _items(columns[_TOKENS], "I"),
-            join_planes(blocks, _TOKEN_ITEM),
+            join_planes(blocks, _TOKEN_ITEM) if records is None else records,
             table["block_size"] * _TOKEN_ITEM,
         )
     columns[_PARENT] = _linked_parents_xored(table, columns)
@@ -234,13 +241,16 @@ def _decompress(data: bytes) -> bytes:
     return zlib.decompress(data)  # snapshots written before zstd
 
 
-def _state(data: bytes) -> dict[str, Any]:
-    """A snapshot's state, of either format, as written."""
+def _state(data: bytes, formats: tuple[int, ...] = SNAPSHOT_FORMATS) -> dict[str, Any]:
+    """A snapshot's state, of any of `formats`, as written."""
     try:
         state = msgspec.msgpack.decode(_decompress(data))
     except (zlib.error, zstandard.ZstdError, msgspec.DecodeError) as exc:
         raise SnapshotError(f"not a map snapshot: {exc}") from exc
-    if not isinstance(state, dict) or state.get("version") not in SNAPSHOT_FORMATS:
+    if not isinstance(state, dict) or state.get("version") not in formats:
+        version = state.get("version") if isinstance(state, dict) else None
+        if version == DELTA_FORMAT:
+            raise SnapshotError("a delta checkpoint: it is read with its key")
         raise SnapshotError("unknown map snapshot version")
     return state
 

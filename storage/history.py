@@ -9,11 +9,13 @@ incomplete interval covering the instant makes it unknown.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, select
 
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.snapshot import decode_map
+from kvscope.collector.snapshot_delta import decode_delta_map
 from kvscope.collector.types import StreamId
 from kvscope.collector.wire import BatchDecoder
 from kvscope.storage import batch_log, schema
@@ -131,14 +133,14 @@ def position_at_time(conn: Connection, sid: int, at: float) -> Position:
 def rebuild(conn: Connection, position: Position, stream: StreamId) -> RebuiltMap:
     c = schema.checkpoints
     checkpoint = conn.execute(
-        select(c.c.seq, c.c.snapshot)
+        select(c.c.seq, c.c.snapshot, c.c.key_seq)
         .where(c.c.stream_id == position.stream_id, c.c.epoch == position.epoch)
         .where(c.c.seq <= position.seq)
         .order_by(c.c.seq.desc())
         .limit(1)
     ).first()
     if checkpoint is not None:
-        prefix_map = decode_map(checkpoint.snapshot, stream)
+        prefix_map = _checkpoint_map(conn, position, checkpoint, stream)
         after = checkpoint.seq
     else:
         prefix_map = PrefixMap(stream)
@@ -157,6 +159,26 @@ def rebuild(conn: Connection, position: Position, stream: StreamId) -> RebuiltMa
         batches_replayed=replayed,
         unknown_because=_unknown_because(conn, position),
     )
+
+
+def _checkpoint_map(conn: Connection, position: Position, row: Any, stream: StreamId) -> PrefixMap:
+    """The map a checkpoint holds: a key alone, or a delta read with its key."""
+    if row.key_seq is None:
+        return decode_map(row.snapshot, stream)
+    c = schema.checkpoints
+    key = conn.execute(
+        select(c.c.snapshot).where(
+            c.c.stream_id == position.stream_id,
+            c.c.epoch == position.epoch,
+            c.c.seq == row.key_seq,
+        )
+    ).scalar_one_or_none()
+    if key is None:
+        raise NotInStore(
+            f"the checkpoint at seq {row.seq} is a delta on the one at seq {row.key_seq}, "
+            "which is not stored: the map cannot be known"
+        )
+    return decode_delta_map(row.snapshot, key, stream)
 
 
 def _unknown_because(conn: Connection, position: Position) -> list[str]:

@@ -4,7 +4,8 @@ resets stay.
 Pruning never removes what the retained window needs: every instant at or after the log's
 cutoff must still rebuild, so for each epoch the newest checkpoint at or before the cutoff is
 kept with the whole log after it, and the log before it goes. An epoch without such a checkpoint
-keeps its log until one exists (the writer checkpoints at least every 20,000 batches).
+keeps its log until one exists (the writer checkpoints at least every 20,000 batches). A delta
+checkpoint kept keeps its key.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sqlalchemy import (
     delete,
     exists,
     func,
+    or_,
     select,
 )
 
@@ -144,6 +146,7 @@ def _prune_log(
                 c.c.epoch == epoch,
                 c.c.seq < anchor.seq,
                 c.c.ts < checkpoint_cutoff,
+                ~_a_key_kept(c, stream_id, epoch, anchor.seq, checkpoint_cutoff),
             ),
         )
         newer_epoch = conn.execute(
@@ -157,6 +160,21 @@ def _prune_log(
             pruned.checkpoints += _deleted(
                 conn, delete(c).where(c.c.stream_id == stream_id, c.c.epoch == epoch)
             )
+
+
+def _a_key_kept(
+    c: Table, stream_id: int, epoch: int, anchor_seq: int, cutoff: float
+) -> ColumnElement[bool]:
+    """The checkpoint is the key of a delta (storage/checkpoint_deltas.py) that this prune
+    keeps (at or after the anchor, or younger than the cutoff)."""
+    delta = c.alias("delta")
+    return exists().where(
+        delta.c.stream_id == stream_id,
+        delta.c.epoch == epoch,
+        delta.c.key_seq == c.c.seq,
+        delta.c.seq != c.c.seq,
+        or_(delta.c.seq >= anchor_seq, delta.c.ts >= cutoff),
+    )
 
 
 def _deleted_batches(conn: Connection, where: ColumnElement[bool]) -> int:

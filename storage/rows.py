@@ -32,7 +32,9 @@ class CheckpointRow:
     snapshot: bytes
     """The map copied (`copy_map`): the ingest thread's part of a checkpoint."""
     packed: bytes = b""
-    """The snapshot encoded from it (`encode_copy`), by the writer thread."""
+    """The snapshot encoded from it, by the writer thread (storage/checkpoint_deltas.py)."""
+    key_seq: int | None = None
+    """For a delta checkpoint: the seq of the key it is read with."""
 
 
 @dataclass(slots=True)

@@ -94,6 +94,9 @@ checkpoints = Table(
     Column("ts", Float, nullable=False),
     Column("blocks", Integer, nullable=False),
     Column("snapshot", LargeBinary, nullable=False),
+    # A delta checkpoint (snapshot format 4) is read with the key checkpoint at this seq of
+    # the same stream and epoch; null for a key.
+    Column("key_seq", BigInteger, nullable=True),
     Index("ix_checkpoints_ts", "ts"),
 )
 

@@ -13,6 +13,7 @@ from kvscope.collector.snapshot import encode_copy
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.bulk_sql import insert_chunks, upsert_rollups
+from kvscope.storage.checkpoint_deltas import CheckpointEncoder
 from kvscope.storage.history import NotInStore
 from kvscope.storage.leases import Fence
 from kvscope.storage.log_chunks import ChunkRow
@@ -86,6 +87,7 @@ class RowWriter:
         followers: PrefixFollowers | None = None,
         fence: Fence | None = None,
         packer: LogPacker | None = None,
+        checkpoints: CheckpointEncoder | None = None,
     ) -> None:
         self.shard = shard
         self.fence = fence
@@ -99,6 +101,7 @@ class RowWriter:
         self._reset_ids: dict[tuple[StreamId, tuple[int, int, str]], int] = {}
         self.followers = followers or PrefixFollowers()
         self.packer = packer or LogPacker()
+        self.checkpoints = checkpoints or CheckpointEncoder(0.0)
 
     def forget_ids(self) -> None:
         """A failed transaction may have rolled back ids we cached within it, and batches the
@@ -106,12 +109,15 @@ class RowWriter:
         self._stream_ids.clear()
         self._reset_ids.clear()
         self.followers.forget()
+        # A key in it may be refused for good: deltas are made on keys known to be written.
+        self.checkpoints.forget()
 
     def forget_stream(self, stream: StreamId) -> None:
         """`stream` is written no more (its lease moved away): its reset's follower, its
         cached ids and its log's content go, rather than wait for the cap."""
         self.followers.drop(stream)
         self.packer.forget(stream)
+        self.checkpoints.forget(stream)
         self._stream_ids.pop(stream, None)
         for key in [k for k in self._reset_ids if k[0] == stream]:
             del self._reset_ids[key]
@@ -146,8 +152,7 @@ class RowWriter:
                     continue
                 if type(row) is CheckpointRow:
                     if not row.packed:  # rows retried one by one come back here
-                        row.packed = encode_copy(row.snapshot)
-                    self.checkpoint_written(row, len(row.packed))
+                        self.checkpoint_written(row, self.checkpoints.encode(row))
                     checkpoints += 1
                 elif type(row) is ResetRow and not row.packed_before:
                     # Outside the transaction: a 1M-block map takes a good part of a second.
@@ -178,6 +183,7 @@ class RowWriter:
             for stream, rows in prepared.keep_only(admitted).items():
                 self.fence.refused(stream, rows)
                 self.packer.forget(stream)
+                self.checkpoints.forget(stream)
         # Epochs, resets and recoveries keep their order (a recovery needs its reset's id).
         for row in prepared.ordered:
             self._write_one(conn, row)
@@ -218,6 +224,7 @@ class RowWriter:
                 "ts": row.ts,
                 "blocks": row.blocks,
                 "snapshot": row.packed,
+                "key_seq": row.key_seq,
             }
             conn.execute(_upsert(conn, schema.checkpoints, ("stream_id", "epoch", "seq")), values)
         elif type(row) is ResetRow:

@@ -43,6 +43,10 @@ class StoreSettings:
     benchmarks/store.py measures all three."""
     checkpoint_every_batches: int = 20_000
     """A checkpoint at least this often (in batches), whatever the sizes."""
+    checkpoint_delta_share: float = 1.0
+    """A checkpoint is written as the rows changed since the last whole one (a delta) while
+    that is at most this share of the mean size of the checkpoints since the whole one
+    (storage/checkpoint_deltas.py: 1.0 spends the fewest bytes); 0 writes every one whole."""
     log_dictionary_bytes: int = 1 << 20
     """Token content kept per stream to compress its log against (storage/log_dictionary.py);
     0 compresses without. A stream costs the writer a few times this in memory (the runs kept,

@@ -35,6 +35,7 @@ from kvscope.collector.sink import (
 )
 from kvscope.collector.snapshot import copy_map, copy_tables
 from kvscope.collector.types import StreamId
+from kvscope.storage.checkpoint_deltas import CheckpointEncoder
 from kvscope.storage.checkpoint_pacing import CheckpointPacer
 from kvscope.storage.leases import Fence
 from kvscope.storage.log_packer import LogPacker
@@ -117,6 +118,7 @@ class StoreWriter:
             PrefixFollowers(self.settings.prefix_followers),
             fence,
             LogPacker(self.settings.log_dictionary_bytes, self.settings.log_dictionary_ratio),
+            CheckpointEncoder(self.settings.checkpoint_delta_share),
         )
         switch = self.settings.gil_switch_interval_s
         if switch is not None and switch < sys.getswitchinterval():
