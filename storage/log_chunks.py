@@ -44,6 +44,9 @@ ZSTD_LEVEL = 1
 """Format 1's level: higher ones pack it hardly smaller at a much lower speed."""
 DICTIONARY_ZSTD_LEVEL = 3
 """Format 2's: level 1 finds few of the matches a dictionary offers (benchmarks/store.py)."""
+TOKENS_ZSTD_LEVEL = 4
+"""Format 3's token ids: level 4 finds more of the dictionary's matches than 3, and 5 to 8 far
+fewer (benchmarks/_store_disk.py's stream)."""
 FORMAT_2_MAGIC = b"KVL2"
 """Never the start of a zstd frame (28 b5 2f fd), which a format 1 chunk is."""
 
@@ -225,15 +228,18 @@ def _by_dictionary(
     return by_dictionary
 
 
-def _compressor(dictionary: Dictionary | None) -> zstandard.ZstdCompressor:
+def _compressor(
+    dictionary: Dictionary | None, level: int = DICTIONARY_ZSTD_LEVEL
+) -> zstandard.ZstdCompressor:
     return zstandard.ZstdCompressor(
-        level=DICTIONARY_ZSTD_LEVEL,
-        dict_data=None if dictionary is None else dictionary.zstd_for(DICTIONARY_ZSTD_LEVEL),
+        level=level, dict_data=None if dictionary is None else dictionary.zstd_for(level)
     )
 
 
-def _compress_all(dictionary: Dictionary | None, items: list[bytes]) -> list[bytes]:
-    compressor = _compressor(dictionary)
+def _compress_all(
+    dictionary: Dictionary | None, items: list[bytes], level: int = DICTIONARY_ZSTD_LEVEL
+) -> list[bytes]:
+    compressor = _compressor(dictionary, level)
     if not any(items):  # which multi_compress_to_buffer refuses
         return [compressor.compress(item) for item in items]
     sources: list[bytes | bytearray | memoryview] = list(items)
@@ -250,7 +256,7 @@ def _pack_format_3(
     packed = [plain[i * tokens : (i + 1) * tokens] for i in range(len(made))]
     out = list(made)
     for dictionary, where in _by_dictionary(made, dictionaries).items():
-        done = _compress_all(dictionary, [frames[i][tokens] for i in where])
+        done = _compress_all(dictionary, [frames[i][tokens] for i in where], TOKENS_ZSTD_LEVEL)
         digest = b"" if dictionary is None else dictionary.digest
         for k, i in enumerate(where):
             data = log_columns.assemble(digest, made[i].batches, [*packed[i], done[k]])
