@@ -12,8 +12,9 @@ collector/_zmq_recv.pyx receives a whole message with libzmq's own calls, _batch
 a fleet's batch's DP rank;
 collector/_byte_planes.pyx lays snapshot columns out as byte planes, and
 collector/_checkpoint_columns.pyx drops what they repeat, _checkpoint_rows.pyx keeps a delta
-checkpoint's changed rows; storage/_token_granules.pyx cuts a
-batch's token ids into the log dictionary's content (all Cython).
+checkpoint's changed rows; storage/_token_granules.pyx cuts a batch's token ids into the log
+dictionary's content, and storage/_log_columns.pyx splits a log chunk's batches into columns and
+back (its buffer in _log_buf.pxd) (all Cython).
 Installing kvscope therefore needs a C compiler and the Python headers, as any package with an
 extension built from source does.
 """
@@ -27,13 +28,15 @@ HERE = Path(__file__).resolve().parent
 
 
 def cython_include() -> str:
-    """A folder where `kvscope/collector` is the source's collector/: Cython looks a cimported
-    .pxd up by its module's installed name, which the source tree does not have."""
+    """A folder where `kvscope/collector` and `kvscope/storage` are the source's folders: Cython
+    looks a cimported .pxd up by its module's installed name, which the source tree does not
+    have."""
     root = HERE / "build" / "cython-include"
-    link = root / "kvscope" / "collector"
-    if not link.is_symlink():
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(HERE / "collector", target_is_directory=True)
+    for package in ("collector", "storage"):
+        link = root / "kvscope" / package
+        if not link.is_symlink():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(HERE / package, target_is_directory=True)
     return str(root)
 
 
@@ -55,6 +58,7 @@ setup(
             Extension("kvscope.collector._wire_fast", ["collector/_wire_fast.pyx"]),
             Extension("kvscope.collector._batch_rank", ["collector/_batch_rank.pyx"]),
             Extension("kvscope.storage._token_granules", ["storage/_token_granules.pyx"]),
+            Extension("kvscope.storage._log_columns", ["storage/_log_columns.pyx"]),
             # dlopen/dlsym: libdl before glibc 2.34, an empty stub after.
             Extension("kvscope.collector._zmq_recv", ["collector/_zmq_recv.pyx"], libraries=["dl"]),
         ],

@@ -149,14 +149,14 @@ def empty_store_bytes() -> int:
 
 def packed_size(log: Sequence[LogRow], fmt: int) -> int:
     """Bytes of `log` packed in chunks of format `fmt`, cut as a writer taking 5,000 rows per
-    transaction cuts them; in format 2 with the dictionaries it makes on the way."""
-    if fmt != 2:
+    transaction cuts them; in formats 2 and 3 with the dictionaries it makes on the way."""
+    if fmt == 1:
         return sum(
             len(chunk.data)
             for start in range(0, len(log), 5_000)
             for chunk in pack(log[start : start + 5_000], fmt)
         )
-    packer, size = LogPacker(), 0
+    packer, size = LogPacker(fmt=fmt), 0
     for start in range(0, len(log), 5_000):
         chunks, dictionaries = packer.pack(log[start : start + 5_000])
         packer.committed(dictionaries)

@@ -12,7 +12,8 @@ stamped last before an instant are found through two indexes, whatever the engin
 Format 2 compresses a chunk against its stream's dictionary (storage/log_dictionary.py), whose
 digest it names: a stream's token content recurs far beyond what one chunk can see. Its bytes
 are `FORMAT_2_MAGIC`, the digest's length (0: no dictionary) and the digest, then the zstd frame.
-Format 1 is a bare zstd frame, read as before.
+Format 1 is a bare zstd frame, read as before. Format 3 (storage/log_columns.py) splits the
+batches into columns that compress apart, the token ids against the same dictionary.
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from typing import Any, NamedTuple
 import msgspec
 import zstandard
 
+from kvscope.storage import log_columns
+from kvscope.storage.log_columns import FORMAT_3_MAGIC
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.rows import LogRow
 
-CHUNK_FORMAT = 2
+CHUNK_FORMAT = 3
 """The format `pack` writes."""
-WRITABLE_FORMATS = (1, 2)
+WRITABLE_FORMATS = (1, 2, 3)
 MAX_CHUNK_BATCHES = 2000
 MAX_CHUNK_RAW_BYTES = 2 << 20
 """Bounds on a chunk: reading one batch (`kvscope dump --seq`, resume) unpacks its chunk."""
@@ -42,6 +45,9 @@ ZSTD_LEVEL = 1
 """Format 1's level: higher ones pack it hardly smaller at a much lower speed."""
 DICTIONARY_ZSTD_LEVEL = 3
 """Format 2's: level 1 finds few of the matches a dictionary offers (benchmarks/store.py)."""
+TOKENS_ZSTD_LEVEL = 4
+"""Format 3's token ids: level 4 finds more of the dictionary's matches than 3, and 5 to 8 far
+fewer (benchmarks/_store_disk.py's stream)."""
 FORMAT_2_MAGIC = b"KVL2"
 """Never the start of a zstd frame (28 b5 2f fd), which a format 1 chunk is."""
 
@@ -88,7 +94,7 @@ COLUMNS = ("stream_id", *ChunkRow._fields[1:])
 
 def named_dictionary(data: bytes) -> bytes | None:
     """The digest of the dictionary a chunk's bytes were compressed against, if any."""
-    if data[:4] != FORMAT_2_MAGIC or len(data) < 5:
+    if data[:4] not in (FORMAT_2_MAGIC, FORMAT_3_MAGIC) or len(data) < 5:
         return None
     return bytes(data[5 : 5 + data[4]]) or None
 
@@ -101,13 +107,20 @@ class Chunk:
     def __init__(self, data: bytes, dictionary: Dictionary | None = None) -> None:
         """`dictionary`: the one the chunk names (`named_dictionary`), if it names one."""
         expected, frame, zdict = 1, data, None
+        named = named_dictionary(data)
+        if named is not None:
+            if dictionary is None or dictionary.digest != named:
+                raise ChunkError(f"log chunk needs dictionary {named.hex()}, not given")
+            zdict = dictionary.zstd
+        if data[:4] == FORMAT_3_MAGIC and len(data) >= 5:
+            try:
+                seqs, ts, recv_ts, payloads = log_columns.open_columns(data, zdict)
+            except (zstandard.ZstdError, ValueError, IndexError) as exc:
+                raise ChunkError(f"not a log chunk: {exc}") from exc
+            self._columns(seqs, ts, recv_ts, payloads)
+            return
         if data[:4] == FORMAT_2_MAGIC and len(data) >= 5:
             expected, frame = 2, data[5 + data[4] :]
-            named = named_dictionary(data)
-            if named is not None:
-                if dictionary is None or dictionary.digest != named:
-                    raise ChunkError(f"log chunk needs dictionary {named.hex()}, not given")
-                zdict = dictionary.zstd
         try:
             decompressor = zstandard.ZstdDecompressor(dict_data=zdict)
             version, seqs, ts, recv_ts, payloads = msgspec.msgpack.decode(
@@ -117,11 +130,13 @@ class Chunk:
             raise ChunkError(f"not a log chunk: {exc}") from exc
         if version != expected:
             raise ChunkError(f"unknown log chunk format {version!r}")
-        self.seqs = array("q", seqs)
-        self.ts = array("d", ts)
-        self.recv_ts = array("d", recv_ts)
-        self.payloads: list[bytes] = payloads
-        if not len(self.seqs) == len(self.ts) == len(self.recv_ts) == len(payloads):
+        self._columns(array("q", seqs), array("d", ts), array("d", recv_ts), payloads)
+
+    def _columns(
+        self, seqs: array[int], ts: array[float], recv_ts: array[float], payloads: list[bytes]
+    ) -> None:
+        self.seqs, self.ts, self.recv_ts, self.payloads = seqs, ts, recv_ts, payloads
+        if not len(seqs) == len(ts) == len(recv_ts) == len(payloads):
             raise ChunkError("log chunk columns differ in length")
 
     def __len__(self) -> int:
@@ -154,8 +169,8 @@ def pack(
     fmt: int = CHUNK_FORMAT,
     dictionaries: Mapping[Any, Dictionary] | None = None,
 ) -> list[ChunkRow]:
-    """`rows` (in the order applied) as chunks of format `fmt`, compressed; in format 2, each
-    stream's against its dictionary in `dictionaries`, if it has one.
+    """`rows` (in the order applied) as chunks of format `fmt`, compressed; in formats 2 and 3,
+    each stream's against its dictionary in `dictionaries`, if it has one.
 
     The writer thread holds the GIL for all of this but the compression, and the ingest thread
     waits meanwhile: rows are handled as columns (`zip`, `array`, `accumulate`, `bisect` run in
@@ -168,19 +183,17 @@ def pack(
     if not rows:
         return []
     streams, epochs, seqs, ts, recv_ts, payloads = zip(*_by_stream(rows), strict=True)
-    made = []
+    made, frames = [], []
     for start, end in _bounds(streams, epochs, ts, payloads):
         run_seqs, run_ts = array("q", seqs[start:end]), array("d", ts[start:end])
         run_recv = array("d", recv_ts[start:end])
-        raw = msgspec.msgpack.encode(
-            (
-                fmt,
-                run_seqs.tobytes(),
-                run_ts.tobytes(),
-                run_recv.tobytes(),
-                payloads[start:end],
+        if fmt == 3:
+            frames.append(log_columns.columns(run_seqs, run_ts, run_recv, payloads[start:end])[0])
+            raw = b""
+        else:
+            raw = msgspec.msgpack.encode(
+                (fmt, run_seqs.tobytes(), run_ts.tobytes(), run_recv.tobytes(), payloads[start:end])
             )
-        )
         made.append(
             ChunkRow(
                 streams[start],
@@ -190,7 +203,7 @@ def pack(
                 min(run_ts),
                 max(run_ts),
                 end - start,
-                len(raw),
+                sum(map(len, frames[-1])) if fmt == 3 else len(raw),
                 raw,
                 min(run_recv),
                 max(run_recv),
@@ -202,21 +215,58 @@ def pack(
             [chunk.data for chunk in made]
         )
         return [chunk._replace(data=packed[i].tobytes()) for i, chunk in enumerate(made)]
+    if fmt == 3:
+        return _pack_format_3(made, frames, dictionaries or {})
     return _pack_format_2(made, dictionaries or {})
 
 
-def _pack_format_2(made: list[ChunkRow], dictionaries: Mapping[Any, Dictionary]) -> list[ChunkRow]:
+def _by_dictionary(
+    made: list[ChunkRow], dictionaries: Mapping[Any, Dictionary]
+) -> dict[Dictionary | None, list[int]]:
     by_dictionary: dict[Dictionary | None, list[int]] = {}
     for i, chunk in enumerate(made):
         by_dictionary.setdefault(dictionaries.get(chunk.stream), []).append(i)
+    return by_dictionary
+
+
+def _compressor(
+    dictionary: Dictionary | None, level: int = DICTIONARY_ZSTD_LEVEL
+) -> zstandard.ZstdCompressor:
+    return _plain_compressor(level) if dictionary is None else dictionary.compressor(level)
+
+
+def _compress_all(
+    dictionary: Dictionary | None, items: list[bytes], level: int = DICTIONARY_ZSTD_LEVEL
+) -> list[bytes]:
+    compressor = _compressor(dictionary, level)
+    if not any(items):  # which multi_compress_to_buffer refuses
+        return [compressor.compress(item) for item in items]
+    sources: list[bytes | bytearray | memoryview] = list(items)
+    packed = compressor.multi_compress_to_buffer(sources)
+    return [packed[i].tobytes() for i in range(len(items))]
+
+
+def _pack_format_3(
+    made: list[ChunkRow], frames: list[list[bytes]], dictionaries: Mapping[Any, Dictionary]
+) -> list[ChunkRow]:
+    # One call per compressor over all the chunks' frames: the GIL goes once per call.
+    tokens = log_columns.TOKENS
+    plain = _compress_all(None, [frame for chunk in frames for frame in chunk[:tokens]])
+    packed = [plain[i * tokens : (i + 1) * tokens] for i in range(len(made))]
     out = list(made)
-    for dictionary, where in by_dictionary.items():
-        compressor = (
-            _plain_compressor()
-            if dictionary is None
-            else dictionary.compressor(DICTIONARY_ZSTD_LEVEL)
-        )
-        packed = compressor.multi_compress_to_buffer([made[i].data for i in where])
+    for dictionary, where in _by_dictionary(made, dictionaries).items():
+        done = _compress_all(dictionary, [frames[i][tokens] for i in where], TOKENS_ZSTD_LEVEL)
+        digest = b"" if dictionary is None else dictionary.digest
+        for k, i in enumerate(where):
+            data = log_columns.assemble(digest, made[i].batches, [*packed[i], done[k]])
+            out[i] = made[i]._replace(data=data, dictionary=digest or None)
+    return out
+
+
+def _pack_format_2(made: list[ChunkRow], dictionaries: Mapping[Any, Dictionary]) -> list[ChunkRow]:
+    out = list(made)
+    for dictionary, where in _by_dictionary(made, dictionaries).items():
+        packed = _compressor(dictionary).multi_compress_to_buffer([made[i].data for i in where])
         digest = b"" if dictionary is None else dictionary.digest
         head = FORMAT_2_MAGIC + bytes((len(digest),)) + digest
         for k, i in enumerate(where):
@@ -227,11 +277,14 @@ def _pack_format_2(made: list[ChunkRow], dictionaries: Mapping[Any, Dictionary])
 _plain = threading.local()
 
 
-def _plain_compressor() -> zstandard.ZstdCompressor:
-    """Format 2's compressor without a dictionary, one per thread, kept (as `Dictionary`'s)."""
-    found: zstandard.ZstdCompressor | None = getattr(_plain, "compressor", None)
+def _plain_compressor(level: int) -> zstandard.ZstdCompressor:
+    """A compressor without a dictionary at `level`, one per thread, kept (as `Dictionary`'s)."""
+    kept: dict[int, zstandard.ZstdCompressor] | None = getattr(_plain, "by_level", None)
+    if kept is None:
+        kept = _plain.by_level = {}
+    found = kept.get(level)
     if found is None:
-        found = _plain.compressor = zstandard.ZstdCompressor(level=DICTIONARY_ZSTD_LEVEL)
+        found = kept[level] = zstandard.ZstdCompressor(level=level)
     return found
 
 

@@ -1,5 +1,6 @@
-"""The writer's log packing (storage/log_chunks.py's format 2): each stream's chunks against its
-current dictionary (storage/log_dictionary.py), and the dictionaries to store with them."""
+"""The writer's log packing (storage/log_chunks.py's formats 2 and 3): each stream's chunks
+against its current dictionary (storage/log_dictionary.py), and the dictionaries to store with
+them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kvscope.storage.log_chunks import ChunkRow, pack
+from kvscope.storage.log_chunks import CHUNK_FORMAT, ChunkRow, pack
 from kvscope.storage.log_dictionary import (
     DEFAULT_CAP,
     DEFAULT_RATIO,
@@ -23,8 +24,11 @@ class LogPacker:
     """The writer's log packing: each stream's chunks against its current dictionary, and the
     dictionaries to store with them."""
 
-    def __init__(self, cap: int = DEFAULT_CAP, ratio: float = DEFAULT_RATIO) -> None:
+    def __init__(
+        self, cap: int = DEFAULT_CAP, ratio: float = DEFAULT_RATIO, fmt: int = CHUNK_FORMAT
+    ) -> None:
         self.cap = cap
+        self.fmt = fmt
         self.ratio = ratio
         self._streams: dict[Any, StreamContent] = {}
         self._unconfirmed: dict[tuple[Any, bytes], DictionaryRow] = {}
@@ -32,10 +36,10 @@ class LogPacker:
         chunk that names one writes it too (a failed one may have taken it along)."""
 
     def pack(self, log: Sequence[LogRow]) -> tuple[list[ChunkRow], list[DictionaryRow]]:
-        """`log` in format 2 chunks, each stream's against its current dictionary, and the
-        dictionaries they name that may not be stored yet; then what the log showed is kept,
+        """`log` in chunks of the format written, each stream's against its current dictionary,
+        and the dictionaries they name that may not be stored yet; then what the log showed is kept,
         and a new dictionary made where one is due (for the next transaction's chunks)."""
-        chunks = pack(log, 2, self.current())
+        chunks = pack(log, self.fmt, self.current())
         by_stream: dict[Any, list[bytes]] = {}
         for row in log:
             by_stream.setdefault(row[0], []).append(row[5])

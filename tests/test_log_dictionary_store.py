@@ -16,7 +16,7 @@ from kvscope.collector.sink import AppliedBatch, FanOut, NullSink
 from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store, upgrade
 from kvscope.storage.history import position_at_seq, position_at_time, rebuild, stream_id
-from kvscope.storage.log_chunks import FORMAT_2_MAGIC, Chunk
+from kvscope.storage.log_chunks import CHUNK_FORMAT, FORMAT_2_MAGIC, Chunk
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.retention import Retention, prune
 from kvscope.storage.rows import LogRow, Row
@@ -29,8 +29,9 @@ from tests.test_log_dictionary import A, block_log, token_pool
 from tests.test_store import STREAM
 
 
-def row_writer(cap: int = 1 << 20) -> RowWriter:
-    return RowWriter(None, lambda *_: None, lambda *_: None, packer=LogPacker(cap, ratio=0.5))
+def row_writer(cap: int = 1 << 20, fmt: int = CHUNK_FORMAT) -> RowWriter:
+    packer = LogPacker(cap, ratio=0.5, fmt=fmt)
+    return RowWriter(None, lambda *_: None, lambda *_: None, packer=packer)
 
 
 def write(engine: sa.Engine, writer: RowWriter, rows: list[LogRow], lost: bool = False) -> None:
@@ -132,7 +133,7 @@ def test_0013_down_rewrites_format_2_chunks_in_format_1_and_up_again(store_url: 
     rows = [
         (A, 0, *r[2:]) for r in block_log(random.Random(6), 400, token_pool(random.Random(6), 40))
     ]
-    writer = row_writer()
+    writer = row_writer(fmt=2)  # what a kvscope at 0013 writes
     for start in range(0, len(rows), 100):
         write(engine, writer, rows[start : start + 100])
     with engine.connect() as conn:

@@ -1,0 +1,366 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# The batch log's format 3 columns (storage/log_columns.py): a chunk's payloads split, byte for
+# byte, into a skeleton and columns that compress apart. The split is a walk over msgpack's
+# tokens in the order they lie (no nesting is tracked, so any layout is read the same way):
+# 8-byte ints (hashes) go to a column of references to their earlier occurrence in the chunk
+# or literals, 8-byte floats to a column of XORs with the float before, and an array's items,
+# when all are ints of at most 4 bytes (token ids), to a token column kept as their msgpack
+# bytes (what the stream's dictionary holds), the skeleton marking them with 0xC1 (a byte
+# msgpack never uses). A payload the walk cannot read whole is kept verbatim. The join walks
+# the skeleton the same way, so every byte comes back from where it went.
+from libc.stdint cimport uint8_t, uint64_t
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memcpy, memset
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
+from kvscope.storage._log_buf cimport Buf, get_varint, put, put_varint, reserve, taken
+
+
+cdef enum:
+    MARK = 0xC1
+
+
+cdef inline Py_ssize_t be(const uint8_t* p, int width) noexcept nogil:
+    cdef Py_ssize_t v = 0
+    cdef int i
+    for i in range(width):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef inline int small_int(uint8_t b) noexcept nogil:
+    """Bytes of an int of at most 4 bytes whose first byte is `b`, else 0."""
+    if b <= 0x7F or b >= 0xE0:
+        return 1
+    if 0xCC <= b <= 0xCE:
+        return 1 + (1 << (b - 0xCC))
+    if 0xD0 <= b <= 0xD2:
+        return 1 + (1 << (b - 0xD0))
+    return 0
+
+
+cdef Py_ssize_t token(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
+                      Py_ssize_t* items) noexcept nogil:
+    """Bytes of the token at `pos` that stay together (a scalar whole, a container's header);
+    `items`: an array's length, else -1. -1 if cut short or not msgpack."""
+    cdef uint8_t b = p[pos]
+    cdef Py_ssize_t n, w
+    items[0] = -1
+    if b <= 0x8F or b >= 0xE0 or b == 0xC0 or b == 0xC2 or b == 0xC3:
+        n = 1
+    elif b <= 0x9F:
+        items[0] = b & 0x0F
+        n = 1
+    elif b <= 0xBF:
+        n = 1 + (b & 0x1F)
+    elif b == 0xC1:
+        return -1
+    elif b <= 0xC9 or 0xD9 <= b <= 0xDB:  # bin, ext, str: a length, then the body
+        w = 1 << ((b - 0xC4) if b <= 0xC6 else (b - 0xC7) if b <= 0xC9 else (b - 0xD9))
+        if end - pos < 1 + w:
+            return -1
+        n = 1 + w + be(p + pos + 1, <int>w) + (1 if 0xC7 <= b <= 0xC9 else 0)
+    elif b == 0xCA:
+        n = 5
+    elif b <= 0xD3:
+        n = 1 + (1 << ((b - 0xCC) & 3))
+    elif b <= 0xD8:
+        n = 2 + (1 << (b - 0xD4))
+    else:  # array16/32, map16/32
+        w = 2 if b == 0xDC or b == 0xDE else 4
+        if end - pos < 1 + w:
+            return -1
+        if b <= 0xDD:
+            items[0] = be(p + pos + 1, <int>w)
+        n = 1 + w
+    if n > end - pos:
+        return -1
+    return n
+
+
+cdef Py_ssize_t token_run(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
+                          Py_ssize_t items) noexcept nogil:
+    """Bytes of `items` ints of at most 4 bytes from `pos`, else -1."""
+    cdef Py_ssize_t k, start = pos
+    cdef int w
+    for k in range(items):
+        if pos >= end:
+            return -1
+        w = small_int(p[pos])
+        if w == 0 or w > end - pos:
+            return -1
+        pos += w
+    return pos - start
+
+
+cdef struct Hashes:
+    uint64_t* values  # every occurrence, in order
+    Py_ssize_t n
+    Py_ssize_t cap
+    uint64_t* keys  # open addressing: value -> its last occurrence + 1 (0: empty)
+    Py_ssize_t* last
+    uint64_t mask
+
+
+cdef int hashes_init(Hashes* h, Py_ssize_t expected) except -1:
+    cdef Py_ssize_t size = 16
+    while size < 2 * expected:
+        size <<= 1
+    h.n = 0
+    h.cap = expected + 16
+    h.values = <uint64_t*>malloc(h.cap * sizeof(uint64_t))
+    h.keys = <uint64_t*>malloc(size * sizeof(uint64_t))
+    h.last = <Py_ssize_t*>malloc(size * sizeof(Py_ssize_t))
+    h.mask = size - 1
+    if h.values == NULL or h.keys == NULL or h.last == NULL:
+        raise MemoryError()
+    memset(h.last, 0, size * sizeof(Py_ssize_t))
+    return 0
+
+
+cdef void hashes_free(Hashes* h) noexcept:
+    free(h.values)
+    free(h.keys)
+    free(h.last)
+
+
+cdef Py_ssize_t hashes_note(Hashes* h, uint64_t v) except -2:
+    """Notes `v`'s occurrence: how many occurrences back it was last seen (0: not seen)."""
+    cdef uint64_t slot = ((v * <uint64_t>0x9E3779B97F4A7C15) >> 20) & h.mask
+    cdef Py_ssize_t back = 0, was
+    cdef uint64_t* grown
+    while h.last[slot] and h.keys[slot] != v:
+        slot = (slot + 1) & h.mask
+    was = h.last[slot] - 1
+    # An entry left by a payload that was kept verbatim may name another value: check it.
+    if h.last[slot] and was < h.n and h.values[was] == v:
+        back = h.n - was
+    if h.n == h.cap:
+        grown = <uint64_t*>realloc(h.values, 2 * h.cap * sizeof(uint64_t))
+        if grown == NULL:
+            raise MemoryError()
+        h.values = grown
+        h.cap *= 2
+    h.values[h.n] = v
+    h.n += 1
+    h.keys[slot] = v
+    h.last[slot] = h.n
+    return back
+
+
+cdef int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs, Buf* lits,
+                   Buf* floats, Buf* toks, Hashes* h, uint8_t* prev_float) except -2:
+    """One payload into the columns: 0, or -1 if it is not msgpack the walk reads whole."""
+    cdef Py_ssize_t pos = 0, n, items, k
+    cdef uint64_t v
+    cdef uint8_t b
+    cdef uint8_t x[8]
+    while pos < end:
+        b = p[pos]
+        if b == 0xCF or b == 0xD3 or b == 0xCB:
+            if end - pos < 9:
+                return -1
+            put(skel, &b, 1)
+            if b == 0xCB:
+                for k in range(8):
+                    x[k] = p[pos + 1 + k] ^ prev_float[k]
+                    prev_float[k] = p[pos + 1 + k]
+                put(floats, x, 8)
+            else:
+                memcpy(&v, p + pos + 1, 8)
+                k = hashes_note(h, v)
+                put_varint(refs, <uint64_t>k)
+                if k == 0:
+                    put(lits, p + pos + 1, 8)
+            pos += 9
+            continue
+        n = token(p, pos, end, &items)
+        if n < 0:
+            return -1
+        put(skel, p + pos, n)
+        pos += n
+        if items > 0:
+            n = token_run(p, pos, end, items)
+            if n > 0:
+                b = MARK
+                put(skel, &b, 1)
+                put(toks, p + pos, n)
+                pos += n
+    return 0
+
+
+def split(list payloads, bint verbatim=False):
+    """`payloads` as (sizes, skeleton, references, literals, floats, tokens) and the count kept
+    verbatim; all verbatim if `verbatim`."""
+    cdef Buf sizes, skel, refs, lits, floats, toks
+    cdef Hashes h
+    cdef uint8_t prev_float[8]
+    cdef uint8_t saved[8]
+    cdef Py_ssize_t total = 0, kept = 0, marks[6], hn
+    cdef bytes payload
+    cdef const uint8_t* p
+    cdef Py_ssize_t n
+    cdef Buf* all_bufs[5]
+    cdef int i
+    for payload in payloads:
+        total += len(payload)
+    memset(&sizes, 0, sizeof(Buf))
+    memset(&skel, 0, sizeof(Buf))
+    memset(&refs, 0, sizeof(Buf))
+    memset(&lits, 0, sizeof(Buf))
+    memset(&floats, 0, sizeof(Buf))
+    memset(&toks, 0, sizeof(Buf))
+    memset(prev_float, 0, 8)
+    all_bufs[0] = &skel
+    all_bufs[1] = &refs
+    all_bufs[2] = &lits
+    all_bufs[3] = &floats
+    all_bufs[4] = &toks
+    hashes_init(&h, total // 9)
+    try:
+        for payload in payloads:
+            p = <const uint8_t*>payload
+            n = len(payload)
+            for i in range(5):
+                marks[i] = all_bufs[i].n
+            hn = h.n
+            memcpy(saved, prev_float, 8)
+            if verbatim or split_one(p, n, &skel, &refs, &lits, &floats, &toks, &h,
+                                     prev_float) < 0:
+                for i in range(5):
+                    all_bufs[i].n = marks[i]
+                h.n = hn
+                memcpy(prev_float, saved, 8)
+                put(&skel, p, n)
+                put_varint(&sizes, (<uint64_t>n << 1) | 1)
+                kept += 1
+            else:
+                put_varint(&sizes, <uint64_t>(skel.n - marks[0]) << 1)
+        return (taken(&sizes), taken(&skel), taken(&refs), taken(&lits), taken(&floats),
+                taken(&toks)), kept
+    finally:
+        hashes_free(&h)
+        for i in range(5):
+            free(all_bufs[i].p)
+        free(sizes.p)
+
+
+cdef int join_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, Buf* out,
+                  const uint8_t* refs, Py_ssize_t* rp, Py_ssize_t re,
+                  const uint8_t* lits, Py_ssize_t* lp, Py_ssize_t le,
+                  const uint8_t* floats, Py_ssize_t* fp, Py_ssize_t fe,
+                  const uint8_t* toks, Py_ssize_t* tp, Py_ssize_t te,
+                  Buf* seen, uint8_t* prev_float) except -2:
+    cdef Py_ssize_t n, items, k
+    cdef uint64_t back, v
+    cdef uint8_t b
+    cdef int w
+    while pos < end:
+        b = s[pos]
+        if b == 0xCF or b == 0xD3 or b == 0xCB:
+            reserve(out, 9)
+            out.p[out.n] = b
+            pos += 1
+            if b == 0xCB:
+                if fe - fp[0] < 8:
+                    return -1
+                for k in range(8):
+                    prev_float[k] ^= floats[fp[0] + k]
+                fp[0] += 8
+                memcpy(out.p + out.n + 1, prev_float, 8)
+            else:
+                if get_varint(refs, rp, re, &back) < 0:
+                    return -1
+                if back == 0:
+                    if le - lp[0] < 8:
+                        return -1
+                    memcpy(&v, lits + lp[0], 8)
+                    lp[0] += 8
+                elif back <= <uint64_t>(seen.n // 8):
+                    memcpy(&v, seen.p + seen.n - 8 * <Py_ssize_t>back, 8)
+                else:
+                    return -1
+                put(seen, <uint8_t*>&v, 8)
+                memcpy(out.p + out.n + 1, &v, 8)
+            out.n += 9
+            continue
+        n = token(s, pos, end, &items)
+        if n < 0:
+            return -1
+        put(out, s + pos, n)
+        pos += n
+        if items > 0 and pos < end and s[pos] == MARK:
+            pos += 1
+            n = token_run(toks, tp[0], te, items)
+            if n <= 0:
+                return -1
+            put(out, toks + tp[0], n)
+            tp[0] += n
+    return 0
+
+
+def join(Py_ssize_t count, bytes sizes, bytes skel, bytes refs, bytes lits, bytes floats,
+         bytes toks):
+    """The `count` payloads `split` made these columns of; ValueError if they do not hold them
+    all, exactly."""
+    cdef Buf out, seen
+    cdef Py_ssize_t sp = 0, zp = 0, rp = 0, lp = 0, fp = 0, tp = 0, k, n, start
+    cdef uint64_t size
+    cdef uint8_t prev_float[8]
+    cdef const uint8_t* s = skel
+    cdef list starts = []
+    cdef list payloads = []
+    memset(&out, 0, sizeof(Buf))
+    memset(&seen, 0, sizeof(Buf))
+    memset(prev_float, 0, 8)
+    try:
+        reserve(&out, 4 * len(skel) + len(toks) + len(lits) + len(floats))
+        for k in range(count):
+            if get_varint(sizes, &zp, len(sizes), &size) < 0 or (size >> 1) > <uint64_t>(
+                len(skel) - sp
+            ):
+                raise ValueError("log columns: sizes cut short")
+            n = <Py_ssize_t>(size >> 1)
+            starts.append(out.n)
+            if size & 1:
+                put(&out, s + sp, n)
+            elif join_one(s, sp, sp + n, &out, refs, &rp, len(refs), lits, &lp, len(lits),
+                          floats, &fp, len(floats), toks, &tp, len(toks), &seen,
+                          prev_float) < 0:
+                raise ValueError("log columns: a payload does not come back whole")
+            sp += n
+        if (sp, zp, rp, lp, fp, tp) != (len(skel), len(sizes), len(refs), len(lits),
+                                        len(floats), len(toks)):
+            raise ValueError("log columns: bytes left over")
+        starts.append(out.n)
+        for k in range(count):
+            start = starts[k]
+            payloads.append(PyBytes_FromStringAndSize(<char*>out.p + start,
+                                                      <Py_ssize_t>starts[k + 1] - start))
+        return payloads
+    finally:
+        free(out.p)
+        free(seen.p)
+
+
+def xor_planes(bytes data, bint inverse=False):
+    """8-byte values as the XOR of each with the one before, laid out byte plane by byte plane
+    (a column of close timestamps then compresses to a few planes); `inverse` undoes it."""
+    cdef Py_ssize_t n = len(data) // 8, i, k
+    cdef const uint8_t* src = data
+    cdef uint8_t prev[8]
+    if len(data) % 8:
+        raise ValueError("xor_planes: not 8-byte values")
+    cdef uint8_t* dst
+    out = PyBytes_FromStringAndSize(NULL, len(data))
+    dst = <uint8_t*><char*>out
+    memset(prev, 0, 8)
+    for i in range(n):
+        for k in range(8):
+            if inverse:
+                prev[k] ^= src[k * n + i]
+                dst[8 * i + k] = prev[k]
+            else:
+                dst[k * n + i] = src[8 * i + k] ^ prev[k]
+                prev[k] = src[8 * i + k]
+    return out

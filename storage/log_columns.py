@@ -1,0 +1,110 @@
+"""Format 3 of the log's chunks (storage/log_chunks.py): a chunk's batches as columns.
+
+Zstd over a chunk's msgpack sees random 64-bit hashes, token ids and map keys interleaved, and
+finds little: the hashes cost their 8 bytes each, however often they repeat (a parent is the
+hash stored just before), and a token id's matches are cut short by them. Format 3 splits each
+payload, byte for byte, into columns (storage/_log_columns.pyx): a skeleton (keys, headers,
+small values), hashes as references to their earlier occurrence in the chunk or literals,
+floats XORed with the one before, and token ids. Each compresses alone, the token ids against
+the stream's dictionary (format 2's, storage/log_dictionary.py). A chunk still decodes from its
+own bytes and its named dictionary alone. A payload that is not msgpack the split reads whole
+is kept verbatim in the skeleton, and a chunk whose columns would not give back every payload
+exactly (checked when packed) keeps all of them verbatim.
+
+Bytes: `FORMAT_3_MAGIC`, the digest's length (0: no dictionary) and the digest, then varints:
+the batch count, and the compressed length of each frame, then the frames: the batches' seqs,
+ts and receive times (XORed with the one before, as byte planes), then `split`'s columns.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+
+import zstandard
+
+from kvscope.storage._log_columns import join, split, xor_planes
+
+FORMAT_3_MAGIC = b"KVL3"
+FRAMES = 7
+"""The stamps, then the sizes, skeleton, hash references, hash literals, floats and tokens."""
+TOKENS = FRAMES - 1
+"""The frame compressed against the dictionary."""
+
+
+def columns(
+    seqs: array[int], ts: array[float], recv_ts: array[float], payloads: Sequence[bytes]
+) -> tuple[list[bytes], int]:
+    """A chunk's frames, uncompressed, and how many payloads they keep verbatim."""
+    stamps = b"".join(xor_planes(a.tobytes()) for a in (seqs, ts, recv_ts))
+    listed = list(payloads)
+    parts, verbatim = split(listed)
+    try:
+        exact = join(len(listed), *parts) == listed
+    except ValueError:
+        exact = False
+    if not exact:  # never seen: then the chunk is only as small as its skeleton compresses
+        parts, verbatim = split(listed, True)
+    return [stamps, *parts], verbatim
+
+
+def assemble(digest: bytes, count: int, frames: Sequence[bytes]) -> bytes:
+    """A chunk's bytes, from its compressed frames."""
+    head = bytearray(FORMAT_3_MAGIC)
+    head.append(len(digest))
+    head += digest
+    for n in (count, *map(len, frames)):
+        _put_varint(head, n)
+    return bytes(head) + b"".join(frames)
+
+
+def open_columns(
+    data: bytes, zdict: zstandard.ZstdCompressionDict | None
+) -> tuple[array[int], array[float], array[float], list[bytes]]:
+    """seqs, ts, receive times and payloads of a format 3 chunk; ValueError if damaged."""
+    pos = 5 + data[4]
+    count, pos = _get_varint(data, pos)
+    lengths = []
+    for _ in range(FRAMES):
+        n, pos = _get_varint(data, pos)
+        lengths.append(n)
+    plain = zstandard.ZstdDecompressor()
+    frames = []
+    for i, n in enumerate(lengths):
+        frame = data[pos : pos + n]
+        if len(frame) != n:
+            raise ValueError("log chunk cut short")
+        pos += n
+        if i == TOKENS and zdict is not None:
+            frames.append(zstandard.ZstdDecompressor(dict_data=zdict).decompress(frame))
+        else:
+            frames.append(plain.decompress(frame))
+    if pos != len(data) or len(frames[0]) != 24 * count:
+        raise ValueError("log chunk's frames do not match its count")
+    stamps = frames[0]
+    plain_stamps = [xor_planes(stamps[8 * count * k : 8 * count * (k + 1)], True) for k in range(3)]
+    seqs, ts, recv_ts = array("q"), array("d"), array("d")
+    seqs.frombytes(plain_stamps[0])
+    ts.frombytes(plain_stamps[1])
+    recv_ts.frombytes(plain_stamps[2])
+    return seqs, ts, recv_ts, join(count, *frames[1:])
+
+
+def _put_varint(out: bytearray, n: int) -> None:
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _get_varint(data: bytes, pos: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("log chunk header cut short")
+        b = data[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return n, pos
+        shift += 7
