@@ -50,6 +50,7 @@ from kvscope.collector.subscriber import CollectorSettings
 from kvscope.fleet_config import fleet_section
 from kvscope.storage.engine import DEFAULT_STORE
 from kvscope.storage.leases import LeaseSettings
+from kvscope.storage.log_chunks import WRITABLE_FORMATS
 from kvscope.storage.redact import has_userinfo, redact
 from kvscope.storage.store_settings import StoreSettings
 
@@ -113,6 +114,10 @@ class StoreConfig:
     log_dictionary_bytes: int = StoreSettings.log_dictionary_bytes
     """Token content each stream keeps to compress its log against (storage/log_dictionary.py);
     a stream costs the writer a few times this: a collector of many streams may want less."""
+    checkpoint_delta_share: float = StoreSettings.checkpoint_delta_share
+    """> 0: checkpoints as deltas, less disk, slower rebuilds (storage/store_settings.py)."""
+    log_chunk_format: int = StoreSettings.log_chunk_format
+    """3: the columnar log, less disk, slower to pack and replay (storage/store_settings.py)."""
     lease: bool = False
     """Share the streams with the other collectors on this PostgreSQL through leases
     (storage/leases.py), taking over those of a collector that died."""
@@ -237,6 +242,14 @@ def _store(section: Any) -> StoreConfig:
             expected = SECONDS
             if valid:
                 values[key] = float(value)  # > 0: StoreConfig checks it
+        elif key == "checkpoint_delta_share":
+            valid = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+            expected = "a share >= 0 (0: every checkpoint whole)"
+            if valid:
+                values[key] = float(value)
+        elif key == "log_chunk_format":
+            valid = value in WRITABLE_FORMATS[1:] and not isinstance(value, bool)
+            expected = " or ".join(str(f) for f in WRITABLE_FORMATS[1:])
         elif key in ("spill_bytes", "log_dictionary_bytes"):
             # bool is an int to Python, not to a reader of the file.
             valid = isinstance(value, int) and not isinstance(value, bool) and value >= 0

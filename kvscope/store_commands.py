@@ -126,6 +126,8 @@ def open_writer(
             spill_bytes=store.spill_bytes,
             spill_dir=store.spill_dir,
             log_dictionary_bytes=store.log_dictionary_bytes,
+            checkpoint_delta_share=store.checkpoint_delta_share,
+            log_chunk_format=store.log_chunk_format,
         )
         if fence is not None:
             check_backend(engine.dialect.name)

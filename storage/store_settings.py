@@ -43,10 +43,15 @@ class StoreSettings:
     benchmarks/store.py measures all three."""
     checkpoint_every_batches: int = 20_000
     """A checkpoint at least this often (in batches), whatever the sizes."""
-    checkpoint_delta_share: float = 1.0
+    checkpoint_delta_share: float = 0.0
     """A checkpoint is written as the rows changed since the last whole one (a delta) while
     that is at most this share of the mean size of the checkpoints since the whole one
-    (storage/checkpoint_deltas.py: 1.0 spends the fewest bytes); 0 writes every one whole."""
+    (storage/checkpoint_deltas.py: 1.0 spends the fewest bytes); 0 writes every one whole.
+    Deltas take less disk, and an instant read through one rebuilds slower
+    (benchmarks/store.py): opt-in."""
+    log_chunk_format: int = 2
+    """The format log chunks are written in (storage/log_chunks.py): 3 splits each chunk's
+    batches into columns, less disk, slower to pack and to replay; every format reads."""
     log_dictionary_bytes: int = 1 << 20
     """Token content kept per stream to compress its log against (storage/log_dictionary.py);
     0 compresses without. A stream costs the writer a few times this in memory (the runs kept,

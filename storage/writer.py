@@ -117,7 +117,11 @@ class StoreWriter:
             self._log_packed,
             PrefixFollowers(self.settings.prefix_followers),
             fence,
-            LogPacker(self.settings.log_dictionary_bytes, self.settings.log_dictionary_ratio),
+            LogPacker(
+                self.settings.log_dictionary_bytes,
+                self.settings.log_dictionary_ratio,
+                self.settings.log_chunk_format,
+            ),
             CheckpointEncoder(self.settings.checkpoint_delta_share),
         )
         switch = self.settings.gil_switch_interval_s

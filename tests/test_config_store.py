@@ -222,3 +222,38 @@ def test_collect_takes_the_log_dictionary_size_from_the_environment(tmp_path: Pa
     env = {"KVSCOPE_LOG_DICTIONARY_BYTES": "-1"}
     refused = CliRunner().invoke(app, args, env=env)
     assert refused.exit_code == 2 and "log-dictionary-bytes" in refused.output, refused.output
+
+
+def test_a_store_can_trade_rebuild_time_for_disk(tmp_path: Path) -> None:
+    # Delta checkpoints and the columnar log take less disk and rebuild slower: opt-in.
+    assert StoreSettings().checkpoint_delta_share == 0.0
+    assert StoreSettings().log_chunk_format == 2
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f"[store]\nurl = 'sqlite:///{tmp_path / 's.sqlite'}'\n"
+        "checkpoint_delta_share = 1.0\nlog_chunk_format = 3\n"
+    )
+    store = load_file(path).store
+    writer = open_writer(store)
+    assert writer is not None
+    try:
+        assert writer.settings.checkpoint_delta_share == 1.0
+        assert writer.settings.log_chunk_format == 3
+    finally:
+        writer.close(10)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("log_chunk_format = 1", "log_chunk_format has value 1"),
+        ("log_chunk_format = '3'", "log_chunk_format has value '3'"),
+        ("checkpoint_delta_share = -0.5", "checkpoint_delta_share has value -0.5"),
+        ("checkpoint_delta_share = true", "checkpoint_delta_share has value True"),
+    ],
+)
+def test_disk_trades_are_checked(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(f"[store]\n{line}\n")
+    with pytest.raises(ConfigError, match=message):
+        load_file(path)
