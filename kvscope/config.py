@@ -50,7 +50,7 @@ from kvscope.collector.subscriber import CollectorSettings
 from kvscope.fleet_config import fleet_section
 from kvscope.storage.engine import DEFAULT_STORE
 from kvscope.storage.leases import LeaseSettings
-from kvscope.storage.log_chunks import WRITABLE_FORMATS
+from kvscope.storage.log_chunks import SETTABLE_FORMATS
 from kvscope.storage.redact import has_userinfo, redact
 from kvscope.storage.store_settings import StoreSettings
 
@@ -248,8 +248,8 @@ def _store(section: Any) -> StoreConfig:
             if valid:
                 values[key] = float(value)
         elif key == "log_chunk_format":
-            valid = value in WRITABLE_FORMATS[1:] and not isinstance(value, bool)
-            expected = " or ".join(str(f) for f in WRITABLE_FORMATS[1:])
+            valid = value in SETTABLE_FORMATS and not isinstance(value, bool)
+            expected = " or ".join(str(f) for f in SETTABLE_FORMATS)
         elif key in ("spill_bytes", "log_dictionary_bytes"):
             # bool is an int to Python, not to a reader of the file.
             valid = isinstance(value, int) and not isinstance(value, bool) and value >= 0

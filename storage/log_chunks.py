@@ -33,9 +33,11 @@ from kvscope.storage.log_columns import FORMAT_3_MAGIC
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.rows import LogRow
 
-CHUNK_FORMAT = 3
-"""The format `pack` writes."""
+CHUNK_FORMAT = 2
+"""The format written unless a store is set to another (`StoreSettings.log_chunk_format`)."""
 WRITABLE_FORMATS = (1, 2, 3)
+SETTABLE_FORMATS = (2, 3)
+"""The formats a store may be set to write: 1 has no dictionary, and is left to migrations."""
 MAX_CHUNK_BATCHES = 2000
 MAX_CHUNK_RAW_BYTES = 2 << 20
 """Bounds on a chunk: reading one batch (`kvscope dump --seq`, resume) unpacks its chunk."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvscope.storage.log_chunks import CHUNK_FORMAT
 from kvscope.storage.recovery import DEFAULT_OFFSETS_S
 
 
@@ -49,7 +50,7 @@ class StoreSettings:
     (storage/checkpoint_deltas.py: 1.0 spends the fewest bytes); 0 writes every one whole.
     Deltas take less disk, and an instant read through one rebuilds slower
     (benchmarks/store.py): opt-in."""
-    log_chunk_format: int = 2
+    log_chunk_format: int = CHUNK_FORMAT
     """The format log chunks are written in (storage/log_chunks.py): 3 splits each chunk's
     batches into columns, less disk, slower to pack and to replay; every format reads."""
     log_dictionary_bytes: int = 1 << 20

@@ -15,6 +15,8 @@ from kvscope.demo import _bundled
 from kvscope.options import with_lease_flags, with_store_flags
 from kvscope.storage.engine import DEFAULT_STORE
 from kvscope.storage.leases import LeaseSettings
+from kvscope.storage.log_chunks import CHUNK_FORMAT
+from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.store_commands import open_writer
 
@@ -228,6 +230,8 @@ def test_a_store_can_trade_rebuild_time_for_disk(tmp_path: Path) -> None:
     # Delta checkpoints and the columnar log take less disk and rebuild slower: opt-in.
     assert StoreSettings().checkpoint_delta_share == 0.0
     assert StoreSettings().log_chunk_format == 2
+    # One default: the writer's packer, the migrations' and the settings' agree.
+    assert LogPacker().fmt == CHUNK_FORMAT == StoreSettings().log_chunk_format
     path = tmp_path / "c.toml"
     path.write_text(
         f"[store]\nurl = 'sqlite:///{tmp_path / 's.sqlite'}'\n"

@@ -113,7 +113,7 @@ def test_0015_down_rewrites_format_3_chunks_in_format_2_and_up_again(store_url: 
     engine, sid = store_at(store_url, "0015")
     pool = token_pool(random.Random(6), 40)
     rows = [(A, 0, *r[2:]) for r in block_log(random.Random(6), 400, pool)]
-    writer = RowWriter(None, lambda *_: None, lambda *_: None, packer=LogPacker(ratio=0.5))
+    writer = RowWriter(None, lambda *_: None, lambda *_: None, packer=LogPacker(ratio=0.5, fmt=3))
     for start in range(0, len(rows), 100):
         write(engine, writer, rows[start : start + 100])
     with engine.connect() as conn:

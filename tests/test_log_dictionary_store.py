@@ -16,7 +16,7 @@ from kvscope.collector.sink import AppliedBatch, FanOut, NullSink
 from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store, upgrade
 from kvscope.storage.history import position_at_seq, position_at_time, rebuild, stream_id
-from kvscope.storage.log_chunks import CHUNK_FORMAT, FORMAT_2_MAGIC, Chunk
+from kvscope.storage.log_chunks import CHUNK_FORMAT, FORMAT_2_MAGIC, SETTABLE_FORMATS, Chunk
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.retention import Retention, prune
 from kvscope.storage.rows import LogRow, Row
@@ -67,10 +67,13 @@ def stored_dictionaries(conn: sa.Connection) -> tuple[set[bytes], set[bytes]]:
     return have, {bytes(x) for x in named.scalars()}
 
 
-def test_chunks_name_stored_dictionaries_even_past_a_failed_transaction(store_url: str) -> None:
+@pytest.mark.parametrize("fmt", SETTABLE_FORMATS)
+def test_chunks_name_stored_dictionaries_even_past_a_failed_transaction(
+    store_url: str, fmt: int
+) -> None:
     engine = open_store(store_url)
     rows = block_log(random.Random(4), 500, token_pool(random.Random(4), 40))
-    writer = row_writer()
+    writer = row_writer(fmt=fmt)
     write(engine, writer, rows[:100])
     write(engine, writer, rows[100:200], lost=True)  # it carried the first dictionary
     for start in range(200, 500, 100):
