@@ -36,7 +36,7 @@ from kvscope.collector.block_table import BlockTable
 from kvscope.collector.capture import CaptureRecord, read_capture
 from kvscope.collector.endpoints import replica_streams
 from kvscope.collector.subscriber import Collector
-from kvscope.demo import _bundled
+from kvscope.demo_sources import bundled
 from kvscope.serve import api_server
 from kvscope.storage.engine import open_store
 from kvscope.storage.store_settings import StoreSettings
@@ -45,7 +45,7 @@ from kvscope.storage.writer import StoreWriter
 
 def build(replicas: int, store: str) -> tuple[Collector, StoreWriter, list[list[CaptureRecord]]]:
     """The collector and, per replica, the records it has yet to receive."""
-    records = list(read_capture(_bundled("lab_3rps_180s.msgpack.gz")))
+    records = list(read_capture(bundled("lab_3rps_180s.msgpack.gz")))
     streams = [s for i in range(replicas) for s in replica_streams(f"r{i}", "tcp://127.0.0.1:9")]
     writer = StoreWriter(open_store(store), StoreSettings(queue_rows=10_000_000))
     # The collector is never started: its maps are fed directly, through the same ingest code.

@@ -25,7 +25,7 @@ from sqlalchemy.pool import NullPool
 
 from kvscope.collector.capture import CaptureRecord, read_capture
 from kvscope.dashboards.model import Json
-from kvscope.demo import _bundled
+from kvscope.demo_sources import bundled
 from kvscope.lab.ports import free_port
 from tests.conftest import PG_ADMIN_URL
 from tests.dashboards_support import CORRUPT_SEQ, PLAY_S, RATE_INTERVAL, REPLICA, SCRAPE_S
@@ -89,7 +89,7 @@ def pg_database() -> Iterator[str]:
 
 def lab_records() -> list[CaptureRecord]:
     """The bundled capture, paced over PLAY_S seconds, one payload not msgpack."""
-    records = list(read_capture(_bundled("lab_3rps_180s.msgpack.gz")))
+    records = list(read_capture(bundled("lab_3rps_180s.msgpack.gz")))
     step = PLAY_S / len(records)
     return [
         CaptureRecord(

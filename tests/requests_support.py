@@ -8,7 +8,7 @@ import json
 
 from sqlalchemy import Engine, insert
 
-from kvscope.demo import _bundled
+from kvscope.demo_sources import bundled
 from kvscope.storage import schema
 from tests.conftest import collector_time
 
@@ -17,7 +17,7 @@ def insert_requests(engine: Engine, replica: str = "lab", detail: bool = True) -
     """At their time in the recording (lab_3rps_180s): vLLM refused the first (requests were
     running), the preempt and keep-running ones succeeded. `detail`: vLLM's answer as the
     API keeps it; else none."""
-    sidecar = json.loads(_bundled("lab_3rps_180s.json").read_text())
+    sidecar = json.loads(bundled("lab_3rps_180s.json").read_text())
     with engine.begin() as conn:
         for reset in sidecar["resets"]:
             conn.execute(

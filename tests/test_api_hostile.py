@@ -32,7 +32,7 @@ from kvscope.cli import app as cli
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
-from kvscope.demo import _bundled
+from kvscope.demo_sources import bundled
 from kvscope.lab.ports import free_port
 from kvscope.storage.engine import open_store
 from kvscope.storage.writer import StoreWriter
@@ -47,7 +47,7 @@ def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('hostile') / 'store.sqlite'}"
     writer = StoreWriter(open_store(url))
     ingest = StreamIngest(StreamId("lab", 0), can_replay=False, sink=writer)
-    for record in list(read_capture(_bundled("lab_3rps_180s.msgpack.gz")))[:300]:
+    for record in list(read_capture(bundled("lab_3rps_180s.msgpack.gz")))[:300]:
         ingest.live_frames(record.frames, record.recv_ts)
     writer.close()
     return url

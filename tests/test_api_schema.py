@@ -26,7 +26,7 @@ from kvscope.api.data import ApiData
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
-from kvscope.demo import _bundled
+from kvscope.demo_sources import bundled
 from kvscope.storage.engine import open_store
 from kvscope.storage.writer import StoreWriter
 
@@ -42,7 +42,7 @@ def filled_store(folder: Path) -> ApiData:
         can_replay=False,
         sink=writer,
     )
-    for record in read_capture(_bundled("lab_3rps_180s.msgpack.gz")):
+    for record in read_capture(bundled("lab_3rps_180s.msgpack.gz")):
         ingest.live_frames(record.frames, record.recv_ts)
     writer.close()
     return ApiData(engine=engine)

@@ -29,7 +29,7 @@ from kvscope.collector.endpoints import replica_streams
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
-from kvscope.demo import _bundled
+from kvscope.demo_sources import bundled
 from kvscope.lab.ports import free_port
 from kvscope.storage.engine import make_engine, open_store
 from kvscope.storage.writer import StoreWriter
@@ -70,7 +70,7 @@ class Outage:
 
 @pytest.fixture
 def outage(tmp_path: Path) -> Iterator[Outage]:
-    records = list(read_capture(_bundled("lab_3rps_180s.msgpack.gz")))[:300]
+    records = list(read_capture(bundled("lab_3rps_180s.msgpack.gz")))[:300]
     store_dir = tmp_path / "store"
     store_dir.mkdir()
     engine = open_store(f"sqlite:///{store_dir / 's.sqlite'}")
@@ -186,7 +186,7 @@ def test_a_store_only_api_fails_whole_with_503(tmp_path: Path) -> None:
     engine = open_store(f"sqlite:///{store_dir / 's.sqlite'}")
     writer = StoreWriter(engine)
     ingest = StreamIngest(STORED, can_replay=False, sink=writer)
-    for record in list(read_capture(_bundled("lab_3rps_180s.msgpack.gz")))[:100]:
+    for record in list(read_capture(bundled("lab_3rps_180s.msgpack.gz")))[:100]:
         ingest.live_frames(record.frames, record.recv_ts)
     writer.close()
     clock = Clock()

@@ -12,7 +12,7 @@ from kvscope.capture_source import CaptureSource
 from kvscope.cli import app
 from kvscope.collector.capture import read_capture
 from kvscope.config import ConfigError, load_file
-from kvscope.demo import _bundled
+from kvscope.demo_sources import bundled
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 COMMANDS = sorted(get_command(app).commands)  # type: ignore[attr-defined]
@@ -44,7 +44,7 @@ def test_demo_rebuilds_the_exact_map_through_real_sockets(tmp_path: Path) -> Non
 
 
 def test_collect_runs_for_a_while_and_reports_each_stream(tmp_path: Path) -> None:
-    records = list(read_capture(_bundled("lab_3rps_180s.msgpack.gz")))[:200]
+    records = list(read_capture(bundled("lab_3rps_180s.msgpack.gz")))[:200]
     source = CaptureSource(records)
     source.play()
     config = tmp_path / "kvscope.toml"

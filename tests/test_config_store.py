@@ -11,7 +11,7 @@ from kvscope.capture_source import CaptureSource
 from kvscope.cli import app
 from kvscope.collector.capture import read_capture
 from kvscope.config import ConfigError, StoreConfig, load_file
-from kvscope.demo import _bundled
+from kvscope.demo_sources import bundled
 from kvscope.options import with_lease_flags, with_store_flags
 from kvscope.storage.engine import DEFAULT_STORE
 from kvscope.storage.leases import LeaseSettings
@@ -75,7 +75,7 @@ def test_flags_win_over_the_file_and_unset_flags_keep_it(tmp_path: Path) -> None
 
 def _collect(tmp_path: Path, text: str, *flags: str, env: dict[str, str] | None = None) -> str:
     """Runs `kvscope collect` for 2 s on 50 recorded batches; returns its output."""
-    source = CaptureSource(list(read_capture(_bundled("lab_3rps_180s.msgpack.gz")))[:50])
+    source = CaptureSource(list(read_capture(bundled("lab_3rps_180s.msgpack.gz")))[:50])
     source.play()
     config = tmp_path / "kvscope.toml"
     config.write_text(

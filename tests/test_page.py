@@ -28,7 +28,7 @@ from kvscope.api.page import CSP, page_router
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
-from kvscope.demo import _bundled
+from kvscope.demo_sources import bundled
 from kvscope.lab.ports import free_port
 from kvscope.storage.engine import open_store
 from kvscope.storage.store_settings import StoreSettings
@@ -47,7 +47,7 @@ def fill_store(url: str) -> None:
         can_replay=False,
         sink=writer,
     )
-    for record in read_capture(_bundled("lab_3rps_180s.msgpack.gz")):
+    for record in read_capture(bundled("lab_3rps_180s.msgpack.gz")):
         ingest.live_frames(record.frames, record.recv_ts)
     writer.close()
     insert_requests(writer.engine, REPLICA, detail=False)

@@ -14,13 +14,13 @@ from kvscope.capture_source import CaptureSource
 from kvscope.cli import app
 from kvscope.collector.capture import CaptureRecord, read_capture, write_capture
 from kvscope.collector.endpoints import StreamEndpoint, replica_streams
-from kvscope.demo import _bundled
+from kvscope.demo_sources import bundled
 from kvscope.record import record_streams
 from kvscope.report import build_figure, load_resets, reset_ids
 from kvscope.storage.engine import open_store
 from tests.requests_support import insert_requests
 
-CAPTURE = _bundled("lab_3rps_180s.msgpack.gz")
+CAPTURE = bundled("lab_3rps_180s.msgpack.gz")
 PNG = b"\x89PNG\r\n\x1a\n"
 
 

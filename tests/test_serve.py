@@ -12,12 +12,12 @@ import httpx
 
 from kvscope.capture_source import CaptureSource
 from kvscope.collector.capture import read_capture
-from kvscope.demo import _bundled
+from kvscope.demo_sources import bundled
 from kvscope.lab.ports import free_port
 
 
 def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    records = list(read_capture(_bundled("lab_3rps_180s.msgpack.gz")))
+    records = list(read_capture(bundled("lab_3rps_180s.msgpack.gz")))
     source = CaptureSource(records)
     port = free_port()
     log = tmp_path / "serve.log"
