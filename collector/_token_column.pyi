@@ -1,5 +1,7 @@
 from array import array
 
+from _typeshed import ReadableBuffer
+
 class TokenColumn:
     width: int
     block_size: int
@@ -9,5 +11,8 @@ class TokenColumn:
     def block(self, slot: int) -> tuple[int, ...]: ...
     def to_uint32(self) -> array[int]: ...
     def assign(self, block_size: int, tokens: array[int]) -> None: ...
+    def assign_records(
+        self, block_size: int, numbers: ReadableBuffer, records: ReadableBuffer
+    ) -> None: ...
 
 def pack_query(tokens: array[int], block_size: int, width: int) -> tuple[bytes, int]: ...

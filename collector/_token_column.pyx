@@ -15,6 +15,7 @@ from cpython cimport array as carray
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport uint8_t, uint32_t
+from libc.string cimport memcpy
 
 from kvscope.collector._token_bits cimport bit_length, largest, pack, packed_size, unpack
 
@@ -100,6 +101,42 @@ cdef class TokenColumn:
         self._data = _zeros(self.slots * self.stride)
         for slot in range(self.slots):
             self.put(slot, plain.data.as_uints + slot * block_size)
+
+    def assign_records(self, Py_ssize_t block_size, const uint32_t[::1] numbers,
+                       const uint8_t[::1] records):
+        """`assign` of the column that `numbers` make of `records` (blocks of `block_size`
+        tokens: a checkpoint's distinct token blocks), without making it: each block used is
+        packed once, then copied to its slots. ValueError for a number past the blocks."""
+        cdef Py_ssize_t record = block_size * 4, n = numbers.shape[0], i, k, distinct
+        if block_size <= 0 or records.shape[0] % record:
+            raise ValueError(f"{records.shape[0]} bytes are not blocks of {block_size} tokens")
+        distinct = records.shape[0] // record
+        used = bytearray(distinct)
+        cdef uint8_t* is_used = used
+        for i in range(n):
+            if numbers[i] >= <uint32_t>distinct:
+                raise ValueError(f"token block {numbers[i]} of {distinct}")
+            is_used[numbers[i]] = 1
+        cdef carray.array block = carray.clone(_UINT32, block_size, False)
+        cdef uint32_t* plain = block.data.as_uints
+        cdef uint32_t top = 0
+        for k in range(distinct):
+            if is_used[k]:
+                memcpy(plain, &records[k * record], record)
+                top |= largest(plain, block_size)
+        self.block_size, self.slots = block_size, n
+        self.width = max(1, bit_length(top))
+        self.stride = packed_size(block_size, self.width)
+        cdef carray.array packed = carray.clone(_BYTES, distinct * self.stride, False)
+        cdef uint8_t* at = <uint8_t*>packed.data.as_voidptr
+        for k in range(distinct):
+            if is_used[k]:
+                memcpy(plain, &records[k * record], record)
+                pack(at + k * self.stride, plain, block_size, self.width)
+        self._data = carray.clone(_BYTES, n * self.stride, False)
+        cdef uint8_t* out = <uint8_t*>self._data.data.as_voidptr
+        for i in range(n):
+            memcpy(out + i * self.stride, at + numbers[i] * self.stride, self.stride)
 
 
 def pack_query(tokens, Py_ssize_t block_size, int width):

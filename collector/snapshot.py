@@ -14,7 +14,7 @@ import zlib
 from array import array
 from collections.abc import Mapping
 from functools import cache
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 import zstandard
@@ -69,12 +69,12 @@ def _from_v1(table: dict[str, Any], version: int) -> dict[str, Any]:
     return _as_planes(_deduplicated(table) if version == 3 else table)
 
 
-def _to_v1(table: dict[str, Any], version: int) -> dict[str, Any]:
-    """The inverse of `_from_v1`."""
+def _to_v1(table: dict[str, Any], version: int, as_records: bool = False) -> dict[str, Any]:
+    """The inverse of `_from_v1`; `as_records`: see `_restored`."""
     if version == 1:
         return table
     table = _from_planes(table)
-    return _restored(table) if version == 3 else table
+    return _restored(table, as_records=as_records) if version == 3 else table
 
 
 def copy_tables(tables: Mapping[TableKey, TableReader], signed: bool = False) -> bytes:
@@ -195,19 +195,32 @@ def _deduplicated(table: dict[str, Any], known: bytes = b"") -> dict[str, Any]:
     }
 
 
-def _restored(table: dict[str, Any], records: Any = None) -> dict[str, Any]:
+class TokenRecords(NamedTuple):
+    """A tokens column as format 3 keeps it, each slot's block number into the distinct blocks:
+    what `table_from_state` restores a table from without expanding it first."""
+
+    numbers: memoryview
+    records: Any
+
+
+def _restored(
+    table: dict[str, Any], records: Any = None, as_records: bool = False
+) -> dict[str, Any]:
     """The inverse of `_deduplicated`; `records`, when given, are its token blocks already
-    joined (a delta's: its key's and its own)."""
+    joined (a delta's: its key's and its own); `as_records` leaves the tokens column as
+    `TokenRecords`, for `table_from_state`."""
     columns = list(table["columns"])
     hashes, slots = from_slots(_items(table["hashes"], "Q"), table.pop("present"))
     table = {**table, "hashes": hashes, "slots": slots}
     columns[_LAST_MS] = minus(_items(columns[_LAST_MS], "I"), _items(columns[_FIRST_MS], "I"), True)
     blocks = table.pop("token_blocks")
     if blocks is not None:
-        columns[_TOKENS] = expand_records(
-            _items(columns[_TOKENS], "I"),
-            join_planes(blocks, _TOKEN_ITEM) if records is None else records,
-            table["block_size"] * _TOKEN_ITEM,
+        numbers = _items(columns[_TOKENS], "I")
+        joined = join_planes(blocks, _TOKEN_ITEM) if records is None else records
+        columns[_TOKENS] = (
+            TokenRecords(numbers, joined)
+            if as_records
+            else expand_records(numbers, joined, table["block_size"] * _TOKEN_ITEM)
         )
     columns[_PARENT] = _linked_parents_xored(table, columns)
     return {**table, "columns": columns}
@@ -255,10 +268,10 @@ def _state(data: bytes, formats: tuple[int, ...] = SNAPSHOT_FORMATS) -> dict[str
     return state
 
 
-def _state_v1(data: bytes) -> dict[str, Any]:
+def _state_v1(data: bytes, as_records: bool = False) -> dict[str, Any]:
     state = _state(data)
     version = state["version"]
-    state["tables"] = [_to_v1(t, version) for t in state["tables"]]
+    state["tables"] = [_to_v1(t, version, as_records) for t in state["tables"]]
     state["version"] = 1
     return state
 
@@ -284,14 +297,27 @@ def recode(data: bytes, version: int) -> bytes:
 def decode_tables(data: bytes) -> tuple[dict[TableKey, BlockTable], bool]:
     """The tables and whether the publisher sends signed hashes."""
     try:
-        state = _state_v1(data)
+        state = _state_v1(data, as_records=True)
         tables = {}
         for table_state in state["tables"]:
-            table = BlockTable.from_state(table_state)
+            table = table_from_state(table_state)
             tables[table.key] = table
     except NOT_WHOLE as exc:
         raise SnapshotError(f"not a whole map snapshot: {exc!r}") from exc
     return tables, bool(state.get("signed"))
+
+
+def table_from_state(state: dict[str, Any]) -> BlockTable:
+    """`BlockTable.from_state`, where the tokens column may be `TokenRecords`: each distinct
+    block is packed once and copied to its slots, the same column as from the blocks expanded."""
+    tokens = state["columns"][_TOKENS]
+    if type(tokens) is not TokenRecords:
+        return BlockTable.from_state(state)
+    columns = list(state["columns"])
+    columns[_TOKENS] = b""
+    table = BlockTable.from_state({**state, "columns": columns})
+    table._token_column.assign_records(table.block_size, tokens.numbers, tokens.records)
+    return table
 
 
 def encode_map(

@@ -29,6 +29,7 @@ from kvscope.collector.snapshot import (
     _restored,
     _state,
     compress,
+    table_from_state,
 )
 from kvscope.collector.types import StreamId
 
@@ -144,7 +145,7 @@ def decode_delta(data: bytes, key_data: bytes) -> tuple[dict[Any, BlockTable], b
         for table_state in delta["tables"]:
             key_table = _from_planes(held[_table_id(table_state)])
             state, records = _applied(_from_planes(table_state), key_table)
-            table = BlockTable.from_state(_restored(state, records))
+            table = table_from_state(_restored(state, records, as_records=True))
             tables[table.key] = table
     except NOT_WHOLE as exc:
         raise SnapshotError(f"not a whole delta checkpoint and key: {exc!r}") from exc

@@ -28,15 +28,30 @@ cdef inline Py_ssize_t be(const uint8_t* p, int width) noexcept nogil:
     return v
 
 
+cdef uint8_t SMALL_INT[256]
+
+
+cdef void _small_ints() noexcept:
+    """Fill `SMALL_INT`: the bytes of an int of at most 4 bytes whose first byte is the index,
+    else 0 (a table: a token run reads one per token id)."""
+    cdef int b
+    for b in range(256):
+        if b <= 0x7F or b >= 0xE0:
+            SMALL_INT[b] = 1
+        elif 0xCC <= b <= 0xCE:
+            SMALL_INT[b] = 1 + (1 << (b - 0xCC))
+        elif 0xD0 <= b <= 0xD2:
+            SMALL_INT[b] = 1 + (1 << (b - 0xD0))
+        else:
+            SMALL_INT[b] = 0
+
+
+_small_ints()
+
+
 cdef inline int small_int(uint8_t b) noexcept nogil:
     """Bytes of an int of at most 4 bytes whose first byte is `b`, else 0."""
-    if b <= 0x7F or b >= 0xE0:
-        return 1
-    if 0xCC <= b <= 0xCE:
-        return 1 + (1 << (b - 0xCC))
-    if 0xD0 <= b <= 0xD2:
-        return 1 + (1 << (b - 0xD0))
-    return 0
+    return SMALL_INT[b]
 
 
 cdef Py_ssize_t token(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
@@ -251,16 +266,19 @@ cdef int join_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, Buf* out,
                   const uint8_t* floats, Py_ssize_t* fp, Py_ssize_t fe,
                   const uint8_t* toks, Py_ssize_t* tp, Py_ssize_t te,
                   Buf* seen, uint8_t* prev_float) except -2:
-    cdef Py_ssize_t n, items, k
+    # The skeleton's bytes that come back as they are go out a run at a time, from `run`.
+    cdef Py_ssize_t n, items, k, run = pos
     cdef uint64_t back, v
     cdef uint8_t b
     cdef int w
     while pos < end:
         b = s[pos]
         if b == 0xCF or b == 0xD3 or b == 0xCB:
+            put(out, s + run, pos - run)
             reserve(out, 9)
             out.p[out.n] = b
             pos += 1
+            run = pos
             if b == 0xCB:
                 if fe - fp[0] < 8:
                     return -1
@@ -287,15 +305,17 @@ cdef int join_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, Buf* out,
         n = token(s, pos, end, &items)
         if n < 0:
             return -1
-        put(out, s + pos, n)
         pos += n
         if items > 0 and pos < end and s[pos] == MARK:
+            put(out, s + run, pos - run)
             pos += 1
+            run = pos
             n = token_run(toks, tp[0], te, items)
             if n <= 0:
                 return -1
             put(out, toks + tp[0], n)
             tp[0] += n
+    put(out, s + run, pos - run)
     return 0
 
 

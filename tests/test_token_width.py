@@ -157,3 +157,53 @@ def test_blocks_of_zero_tokens_alone_match() -> None:
     table.store_chain([1, 2], None, [0, 0, 0, 0], 2, 1.0)  # no bit set anywhere
     assert table.longest_prefix(TokenQuery([0, 0, 0, 0, 0, 0])) == 2
     assert table.longest_prefix(TokenQuery([0, 0, 0, 1])) == 1
+
+
+_records = st.integers(1, 4).flatmap(
+    lambda bs: st.tuples(
+        st.just(bs),
+        st.lists(
+            st.lists(st.integers(0, 2**32 - 1) | st.integers(0, 9), min_size=bs, max_size=bs),
+            min_size=1,
+            max_size=6,
+        ),
+    )
+)
+
+
+@given(_records, st.lists(st.integers(0, 5), max_size=12))
+def test_a_column_assigned_from_records_is_the_one_assigned_their_expansion(
+    sized: tuple[int, list[list[int]]], picks: list[int]
+) -> None:
+    """What a format-3 checkpoint restores from its token blocks and their numbers: packed at
+    the width of the blocks used alone (a delta's key may hold wider ones no slot uses)."""
+    from array import array
+
+    from kvscope.collector._checkpoint_columns import expand_records
+    from kvscope.collector._token_column import TokenColumn
+
+    block_size, blocks = sized
+    records = array("I", [t for block in blocks for t in block]).tobytes()
+    numbers = array("I", [k % len(blocks) for k in picks])
+    expanded, direct = TokenColumn(), TokenColumn()
+    expanded.assign(block_size, expand_records(numbers, records, 4 * block_size))
+    direct.assign_records(block_size, numbers, records)
+    assert (direct.width, direct.stride, direct.slots) == (
+        expanded.width,
+        expanded.stride,
+        expanded.slots,
+    )
+    assert direct.to_uint32() == expanded.to_uint32()
+
+
+def test_records_past_the_distinct_ones_are_refused() -> None:
+    from array import array
+
+    import pytest
+
+    from kvscope.collector._token_column import TokenColumn
+
+    with pytest.raises(ValueError):
+        TokenColumn().assign_records(2, array("I", [0, 1]), array("I", [1, 2]).tobytes())
+    with pytest.raises(ValueError):
+        TokenColumn().assign_records(2, array("I", [0]), b"\x00" * 5)
