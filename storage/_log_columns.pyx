@@ -100,13 +100,18 @@ cdef struct Hashes:
     uint64_t* keys  # open addressing: value -> its last occurrence + 1 (0: empty)
     Py_ssize_t* last
     uint64_t mask
+    Py_ssize_t used  # slots taken; the table doubles before half of them are
 
 
 cdef int hashes_init(Hashes* h, Py_ssize_t expected) except -1:
-    cdef Py_ssize_t size = 16
-    while size < 2 * expected:
+    """Room for `expected` occurrences; the table starts at a few distinct values per
+    occurrence expected and grows as they come (a table the size of the occurrences would
+    miss the cache at every lookup)."""
+    cdef Py_ssize_t size = 1024
+    while size < expected // 4:
         size <<= 1
     h.n = 0
+    h.used = 0
     h.cap = expected + 16
     h.values = <uint64_t*>malloc(h.cap * sizeof(uint64_t))
     h.keys = <uint64_t*>malloc(size * sizeof(uint64_t))
@@ -118,6 +123,30 @@ cdef int hashes_init(Hashes* h, Py_ssize_t expected) except -1:
     return 0
 
 
+cdef int hashes_grow(Hashes* h) except -1:
+    """The table at twice its size, each value where it lands there (lookups find the same)."""
+    cdef Py_ssize_t size = 2 * (h.mask + 1), i
+    cdef uint64_t* keys = <uint64_t*>malloc(size * sizeof(uint64_t))
+    cdef Py_ssize_t* last = <Py_ssize_t*>malloc(size * sizeof(Py_ssize_t))
+    cdef uint64_t mask = size - 1, slot
+    if keys == NULL or last == NULL:
+        free(keys)
+        free(last)
+        raise MemoryError()
+    memset(last, 0, size * sizeof(Py_ssize_t))
+    for i in range(h.mask + 1):
+        if h.last[i]:
+            slot = ((h.keys[i] * <uint64_t>0x9E3779B97F4A7C15) >> 20) & mask
+            while last[slot]:
+                slot = (slot + 1) & mask
+            keys[slot] = h.keys[i]
+            last[slot] = h.last[i]
+    free(h.keys)
+    free(h.last)
+    h.keys, h.last, h.mask = keys, last, mask
+    return 0
+
+
 cdef void hashes_free(Hashes* h) noexcept:
     free(h.values)
     free(h.keys)
@@ -126,11 +155,16 @@ cdef void hashes_free(Hashes* h) noexcept:
 
 cdef Py_ssize_t hashes_note(Hashes* h, uint64_t v) except -2:
     """Notes `v`'s occurrence: how many occurrences back it was last seen (0: not seen)."""
-    cdef uint64_t slot = ((v * <uint64_t>0x9E3779B97F4A7C15) >> 20) & h.mask
+    cdef uint64_t slot
     cdef Py_ssize_t back = 0, was
     cdef uint64_t* grown
+    if 2 * (h.used + 1) > <Py_ssize_t>h.mask:
+        hashes_grow(h)
+    slot = ((v * <uint64_t>0x9E3779B97F4A7C15) >> 20) & h.mask
     while h.last[slot] and h.keys[slot] != v:
         slot = (slot + 1) & h.mask
+    if not h.last[slot]:
+        h.used += 1
     was = h.last[slot] - 1
     # An entry left by a payload that was kept verbatim may name another value: check it.
     if h.last[slot] and was < h.n and h.values[was] == v:
