@@ -14,7 +14,8 @@ collector/_byte_planes.pyx lays snapshot columns out as byte planes, and
 collector/_checkpoint_columns.pyx drops what they repeat, _checkpoint_rows.pyx keeps a delta
 checkpoint's changed rows; storage/_token_granules.pyx cuts a batch's token ids into the log
 dictionary's content, and storage/_log_columns.pyx splits a log chunk's batches into columns and
-back (its buffer in _log_buf.pxd) (all Cython).
+back (its buffer in _log_buf.pxd, the split's hash table and writes without the GIL in
+_log_split.pxd) (all Cython).
 Installing kvscope therefore needs a C compiler and the Python headers, as any package with an
 extension built from source does.
 """

@@ -12,7 +12,9 @@ cdef struct Buf:
     Py_ssize_t cap
 
 
-cdef inline int reserve(Buf* b, Py_ssize_t extra) except -1:
+cdef inline int grow_nogil(Buf* b, Py_ssize_t extra) noexcept nogil:
+    """Room for `extra` more bytes; -1 if memory ran out (the writes below without the GIL
+    return it too, for their caller to raise once it holds the GIL again)."""
     cdef Py_ssize_t cap
     cdef uint8_t* q
     if b.n + extra <= b.cap:
@@ -20,29 +22,47 @@ cdef inline int reserve(Buf* b, Py_ssize_t extra) except -1:
     cap = max(2 * b.cap, b.n + extra, 256)
     q = <uint8_t*>realloc(b.p, cap)
     if q == NULL:
-        raise MemoryError()
+        return -1
     b.p = q
     b.cap = cap
     return 0
 
 
-cdef inline int put(Buf* b, const uint8_t* s, Py_ssize_t n) except -1:
-    if b.n + n > b.cap:
-        reserve(b, n)
+cdef inline int put_nogil(Buf* b, const uint8_t* s, Py_ssize_t n) noexcept nogil:
+    if b.n + n > b.cap and grow_nogil(b, n) < 0:
+        return -1
     memcpy(b.p + b.n, s, n)
     b.n += n
     return 0
 
 
-cdef inline int put_varint(Buf* b, uint64_t v) except -1:
-    if b.n + 10 > b.cap:
-        reserve(b, 10)
+cdef inline int put_varint_nogil(Buf* b, uint64_t v) noexcept nogil:
+    if b.n + 10 > b.cap and grow_nogil(b, 10) < 0:
+        return -1
     while v >= 0x80:
         b.p[b.n] = <uint8_t>((v & 0x7F) | 0x80)
         b.n += 1
         v >>= 7
     b.p[b.n] = <uint8_t>v
     b.n += 1
+    return 0
+
+
+cdef inline int reserve(Buf* b, Py_ssize_t extra) except -1:
+    if grow_nogil(b, extra) < 0:
+        raise MemoryError()
+    return 0
+
+
+cdef inline int put(Buf* b, const uint8_t* s, Py_ssize_t n) except -1:
+    if put_nogil(b, s, n) < 0:
+        raise MemoryError()
+    return 0
+
+
+cdef inline int put_varint(Buf* b, uint64_t v) except -1:
+    if put_varint_nogil(b, v) < 0:
+        raise MemoryError()
     return 0
 
 

@@ -13,7 +13,10 @@ from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
-from kvscope.storage._log_buf cimport Buf, get_varint, put, put_varint, reserve, taken
+from kvscope.storage._log_buf cimport (
+    Buf, get_varint, put, put_nogil, put_varint, put_varint_nogil, reserve, taken
+)
+from kvscope.storage._log_split cimport Hashes, hashes_free, hashes_init, hashes_note
 
 
 cdef enum:
@@ -108,64 +111,10 @@ cdef Py_ssize_t token_run(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
     return pos - start
 
 
-cdef struct Hashes:
-    uint64_t* values  # every occurrence, in order
-    Py_ssize_t n
-    Py_ssize_t cap
-    uint64_t* keys  # open addressing: value -> its last occurrence + 1 (0: empty)
-    Py_ssize_t* last
-    uint64_t mask
-
-
-cdef int hashes_init(Hashes* h, Py_ssize_t expected) except -1:
-    cdef Py_ssize_t size = 16
-    while size < 2 * expected:
-        size <<= 1
-    h.n = 0
-    h.cap = expected + 16
-    h.values = <uint64_t*>malloc(h.cap * sizeof(uint64_t))
-    h.keys = <uint64_t*>malloc(size * sizeof(uint64_t))
-    h.last = <Py_ssize_t*>malloc(size * sizeof(Py_ssize_t))
-    h.mask = size - 1
-    if h.values == NULL or h.keys == NULL or h.last == NULL:
-        raise MemoryError()
-    memset(h.last, 0, size * sizeof(Py_ssize_t))
-    return 0
-
-
-cdef void hashes_free(Hashes* h) noexcept:
-    free(h.values)
-    free(h.keys)
-    free(h.last)
-
-
-cdef Py_ssize_t hashes_note(Hashes* h, uint64_t v) except -2:
-    """Notes `v`'s occurrence: how many occurrences back it was last seen (0: not seen)."""
-    cdef uint64_t slot = ((v * <uint64_t>0x9E3779B97F4A7C15) >> 20) & h.mask
-    cdef Py_ssize_t back = 0, was
-    cdef uint64_t* grown
-    while h.last[slot] and h.keys[slot] != v:
-        slot = (slot + 1) & h.mask
-    was = h.last[slot] - 1
-    # An entry left by a payload that was kept verbatim may name another value: check it.
-    if h.last[slot] and was < h.n and h.values[was] == v:
-        back = h.n - was
-    if h.n == h.cap:
-        grown = <uint64_t*>realloc(h.values, 2 * h.cap * sizeof(uint64_t))
-        if grown == NULL:
-            raise MemoryError()
-        h.values = grown
-        h.cap *= 2
-    h.values[h.n] = v
-    h.n += 1
-    h.keys[slot] = v
-    h.last[slot] = h.n
-    return back
-
-
 cdef int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs, Buf* lits,
-                   Buf* floats, Buf* toks, Hashes* h, uint8_t* prev_float) except -2:
-    """One payload into the columns: 0, or -1 if it is not msgpack the walk reads whole."""
+                   Buf* floats, Buf* toks, Hashes* h, uint8_t* prev_float) noexcept nogil:
+    """One payload into the columns: 0, -1 if it is not msgpack the walk reads whole, -2 if
+    memory ran out."""
     cdef Py_ssize_t pos = 0, n, items, k
     cdef uint64_t v
     cdef uint8_t b
@@ -175,82 +124,112 @@ cdef int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs, Buf* 
         if b == 0xCF or b == 0xD3 or b == 0xCB:
             if end - pos < 9:
                 return -1
-            put(skel, &b, 1)
+            if put_nogil(skel, &b, 1) < 0:
+                return -2
             if b == 0xCB:
                 for k in range(8):
                     x[k] = p[pos + 1 + k] ^ prev_float[k]
                     prev_float[k] = p[pos + 1 + k]
-                put(floats, x, 8)
+                if put_nogil(floats, x, 8) < 0:
+                    return -2
             else:
                 memcpy(&v, p + pos + 1, 8)
                 k = hashes_note(h, v)
-                put_varint(refs, <uint64_t>k)
-                if k == 0:
-                    put(lits, p + pos + 1, 8)
+                if k < 0 or put_varint_nogil(refs, <uint64_t>k) < 0:
+                    return -2
+                if k == 0 and put_nogil(lits, p + pos + 1, 8) < 0:
+                    return -2
             pos += 9
             continue
         n = token(p, pos, end, &items)
         if n < 0:
             return -1
-        put(skel, p + pos, n)
+        if put_nogil(skel, p + pos, n) < 0:
+            return -2
         pos += n
         if items > 0:
             n = token_run(p, pos, end, items)
             if n > 0:
                 b = MARK
-                put(skel, &b, 1)
-                put(toks, p + pos, n)
+                if put_nogil(skel, &b, 1) < 0 or put_nogil(toks, p + pos, n) < 0:
+                    return -2
                 pos += n
+    return 0
+
+
+cdef int split_all(const uint8_t** ptrs, Py_ssize_t* lens, Py_ssize_t count, bint verbatim,
+                   Buf* sizes, Buf** bufs, Hashes* h, Py_ssize_t* kept) noexcept nogil:
+    """Every payload into the columns (`bufs`: skeleton, references, literals, floats,
+    tokens); -1 if memory ran out."""
+    cdef uint8_t prev_float[8]
+    cdef uint8_t saved[8]
+    cdef Py_ssize_t marks[5]
+    cdef Py_ssize_t hn, k, n
+    cdef int i, done
+    memset(prev_float, 0, 8)
+    for k in range(count):
+        n = lens[k]
+        for i in range(5):
+            marks[i] = bufs[i].n
+        hn = h.n
+        memcpy(saved, prev_float, 8)
+        done = -1 if verbatim else split_one(ptrs[k], n, bufs[0], bufs[1], bufs[2], bufs[3],
+                                             bufs[4], h, prev_float)
+        if done == -2:
+            return -1
+        if done < 0:
+            for i in range(5):
+                bufs[i].n = marks[i]
+            h.n = hn
+            memcpy(prev_float, saved, 8)
+            if put_nogil(bufs[0], ptrs[k], n) < 0:
+                return -1
+            if put_varint_nogil(sizes, (<uint64_t>n << 1) | 1) < 0:
+                return -1
+            kept[0] += 1
+        elif put_varint_nogil(sizes, <uint64_t>(bufs[0].n - marks[0]) << 1) < 0:
+            return -1
     return 0
 
 
 def split(list payloads, bint verbatim=False):
     """`payloads` as (sizes, skeleton, references, literals, floats, tokens) and the count kept
-    verbatim; all verbatim if `verbatim`."""
+    verbatim; all verbatim if `verbatim`. The walk runs without the GIL (`payloads` holds
+    the bytes meanwhile)."""
     cdef Buf sizes, skel, refs, lits, floats, toks
     cdef Hashes h
-    cdef uint8_t prev_float[8]
-    cdef uint8_t saved[8]
-    cdef Py_ssize_t total = 0, kept = 0, marks[6], hn
+    cdef Py_ssize_t total = 0, kept = 0, count = len(payloads), k
     cdef bytes payload
-    cdef const uint8_t* p
-    cdef Py_ssize_t n
     cdef Buf* all_bufs[5]
-    cdef int i
-    for payload in payloads:
-        total += len(payload)
+    cdef int i, failed
+    cdef const uint8_t** ptrs = <const uint8_t**>malloc((count + 1) * sizeof(uint8_t*))
+    cdef Py_ssize_t* lens = <Py_ssize_t*>malloc((count + 1) * sizeof(Py_ssize_t))
+    cdef tuple held = tuple(payloads)  # the bytes stay alive whatever becomes of the list
     memset(&sizes, 0, sizeof(Buf))
     memset(&skel, 0, sizeof(Buf))
     memset(&refs, 0, sizeof(Buf))
     memset(&lits, 0, sizeof(Buf))
     memset(&floats, 0, sizeof(Buf))
     memset(&toks, 0, sizeof(Buf))
-    memset(prev_float, 0, 8)
+    memset(&h, 0, sizeof(Hashes))
     all_bufs[0] = &skel
     all_bufs[1] = &refs
     all_bufs[2] = &lits
     all_bufs[3] = &floats
     all_bufs[4] = &toks
-    hashes_init(&h, total // 9)
     try:
-        for payload in payloads:
-            p = <const uint8_t*>payload
-            n = len(payload)
-            for i in range(5):
-                marks[i] = all_bufs[i].n
-            hn = h.n
-            memcpy(saved, prev_float, 8)
-            if verbatim or split_one(p, n, &skel, &refs, &lits, &floats, &toks, &h,
-                                     prev_float) < 0:
-                for i in range(5):
-                    all_bufs[i].n = marks[i]
-                h.n = hn
-                memcpy(prev_float, saved, 8)
-                put(&skel, p, n)
-                put_varint(&sizes, (<uint64_t>n << 1) | 1)
-                kept += 1
-            else:
-                put_varint(&sizes, <uint64_t>(skel.n - marks[0]) << 1)
+        if ptrs == NULL or lens == NULL:
+            raise MemoryError()
+        for k in range(count):
+            payload = held[k]
+            ptrs[k] = <const uint8_t*>payload
+            lens[k] = len(payload)
+            total += lens[k]
+        hashes_init(&h, total // 9)
+        with nogil:
+            failed = split_all(ptrs, lens, count, verbatim, &sizes, all_bufs, &h, &kept)
+        if failed:
+            raise MemoryError()
         return (taken(&sizes), taken(&skel), taken(&refs), taken(&lits), taken(&floats),
                 taken(&toks)), kept
     finally:
@@ -258,6 +237,8 @@ def split(list payloads, bint verbatim=False):
         for i in range(5):
             free(all_bufs[i].p)
         free(sizes.p)
+        free(ptrs)
+        free(lens)
 
 
 cdef int join_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, Buf* out,

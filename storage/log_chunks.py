@@ -23,6 +23,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import accumulate
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import msgspec
@@ -50,6 +51,8 @@ DICTIONARY_ZSTD_LEVEL = 3
 TOKENS_ZSTD_LEVEL = 4
 """Format 3's token ids: level 4 finds more of the dictionary's matches than 3, and 5 to 8 far
 fewer (benchmarks/_store_disk.py's stream)."""
+_LOG_FIELDS = 6
+"""A `LogRow`'s: stream, epoch, seq, ts, receive time, payload."""
 FORMAT_2_MAGIC = b"KVL2"
 """Never the start of a zstd frame (28 b5 2f fd), which a format 1 chunk is."""
 
@@ -184,7 +187,7 @@ def pack(
         raise ValueError(f"log chunk format {fmt} is not one this version writes")
     if not rows:
         return []
-    streams, epochs, seqs, ts, recv_ts, payloads = zip(*_by_stream(rows), strict=True)
+    streams, epochs, seqs, ts, recv_ts, payloads = _columns(_by_stream(rows))
     made, frames = [], []
     for start, end in _bounds(streams, epochs, ts, payloads):
         run_seqs, run_ts = array("q", seqs[start:end]), array("d", ts[start:end])
@@ -295,8 +298,14 @@ def split(rows: Sequence[LogRow]) -> list[Sequence[LogRow]]:
     if not rows:
         return []
     rows = _by_stream(rows)
-    streams, epochs, _, ts, _, payloads = zip(*rows, strict=True)
+    streams, epochs, _, ts, _, payloads = _columns(rows)
     return [rows[start:end] for start, end in _bounds(streams, epochs, ts, payloads)]
+
+
+def _columns(rows: Sequence[LogRow]) -> list[list[Any]]:
+    """The rows' fields, a list each: `zip(*rows)` would make an iterator per row, and with
+    them collections, while the writer holds the GIL."""
+    return [list(map(itemgetter(k), rows)) for k in range(_LOG_FIELDS)]
 
 
 def _by_stream(rows: Sequence[LogRow]) -> Sequence[LogRow]:

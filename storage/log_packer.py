@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from kvscope.storage.log_chunks import CHUNK_FORMAT, ChunkRow, pack
@@ -41,8 +42,11 @@ class LogPacker:
         and a new dictionary made where one is due (for the next transaction's chunks)."""
         chunks = pack(log, self.fmt, self.current())
         by_stream: dict[Any, list[bytes]] = {}
-        for row in log:
-            by_stream.setdefault(row[0], []).append(row[5])
+        if len({chunk.stream for chunk in chunks}) == 1:  # nearly always: no loop in Python
+            by_stream[chunks[0].stream] = list(map(itemgetter(5), log))
+        else:
+            for row in log:
+                by_stream.setdefault(row[0], []).append(row[5])
         for chunk in chunks:
             self._content(chunk.stream).stored(len(chunk.data))
         now = time.time()

@@ -97,6 +97,24 @@ def test_hashes_repeated_in_a_chunk_are_stored_once() -> None:
     assert join(3, *split(payloads)[0]) == payloads
 
 
+def test_a_chunk_of_many_distinct_hashes_still_stores_each_once() -> None:
+    """Past the hash table's first size (it grows as distinct hashes come): every hash seen
+    before in the chunk is a reference, never a literal again; and a payload kept verbatim
+    after some of its hashes were noted still leaves every payload coming back."""
+    rng = random.Random(2)
+    hashes = [rng.getrandbits(64) | 1 << 63 for _ in range(20_000)]
+    first = [
+        msgspec.msgpack.encode([1.0, [{"h": hashes[k : k + 100]}]]) for k in range(0, 20_000, 100)
+    ]
+    (_, _, _, literals, _, _), verbatim = split([*first, *first[::-1]])
+    assert verbatim == 0 and len(literals) == 8 * len(hashes)
+    broken = msgspec.msgpack.encode([{"h": hashes[:50]}])[:-3]  # cut short: kept verbatim
+    payloads = [*first, broken, *first[::-1]]
+    columns, verbatim = split(payloads)
+    assert verbatim == 1
+    assert join(len(payloads), *columns) == payloads
+
+
 @pytest.mark.parametrize("name", ["lab_10rps_300s.msgpack.gz", "lab_3rps_180s.msgpack.gz"])
 def test_recordings_come_back_byte_for_byte_none_verbatim(name: str) -> None:
     payloads = [record.frames[-1] for record in read_capture(capture_path(name))]
