@@ -22,6 +22,12 @@ from kvscope.collector.sockets import (
 )
 from kvscope.collector.types import StreamId
 
+GATHER_S = 0.01
+"""Once a drain has emptied the fleet's socket, the loop waits this long before it polls again:
+messages gather meanwhile and the next wake-up takes many. Each wake-up costs the loop's round
+and libzmq's signalling for the messages it finds, which a busy fleet otherwise pays every few
+messages; a batch waits at most this much longer to be applied."""
+
 
 class FleetSocket:
     def __init__(self, settings: FleetSettings, taken: Iterable[StreamId] = ()) -> None:
