@@ -168,7 +168,8 @@ class Collector:
         """The poll loop; returns when `stop()` is called."""
         try:
             self._open()
-            gc.freeze()  # start-up's objects live for good: no full collection walks them
+            if not gc.get_freeze_count():  # once: a test's process starts many collectors
+                gc.freeze()  # start-up's objects live for good: no full collection walks them
             self._ready.set()
             self._loop()
         except Exception as exc:  # said, not hidden: see `failure`
@@ -231,7 +232,7 @@ class Collector:
                         poller.register(sock, zmq.POLLIN)
             if not registered:  # no stream yet (leases give them): zmq_poll would not wait
                 self._stop.wait(POLL_MS / 1000)
-            gather = False
+            gather, started = False, time.monotonic()
             for sock, _ in poller.poll(POLL_MS) if registered else ():
                 stream, role = owners[sock]
                 with self.lock:
@@ -248,8 +249,8 @@ class Collector:
                     except zmq.ZMQError as exc:  # this stream's sockets; the others go on
                         stream.ingest.errors.socket_failed(role, exc)
             self._run_calls()
-            if gather:  # the fleet's socket was emptied: let its messages gather
-                self._stop.wait(GATHER_S)
+            if gather:  # the fleet's socket was emptied: its messages gather till GATHER_S on
+                self._stop.wait(max(0.0, started + GATHER_S - time.monotonic()))
             now = time.time()
             if abs(now - tended) < TEND_EVERY_S:
                 continue
@@ -331,8 +332,7 @@ class Collector:
                 stream.ingest.errors.sink_failed("connection", exc)
 
     # --- a fleet: publishers that connect to one bound SUB ---------------------------------
-    def _drain_fleet_safely(self) -> bool:
-        """True when the drain emptied the fleet's socket."""
+    def _drain_fleet_safely(self) -> bool:  # True: it emptied the fleet's socket
         try:
             return self._drain_fleet()
         except zmq.ZMQError as exc:  # the fleet's socket; the other streams go on

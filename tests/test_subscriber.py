@@ -209,7 +209,8 @@ def test_a_fleet_drained_empty_is_left_to_gather_before_the_next_poll(
     ctx: zmq.Context[zmq.Socket[bytes]],
 ) -> None:
     """Each wake-up costs the loop and libzmq's signalling: once the fleet's socket is empty,
-    the loop waits `GATHER_S` so that the next wake-up takes what many publishers sent."""
+    the loop waits out the rest of `GATHER_S` so that the next wake-up takes what many
+    publishers sent."""
     port = free_port()
     collector = Collector([], fleet=FleetSettings(f"tcp://127.0.0.1:{port}"))
     waits: list[float | None] = []
@@ -231,6 +232,6 @@ def test_a_fleet_drained_empty_is_left_to_gather_before_the_next_poll(
                     break
                 time.sleep(0.1)
             wait_for(lambda: stream in collector.ingests)
-            assert GATHER_S in waits
+            assert any(w is not None and 0 <= w <= GATHER_S for w in waits)
     finally:
         pub.close(linger=0)
