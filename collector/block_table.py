@@ -18,6 +18,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from kvscope.collector import _lookup, _table_counts
 from kvscope.collector._slot_map import SlotMap
 from kvscope.collector._table_core import (
@@ -114,8 +116,7 @@ class Subtree:
     deepest_leaf: int
 
 
-@dataclass(frozen=True, slots=True)
-class TableStats:
+class TableStats(msgspec.Struct, frozen=True, gc=False):  # untracked: one per batch in a recovery
     blocks: int
     """Distinct cached hashes."""
     copies: int

@@ -22,6 +22,13 @@ from kvscope.collector.sockets import (
 )
 from kvscope.collector.types import StreamId
 
+GATHER_S = 0.01
+"""The loop wakes for the fleet at most once per this: once a drain has emptied the fleet's
+socket, it waits out the rest of it, and messages gather meanwhile for the next wake-up. Each
+wake-up costs the loop's round and libzmq's signalling for the messages it finds, which a busy
+fleet otherwise pays every few messages; a batch waits at most this much longer. A loop whose
+rounds take longer than this (behind) never waits."""
+
 
 class FleetSocket:
     def __init__(self, settings: FleetSettings, taken: Iterable[StreamId] = ()) -> None:

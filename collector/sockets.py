@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import zmq
@@ -208,3 +208,23 @@ class StreamSockets:
     def close(self) -> None:
         self.close_dealer()
         self._close_sub()
+
+
+def loop_sockets(
+    streams: Iterable[StreamSockets], fleet_sub: zmq.Socket[bytes] | None
+) -> dict[zmq.Socket[bytes], tuple[StreamSockets | None, str]]:
+    """Each open socket the collector's loop polls, with its stream (None: the fleet's) and
+    role."""
+    current: dict[zmq.Socket[bytes], tuple[StreamSockets | None, str]] = {
+        sock: (stream, role)
+        for stream in streams
+        for sock, role in (
+            (stream.sub, "live"),
+            (stream.monitor, "monitor"),
+            (stream.dealer, "replay"),
+        )
+        if sock is not None
+    }
+    if fleet_sub is not None:
+        current[fleet_sub] = (None, "fleet")
+    return current

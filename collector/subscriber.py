@@ -13,6 +13,7 @@ has succeeded, not before.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import queue
@@ -28,10 +29,16 @@ from zmq.utils.monitor import recv_monitor_message
 from kvscope.collector.endpoints import StreamEndpoint
 from kvscope.collector.fleet import FleetSettings, NotNow, StreamStarter
 from kvscope.collector.fleet_router import Refusal, Route
-from kvscope.collector.fleet_socket import FleetSocket
+from kvscope.collector.fleet_socket import GATHER_S, FleetSocket
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import ConnectionChange, EventSink, ResumePoint
-from kvscope.collector.sockets import DRAIN_LIMIT, POLL_MS, SocketChanges, StreamSockets
+from kvscope.collector.sockets import (
+    DRAIN_LIMIT,
+    POLL_MS,
+    SocketChanges,
+    StreamSockets,
+    loop_sockets,
+)
 from kvscope.collector.sockets import CollectorSettings as CollectorSettings
 from kvscope.collector.sockets import MessageReader as MessageReader
 from kvscope.collector.sockets import message_reader as message_reader
@@ -161,6 +168,8 @@ class Collector:
         """The poll loop; returns when `stop()` is called."""
         try:
             self._open()
+            if not gc.get_freeze_count():  # once: a test's process starts many collectors
+                gc.freeze()  # start-up's objects live for good: no full collection walks them
             self._ready.set()
             self._loop()
         except Exception as exc:  # said, not hidden: see `failure`
@@ -215,18 +224,20 @@ class Collector:
             # Sockets change only with replays, reopens and streams: rebuild the poller then.
             if SocketChanges.latest != seen:
                 seen = SocketChanges.latest  # before the walk: a change meanwhile walks again
-                current = self._sockets()
+                fleet_sub = self.fleet.sub if self.fleet is not None else None
+                current = loop_sockets(self._streams.values(), fleet_sub)
                 if tuple(current) != registered:
                     poller, owners, registered = zmq.Poller(), current, tuple(current)
                     for sock in registered:
                         poller.register(sock, zmq.POLLIN)
             if not registered:  # no stream yet (leases give them): zmq_poll would not wait
                 self._stop.wait(POLL_MS / 1000)
+            gather, started = False, time.monotonic()
             for sock, _ in poller.poll(POLL_MS) if registered else ():
                 stream, role = owners[sock]
                 with self.lock:
                     if stream is None:
-                        self._drain_fleet_safely()
+                        gather = self._drain_fleet_safely()
                         continue
                     try:
                         if role == "live":
@@ -238,6 +249,8 @@ class Collector:
                     except zmq.ZMQError as exc:  # this stream's sockets; the others go on
                         stream.ingest.errors.socket_failed(role, exc)
             self._run_calls()
+            if gather:  # the fleet's socket was emptied: its messages gather till GATHER_S on
+                self._stop.wait(max(0.0, started + GATHER_S - time.monotonic()))
             now = time.time()
             if abs(now - tended) < TEND_EVERY_S:
                 continue
@@ -248,22 +261,6 @@ class Collector:
                         self._tend(stream, now)
                     except zmq.ZMQError as exc:
                         stream.ingest.errors.socket_failed("tick", exc)
-
-    def _sockets(self) -> dict[zmq.Socket[bytes], tuple[StreamSockets | None, str]]:
-        """Each open socket the loop polls, with its stream (None: the fleet's) and role."""
-        current: dict[zmq.Socket[bytes], tuple[StreamSockets | None, str]] = {
-            sock: (stream, role)
-            for stream in self._streams.values()
-            for sock, role in (
-                (stream.sub, "live"),
-                (stream.monitor, "monitor"),
-                (stream.dealer, "replay"),
-            )
-            if sock is not None
-        }
-        if self.fleet is not None and self.fleet.sub is not None:
-            current[self.fleet.sub] = (None, "fleet")
-        return current
 
     def _tend(self, stream: StreamSockets, now: float) -> None:
         """Timers: reopen a socket, give up on a replay, check a silent stream's tail, mark a
@@ -335,13 +332,14 @@ class Collector:
                 stream.ingest.errors.sink_failed("connection", exc)
 
     # --- a fleet: publishers that connect to one bound SUB ---------------------------------
-    def _drain_fleet_safely(self) -> None:
+    def _drain_fleet_safely(self) -> bool:  # True: it emptied the fleet's socket
         try:
-            self._drain_fleet()
+            return self._drain_fleet()
         except zmq.ZMQError as exc:  # the fleet's socket; the other streams go on
             logger.warning("fleet %s: %s", self.fleet.settings.bind if self.fleet else "", exc)
+            return False
 
-    def _drain_fleet(self) -> None:
+    def _drain_fleet(self) -> bool:
         assert self.fleet is not None
         read, route, now = self.fleet.read, self.fleet.router.route, time.time
         streams, gone = self._streams, self.fleet.gone
@@ -349,7 +347,7 @@ class Collector:
         for _ in range(DRAIN_LIMIT):
             frames = read()
             if frames is None:
-                return
+                return True
             to = route(frames)
             if to is None:
                 continue
@@ -363,6 +361,7 @@ class Collector:
             request = stream.ingest.live_frames(frames, now())
             if request is not None:
                 stream.send_replay(request)
+        return False
 
     def _register(self, to: Route, now: float) -> StreamSockets | None:
         """A publisher heard for the first time: its stream, started where the store left it;

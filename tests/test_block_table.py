@@ -3,12 +3,13 @@ slots that keep nothing of the block they held before."""
 
 from __future__ import annotations
 
+import gc
 import tracemalloc
 from array import array
 
 import msgspec
 
-from kvscope.collector.block_table import BlockTable, TokenQuery
+from kvscope.collector.block_table import BlockTable, TableStats, TokenQuery
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.snapshot import decode_map, encode_map
 from kvscope.collector.types import Batch, BlocksStored, StreamId, TableKey
@@ -93,3 +94,14 @@ def test_the_odd_blocks_tokens_are_counted_and_restored() -> None:
     assert restored.side_bytes == 12 and restored.entry(2).token_ids == (9, 9, 9)
     restored.remove([2])
     assert restored.side_bytes == 0
+
+
+def test_a_maps_totals_are_no_work_for_the_garbage_collector() -> None:
+    """The store asks for them after every batch while a reset recovers: one object each time,
+    which the cyclic GC need never walk."""
+    key = TableKey("GPU", 0)
+    pmap = PrefixMap(StreamId("r", 0))
+    pmap.apply(Batch(0, 1.0, None, [BlocksStored([1, 2, 3], None, [], 0, key)]))
+    totals = pmap.totals()
+    assert totals == TableStats(blocks=3, copies=3, hittable=3, orphans=0)
+    assert not gc.is_tracked(totals)

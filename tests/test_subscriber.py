@@ -7,6 +7,7 @@ vLLM's own publisher is proven in test_vllm_integration_*.py.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +18,8 @@ import pytest
 import zmq
 
 from kvscope.collector.endpoints import replica_streams
+from kvscope.collector.fleet import FleetSettings
+from kvscope.collector.fleet_socket import GATHER_S
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.replay import END_SEQ
 from kvscope.collector.subscriber import Collector, CollectorSettings
@@ -185,5 +188,50 @@ def test_topic_filter_and_bad_frames_over_the_wire(ctx: zmq.Context[zmq.Socket[b
             with collector.lock:
                 assert 4 in {h for h, _ in ingest.map.counts()}
                 assert ingest.counters.missing_batches >= 1  # seq 3 never arrived
+    finally:
+        pub.close(linger=0)
+
+
+def test_what_was_allocated_before_the_loop_is_kept_out_of_full_collections() -> None:
+    """The modules, settings and store a collector starts with live as long as it does: a full
+    collection that walked them all held the GIL while batches waited."""
+    gc.unfreeze()
+    started_with = [object()]  # a container allocated before the collector starts
+    assert gc.is_tracked(started_with)
+    try:
+        with Collector([]):
+            assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
+def test_a_fleet_drained_empty_is_left_to_gather_before_the_next_poll(
+    ctx: zmq.Context[zmq.Socket[bytes]],
+) -> None:
+    """Each wake-up costs the loop and libzmq's signalling: once the fleet's socket is empty,
+    the loop waits out the rest of `GATHER_S` so that the next wake-up takes what many
+    publishers sent."""
+    port = free_port()
+    collector = Collector([], fleet=FleetSettings(f"tcp://127.0.0.1:{port}"))
+    waits: list[float | None] = []
+    wait = collector._stop.wait
+
+    def recorded(timeout: float | None = None) -> bool:
+        waits.append(timeout)
+        return wait(timeout)
+
+    collector._stop.wait = recorded  # type: ignore[method-assign]
+    pub = ctx.socket(zmq.PUB)
+    try:
+        with collector:
+            pub.connect(f"tcp://127.0.0.1:{port}")
+            stream = StreamId("10.0.0.5:8000", 0)
+            for seq in range(50):  # until the subscription has reached the publisher
+                pub.send_multipart([b"kv@10.0.0.5:8000@m", seq.to_bytes(8, "big"), batch(seq)])
+                if stream in collector.ingests:
+                    break
+                time.sleep(0.1)
+            wait_for(lambda: stream in collector.ingests)
+            assert any(w is not None and 0 <= w <= GATHER_S for w in waits)
     finally:
         pub.close(linger=0)
