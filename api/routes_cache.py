@@ -24,11 +24,12 @@ from kvscope.api.schemas import (
     table_statuses,
 )
 from kvscope.api.schemas_lease import LeaseInfo
-from kvscope.collector.block_table import BlockTable, TokenQuery
+from kvscope.collector.block_table import BlockTable
 from kvscope.collector.dump import show_hash
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.prefix_map import PrefixMatch
 from kvscope.collector.subscriber import Collector
+from kvscope.collector.token_query import TokenQuery
 from kvscope.collector.types import StreamId, TableKey
 from kvscope.storage.engine import store_down
 from kvscope.storage.leases import Lease, leases

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kvscope.collector._admit import admit
-from kvscope.collector.block_table import BlockTable, TableStats, TokenQuery
+from kvscope.collector.block_table import BlockTable, TableStats
 from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits
 from kvscope.collector.sink import ClearedMap, ClearReason
+from kvscope.collector.token_query import TokenQuery
 from kvscope.collector.types import (
     AllCleared,
     Batch,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -23,9 +22,7 @@ from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.rows import Row
 from kvscope.storage.sql_writer import Prepared, RowWriter, droppable
 from kvscope.storage.store_settings import StoreSettings
-
-if TYPE_CHECKING:
-    from kvscope.storage.writer import WriterStats
+from kvscope.storage.writer_state import WriterStats
 
 logger = logging.getLogger("kvscope.storage.writer")
 

@@ -17,7 +17,6 @@ import logging
 import math
 import sys
 import time
-from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
@@ -55,37 +54,9 @@ from kvscope.storage.spill import Spill
 from kvscope.storage.sql_writer import RowWriter
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.write_loop import WriteLoop
+from kvscope.storage.writer_state import StreamState, WriterStats
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class _StreamState:
-    """What the writer remembers per stream between batches (ingest thread only, but for the
-    pacer, which the writer thread tells what the log and checkpoints take on disk)."""
-
-    rollup: SecondRollup
-    recoveries: StreamRecoveries
-    pacer: CheckpointPacer
-    epoch: int | None = None
-    connected_since: float | None = None
-    dropped_from: tuple[int, int, float] | None = None
-    """(epoch, seq, ts) of the first batch dropped since the store last had room."""
-    dropped_to: tuple[int, float] | None = None
-
-
-@dataclass
-class WriterStats:
-    rows_written: int = 0
-    transactions: int = 0
-    batches_dropped: int = 0
-    retries: int = 0
-    rows_refused: int = 0
-    """Rows the store refused for good (left out, logged): a hole, said in the metrics."""
-    last_error: str | None = None
-    write_seconds_total: float = 0.0
-    heap_trims: int = 0
-    """Times a drained backlog's freed heap was handed back to the OS."""
 
 
 class StoreWriter:
@@ -109,7 +80,7 @@ class StoreWriter:
             bytes_limit=self.settings.queue_bytes,
             rare_bytes_limit=self.settings.rare_bytes,
         )
-        self._streams: dict[StreamId, _StreamState] = {}
+        self._streams: dict[StreamId, StreamState] = {}
         self.fence = fence  # with leases: the streams held, and the lease counters
         self._sql = RowWriter(
             self.settings.shard,
@@ -328,14 +299,14 @@ class StoreWriter:
         return 0 if self._spill is None else self._spill.bytes_held
 
     # --- ingest-thread helpers ----------------------------------------------------------------
-    def _state(self, stream: StreamId) -> _StreamState:
+    def _state(self, stream: StreamId) -> StreamState:
         state = self._streams.get(stream)
         if state is None:
             recoveries = StreamRecoveries(stream, self.settings.recovery_offsets_s)
             pacer = CheckpointPacer(
                 self.settings.checkpoint_log_ratio, self.settings.checkpoint_every_batches
             )
-            state = self._streams[stream] = _StreamState(SecondRollup(stream), recoveries, pacer)
+            state = self._streams[stream] = StreamState(SecondRollup(stream), recoveries, pacer)
         return state
 
     def _put(self, row: Row, nbytes: int = 0) -> bool:
@@ -349,7 +320,7 @@ class StoreWriter:
         self._queue.hurry()
 
     def _note_drop(
-        self, stream: StreamId, state: _StreamState, epoch: int, seq: int, ts: float
+        self, stream: StreamId, state: StreamState, epoch: int, seq: int, ts: float
     ) -> None:
         """Batch times (engine clock) bound the hole: instants are asked for in that clock."""
         self.stats.batches_dropped += 1
@@ -365,7 +336,7 @@ class StoreWriter:
         state.dropped_to = (seq, ts)
         state.pacer.forced = True
 
-    def _close_drop(self, stream: StreamId, state: _StreamState) -> None:
+    def _close_drop(self, stream: StreamId, state: StreamState) -> None:
         assert state.dropped_from is not None and state.dropped_to is not None
         epoch, from_seq, from_ts = state.dropped_from
         to_seq, to_ts = state.dropped_to
@@ -383,7 +354,7 @@ class StoreWriter:
         )
         state.dropped_from = state.dropped_to = None
 
-    def _checkpoint(self, batch: AppliedBatch, state: _StreamState) -> None:
+    def _checkpoint(self, batch: AppliedBatch, state: StreamState) -> None:
         row = CheckpointRow(
             batch.stream,
             batch.epoch,

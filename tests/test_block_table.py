@@ -9,9 +9,10 @@ from array import array
 
 import msgspec
 
-from kvscope.collector.block_table import BlockTable, TableStats, TokenQuery
+from kvscope.collector.block_table import BlockTable, TableStats
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.snapshot import decode_map, encode_map
+from kvscope.collector.token_query import TokenQuery
 from kvscope.collector.types import Batch, BlocksStored, StreamId, TableKey
 
 GPU0 = TableKey("GPU", 0)

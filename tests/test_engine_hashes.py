@@ -20,9 +20,9 @@ from pathlib import Path
 
 import msgspec
 
-from kvscope.collector.block_table import TokenQuery
 from kvscope.collector.dump import map_lines
 from kvscope.collector.ingest import MESSAGES_BETWEEN_RESTARTS, StreamIngest
+from kvscope.collector.token_query import TokenQuery
 from kvscope.collector.types import StreamId
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id

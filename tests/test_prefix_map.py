@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvscope.collector.block_table import BlockTable, TokenQuery
+from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.sink import ClearedMap, ClearReason
+from kvscope.collector.token_query import TokenQuery
 from kvscope.collector.types import (
     AllCleared,
     Batch,

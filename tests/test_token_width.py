@@ -10,7 +10,8 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvscope.collector.block_table import BlockTable, TokenQuery
+from kvscope.collector.block_table import BlockTable
+from kvscope.collector.token_query import TokenQuery
 from kvscope.collector.types import TableKey
 
 GPU0 = TableKey("GPU", 0)

@@ -1,0 +1,38 @@
+"""What the store's writer (storage/writer.py) keeps per stream, and the counts it reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvscope.storage.checkpoint_pacing import CheckpointPacer
+from kvscope.storage.recovery_follow import StreamRecoveries
+from kvscope.storage.rollups import SecondRollup
+
+
+@dataclass(slots=True)
+class StreamState:
+    """What the writer remembers per stream between batches (ingest thread only, but for the
+    pacer, which the writer thread tells what the log and checkpoints take on disk)."""
+
+    rollup: SecondRollup
+    recoveries: StreamRecoveries
+    pacer: CheckpointPacer
+    epoch: int | None = None
+    connected_since: float | None = None
+    dropped_from: tuple[int, int, float] | None = None
+    """(epoch, seq, ts) of the first batch dropped since the store last had room."""
+    dropped_to: tuple[int, float] | None = None
+
+
+@dataclass
+class WriterStats:
+    rows_written: int = 0
+    transactions: int = 0
+    batches_dropped: int = 0
+    retries: int = 0
+    rows_refused: int = 0
+    """Rows the store refused for good (left out, logged): a hole, said in the metrics."""
+    last_error: str | None = None
+    write_seconds_total: float = 0.0
+    heap_trims: int = 0
+    """Times a drained backlog's freed heap was handed back to the OS."""
