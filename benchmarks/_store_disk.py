@@ -176,11 +176,11 @@ class _Tap(StoreWriter):
         super().applied(batch)
 
 
-def recording(path: Path) -> Disk:
+def recording(path: Path, settings: StoreSettings) -> Disk:
     """A recorded stream ingested into a fresh SQLite store, as the collector would."""
     stream = StreamId(path.name.split(".")[0], 0)
     with tempfile.TemporaryDirectory() as tmp:
-        writer = _Tap(open_store(f"sqlite:///{tmp}/rec.sqlite"), StoreSettings())
+        writer = _Tap(open_store(f"sqlite:///{tmp}/rec.sqlite"), settings)
         writer.log = []
         ingest = StreamIngest(stream, can_replay=False, sink=writer)
         for record in read_capture(path):
@@ -201,5 +201,7 @@ def stream_log(stream: StreamId, payloads: Sequence[bytes]) -> list[LogRow]:
     return rows
 
 
-def recordings(paths: Iterable[Path] = RECORDINGS) -> list[tuple[str, Disk]]:
-    return [(path.name.split(".")[0], recording(path)) for path in paths]
+def recordings(
+    settings: StoreSettings, paths: Iterable[Path] = RECORDINGS
+) -> list[tuple[str, Disk]]:
+    return [(path.name.split(".")[0], recording(path, settings)) for path in paths]
