@@ -75,6 +75,22 @@ def rank_of(url: str, replica: str) -> dict[str, Any] | None:
     return answer.json()["ranks"][0] if answer.status_code == 200 else None
 
 
+def publish_until_heard(replica: LabReplica, url: str, name: str) -> None:
+    """The replica publishes until kvscope has heard it. Its PUB connects to kvscope's bound
+    SUB, and what it sends before that connection and its subscription are up is dropped by
+    ZMQ (the slow joiner): a replica that published only then would never be heard at all,
+    as a real one, which publishes on, would be."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        replica.run_for(0.5)
+        try:
+            if (rank := rank_of(url, name)) is not None and rank["connected"]:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{name} never heard"
+
+
 def test_a_fleet_replica_is_served_goes_and_is_resumed_from_the_store(tmp_path: Path) -> None:
     bind, replay = free_port(), free_port()
     config = tmp_path / "kvscope.toml"
@@ -94,6 +110,7 @@ def test_a_fleet_replica_is_served_goes_and_is_resumed_from_the_store(tmp_path: 
         )
         stack.callback(replica.close)
         with serving(config, store, free_port(), tmp_path / "serve.log") as url:
+            publish_until_heard(replica, url, name)
             replica.run_for(3.0)
             last = replica.last_seq
             rank = eventually(
@@ -114,6 +131,7 @@ def test_a_fleet_replica_is_served_goes_and_is_resumed_from_the_store(tmp_path: 
         # store's last batch (replayed from there: no restart, no gap, not degraded).
         replica.run_for(2.0)
         with serving(config, store, free_port(), tmp_path / "serve2.log") as url:
+            publish_until_heard(replica, url, name)
             replica.run_for(2.0)
             last = replica.last_seq
             rank = eventually(
