@@ -38,13 +38,9 @@ class CheckpointPacer:
 
     def batch(self, nbytes: int) -> bool:
         """Count one batch of the log (ingest thread); whether a checkpoint is due."""
-        self.batches_since += 1
-        self.bytes_since += nbytes
-        return (
-            self.bytes_since >= self.due_bytes
-            or self.batches_since >= self.every_batches
-            or self.forced
-        )
+        since = self.bytes_since = self.bytes_since + nbytes
+        batches = self.batches_since = self.batches_since + 1
+        return since >= self.due_bytes or batches >= self.every_batches or self.forced
 
     def queued(self, at: tuple[int, int], raw_size: int) -> None:
         """A checkpoint at (epoch, seq) `at` was queued (ingest thread)."""

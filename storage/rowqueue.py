@@ -106,6 +106,22 @@ class RowQueue(Generic[Row]):
         self._rows.append(row)
         return True
 
+    def put_batch(self, row: Row, nbytes: int) -> bool:
+        """`put(row, True, nbytes)`: the ingest thread's call for each batch, its usual case
+        (room in memory, no spill in use) tested first, in as few steps as Python takes."""
+        held = self._bytes_in - self._bytes_out
+        if (
+            self._droppable_in - self._droppable_out < self.droppable_limit
+            and (held + nbytes <= self.bytes_limit or not held)
+            and not (self.spill is not None and self.spill.active)
+        ):
+            self._droppable_in += 1
+            self._sizes.append(nbytes)
+            self._bytes_in += nbytes
+            self._rows.append(row)
+            return True
+        return self.put(row, True, nbytes)
+
     @property
     def put_total(self) -> int:
         """Rows ever queued (a mark for `written_total` to reach). Counted in two parts, so

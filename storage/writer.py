@@ -115,13 +115,14 @@ class StoreWriter:
             for recovery in state.recoveries.after_batch(batch):
                 self._put_always(recovery)
         payload = batch.payload
-        if not self._queue.put(
-            (stream, epoch, batch.seq, batch.ts, batch.recv_ts, payload), True, len(payload)
+        nbytes = len(payload)
+        if not self._queue.put_batch(
+            (stream, epoch, batch.seq, batch.ts, batch.recv_ts, payload), nbytes
         ):
-            self._note_drop(batch.stream, state, epoch, batch.seq, batch.ts)
+            self._note_drop(stream, state, epoch, batch.seq, batch.ts)
         elif state.dropped_from is not None:
             self._close_drop(stream, state)
-        if state.pacer.batch(len(payload)) and state.dropped_from is None:
+        if state.pacer.batch(nbytes) and state.dropped_from is None:
             self._checkpoint(batch, state)
 
     def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:

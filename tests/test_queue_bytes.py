@@ -4,9 +4,11 @@ the message limit each) or a reset's map snapshot cannot make it hold gigabytes 
 from __future__ import annotations
 
 import json
+import random
 import sqlite3
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
@@ -48,6 +50,37 @@ def test_droppable_rows_past_the_byte_bound_are_refused_without_a_spill() -> Non
     assert _drain(queue, 5) == [("batch", i) for i in range(5)]
     assert queue.memory_bytes == 0
     assert queue.put(("batch", 20), True, ROW)  # room again
+
+
+@pytest.mark.parametrize("spilled", [False, True], ids=["no spill", "spill"])
+def test_put_batch_is_put_of_a_droppable_row(spilled: bool, tmp_path: Path) -> None:
+    """The per-batch call takes its shortcut only where `put` would keep the row in memory."""
+
+    def queue() -> RowQueue[tuple[str, int]]:
+        spill: Spill[tuple[str, int]] | None = Spill(8 * ROW, str(tmp_path)) if spilled else None
+        return RowQueue(12, linger_s=0.0, spill=spill, bytes_limit=9 * ROW)
+
+    rng = random.Random(5)
+    plain, fast = queue(), queue()
+    said: dict[int, list[tuple[bool, object, int, int, int]]] = {0: [], 1: []}
+    for i in range(600):
+        size = rng.choice((0, ROW // 2, ROW, 3 * ROW, 12 * ROW))
+        rare = rng.random() < 0.1
+        take = rng.randint(1, 8) if rng.random() < 0.1 else 0
+        for k, q in enumerate((plain, fast)):
+            if rare:
+                q.put(("rare", i), False, size)
+                result = True
+            else:
+                result = (
+                    q.put(("batch", i), True, size) if k == 0 else q.put_batch(("batch", i), size)
+                )
+            taken = q.take(take) if take and q.pending else None
+            if taken is not None:
+                q.done(sum(1 for kind, _ in taken if kind == "batch"))
+            said[k].append((result, taken, q.memory_bytes, q.pending, q.put_total))
+    assert said[0] == said[1]
+    assert any(result is False for result, *_ in said[0])  # past the bounds (and the spill)
 
 
 def test_droppable_rows_past_the_byte_bound_spill_and_come_back_in_order(tmp_path: Path) -> None:
