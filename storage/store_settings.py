@@ -65,6 +65,11 @@ class StoreSettings:
     shorter; None leaves it. The writer thread lets go of the GIL for each compression and SQL
     call; taking it back from a busy ingest thread waits out the interval (CPython's default 5
     ms), which cost the writer about as much as its own work (benchmarks/store.py)."""
+    gc_young_threshold: int | None = 10_000
+    """Set as the process's young-generation GC threshold unless it is already higher; None
+    leaves it. Each batch's row lives until the writer takes the queue (up to
+    `rows_per_transaction` at a time): at CPython's 700, the ingest thread ran a young pass
+    every ~700 batches (storage/gc_policy.py)."""
     retry_initial_s: float = 0.2
     retry_max_s: float = 5.0
     recovery_offsets_s: tuple[float, ...] = DEFAULT_OFFSETS_S

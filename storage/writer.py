@@ -36,6 +36,7 @@ from kvscope.collector.snapshot import copy_map, copy_tables
 from kvscope.collector.types import StreamId
 from kvscope.storage.checkpoint_deltas import CheckpointEncoder
 from kvscope.storage.checkpoint_pacing import CheckpointPacer
+from kvscope.storage.gc_policy import raise_young_threshold
 from kvscope.storage.leases import Fence
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.prefix_followers import PrefixFollowers
@@ -98,6 +99,7 @@ class StoreWriter:
         switch = self.settings.gil_switch_interval_s
         if switch is not None and switch < sys.getswitchinterval():
             sys.setswitchinterval(switch)
+        raise_young_threshold(self.settings.gc_young_threshold)
         self._loop = WriteLoop(engine, self._queue, self._sql, self.settings, self.stats)
         self._thread = self._loop.thread
 
