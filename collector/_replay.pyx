@@ -60,16 +60,19 @@ cdef struct Op:
     Py_ssize_t block_size
 
 
-cdef int _reserve(void** buf, Py_ssize_t* cap, Py_ssize_t need, size_t item) except -1:
+cdef inline int _reserve(void** buf, Py_ssize_t* cap, Py_ssize_t need, size_t item) except -1:
     """Room for `need` items of `item` bytes in `buf` (grown by doubling)."""
-    cdef Py_ssize_t grown
-    cdef void* more
     if need > cap[0]:
-        grown = max(need, 2 * cap[0], 64)
-        more = PyMem_Realloc(buf[0], grown * item)
-        if more == NULL:
-            raise MemoryError()
-        buf[0], cap[0] = more, grown
+        _grow(buf, cap, need, item)
+    return 0
+
+
+cdef int _grow(void** buf, Py_ssize_t* cap, Py_ssize_t need, size_t item) except -1:
+    cdef Py_ssize_t grown = max(need, 2 * cap[0], 64)
+    cdef void* more = PyMem_Realloc(buf[0], grown * item)
+    if more == NULL:
+        raise MemoryError()
+    buf[0], cap[0] = more, grown
     return 0
 
 
@@ -87,6 +90,12 @@ cdef class _Replay:
     cdef uint32_t* tokens
     cdef Py_ssize_t ops_cap, hashes_cap, tokens_cap, n_ops, n_hashes, n_tokens
     cdef list keys  # the batch's table keys, in order, one per run of events that share one
+    cdef Py_ssize_t n_keys  # (the list is overwritten in place, not emptied: no realloc a batch)
+    # The table of the last batch's last key, while the map's tables are that dict (an entry of
+    # it is never replaced: a clear replaces the dict).
+    cdef dict last_tables
+    cdef object last_table_key
+    cdef TableCore last_table
     # Added to the map's counters at `flush`: before a clear or a batch applied the usual way.
     cdef Py_ssize_t batches, stored_events, removed_events, cleared_events
     cdef Py_ssize_t stored_blocks, removed_blocks
@@ -183,8 +192,7 @@ cdef class _Replay:
         cdef object key, last = None
         r.p = <const uint8_t*>PyBytes_AS_STRING(payload)
         r.pos, r.end = 0, PyBytes_GET_SIZE(payload)
-        self.n_ops = self.n_hashes = self.n_tokens = 0
-        del keys[:]
+        self.n_ops = self.n_hashes = self.n_tokens = self.n_keys = 0
         if read_head(&r, &n_top, ts, &n_events) < 0:
             return -1
         for k in range(n_events):
@@ -198,7 +206,11 @@ cdef class _Replay:
             if key is None:
                 return -1
             if key is not last:
-                keys.append(key)
+                if self.n_keys < len(keys):
+                    keys[self.n_keys] = key
+                else:
+                    keys.append(key)
+                self.n_keys += 1
                 last = key
             if e.kind == STORED:
                 last_removal = -1
@@ -207,7 +219,7 @@ cdef class _Replay:
                 f = at(&r, e.at[F_LORA_NAME])
                 if e.at[F_LORA_NAME] >= 0 and not read_nil(&f):
                     return -1  # kept aside per block: the usual way's
-                op = self.add_op(STORED, len(keys) - 1)
+                op = self.add_op(STORED, self.n_keys - 1)
                 op.has_parent, op.parent, op.block_size = s.has_parent, s.parent, s.block_size
                 self.take_hashes(&r, e, op)
                 if s.block_size and s.n_tokens == s.n_hashes * s.block_size:
@@ -218,7 +230,7 @@ cdef class _Replay:
                 keys[self.ops[last_removal].key] is key or keys[self.ops[last_removal].key] == key
             ):
                 last_removal = self.n_ops
-                self.add_op(e.kind, len(keys) - 1)
+                self.add_op(e.kind, self.n_keys - 1)
             if self.take_hashes(&r, e, &self.ops[last_removal]) < 0:
                 return -1
         return read_tail(&r, n_top, &rank_nil, &rank)
@@ -227,9 +239,10 @@ cdef class _Replay:
     cdef int apply(self, object seq, double ts) except -1:
         cdef Py_ssize_t i
         cdef Op* op
-        cdef TableCore table = None
-        cdef object key, last = None, ts_value = ts
+        cdef TableCore table = self.last_table
+        cdef object key, ts_value = ts
         cdef dict tables = self.prefix_map.tables
+        cdef object last = self.last_table_key if tables is self.last_tables else None
         self.batches += 1
         self.last_ts = ts
         self.pending = True
@@ -261,6 +274,7 @@ cdef class _Replay:
                 table._remove(&self.hashes[op.hashes], op.n_hashes)
                 self.removed_events += 1
                 self.removed_blocks += op.n_hashes
+        self.last_tables, self.last_table_key, self.last_table = tables, last, table
         return 0
 
     cdef bint fused(self, payload, seq) except -1:
