@@ -1,9 +1,10 @@
 """Reading the store: the map of any stream at any past instant, and whether it is known whole.
 
 A map is rebuilt from the newest checkpoint at or before the instant plus the logged batches
-after it, through the same decoder and map code as live traffic, so it is the map the collector
-held at that instant, hash for hash. Whether that map was complete is said too: a degraded or
-incomplete interval covering the instant makes it unknown.
+after it, through the same decoder checks and table writes as live traffic (fused, without the
+objects between: collector/_replay.pyx), so it is the map the collector held at that instant,
+hash for hash. Whether that map was complete is said too: a degraded or incomplete interval
+covering the instant makes it unknown.
 """
 
 from __future__ import annotations
