@@ -5,7 +5,8 @@ packed at their bit width (the packing inline in _token_bits.pxd); collector/_ta
 state and hot writes (its contract with block_table.py in _table_core.pxd), _lookup.pyx the
 lookup by tokens over it, _admit.pyx the check of a stream's limits before each batch;
 collector/_wire_fast.pyx decodes the common vLLM batch straight from its msgpack bytes (its
-msgpack reads inline in _msgpack.pxd, its scan of an event map in _wire_scan.pxd);
+msgpack reads inline in _msgpack.pxd, its scan of an event map in _wire_scan.pxd), and
+collector/_replay.pyx applies such batches of a rebuild's log straight to the tables;
 collector/_table_chains.pyx groups a table's blocks by chain for a reset's prefix groups,
 _table_counts.pyx counts a before map's hashes against a table for a recovery point;
 collector/_zmq_recv.pyx receives a whole message with libzmq's own calls, _batch_rank.pyx reads
@@ -57,6 +58,7 @@ setup(
             Extension("kvscope.collector._table_chains", ["collector/_table_chains.pyx"]),
             Extension("kvscope.collector._table_counts", ["collector/_table_counts.pyx"]),
             Extension("kvscope.collector._wire_fast", ["collector/_wire_fast.pyx"]),
+            Extension("kvscope.collector._replay", ["collector/_replay.pyx"]),
             Extension("kvscope.collector._batch_rank", ["collector/_batch_rank.pyx"]),
             Extension("kvscope.storage._token_granules", ["storage/_token_granules.pyx"]),
             Extension("kvscope.storage._log_columns", ["storage/_log_columns.pyx"]),

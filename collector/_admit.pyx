@@ -42,12 +42,19 @@ def admit(limits, dict tables, batch):
     Counted event by event, a BlockStored counts all its blocks as new and all its contents
     (tokens, extra keys) as kept: an upper bound, with no lookup per hash. After an
     AllBlocksCleared the map is counted from empty."""
+    cdef list events = batch.events
+    if not roomy(limits, tables, len(events), batch.payload_bytes):
+        _count(limits, tables, events)
+
+
+cdef int roomy(limits, dict tables, Py_ssize_t n_events, Py_ssize_t size) except -1:
+    """1 when a batch of `n_events` events decoded from `size` bytes (0: unknown) cannot take a
+    map of `tables` past `limits`, whatever it holds; 0 when its events must be counted."""
     if limits is not _limits:
         _read(limits)
-    cdef list events = batch.events
-    cdef Py_ssize_t size = batch.payload_bytes, held_blocks = 0, held_content = 0
+    cdef Py_ssize_t held_blocks = 0, held_content = 0
     cdef TableCore table
-    if size and len(tables) + len(events) <= _max_tables:
+    if size and len(tables) + n_events <= _max_tables:
         for value in tables.values():
             table = <TableCore?>value
             held_blocks += table._slot_of._size
@@ -56,8 +63,8 @@ def admit(limits, dict tables, batch):
             held_blocks + size <= _max_blocks
             and held_content + CONTENT_PER_BYTE * size <= _max_content
         ):
-            return
-    _count(limits, tables, events)
+            return 1
+    return 0
 
 
 cdef _count(limits, dict tables, list events):

@@ -35,6 +35,32 @@ cdef struct Columns:
     Py_ssize_t slots
 
 
+# The child lists: a parent's first child, and each child's siblings, doubly linked.
+cdef inline void _link(Columns* c, int32_t parent_slot, int32_t child) noexcept:
+    """Make `child` the first of `parent_slot`'s children."""
+    cdef int32_t head = c.first_child[parent_slot]
+    c.next_sibling[child] = head
+    c.prev_sibling[child] = NO_SLOT
+    if head != NO_SLOT:
+        c.prev_sibling[head] = child
+    c.first_child[parent_slot] = child
+
+
+cdef inline void _unlink(Columns* c, int32_t parent_slot, int32_t child) noexcept:
+    cdef int32_t prev = c.prev_sibling[child], following = c.next_sibling[child]
+    if prev == NO_SLOT:
+        c.first_child[parent_slot] = following
+    else:
+        c.next_sibling[prev] = following
+    if following != NO_SLOT:
+        c.prev_sibling[following] = prev
+
+
+cdef inline bint _is_uint32_array(object values) noexcept:
+    # What the wire's fast decoder hands over; checked in C, not by reading `.typecode`.
+    return isinstance(values, carray.array) and (<carray.array>values).ob_descr.typecode == b"I"
+
+
 cdef inline void* column_data(carray.array column) noexcept:
     return column.data.as_voidptr
 
@@ -75,6 +101,15 @@ cdef class TableCore:
     cdef int _unroot(self, bytes key, int32_t slot) except -1
     cdef int _grow(self) except -1
     cdef int _reserve_tokens(self, int32_t slot) except -1
+
+    # The writes on C values: `store_chain` and `remove` wrap them, the fused replay
+    # (collector/_replay.pyx) calls them straight from a payload's bytes.
+    cdef int _store(
+        self, const uint64_t* hashes, Py_ssize_t n, bint has_parent, uint64_t parent_hash,
+        bint with_tokens, const uint32_t* chunk_tokens, Py_ssize_t block_size, double ts,
+        lora_name, extra_keys, raw_hashes, raw_parent,
+    ) except -1
+    cdef int _remove(self, const uint64_t* hashes, Py_ssize_t n) except -1
 
     # What the compiled writes call back for the rare cases; BlockTable defines them in Python.
     # Keep a block's LoRA name and extra keys (and flag FOREIGN_EXTRA):

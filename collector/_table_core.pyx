@@ -3,7 +3,8 @@
 two writes.
 
 `TableCore` is `BlockTable`'s state as C fields, with the ingest hot path: `store_chain` and
-`remove`, every BlockStored and BlockRemoved. They work on the table's `array` columns through
+`remove`, every BlockStored and BlockRemoved (thin wrappers of `_store` and `_remove`, which
+take C values: the fused replay, collector/_replay.pyx, calls those straight). They work on the table's `array` columns through
 their buffers and do the common cases (a new block under a cached parent; dropping a leaf) in
 C; the rare ones (orphans rejoining, dropping an inner block, LoRA and extra keys) call back the
 hooks that _table_core.pxd declares and `BlockTable` defines. The hash -> slot index is a
@@ -31,30 +32,17 @@ TOKENS_STEP_MIN_BYTES = 1 << 20
 """The tokens column grows by at most this much at a time, unless 1/16 of it is more: blocks of a
 few thousand tokens must not reserve GROW_MIN blocks' worth of room."""
 
-# --- BlockTable's hot writes ------------------------------------------------------------------
-cdef inline void _link(Columns* c, int32_t parent_slot, int32_t child) noexcept:
-    """Make `child` the first of `parent_slot`'s children."""
-    cdef int32_t head = c.first_child[parent_slot]
-    c.next_sibling[child] = head
-    c.prev_sibling[child] = NO_SLOT
-    if head != NO_SLOT:
-        c.prev_sibling[head] = child
-    c.first_child[parent_slot] = child
+cdef carray.array _UINT64 = array.array("Q")
 
 
-cdef inline void _unlink(Columns* c, int32_t parent_slot, int32_t child) noexcept:
-    cdef int32_t prev = c.prev_sibling[child], following = c.next_sibling[child]
-    if prev == NO_SLOT:
-        c.first_child[parent_slot] = following
-    else:
-        c.next_sibling[prev] = following
-    if following != NO_SLOT:
-        c.prev_sibling[following] = prev
-
-
-cdef inline bint _is_uint32_array(object values) noexcept:
-    # What the wire's fast decoder hands over; checked in C, not by reading `.typecode`.
-    return isinstance(values, carray.array) and (<carray.array>values).ob_descr.typecode == b"I"
+cdef carray.array _uint64s(list hashes):
+    """`hashes` as C uint64s: OverflowError or TypeError for one that is not."""
+    cdef Py_ssize_t n = len(hashes), i
+    cdef carray.array out = carray.clone(_UINT64, n, False)
+    cdef uint64_t* data = <uint64_t*>out.data.as_voidptr
+    for i in range(n):
+        data[i] = hashes[i]
+    return out
 
 
 cdef int _extend(carray.array column, Py_ssize_t n, bint ones) except -1:
@@ -193,39 +181,40 @@ cdef class TableCore:
         take_columns(self, &c)
         _unlink(&c, parent_slot, child)
 
-    def store_chain(
-        self,
-        list hashes,
-        parent,
-        token_ids,
-        Py_ssize_t block_size,
-        double ts,
-        lora_name=None,
-        extra_keys=None,
-        raw_hashes=None,
-        raw_parent=None,
-    ):
+    def store_chain(self, list hashes, parent, token_ids, Py_ssize_t block_size, double ts,
+                    lora_name=None, extra_keys=None, raw_hashes=None, raw_parent=None):
         """Apply one `BlockStored`: block i's parent is block i-1, block 0's is `parent`.
 
         Its fields are as collector/wire_rules.py admits them, and the map's limits were checked
         before (collector/limits.py): nothing here refuses a batch halfway."""
-        cdef Py_ssize_t n = len(hashes), i, bs, saturated = 0
-        cdef uint32_t ms = self._ms(ts)
-        if self.block_size == 0 and block_size > 0:
-            self.block_size = block_size  # (no tokens are held before: the column is empty)
-        tokens = None
+        cdef Py_ssize_t n = len(hashes)
+        cdef carray.array c_hashes = _uint64s(hashes)  # (before any change: an int may not fit)
+        cdef carray.array tokens = None
         if block_size and len(token_ids) == n * block_size:
             try:
                 tokens = token_ids if _is_uint32_array(token_ids) else array.array("I", token_ids)
             except (OverflowError, TypeError):
-                tokens = None
-        cdef bint same_size = tokens is not None and block_size == self.block_size
+                pass
+        self._store(
+            <uint64_t*>c_hashes.data.as_voidptr, n, parent is not None,
+            parent if parent is not None else 0, tokens is not None,
+            NULL if tokens is None else tokens.data.as_uints, block_size, ts, lora_name,
+            extra_keys, raw_hashes, raw_parent,
+        )
+
+    cdef int _store(
+        self, const uint64_t* hashes, Py_ssize_t n, bint has_parent, uint64_t parent_hash,
+        bint with_tokens, const uint32_t* chunk_tokens, Py_ssize_t block_size, double ts,
+        lora_name, extra_keys, raw_hashes, raw_parent,
+    ) except -1:
+        """`store_chain` on C values: `chunk_tokens`, when `with_tokens` (else NULL), holds
+        `block_size` (> 0) token ids per hash."""
+        cdef Py_ssize_t i, bs, saturated = 0
+        cdef uint32_t ms = self._ms(ts)
+        if self.block_size == 0 and block_size > 0:
+            self.block_size = block_size  # (no tokens are held before: the column is empty)
+        cdef bint same_size = with_tokens and block_size == self.block_size
         cdef uint8_t has_tokens = HAS_TOKENS if same_size else 0
-        cdef uint32_t* chunk_tokens = NULL
-        cdef carray.array tokens_array
-        if tokens is not None:
-            tokens_array = tokens
-            chunk_tokens = tokens_array.data.as_uints
         bs = self.block_size
         cdef TokenColumn token_column = self._token_column
         if same_size:
@@ -235,8 +224,6 @@ cdef class TableCore:
         take_columns(self, &c)
         cdef list free = self._free
         cdef dict waiting = self._waiting
-        cdef bint has_parent = parent is not None
-        cdef uint64_t parent_hash = parent if has_parent else 0
         cdef int32_t parent_slot = NO_SLOT
         cdef Py_ssize_t found
         if has_parent:
@@ -299,12 +286,12 @@ cdef class TableCore:
                         self._reserve_tokens(slot)
                     token_column.put(slot, &chunk_tokens[i * block_size])
                 else:
-                    self._odd_tokens[slot] = (<char*>&chunk_tokens[i * block_size])[: block_size * 4]
+                    self._odd_tokens[slot] = (<const char*>&chunk_tokens[i * block_size])[: block_size * 4]
                     self.side_bytes += block_size * 4
                     c.flags[slot] |= ASIDE
                 if not has_parent:
                     self._roots.setdefault(
-                        (<char*>&chunk_tokens[i * block_size])[: block_size * 4], {}
+                        (<const char*>&chunk_tokens[i * block_size])[: block_size * 4], {}
                     )[slot] = None
             if extras:
                 extra = extra_keys[i] if extra_keys and i < len(extra_keys) else None
@@ -312,37 +299,43 @@ cdef class TableCore:
                     self._set_extras(slot, lora_name, extra)
                     c.flags[slot] |= ASIDE
             if raw_hashes is not None:
-                self._raw[hashes[i]] = raw_hashes[i]
+                self._raw[block_hash] = raw_hashes[i]
                 if i == 0 and raw_parent is not None:
                     self._raw_parent[slot] = raw_parent
                     c.flags[slot] |= ASIDE
-            if waiting and hashes[i] in waiting:
+            if waiting and block_hash in waiting:
                 # Earlier orphans named this block as parent: Python rejoins them (rare).
                 self.hittable_count += hittable_added
                 self.orphan_count += orphans_added
                 hittable_added = orphans_added = 0
-                self._adopt(hashes[i], slot)
+                self._adopt(block_hash, slot)
             has_parent, parent_hash, parent_slot = True, block_hash, slot
         self.copies += n - saturated
         self.saturated_stores += saturated
         self.hittable_count += hittable_added
         self.orphan_count += orphans_added
+        return 0
 
     def remove(self, list block_hashes):
         """Apply one `BlockRemoved`: one copy of each hash is gone."""
+        cdef carray.array c_hashes = _uint64s(block_hashes)
+        self._remove(<uint64_t*>c_hashes.data.as_voidptr, len(block_hashes))
+
+    cdef int _remove(self, const uint64_t* hashes, Py_ssize_t n) except -1:
+        """`remove` on C values (the fused replay's too)."""
         cdef SlotMap slot_of = self._slot_of
         cdef Columns c
         take_columns(self, &c)
         cdef list free = self._free
-        cdef Py_ssize_t unknown = 0, copies_gone = 0, hittable_gone = 0, found, parent_found
+        cdef Py_ssize_t unknown = 0, copies_gone = 0, hittable_gone = 0, found, parent_found, i
         cdef int32_t slot, parent_slot
         cdef uint32_t left
         cdef uint8_t slot_flags
         cdef uint64_t block_hash
-        for key in block_hashes:
-            slot_of._prefetch(key)
-        for key in block_hashes:
-            block_hash = key
+        for i in range(n):
+            slot_of._prefetch(hashes[i])
+        for i in range(n):
+            block_hash = hashes[i]
             found = slot_of._find(block_hash)
             if found < 0:
                 unknown += 1
@@ -372,7 +365,7 @@ cdef class TableCore:
                     hittable_gone += 1
                 c.flags[slot] = 0
                 if self._raw:
-                    self._raw.pop(key, None)
+                    self._raw.pop(block_hash, None)
                 free.append(slot)
             elif (
                 not slot_flags & HAS_PARENT
@@ -385,14 +378,15 @@ cdef class TableCore:
                 hittable_gone += 1
                 c.flags[slot] = 0
                 if self._raw:
-                    self._raw.pop(key, None)
+                    self._raw.pop(block_hash, None)
                 free.append(slot)
             else:
                 # An inner block, or an orphan: Python relinks what hangs from it (rare).
                 self.hittable_count -= hittable_gone
                 hittable_gone = 0
-                self._drop_block(key, slot, parent_slot)
+                self._drop_block(block_hash, slot, parent_slot)
                 take_columns(self, &c)
         self.unknown_removals += unknown
         self.copies -= copies_gone
         self.hittable_count -= hittable_gone
+        return 0

@@ -189,12 +189,7 @@ cdef int check_stored_extras(Reader* r, Event* e, Py_ssize_t n_hashes) noexcept 
 cdef class _LastKey:
     """The interned table key of the last (medium, group_idx) seen, by their bytes: events
     mostly share one, so most cost neither a str nor a lookup. Kept across batches: table keys
-    are interned for good."""
-
-    cdef bytes medium  # None: nil
-    cdef bint group_nil
-    cdef int64_t group
-    cdef object key
+    are interned for good. (Its fields are in _wire_fast.pxd.)"""
 
     cdef object key_of(self, Reader* r, Event* e):
         """The key of event `e`, or None if its medium or group_idx is of the wrong type."""
@@ -244,66 +239,122 @@ cdef class _LastKey:
 cdef _LastKey _last_key = _LastKey()
 
 
-cdef object stored(Reader* r, Event* e, object key, int64_t max_block_size):
-    """The BlocksStored of event `e`, as the slow path builds it; None if a field is off."""
-    cdef list hashes = []
-    cdef uint64_t parent_hash
-    cdef int64_t block_size = 0
-    cdef Py_ssize_t n, n_tokens, span
+cdef int count_uints(Reader* r, Py_ssize_t pos, bint tokens, Py_ssize_t* n) noexcept nogil:
+    """How many items the array at `pos` holds, each checked as `read_hashes` (`tokens`:
+    `read_tokens`) reads it: 0, or -1 if one is not such an int."""
+    cdef Reader f = at(r, pos)
+    cdef Py_ssize_t k
+    cdef uint64_t v
+    if read_array(&f, n) < 0:
+        return -1
+    for k in range(n[0]):
+        if read_uint64(&f, &v) < 0 or (tokens and v >> 32):
+            return -1
+    return 0
+
+
+cdef int check_stored(Reader* r, Event* e, int64_t max_block_size,
+                      StoredFields* s) noexcept nogil:
+    """0 when the fields of BlockStored `e` but lora_name are as the slow path takes them, read
+    into `s`; -1 if one is off."""
     cdef Reader f
-    cdef object parent = None, tokens, lora_name
-    if take_hashes(r, e, hashes) < 0:
-        return None
-    n = len(hashes)
-    if check_stored_extras(r, e, n) < 0:
-        return None
+    cdef Py_ssize_t span
+    if e.hashes_state == HELD:
+        s.n_hashes = e.n_hashes
+    elif e.hashes_state != UNREAD or count_uints(r, e.at[F_HASHES], False, &s.n_hashes) < 0:
+        return -1
+    if check_stored_extras(r, e, s.n_hashes) < 0:
+        return -1
+    s.has_parent = False
     if e.at[F_PARENT] >= 0:
         f = at(r, e.at[F_PARENT])
         if not read_nil(&f):
-            if read_uint64(&f, &parent_hash) < 0:
-                return None
-            parent = PyLong_FromUnsignedLongLong(parent_hash)
+            if read_uint64(&f, &s.parent) < 0:
+                return -1
+            s.has_parent = True
+    s.block_size = 0
     if e.at[F_BLOCK_SIZE] >= 0:
         f = at(r, e.at[F_BLOCK_SIZE])
-        if read_int64(&f, &block_size) < 0 or not 0 <= block_size <= max_block_size:
-            return None
+        if read_int64(&f, &s.block_size) < 0 or not 0 <= s.block_size <= max_block_size:
+            return -1
+    s.n_tokens = 0
     if e.at[F_TOKENS] >= 0:
-        tokens = take_tokens(r, e)
-        if tokens is None:
-            return None
-    else:
-        tokens = clone(_UINT32, 0, False)
+        if e.tokens_state == HELD:
+            s.n_tokens = e.n_tokens
+        elif e.tokens_state != UNREAD or count_uints(r, e.at[F_TOKENS], True, &s.n_tokens) < 0:
+            return -1
     # As many token ids as the blocks hold: none, block_size per hash, or whole blocks more
     # (wire_rules.token_ids_of).
-    n_tokens, span = len(tokens), block_size * n
-    if n_tokens and n_tokens != span and not (
-        block_size and n_tokens % block_size == 0 and n_tokens > span
+    span = s.block_size * s.n_hashes
+    if s.n_tokens and s.n_tokens != span and not (
+        s.block_size and s.n_tokens % s.block_size == 0 and s.n_tokens > span
     ):
+        return -1
+    if e.at[F_CACHE_SALT] >= 0:
+        f = at(r, e.at[F_CACHE_SALT])
+        if not read_nil(&f):
+            return -1  # SGLang's salt joins the extra keys: the slow path's work
+    return 0
+
+
+cdef object stored(Reader* r, Event* e, object key, int64_t max_block_size):
+    """The BlocksStored of event `e`, as the slow path builds it; None if a field is off."""
+    cdef StoredFields s
+    cdef list hashes = []
+    cdef object tokens, lora_name
+    if check_stored(r, e, max_block_size, &s) < 0:
         return None
     lora_name = optional_str(r, e.at[F_LORA_NAME], MAX_LORA_NAME_BYTES)
     if lora_name is _BAD:
         return None
-    if e.at[F_CACHE_SALT] >= 0:
-        f = at(r, e.at[F_CACHE_SALT])
-        if not read_nil(&f):
-            return None  # SGLang's salt joins the extra keys: the slow path's work
+    take_hashes(r, e, hashes)
+    tokens = take_tokens(r, e) if e.at[F_TOKENS] >= 0 else clone(_UINT32, 0, False)
     return BlocksStored(
-        hashes, parent, tokens, PyLong_FromLongLong(block_size), key, lora_name, None
+        hashes,
+        PyLong_FromUnsignedLongLong(s.parent) if s.has_parent else None,
+        tokens,
+        PyLong_FromLongLong(s.block_size),
+        key,
+        lora_name,
+        None,
     )
+
+
+cdef int read_head(Reader* r, Py_ssize_t* n_top, double* ts,
+                   Py_ssize_t* n_events) noexcept nogil:
+    """A batch's array header, ts and events' array header: 0, or -1 to decline."""
+    if read_array(r, n_top) < 0 or n_top[0] < 2:
+        return -1
+    # NaN fails the comparison too
+    if read_float(r, ts) < 0 or not fabs(ts[0]) <= MAX_ABS_TS or read_array(r, n_events) < 0:
+        return -1
+    return 0
+
+
+cdef int read_tail(Reader* r, Py_ssize_t n_top, bint* rank_nil, int64_t* rank) noexcept nogil:
+    """What follows a batch's events: its rank, if there, then fields a later vLLM may add, to
+    the payload's end. 0, or -1 to decline."""
+    cdef Py_ssize_t k
+    rank_nil[0] = n_top < 3 or read_nil(r)
+    if not rank_nil[0]:
+        if read_int64(r, rank) < 0 or not 0 <= rank[0] <= MAX_RANK:
+            return -1
+    for k in range(n_top - 3):  # fields of a later vLLM: msgspec skips them too
+        if skip(r, 1) < 0:
+            return -1
+    return 0 if r.pos == r.end else -1  # trailing bytes
 
 
 cdef object decode(Reader* r, object seq, int64_t max_block_size):
     cdef Py_ssize_t n_top, n_events, k
     cdef double ts
     cdef int64_t rank_value
+    cdef bint rank_nil
     cdef Event e
     cdef list events = []
-    cdef object rank = None, key, event
+    cdef object key, event
     cdef object removal = None  # the last event, when it is a removal: the next may join it
-    if read_array(r, &n_top) < 0 or n_top < 2:
-        return None
-    # NaN fails the comparison too
-    if read_float(r, &ts) < 0 or not fabs(ts) <= MAX_ABS_TS or read_array(r, &n_events) < 0:
+    if read_head(r, &n_top, &ts, &n_events) < 0:
         return None
     for k in range(n_events):
         if scan_event(r, &e) < 0:
@@ -331,16 +382,9 @@ cdef object decode(Reader* r, object seq, int64_t max_block_size):
             if take_hashes(r, &e, removal.hashes) < 0:
                 return None
             events.append(removal)
-    if n_top >= 3 and not read_nil(r):
-        if read_int64(r, &rank_value) < 0 or not 0 <= rank_value <= MAX_RANK:
-            return None
-        rank = PyLong_FromLongLong(rank_value)
-    for k in range(n_top - 3):  # fields of a later vLLM: msgspec skips them too
-        if skip(r, 1) < 0:
-            return None
-    if r.pos != r.end:
-        return None  # trailing bytes
-    return Batch(seq, ts, rank, events, 0, r.end)
+    if read_tail(r, n_top, &rank_nil, &rank_value) < 0:
+        return None
+    return Batch(seq, ts, None if rank_nil else PyLong_FromLongLong(rank_value), events, 0, r.end)
 
 
 def decode_map_batch(payload, seq, int64_t max_block_size):

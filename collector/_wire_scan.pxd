@@ -9,7 +9,6 @@ from kvscope.collector._msgpack cimport (
     Reader,
     at,
     read_array,
-    read_be,
     read_map,
     read_str,
     skip,
@@ -82,7 +81,8 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
     skip() fails. Anything but an array of ints >= 0 is left to skip(), from the value's start:
     the scan must step over what it steps over (the tag, which decides if the field matters, may
     come later)."""
-    cdef Py_ssize_t start = r.pos, n, k
+    cdef Py_ssize_t start = r.pos, n, k, pos, end = r.end, width
+    cdef const uint8_t* p = r.p
     cdef uint8_t b
     cdef uint64_t v
     cdef int state = HELD
@@ -91,30 +91,32 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
     elif n > cap:
         state = UNREAD
     else:
+        # The cursor in locals, not through `r`: the compiler keeps them in registers.
+        pos = r.pos
         for k in range(n):
-            if r.pos >= r.end:
+            if pos >= end:
                 return -1
-            b = r.p[r.pos]
-            r.pos += 1
-            # A constant width per branch: each read_be unrolls.
+            b = p[pos]
+            pos += 1
             if b <= 0x7F:
                 v = b
-            elif b == 0xCC:
-                if read_be(r, 1, &v) < 0:
+            elif 0xCC <= b <= 0xD3:  # uint8..64, int8..64 (one without its sign bit is ours)
+                width = 1 << ((b - 0xCC) & 3)
+                if end - pos < width:
                     return -1
-            elif b == 0xCD:
-                if read_be(r, 2, &v) < 0:
-                    return -1
-            elif b == 0xCE:
-                if read_be(r, 4, &v) < 0:
-                    return -1
-            elif b == 0xCF:
-                if read_be(r, 8, &v) < 0:
-                    return -1
-            elif 0xD0 <= b <= 0xD3:  # int8..int64: read_uint64 takes one without its sign bit
-                if read_be(r, 1 << (b - 0xD0), &v) < 0:
-                    return -1
-                if v >> ((8 << (b - 0xD0)) - 1):
+                v = p[pos]
+                if width >= 2:
+                    v = (v << 8) | p[pos + 1]
+                    if width >= 4:
+                        v = (v << 16) | (<uint64_t>p[pos + 2] << 8) | p[pos + 3]
+                        if width == 8:
+                            v = (
+                                (v << 32) | (<uint64_t>p[pos + 4] << 24)
+                                | (<uint64_t>p[pos + 5] << 16) | (<uint64_t>p[pos + 6] << 8)
+                                | p[pos + 7]
+                            )
+                pos += width
+                if b >= 0xD0 and v >> (8 * width - 1):
                     state = DECLINED
                     break
             else:
@@ -127,6 +129,7 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
                 (<uint32_t*>buf)[k] = <uint32_t>v
             else:
                 (<uint64_t*>buf)[k] = v
+        r.pos = pos
         if state == HELD:
             count[0] = n
             return HELD

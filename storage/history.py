@@ -1,9 +1,10 @@
 """Reading the store: the map of any stream at any past instant, and whether it is known whole.
 
 A map is rebuilt from the newest checkpoint at or before the instant plus the logged batches
-after it, through the same decoder and map code as live traffic, so it is the map the collector
-held at that instant, hash for hash. Whether that map was complete is said too: a degraded or
-incomplete interval covering the instant makes it unknown.
+after it, through the same decoder checks and table writes as live traffic (fused, without the
+objects between: collector/_replay.pyx), so it is the map the collector held at that instant,
+hash for hash. Whether that map was complete is said too: a degraded or incomplete interval
+covering the instant makes it unknown.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from kvscope.collector._replay import replay
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.snapshot import decode_map
 from kvscope.collector.snapshot_delta import decode_delta_map
 from kvscope.collector.types import StreamId
-from kvscope.collector.wire import BatchDecoder
 from kvscope.storage import batch_log, schema
 
 
@@ -145,13 +146,12 @@ def rebuild(conn: Connection, position: Position, stream: StreamId) -> RebuiltMa
     else:
         prefix_map = PrefixMap(stream)
         after = -1
-    decode, apply, epoch = BatchDecoder().decode, prefix_map.apply, position.epoch
-    replayed = 0
-    for seq, payload in batch_log.payloads_between(
-        conn, position.stream_id, epoch, after, position.seq
-    ):
-        apply(decode(payload, seq), epoch)
-        replayed += 1
+    # As decode + apply of each batch, without the objects between (collector/_replay.pyx).
+    replayed = replay(
+        prefix_map,
+        batch_log.payloads_between(conn, position.stream_id, position.epoch, after, position.seq),
+        position.epoch,
+    )
     return RebuiltMap(
         map=prefix_map,
         position=position,

@@ -1,0 +1,307 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""`replay`: logged batches applied to a map as `PrefixMap.apply(BatchDecoder.decode(...))`
+would, without the per-event objects and per-hash ints in between.
+
+A rebuild (storage/history.py) replays thousands of batches; decoding each to a `Batch` and
+applying that cost ~10 us a batch, mostly in objects made only to be read once. Here a batch the
+compiled decoder takes (collector/_wire_fast.pyx; its checks are shared through _wire_fast.pxd,
+so exactly those batches) is read in two passes over its bytes: the first checks all of it and
+keeps its hashes and tokens as C values, the second applies them through the tables' C writes
+(TableCore._store/_remove, which `store_chain` and `remove` wrap). A batch that is not the
+decoder's (another layout, bytes or signed hashes, a LoRA name, extra keys), or that brings
+the map near its limits, is decoded and applied as ever. Nothing is applied before the whole
+batch is known good, so the map is the one decode + apply leaves, and raises where it raises.
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+from kvscope.collector._admit cimport roomy
+from kvscope.collector._msgpack cimport Reader, at, read_array, read_nil, read_uint64
+from kvscope.collector._table_core cimport TableCore
+from kvscope.collector._wire_fast cimport (
+    StoredFields,
+    _LastKey,
+    check_stored,
+    read_head,
+    read_tail,
+)
+from kvscope.collector._wire_scan cimport (
+    CLEARED,
+    F_HASHES,
+    F_LORA_NAME,
+    F_TOKENS,
+    HELD,
+    STORED,
+    UNREAD,
+    Event,
+    scan_event,
+)
+
+from kvscope.collector.block_table import BlockTable
+from kvscope.collector.sink import ClearReason
+from kvscope.collector.wire import BatchDecoder
+
+cdef object _ALL_BLOCKS_CLEARED = ClearReason.ALL_BLOCKS_CLEARED
+
+
+cdef struct Op:
+    # One event of a batch, as `Batch.events` holds it (consecutive removals from a table are
+    # one), its hashes and tokens in the batch's scratch buffers.
+    int kind
+    Py_ssize_t key  # index in the batch's keys
+    Py_ssize_t hashes, n_hashes
+    Py_ssize_t tokens  # -1: none kept (store_chain keeps block_size per hash, or none)
+    bint has_parent
+    uint64_t parent
+    Py_ssize_t block_size
+
+
+cdef inline int _reserve(void** buf, Py_ssize_t* cap, Py_ssize_t need, size_t item) except -1:
+    """Room for `need` items of `item` bytes in `buf` (grown by doubling)."""
+    if need > cap[0]:
+        _grow(buf, cap, need, item)
+    return 0
+
+
+cdef int _grow(void** buf, Py_ssize_t* cap, Py_ssize_t need, size_t item) except -1:
+    cdef Py_ssize_t grown = max(need, 2 * cap[0], 64)
+    cdef void* more = PyMem_Realloc(buf[0], grown * item)
+    if more == NULL:
+        raise MemoryError()
+    buf[0], cap[0] = more, grown
+    return 0
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _Replay:
+    """One replay's state: the batch read by the first pass, and counters not yet added."""
+
+    cdef object prefix_map, limits, epoch
+    cdef int64_t max_block_size
+    cdef _LastKey last_key
+    cdef Event event
+    cdef Op* ops
+    cdef uint64_t* hashes
+    cdef uint32_t* tokens
+    cdef Py_ssize_t ops_cap, hashes_cap, tokens_cap, n_ops, n_hashes, n_tokens
+    cdef list keys  # the batch's table keys, in order, one per run of events that share one
+    cdef Py_ssize_t n_keys  # (the list is overwritten in place, not emptied: no realloc a batch)
+    # The table of the last batch's last key, while the map's tables are that dict (an entry of
+    # it is never replaced: a clear replaces the dict).
+    cdef dict last_tables
+    cdef object last_table_key
+    cdef TableCore last_table
+    # Added to the map's counters at `flush`: before a clear or a batch applied the usual way.
+    cdef Py_ssize_t batches, stored_events, removed_events, cleared_events
+    cdef Py_ssize_t stored_blocks, removed_blocks
+    cdef double last_ts
+    cdef bint pending  # some counter above is not added yet
+
+    def __cinit__(self, prefix_map, epoch):
+        self.prefix_map, self.epoch = prefix_map, epoch
+        self.limits = prefix_map.limits
+        self.max_block_size = self.limits.max_block_size
+        self.last_key = _LastKey()
+        self.keys = []
+
+    def __dealloc__(self):
+        PyMem_Free(self.ops)
+        PyMem_Free(self.hashes)
+        PyMem_Free(self.tokens)
+
+    cdef int flush(self) except -1:
+        if not self.pending:
+            return 0
+        c = self.prefix_map.counters
+        c.batches += self.batches
+        c.stored_events += self.stored_events
+        c.removed_events += self.removed_events
+        c.cleared_events += self.cleared_events
+        c.stored_blocks += self.stored_blocks
+        c.removed_blocks += self.removed_blocks
+        c.last_ts = self.last_ts
+        self.batches = self.stored_events = self.removed_events = self.cleared_events = 0
+        self.stored_blocks = self.removed_blocks = 0
+        self.pending = False
+        return 0
+
+    # --- the first pass: the whole batch checked, its values kept ------------------------------
+    cdef Op* add_op(self, int kind, Py_ssize_t key) except NULL:
+        _reserve(<void**>&self.ops, &self.ops_cap, self.n_ops + 1, sizeof(Op))
+        cdef Op* op = &self.ops[self.n_ops]
+        self.n_ops += 1
+        op.kind, op.key, op.hashes, op.n_hashes, op.tokens = kind, key, self.n_hashes, 0, -1
+        return op
+
+    cdef int take_hashes(self, Reader* r, Event* e, Op* op) except -2:
+        """Appends event `e`'s hashes to `op`'s: 0, or -1 if one is not an unsigned 64-bit int."""
+        cdef Reader f
+        cdef Py_ssize_t n, k
+        if e.hashes_state == HELD:
+            n = e.n_hashes
+            _reserve(<void**>&self.hashes, &self.hashes_cap, self.n_hashes + n, 8)
+            memcpy(&self.hashes[self.n_hashes], e.hashes, n * 8)
+        elif e.hashes_state == UNREAD:  # longer than the scan's buffer
+            f = at(r, e.at[F_HASHES])
+            if read_array(&f, &n) < 0:
+                return -1
+            _reserve(<void**>&self.hashes, &self.hashes_cap, self.n_hashes + n, 8)
+            for k in range(n):
+                if read_uint64(&f, &self.hashes[self.n_hashes + k]) < 0:
+                    return -1
+        else:
+            return -1
+        self.n_hashes += n
+        op.n_hashes += n
+        return 0
+
+    cdef int take_tokens(self, Reader* r, Event* e, Op* op, Py_ssize_t n) except -1:
+        """Keeps the `n` token ids of `e` (checked by check_stored) for `op`."""
+        cdef Reader f
+        cdef Py_ssize_t k, length
+        cdef uint64_t t = 0
+        _reserve(<void**>&self.tokens, &self.tokens_cap, self.n_tokens + n, 4)
+        if e.tokens_state == HELD:
+            memcpy(&self.tokens[self.n_tokens], e.tokens, n * 4)
+        else:
+            f = at(r, e.at[F_TOKENS])
+            read_array(&f, &length)
+            for k in range(n):
+                read_uint64(&f, &t)
+                self.tokens[self.n_tokens + k] = <uint32_t>t
+        op.tokens = self.n_tokens
+        self.n_tokens += n
+        return 0
+
+    cdef int read(self, bytes payload, double* ts) except -2:
+        """The first pass: 0 when the batch is the compiled decoder's, with no LoRA name; -1
+        to leave it to decode + apply."""
+        cdef Reader r, f
+        cdef Event* e = &self.event
+        cdef StoredFields s
+        cdef Py_ssize_t n_top, n_events, k, last_removal = -1
+        cdef int64_t rank
+        cdef bint rank_nil
+        cdef Op* op
+        cdef list keys = self.keys
+        cdef object key, last = None
+        r.p = <const uint8_t*>PyBytes_AS_STRING(payload)
+        r.pos, r.end = 0, PyBytes_GET_SIZE(payload)
+        self.n_ops = self.n_hashes = self.n_tokens = self.n_keys = 0
+        if read_head(&r, &n_top, ts, &n_events) < 0:
+            return -1
+        for k in range(n_events):
+            if scan_event(&r, e) < 0:
+                return -1
+            if e.kind == CLEARED:
+                self.add_op(CLEARED, -1)
+                last_removal = -1
+                continue
+            key = self.last_key.key_of(&r, e)
+            if key is None:
+                return -1
+            if key is not last:
+                if self.n_keys < len(keys):
+                    keys[self.n_keys] = key
+                else:
+                    keys.append(key)
+                self.n_keys += 1
+                last = key
+            if e.kind == STORED:
+                last_removal = -1
+                if check_stored(&r, e, self.max_block_size, &s) < 0:
+                    return -1
+                f = at(&r, e.at[F_LORA_NAME])
+                if e.at[F_LORA_NAME] >= 0 and not read_nil(&f):
+                    return -1  # kept aside per block: the usual way's
+                op = self.add_op(STORED, self.n_keys - 1)
+                op.has_parent, op.parent, op.block_size = s.has_parent, s.parent, s.block_size
+                self.take_hashes(&r, e, op)
+                if s.block_size and s.n_tokens == s.n_hashes * s.block_size:
+                    self.take_tokens(&r, e, op, s.n_tokens)
+                continue
+            # Consecutive removals from one table are one event, as the decoders make them.
+            if last_removal < 0 or not (
+                keys[self.ops[last_removal].key] is key or keys[self.ops[last_removal].key] == key
+            ):
+                last_removal = self.n_ops
+                self.add_op(e.kind, self.n_keys - 1)
+            if self.take_hashes(&r, e, &self.ops[last_removal]) < 0:
+                return -1
+        return read_tail(&r, n_top, &rank_nil, &rank)
+
+    # --- the second pass: `PrefixMap.apply` of the batch read ----------------------------------
+    cdef int apply(self, object seq, double ts) except -1:
+        cdef Py_ssize_t i
+        cdef Op* op
+        cdef TableCore table = self.last_table
+        cdef object key, ts_value = ts
+        cdef dict tables = self.prefix_map.tables
+        cdef object last = self.last_table_key if tables is self.last_tables else None
+        self.batches += 1
+        self.last_ts = ts
+        self.pending = True
+        for i in range(self.n_ops):
+            op = &self.ops[i]
+            if op.kind == CLEARED:
+                self.cleared_events += 1
+                self.flush()  # what `on_clear` may read
+                self.prefix_map.clear(_ALL_BLOCKS_CLEARED, seq, ts_value, self.epoch, False, None)
+                tables = self.prefix_map.tables  # later events go to the emptied map
+                last = None
+                self.pending = True  # (last_ts, and what follows)
+                continue
+            key = self.keys[op.key]
+            if key is not last:
+                last = key
+                table = tables.get(key)
+                if table is None:
+                    table = tables[key] = BlockTable(key, ts_value)
+            if op.kind == STORED:
+                table._store(
+                    &self.hashes[op.hashes], op.n_hashes, op.has_parent, op.parent,
+                    op.tokens >= 0, &self.tokens[op.tokens] if op.tokens >= 0 else NULL,
+                    op.block_size, ts, None, None, None, None,
+                )
+                self.stored_events += 1
+                self.stored_blocks += op.n_hashes
+            else:
+                table._remove(&self.hashes[op.hashes], op.n_hashes)
+                self.removed_events += 1
+                self.removed_blocks += op.n_hashes
+        self.last_tables, self.last_table_key, self.last_table = tables, last, table
+        return 0
+
+    cdef bint fused(self, payload, seq) except -1:
+        """Apply one batch: True, or False to leave it (untouched) to decode + apply."""
+        cdef double ts
+        if type(payload) is not bytes or self.read(payload, &ts) < 0:
+            return False
+        # As `admit` does first; a batch it would have to count goes the usual way.
+        if not roomy(self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload)):
+            return False
+        self.apply(seq, ts)
+        return True
+
+
+def replay(prefix_map, payloads, epoch):
+    """Apply each (seq, payload) of `payloads` to `prefix_map` as
+    `prefix_map.apply(BatchDecoder(prefix_map.limits).decode(payload, seq), epoch)` would: the
+    same map, counters and refusals. Returns how many were applied."""
+    cdef _Replay state = _Replay(prefix_map, epoch)
+    decode, apply = BatchDecoder(prefix_map.limits).decode, prefix_map.apply
+    cdef Py_ssize_t n = 0
+    try:
+        for seq, payload in payloads:
+            if not state.fused(payload, seq):
+                state.flush()
+                apply(decode(payload, seq), epoch)
+            n += 1
+    finally:
+        state.flush()
+    return n
