@@ -222,7 +222,13 @@ cdef class _Replay:
                 op = self.add_op(STORED, self.n_keys - 1)
                 op.has_parent, op.parent, op.block_size = s.has_parent, s.parent, s.block_size
                 self.take_hashes(&r, e, op)
-                if s.block_size and s.n_tokens == s.n_hashes * s.block_size:
+                # No token_ids key and no hashes also passes the count (0 == 0): reading the
+                # absent key would read before the payload.
+                if (
+                    s.block_size
+                    and e.at[F_TOKENS] >= 0
+                    and s.n_tokens == s.n_hashes * s.block_size
+                ):
                     self.take_tokens(&r, e, op, s.n_tokens)
                 continue
             # Consecutive removals from one table are one event, as the decoders make them.

@@ -180,6 +180,14 @@ def test_a_refused_batch_refuses_the_replay_where_apply_refuses() -> None:
     assert run(payloads, LIMITS[0], True)[1] is not None
 
 
+def test_a_store_of_no_blocks_without_token_ids_replays_as_decoded() -> None:
+    # It passes the token count (0 == 0 * 16) though it has no token_ids to read.
+    empty = {"type": "BlockStored", "block_hashes": [], "block_size": 16, "parent_block_hash": 7}
+    chain = {"type": "BlockStored", "block_hashes": [1, 2], "block_size": 16}
+    chain["token_ids"] = list(range(32))
+    assert_same_replay([(0, msgspec.msgpack.encode([1.0, [empty, chain]]))], LIMITS[0])
+
+
 # --- what vLLM 0.33 really sent -------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["lab_3rps_180s", "lab_10rps_300s"])
 def test_captured_streams_replay_to_todays_map(name: str) -> None:
