@@ -74,20 +74,11 @@ class RowQueue(Generic[Row]):
     def put(self, row: Row, droppable: bool, nbytes: int = 0) -> bool:
         """Queue `row` of `nbytes`; a droppable one is refused (False) past a bound. A row
         larger than a bound still gets into an empty queue."""
+        if droppable:
+            return self.put_batch(row, nbytes)
         spill = self.spill
         held = self._bytes_in - self._bytes_out
-        if droppable:
-            if (
-                (spill is not None and spill.active)
-                or self._droppable_in - self._droppable_out >= self.droppable_limit
-                or (held and held + nbytes > self.bytes_limit)
-            ):
-                if spill is None or not spill.put(row):
-                    return False
-                self._others_in += 1
-                return True
-            self._droppable_in += 1
-        elif spill is not None and (
+        if spill is not None and (
             (held and held + nbytes > self.rare_bytes_limit)
             or spill.rows_taken_total < self._last_rare_spilled
         ):
@@ -98,29 +89,32 @@ class RowQueue(Generic[Row]):
             self.rare_spilled_total += 1
             self._others_in += 1
             return True
-        else:
+        self._others_in += 1
+        self._keep(row, nbytes)
+        return True
+
+    def put_batch(self, row: Row, nbytes: int) -> bool:
+        """`put(row, True, nbytes)`, called directly for each batch by the ingest thread."""
+        spill = self.spill
+        held = self._bytes_in - self._bytes_out
+        if (
+            (spill is not None and spill.active)
+            or self._droppable_in - self._droppable_out >= self.droppable_limit
+            or (held and held + nbytes > self.bytes_limit)
+        ):
+            if spill is None or not spill.put(row):
+                return False
             self._others_in += 1
+            return True
+        self._droppable_in += 1
+        self._keep(row, nbytes)
+        return True
+
+    def _keep(self, row: Row, nbytes: int) -> None:
         # Its size first: the consumer pops as many sizes as it finds rows.
         self._sizes.append(nbytes)
         self._bytes_in += nbytes
         self._rows.append(row)
-        return True
-
-    def put_batch(self, row: Row, nbytes: int) -> bool:
-        """`put(row, True, nbytes)`: the ingest thread's call for each batch, its usual case
-        (room in memory, no spill in use) tested first, in as few steps as Python takes."""
-        held = self._bytes_in - self._bytes_out
-        if (
-            self._droppable_in - self._droppable_out < self.droppable_limit
-            and (held + nbytes <= self.bytes_limit or not held)
-            and not (self.spill is not None and self.spill.active)
-        ):
-            self._droppable_in += 1
-            self._sizes.append(nbytes)
-            self._bytes_in += nbytes
-            self._rows.append(row)
-            return True
-        return self.put(row, True, nbytes)
 
     @property
     def put_total(self) -> int:
