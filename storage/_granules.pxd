@@ -28,15 +28,35 @@ cdef class GranuleIndex:
     cdef Granules g
 
 
+cdef extern from *:
+    """
+    /* Bytes of a msgpack int of at most 4 bytes by its first byte, else 0 (a table: a token
+       run reads one per token id). */
+    static const unsigned char kvscope_id_width[256] = {
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 3, 5, 0,
+        2, 3, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    };
+    """
+    const uint8_t kvscope_id_width[256]
+
+
 cdef inline int id_width(uint8_t b) noexcept nogil:
     """Bytes of a msgpack int of at most 4 bytes whose first byte is `b`, else 0."""
-    if b <= 0x7F or b >= 0xE0:
-        return 1
-    if 0xCC <= b <= 0xCE:
-        return 1 + (1 << (b - 0xCC))
-    if 0xD0 <= b <= 0xD2:
-        return 1 + (1 << (b - 0xD0))
-    return 0
+    return kvscope_id_width[b]
 
 
 cdef inline Py_ssize_t ids_bytes(const uint8_t* p, Py_ssize_t end, Py_ssize_t count) noexcept nogil:
