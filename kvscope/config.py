@@ -117,7 +117,7 @@ class StoreConfig:
     checkpoint_delta_share: float = StoreSettings.checkpoint_delta_share
     """> 0: checkpoints as deltas, less disk, slower rebuilds (storage/store_settings.py)."""
     log_chunk_format: int = StoreSettings.log_chunk_format
-    """3: the columnar log, less disk, slower to pack and replay (storage/store_settings.py)."""
+    """3 or 4: the columnar log, less disk, slower to pack and replay (store_settings.py)."""
     lease: bool = False
     """Share the streams with the other collectors on this PostgreSQL through leases
     (storage/leases.py), taking over those of a collector that died."""

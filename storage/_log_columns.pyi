@@ -1,7 +1,12 @@
+from kvscope.storage._granules import GranuleIndex
+
 def split(
-    payloads: list[bytes], verbatim: bool = False
-) -> tuple[tuple[bytes, bytes, bytes, bytes, bytes, bytes], int]: ...
-def join(
-    count: int, sizes: bytes, skel: bytes, refs: bytes, lits: bytes, floats: bytes, toks: bytes
-) -> list[bytes]: ...
+    payloads: list[bytes], verbatim: bool = False, granules: GranuleIndex | None = None
+) -> tuple[tuple[bytes, ...], int]:
+    """(sizes, skeleton, references, literals, floats, tokens), and the granules' numbers
+    with `granules`."""
+
+def join(count: int, *columns: bytes, granules: GranuleIndex | None = None) -> list[bytes]:
+    """`split`'s columns, in its order."""
+
 def xor_planes(data: bytes, inverse: bool = False) -> bytes: ...

@@ -17,6 +17,9 @@ from kvscope.storage._log_buf cimport (
     Buf, get_varint, put, put_nogil, put_varint, put_varint_nogil, reserve, taken
 )
 from kvscope.storage._log_split cimport Hashes, hashes_free, hashes_init, hashes_note
+from kvscope.storage._granules cimport (
+    GranuleIndex, Granules, granules_join, granules_put, ids_bytes
+)
 
 
 cdef enum:
@@ -29,32 +32,6 @@ cdef inline Py_ssize_t be(const uint8_t* p, int width) noexcept nogil:
     for i in range(width):
         v = (v << 8) | p[i]
     return v
-
-
-cdef uint8_t SMALL_INT[256]
-
-
-cdef void _small_ints() noexcept:
-    """Fill `SMALL_INT`: the bytes of an int of at most 4 bytes whose first byte is the index,
-    else 0 (a table: a token run reads one per token id)."""
-    cdef int b
-    for b in range(256):
-        if b <= 0x7F or b >= 0xE0:
-            SMALL_INT[b] = 1
-        elif 0xCC <= b <= 0xCE:
-            SMALL_INT[b] = 1 + (1 << (b - 0xCC))
-        elif 0xD0 <= b <= 0xD2:
-            SMALL_INT[b] = 1 + (1 << (b - 0xD0))
-        else:
-            SMALL_INT[b] = 0
-
-
-_small_ints()
-
-
-cdef inline int small_int(uint8_t b) noexcept nogil:
-    """Bytes of an int of at most 4 bytes whose first byte is `b`, else 0."""
-    return SMALL_INT[b]
 
 
 cdef Py_ssize_t token(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
@@ -96,25 +73,11 @@ cdef Py_ssize_t token(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
     return n
 
 
-cdef Py_ssize_t token_run(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
-                          Py_ssize_t items) noexcept nogil:
-    """Bytes of `items` ints of at most 4 bytes from `pos`, else -1."""
-    cdef Py_ssize_t k, start = pos
-    cdef int w
-    for k in range(items):
-        if pos >= end:
-            return -1
-        w = small_int(p[pos])
-        if w == 0 or w > end - pos:
-            return -1
-        pos += w
-    return pos - start
-
-
 cdef int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs, Buf* lits,
-                   Buf* floats, Buf* toks, Hashes* h, uint8_t* prev_float) noexcept nogil:
-    """One payload into the columns: 0, -1 if it is not msgpack the walk reads whole, -2 if
-    memory ran out."""
+                   Buf* floats, Buf* toks, Hashes* h, uint8_t* prev_float, const Granules* g,
+                   Buf* grefs) noexcept nogil:
+    """One payload into the columns (a token run's granules into `grefs` where `g` is
+    given: format 4): 0, -1 if it is not msgpack the walk reads whole, -2 if memory ran out."""
     cdef Py_ssize_t pos = 0, n, items, k
     cdef uint64_t v
     cdef uint8_t b
@@ -148,37 +111,43 @@ cdef int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs, Buf* 
             return -2
         pos += n
         if items > 0:
-            n = token_run(p, pos, end, items)
+            n = ids_bytes(p + pos, end - pos, items)
             if n > 0:
                 b = MARK
-                if put_nogil(skel, &b, 1) < 0 or put_nogil(toks, p + pos, n) < 0:
+                if put_nogil(skel, &b, 1) < 0:
+                    return -2
+                if g != NULL:
+                    if granules_put(g, p + pos, n, items, toks, grefs) < 0:
+                        return -2
+                elif put_nogil(toks, p + pos, n) < 0:
                     return -2
                 pos += n
     return 0
 
 
 cdef int split_all(const uint8_t** ptrs, Py_ssize_t* lens, Py_ssize_t count, bint verbatim,
-                   Buf* sizes, Buf** bufs, Hashes* h, Py_ssize_t* kept) noexcept nogil:
+                   Buf* sizes, Buf** bufs, Hashes* h, Py_ssize_t* kept,
+                   const Granules* g) noexcept nogil:
     """Every payload into the columns (`bufs`: skeleton, references, literals, floats,
-    tokens); -1 if memory ran out."""
+    tokens, granules); -1 if memory ran out."""
     cdef uint8_t prev_float[8]
     cdef uint8_t saved[8]
-    cdef Py_ssize_t marks[5]
+    cdef Py_ssize_t marks[6]
     cdef Py_ssize_t hn, k, n
     cdef int i, done
     memset(prev_float, 0, 8)
     for k in range(count):
         n = lens[k]
-        for i in range(5):
+        for i in range(6):
             marks[i] = bufs[i].n
         hn = h.n
         memcpy(saved, prev_float, 8)
         done = -1 if verbatim else split_one(ptrs[k], n, bufs[0], bufs[1], bufs[2], bufs[3],
-                                             bufs[4], h, prev_float)
+                                             bufs[4], h, prev_float, g, bufs[5])
         if done == -2:
             return -1
         if done < 0:
-            for i in range(5):
+            for i in range(6):
                 bufs[i].n = marks[i]
             h.n = hn
             memcpy(prev_float, saved, 8)
@@ -192,15 +161,16 @@ cdef int split_all(const uint8_t** ptrs, Py_ssize_t* lens, Py_ssize_t count, bin
     return 0
 
 
-def split(list payloads, bint verbatim=False):
-    """`payloads` as (sizes, skeleton, references, literals, floats, tokens) and the count kept
-    verbatim; all verbatim if `verbatim`. The walk runs without the GIL (`payloads` holds
-    the bytes meanwhile)."""
-    cdef Buf sizes, skel, refs, lits, floats, toks
+def split(list payloads, bint verbatim=False, GranuleIndex granules=None):
+    """`payloads` as (sizes, skeleton, references, literals, floats, tokens), and the
+    granules' numbers with `granules` (format 4), and the count kept verbatim; all verbatim if
+    `verbatim`. The walk runs without the GIL (`payloads` holds the bytes meanwhile)."""
+    cdef Buf sizes, skel, refs, lits, floats, toks, grefs
+    cdef const Granules* g = NULL if granules is None else &granules.g
     cdef Hashes h
     cdef Py_ssize_t total = 0, kept = 0, count = len(payloads), k
     cdef bytes payload
-    cdef Buf* all_bufs[5]
+    cdef Buf* all_bufs[6]
     cdef int i, failed
     cdef const uint8_t** ptrs = <const uint8_t**>malloc((count + 1) * sizeof(uint8_t*))
     cdef Py_ssize_t* lens = <Py_ssize_t*>malloc((count + 1) * sizeof(Py_ssize_t))
@@ -211,12 +181,14 @@ def split(list payloads, bint verbatim=False):
     memset(&lits, 0, sizeof(Buf))
     memset(&floats, 0, sizeof(Buf))
     memset(&toks, 0, sizeof(Buf))
+    memset(&grefs, 0, sizeof(Buf))
     memset(&h, 0, sizeof(Hashes))
     all_bufs[0] = &skel
     all_bufs[1] = &refs
     all_bufs[2] = &lits
     all_bufs[3] = &floats
     all_bufs[4] = &toks
+    all_bufs[5] = &grefs
     try:
         if ptrs == NULL or lens == NULL:
             raise MemoryError()
@@ -227,14 +199,15 @@ def split(list payloads, bint verbatim=False):
             total += lens[k]
         hashes_init(&h, total // 9)
         with nogil:
-            failed = split_all(ptrs, lens, count, verbatim, &sizes, all_bufs, &h, &kept)
+            failed = split_all(ptrs, lens, count, verbatim, &sizes, all_bufs, &h, &kept, g)
         if failed:
             raise MemoryError()
-        return (taken(&sizes), taken(&skel), taken(&refs), taken(&lits), taken(&floats),
-                taken(&toks)), kept
+        parts = (taken(&sizes), taken(&skel), taken(&refs), taken(&lits), taken(&floats),
+                 taken(&toks))
+        return (parts if g == NULL else parts + (taken(&grefs),)), kept
     finally:
         hashes_free(&h)
-        for i in range(5):
+        for i in range(6):
             free(all_bufs[i].p)
         free(sizes.p)
         free(ptrs)
@@ -246,7 +219,8 @@ cdef int join_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, Buf* out,
                   const uint8_t* lits, Py_ssize_t* lp, Py_ssize_t le,
                   const uint8_t* floats, Py_ssize_t* fp, Py_ssize_t fe,
                   const uint8_t* toks, Py_ssize_t* tp, Py_ssize_t te,
-                  Buf* seen, uint8_t* prev_float) except -2:
+                  Buf* seen, uint8_t* prev_float, const Granules* g,
+                  const uint8_t* grefs, Py_ssize_t* gp, Py_ssize_t ge) except -2:
     # The skeleton's bytes that come back as they are go out a run at a time, from `run`.
     cdef Py_ssize_t n, items, k, run = pos
     cdef uint64_t back, v
@@ -291,7 +265,14 @@ cdef int join_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, Buf* out,
             put(out, s + run, pos - run)
             pos += 1
             run = pos
-            n = token_run(toks, tp[0], te, items)
+            if g != NULL:
+                n = granules_join(g, items, toks, tp, te, grefs, gp, ge, out)
+                if n == -2:
+                    raise MemoryError()
+                if n < 0:
+                    return -1
+                continue
+            n = ids_bytes(toks + tp[0], te - tp[0], items)
             if n <= 0:
                 return -1
             put(out, toks + tp[0], n)
@@ -301,11 +282,12 @@ cdef int join_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, Buf* out,
 
 
 def join(Py_ssize_t count, bytes sizes, bytes skel, bytes refs, bytes lits, bytes floats,
-         bytes toks):
-    """The `count` payloads `split` made these columns of; ValueError if they do not hold them
-    all, exactly."""
+         bytes toks, bytes grefs=b"", GranuleIndex granules=None):
+    """The `count` payloads `split` made these columns of (with `granules`: the index it was
+    given); ValueError if they do not hold them all, exactly."""
     cdef Buf out, seen
-    cdef Py_ssize_t sp = 0, zp = 0, rp = 0, lp = 0, fp = 0, tp = 0, k, n, start
+    cdef Py_ssize_t sp = 0, zp = 0, rp = 0, lp = 0, fp = 0, tp = 0, gp = 0, k, n, start
+    cdef const Granules* g = NULL if granules is None else &granules.g
     cdef uint64_t size
     cdef uint8_t prev_float[8]
     cdef const uint8_t* s = skel
@@ -327,11 +309,11 @@ def join(Py_ssize_t count, bytes sizes, bytes skel, bytes refs, bytes lits, byte
                 put(&out, s + sp, n)
             elif join_one(s, sp, sp + n, &out, refs, &rp, len(refs), lits, &lp, len(lits),
                           floats, &fp, len(floats), toks, &tp, len(toks), &seen,
-                          prev_float) < 0:
+                          prev_float, g, grefs, &gp, len(grefs)) < 0:
                 raise ValueError("log columns: a payload does not come back whole")
             sp += n
-        if (sp, zp, rp, lp, fp, tp) != (len(skel), len(sizes), len(refs), len(lits),
-                                        len(floats), len(toks)):
+        if (sp, zp, rp, lp, fp, tp, gp) != (len(skel), len(sizes), len(refs), len(lits),
+                                            len(floats), len(toks), len(grefs)):
             raise ValueError("log columns: bytes left over")
         starts.append(out.n)
         for k in range(count):

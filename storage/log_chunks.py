@@ -13,7 +13,8 @@ Format 2 compresses a chunk against its stream's dictionary (storage/log_diction
 digest it names: a stream's token content recurs far beyond what one chunk can see. Its bytes
 are `FORMAT_2_MAGIC`, the digest's length (0: no dictionary) and the digest, then the zstd frame.
 Format 1 is a bare zstd frame, read as before. Format 3 (storage/log_columns.py) splits the
-batches into columns that compress apart, the token ids against the same dictionary.
+batches into columns that compress apart, the token ids against the same dictionary; format 4
+also names the token blocks that dictionary holds by their number there.
 """
 
 from __future__ import annotations
@@ -30,14 +31,15 @@ import msgspec
 import zstandard
 
 from kvscope.storage import log_columns
-from kvscope.storage.log_columns import FORMAT_3_MAGIC
+from kvscope.storage._granules import GranuleIndex
+from kvscope.storage.log_columns import FORMAT_3_MAGIC, FORMAT_4_MAGIC
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.rows import LogRow
 
 CHUNK_FORMAT = 2
 """The format written unless a store is set to another (`StoreSettings.log_chunk_format`)."""
-WRITABLE_FORMATS = (1, 2, 3)
-SETTABLE_FORMATS = (2, 3)
+WRITABLE_FORMATS = (1, 2, 3, 4)
+SETTABLE_FORMATS = (2, 3, 4)
 """The formats a store may be set to write: 1 has no dictionary, and is left to migrations."""
 MAX_CHUNK_BATCHES = 2000
 MAX_CHUNK_RAW_BYTES = 2 << 20
@@ -49,8 +51,8 @@ ZSTD_LEVEL = 1
 DICTIONARY_ZSTD_LEVEL = 3
 """Format 2's: level 1 finds few of the matches a dictionary offers (benchmarks/store.py)."""
 TOKENS_ZSTD_LEVEL = 4
-"""Format 3's token ids: level 4 finds more of the dictionary's matches than 3, and 5 to 8 far
-fewer (benchmarks/_store_disk.py's stream)."""
+"""Formats 3 and 4's token ids: level 4 finds more of the dictionary's matches than 3, and 5
+to 8 far fewer (benchmarks/_store_disk.py's stream)."""
 _LOG_FIELDS = 6
 """A `LogRow`'s: stream, epoch, seq, ts, receive time, payload."""
 FORMAT_2_MAGIC = b"KVL2"
@@ -95,11 +97,14 @@ class ChunkRow(NamedTuple):
 
 
 COLUMNS = ("stream_id", *ChunkRow._fields[1:])
+_NAMING = (FORMAT_2_MAGIC, FORMAT_3_MAGIC, FORMAT_4_MAGIC)
+"""The formats whose chunks name a dictionary."""
+_COLUMNAR = (FORMAT_3_MAGIC, FORMAT_4_MAGIC)
 
 
 def named_dictionary(data: bytes) -> bytes | None:
     """The digest of the dictionary a chunk's bytes were compressed against, if any."""
-    if data[:4] not in (FORMAT_2_MAGIC, FORMAT_3_MAGIC) or len(data) < 5:
+    if data[:4] not in _NAMING or len(data) < 5:
         return None
     return bytes(data[5 : 5 + data[4]]) or None
 
@@ -117,9 +122,10 @@ class Chunk:
             if dictionary is None or dictionary.digest != named:
                 raise ChunkError(f"log chunk needs dictionary {named.hex()}, not given")
             zdict = dictionary.zstd
-        if data[:4] == FORMAT_3_MAGIC and len(data) >= 5:
+        if data[:4] in _COLUMNAR and len(data) >= 5:
+            granules = None if zdict is None or dictionary is None else dictionary.granules
             try:
-                seqs, ts, recv_ts, payloads = log_columns.open_columns(data, zdict)
+                seqs, ts, recv_ts, payloads = log_columns.open_columns(data, zdict, granules)
             except (zstandard.ZstdError, ValueError, IndexError) as exc:
                 raise ChunkError(f"not a log chunk: {exc}") from exc
             self._columns(seqs, ts, recv_ts, payloads)
@@ -192,8 +198,11 @@ def pack(
     for start, end in _bounds(streams, epochs, ts, payloads):
         run_seqs, run_ts = array("q", seqs[start:end]), array("d", ts[start:end])
         run_recv = array("d", recv_ts[start:end])
-        if fmt == 3:
-            frames.append(log_columns.columns(run_seqs, run_ts, run_recv, payloads[start:end])[0])
+        if fmt >= 3:
+            granules = _granules(fmt, (dictionaries or {}).get(streams[start]))
+            frames.append(
+                log_columns.columns(run_seqs, run_ts, run_recv, payloads[start:end], granules)[0]
+            )
             raw = b""
         else:
             raw = msgspec.msgpack.encode(
@@ -208,7 +217,7 @@ def pack(
                 min(run_ts),
                 max(run_ts),
                 end - start,
-                sum(map(len, frames[-1])) if fmt == 3 else len(raw),
+                sum(map(len, frames[-1])) if fmt >= 3 else len(raw),
                 raw,
                 min(run_recv),
                 max(run_recv),
@@ -220,8 +229,8 @@ def pack(
             [chunk.data for chunk in made]
         )
         return [chunk._replace(data=packed[i].tobytes()) for i, chunk in enumerate(made)]
-    if fmt == 3:
-        return _pack_format_3(made, frames, dictionaries or {})
+    if fmt >= 3:
+        return _pack_columns(made, frames, dictionaries or {})
     return _pack_format_2(made, dictionaries or {})
 
 
@@ -251,19 +260,29 @@ def _compress_all(
     return [packed[i].tobytes() for i in range(len(items))]
 
 
-def _pack_format_3(
+def _granules(fmt: int, dictionary: Dictionary | None) -> GranuleIndex | None:
+    if fmt == 3:
+        return None
+    return log_columns.NO_GRANULES if dictionary is None else dictionary.granules
+
+
+def _pack_columns(
     made: list[ChunkRow], frames: list[list[bytes]], dictionaries: Mapping[Any, Dictionary]
 ) -> list[ChunkRow]:
+    """Formats 3 and 4: the token frame against the dictionary, the others without."""
     # One call per compressor over all the chunks' frames: the GIL goes once per call.
-    tokens = log_columns.TOKENS
-    plain = _compress_all(None, [frame for chunk in frames for frame in chunk[:tokens]])
-    packed = [plain[i * tokens : (i + 1) * tokens] for i in range(len(made))]
+    tokens, n = log_columns.TOKENS, len(frames[0]) - 1
+    plain = _compress_all(
+        None, [f for chunk in frames for f in chunk[:tokens] + chunk[tokens + 1 :]]
+    )
+    packed = [plain[i * n : (i + 1) * n] for i in range(len(made))]
     out = list(made)
     for dictionary, where in _by_dictionary(made, dictionaries).items():
         done = _compress_all(dictionary, [frames[i][tokens] for i in where], TOKENS_ZSTD_LEVEL)
         digest = b"" if dictionary is None else dictionary.digest
         for k, i in enumerate(where):
-            data = log_columns.assemble(digest, made[i].batches, [*packed[i], done[k]])
+            ordered = [*packed[i][:tokens], done[k], *packed[i][tokens:]]
+            data = log_columns.assemble(digest, made[i].batches, ordered)
             out[i] = made[i]._replace(data=data, dictionary=digest or None)
     return out
 

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import zstandard
 
+from kvscope.storage._granules import GranuleIndex
 from kvscope.storage._token_granules import note_token_runs
 
 GRANULE = 16
@@ -47,7 +48,7 @@ STORED_LEVEL = 3
 class Dictionary:
     """A raw-content zstd dictionary, named by its content's digest."""
 
-    __slots__ = ("digest", "zstd", "_level", "_kept")
+    __slots__ = ("digest", "zstd", "_level", "_kept", "_granules")
 
     def __init__(self, content: bytes) -> None:
         self.digest = digest_of(content)
@@ -56,6 +57,16 @@ class Dictionary:
         self._level: int | None = None
         self._kept: tuple[int, int, zstandard.ZstdCompressor] | None = None
         """(thread, level, compressor): the last compressor made, for that thread only."""
+        self._granules: GranuleIndex | None = None
+
+    @property
+    def granules(self) -> GranuleIndex:
+        """The content's granules by their bytes (log chunk format 4), made once: a race makes
+        two equal ones, and one assignment keeps either."""
+        made = self._granules
+        if made is None:
+            made = self._granules = GranuleIndex(self.content)
+        return made
 
     @property
     def content(self) -> bytes:

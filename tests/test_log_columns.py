@@ -128,23 +128,30 @@ def test_recordings_come_back_byte_for_byte_none_verbatim(name: str) -> None:
 
 
 def test_0015_down_rewrites_format_3_chunks_in_format_2_and_up_again(store_url: str) -> None:
-    engine, sid = store_at(store_url, "0015")
+    down_and_up(store_url, "0015", 3, FORMAT_3_MAGIC, FORMAT_2_MAGIC)
+
+
+def down_and_up(store_url: str, at: str, fmt: int, magic: bytes, down_magic: bytes) -> None:
+    """A log written in `fmt` at revision `at` comes back the same batches one revision down
+    (its chunks in the format that starts with `down_magic`), and up again."""
+    engine, sid = store_at(store_url, at)
     pool = token_pool(random.Random(6), 40)
     rows = [(A, 0, *r[2:]) for r in block_log(random.Random(6), 400, pool)]
-    writer = RowWriter(None, lambda *_: None, lambda *_: None, packer=LogPacker(ratio=0.5, fmt=3))
+    packer = LogPacker(ratio=0.5, fmt=fmt)
+    writer = RowWriter(None, lambda *_: None, lambda *_: None, packer=packer)
     for start in range(0, len(rows), 100):
         write(engine, writer, rows[start : start + 100])
     with engine.connect() as conn:
         before = stored_dictionaries(conn)
         stored = conn.execute(sa.text("SELECT data FROM log_chunks")).scalars().all()
     assert len(before[1]) > 0
-    assert stored and all(bytes(d).startswith(FORMAT_3_MAGIC) for d in stored)
-    downgrade(engine, "0014")
+    assert stored and all(bytes(d).startswith(magic) for d in stored)
+    downgrade(engine, f"{int(at) - 1:04d}")
     with engine.connect() as conn:
         stored = conn.execute(sa.text("SELECT data FROM log_chunks")).scalars().all()
         assert stored_dictionaries(conn) == before  # the same dictionaries, still named
         down = [tuple(b.batch) for b in batch_log.all_batches(conn, sid)]
-    assert all(bytes(d).startswith(FORMAT_2_MAGIC) for d in stored)
+    assert all(bytes(d).startswith(down_magic) for d in stored)
     assert down == [(r[2], r[3], r[4], r[5]) for r in rows]
     upgrade(engine)
     with engine.connect() as conn:

@@ -173,10 +173,14 @@ def retokened(frames: list[bytes], pool: list[list[int]]) -> list[bytes]:
     return [*frames[:-1], msgspec.msgpack.encode([ts, events, *rest])]
 
 
-def test_every_instant_rebuilds_through_the_dictionaries(store_url: str) -> None:
+@pytest.mark.parametrize("fmt", SETTABLE_FORMATS)
+def test_every_instant_rebuilds_through_the_dictionaries(store_url: str, fmt: int) -> None:
     pool = token_pool(random.Random(1), 200)
     settings = StoreSettings(
-        checkpoint_every_batches=700, rows_per_transaction=300, log_dictionary_ratio=0.5
+        checkpoint_every_batches=700,
+        rows_per_transaction=300,
+        log_dictionary_ratio=0.5,
+        log_chunk_format=fmt,
     )
     writer = StoreWriter(open_store(store_url), settings)
     samples: dict[int, dict[tuple[int, int], int]] = {}

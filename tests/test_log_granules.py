@@ -1,0 +1,84 @@
+"""Format 4 log chunks: a token block found among the stream dictionary's granules is stored as
+its number there, and every payload still comes back byte for byte, whatever the dictionary
+holds; migration 0016 takes them back to format 3 and up again."""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvscope.storage.log_chunks import Chunk, pack
+from kvscope.storage.log_columns import FORMAT_3_MAGIC, FORMAT_4_MAGIC
+from kvscope.storage.log_dictionary import Dictionary
+from kvscope.storage.rows import LogRow
+from tests.test_log_columns import ANY_MSGPACK, SETTINGS, down_and_up, rows_of
+from tests.test_log_dictionary import A, block_log, runs_of, token_pool
+from tests.wire_fast_strategies import batch, encoded
+
+
+def unpacked(rows: list[LogRow], fmt: int, dictionary: Dictionary | None) -> list[LogRow]:
+    chunks = pack(rows, fmt, {} if dictionary is None else {A: dictionary})
+    assert all(c.data.startswith(FORMAT_4_MAGIC) for c in chunks) or fmt != 4
+    return [
+        (A, 0, *chunk.batch(i))
+        for c in chunks
+        for chunk in [Chunk(c.data, dictionary)]
+        for i in range(len(chunk))
+    ]
+
+
+def pool_dictionary(pool: list[list[int]]) -> Dictionary:
+    return Dictionary(b"".join(run for block in pool for run in runs_of(block)))
+
+
+def test_blocks_in_the_dictionary_come_back_and_cost_a_number_each() -> None:
+    rng = random.Random(7)
+    pool = token_pool(rng, 2000)
+    rows = block_log(rng, 600, pool)
+    dictionary = pool_dictionary(pool)
+    assert unpacked(rows, 4, dictionary) == rows
+    size = {fmt: sum(len(c.data) for c in pack(rows, fmt, {A: dictionary})) for fmt in (3, 4)}
+    assert size[4] < 0.95 * size[3]
+
+
+def test_a_dictionary_of_anything_still_gives_every_payload_back() -> None:
+    rng = random.Random(8)
+    pool = token_pool(rng, 50)
+    rows = block_log(rng, 200, pool)
+    for content in (b"", rng.randbytes(5000), b"\xcf" * 100, pool_dictionary(pool).content[7:]):
+        assert unpacked(rows, 4, Dictionary(content)) == rows
+    assert unpacked(rows, 4, None) == rows
+
+
+@SETTINGS
+@given(st.data())
+def test_vllm_shaped_batches_come_back_against_their_own_content(data: st.DataObject) -> None:
+    values = data.draw(st.lists(batch(data.draw(st.booleans())), min_size=1, max_size=6))
+    payloads = [encoded(data, v) for v in values]
+    content = b"".join(payloads)  # granules wherever the bytes happen to parse as ones
+    rows = rows_of(payloads)
+    assert unpacked(rows, 4, Dictionary(content)) == rows
+
+
+@SETTINGS
+@given(st.lists(ANY_MSGPACK, min_size=1, max_size=6), st.lists(st.binary(max_size=30)))
+def test_any_msgpack_and_any_bytes_come_back(values: list[object], junk: list[bytes]) -> None:
+    payloads = [msgspec.msgpack.encode(v) for v in values]
+    rows = rows_of(payloads + junk)
+    assert unpacked(rows, 4, Dictionary(b"".join(payloads))) == rows
+
+
+def test_0016_down_rewrites_format_4_chunks_in_format_3_and_up_again(store_url: str) -> None:
+    down_and_up(store_url, "0016", 4, FORMAT_4_MAGIC, FORMAT_3_MAGIC)
+
+
+@pytest.mark.parametrize("fmt", [3, 4])
+def test_every_format_reads_alongside_the_others(fmt: int) -> None:
+    rng = random.Random(9)
+    pool = token_pool(rng, 100)
+    rows = block_log(rng, 300, pool)
+    assert unpacked(rows, fmt, pool_dictionary(pool)) == rows
