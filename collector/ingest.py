@@ -44,7 +44,7 @@ from kvscope.collector.sink import (
     Span,
 )
 from kvscope.collector.stream_counters import StreamCounters
-from kvscope.collector.types import AllCleared, StreamId
+from kvscope.collector.types import AllCleared, Batch, StreamId
 from kvscope.collector.wire import BatchDecoder
 
 logger = logging.getLogger(__name__)
@@ -157,15 +157,20 @@ class StreamIngest(ReplayRules):
         self._request_replay(start, now, verify_seq=self.last_seq if start else None)
         return self.take_replay_request()
 
-    def live_frames(self, frames: list[bytes], now: float) -> ReplayRequest | None:
-        """One message from the SUB socket: [topic, seq, payload]."""
+    def live_frames(
+        self, frames: list[bytes], now: float, decoded: Batch | None = None
+    ) -> ReplayRequest | None:
+        """One message from the SUB socket: [topic, seq, payload]. `decoded`: its batch, if the
+        fleet's router decoded it already (`BatchDecoder.decode`)."""
         try:
-            return self._live_frames(frames, now)
+            return self._live_frames(frames, now, decoded)
         except Exception as exc:  # one batch must not stop the stream
             self._failed("live", exc, frames, now)
             return self.take_replay_request()
 
-    def _live_frames(self, frames: list[bytes], now: float) -> ReplayRequest | None:
+    def _live_frames(
+        self, frames: list[bytes], now: float, decoded: Batch | None
+    ) -> ReplayRequest | None:
         self.last_message_at = now
         self._messages += 1
         if len(frames) != 3:
@@ -183,7 +188,8 @@ class StreamIngest(ReplayRules):
         if self._replay is not None:
             hold(self._replay, [(seq, payload)])  # a replay asked for while releasing
         elif seq == self.expected:
-            self._apply(seq, payload, now)  # in order, nearly every batch: no rules to weigh
+            # in order, nearly every batch: no rules to weigh
+            self._apply(seq, payload, now, decoded)
         else:
             self._accept(seq, payload, now)
         return self.take_replay_request()
@@ -271,7 +277,7 @@ class StreamIngest(ReplayRules):
     def _degrade(self, reason: str, from_seq: int, to_seq: int | None, now: float) -> None:
         self._degradation.degrade(reason, from_seq, to_seq, now, self.epoch)
 
-    def _apply(self, seq: int, payload: bytes, now: float) -> None:
+    def _apply(self, seq: int, payload: bytes, now: float, decoded: Batch | None = None) -> None:
         self.expected = seq + 1
         self.last_seq = seq
         self._recent.add(seq, payload)
@@ -281,7 +287,7 @@ class StreamIngest(ReplayRules):
             return
         errors: list[MalformedPayload] = []
         try:
-            batch = self.decoder.decode(payload, seq, errors)
+            batch = self.decoder.decode(payload, seq, errors, decoded)
         except MalformedPayload as exc:
             self._malformed(exc.kind, seq, exc.detail)
             self._degrade("undecodable batch", seq, seq, now)
