@@ -162,36 +162,31 @@ class StreamIngest(ReplayRules):
     ) -> ReplayRequest | None:
         """One message from the SUB socket: [topic, seq, payload]. `decoded`: its batch, if the
         fleet's router decoded it already (`BatchDecoder.decode`)."""
+        # One frame per call, not two: called for every message (a try costs nothing here).
         try:
-            return self._live_frames(frames, now, decoded)
+            self.last_message_at = now
+            self._messages += 1
+            if len(frames) != 3:
+                self._malformed(MalformedKind.FRAME_COUNT, None, f"{len(frames)} frames")
+                return None
+            _topic, seq_frame, payload = frames
+            seq = self._seq_of(seq_frame)
+            if seq is None:
+                return None
+            if self._replay is not None:
+                if can_hold(self._replay, payload):
+                    hold(self._replay, [(seq, payload)])
+                    return None
+                self._replay_failed("too many live batches held during replay", now)
+            if self._replay is not None:
+                hold(self._replay, [(seq, payload)])  # a replay asked for while releasing
+            elif seq == self.expected:
+                # in order, nearly every batch: no rules to weigh
+                self._apply(seq, payload, now, decoded)
+            else:
+                self._accept(seq, payload, now)
         except Exception as exc:  # one batch must not stop the stream
             self._failed("live", exc, frames, now)
-            return self.take_replay_request()
-
-    def _live_frames(
-        self, frames: list[bytes], now: float, decoded: Batch | None
-    ) -> ReplayRequest | None:
-        self.last_message_at = now
-        self._messages += 1
-        if len(frames) != 3:
-            self._malformed(MalformedKind.FRAME_COUNT, None, f"{len(frames)} frames")
-            return None
-        _topic, seq_frame, payload = frames
-        seq = self._seq_of(seq_frame)
-        if seq is None:
-            return None
-        if self._replay is not None:
-            if can_hold(self._replay, payload):
-                hold(self._replay, [(seq, payload)])
-                return None
-            self._replay_failed("too many live batches held during replay", now)
-        if self._replay is not None:
-            hold(self._replay, [(seq, payload)])  # a replay asked for while releasing
-        elif seq == self.expected:
-            # in order, nearly every batch: no rules to weigh
-            self._apply(seq, payload, now, decoded)
-        else:
-            self._accept(seq, payload, now)
         return self.take_replay_request()
 
     def replay_frames(self, frames: list[bytes], now: float) -> bool:
@@ -305,7 +300,7 @@ class StreamIngest(ReplayRules):
             quiet = self._quiet
             if not quiet[0] <= ts < quiet[1]:
                 self._quiet = sink.instant(self.stream, ts, self.map)
-        degraded = self._degradation.current is not None
+        degraded = bool(self._degradation.open)  # `current is not None`, without its call
         try:
             changes = self.map.apply(batch, self.epoch, degraded, now)
         except MalformedPayload as exc:  # over a limit: refused whole, nothing applied
