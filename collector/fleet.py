@@ -22,7 +22,7 @@ import msgspec
 from kvscope.collector._batch_rank import scan_rank
 from kvscope.collector.endpoints import offset_port
 from kvscope.collector.sink import ResumePoint
-from kvscope.collector.types import StreamId
+from kvscope.collector.types import Batch, StreamId
 
 DEFAULT_TOPIC_PATTERN = r"kv@(?P<ip>[^@]+):(?P<port>\d+)@(?P<model>.+)"
 """The llm-d / KServe topic: `kv@<pod-ip>:<port>@<model>`."""
@@ -132,9 +132,13 @@ MAX_RANK = 1 << 16
 ingest's own checks see it."""
 
 
-def batch_rank(payload: bytes) -> int:
+def batch_rank(payload: bytes, decoded: Batch | None = None) -> int:
     """The DP rank a batch names (its events skipped, not decoded); 0 when it names none or
-    cannot be read: the ingest then counts the batch as malformed on rank 0's stream."""
+    cannot be read: the ingest then counts the batch as malformed on rank 0's stream.
+    `decoded`: what the compiled decoder made of `payload`, if it took it: its rank is the one
+    msgspec reads, within wire_rules' bound (below MAX_RANK)."""
+    if decoded is not None:
+        return decoded.rank or 0
     scanned = scan_rank(payload, MAX_RANK)  # vLLM's shape, without msgspec's structs
     if scanned >= 0:
         return scanned

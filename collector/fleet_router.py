@@ -1,8 +1,10 @@
 """Which stream a fleet's message belongs to: (topic, DP rank in the batch) -> a `StreamId`.
 
 Socket-free, like the ingest: the collector hands it each message from the fleet's bound SUB
-and registers a stream for each new route it returns. What it refuses is counted by reason
-and logged at most once per interval per reason (collector/ratelog.py), never raised.
+and registers a stream for each new route it returns. The rank is read from the batch as the
+compiled decoder makes it, which the stream then applies: each message is decoded once. What it
+refuses is counted by reason and logged at most once per interval per reason
+(collector/ratelog.py), never raised.
 """
 
 from __future__ import annotations
@@ -13,18 +15,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from kvscope.collector._batch_rank import scan_rank
-from kvscope.collector.fleet import (
-    MAX_RANK,
-    FleetSettings,
-    Publisher,
-    TopicPattern,
-    decoded_rank,
-)
+from kvscope.collector._wire_fast import decode_map_batch
+from kvscope.collector.fleet import FleetSettings, Publisher, TopicPattern, batch_rank
+from kvscope.collector.limits import DEFAULT_LIMITS
 from kvscope.collector.ratelog import RateLimitedLog
-from kvscope.collector.types import StreamId
+from kvscope.collector.replay import SEQ_BYTES
+from kvscope.collector.types import Batch, StreamId
 
 logger = logging.getLogger(__name__)
+
+MAX_BLOCK_SIZE = DEFAULT_LIMITS.max_block_size
 
 
 class Refusal(StrEnum):
@@ -67,31 +67,39 @@ class FleetRouter:
 
     def route(self, frames: list[bytes]) -> Route | None:
         """The stream of one message, or None (counted) when it belongs to none."""
+        return self.route_batch(frames)[0]
+
+    def route_batch(self, frames: list[bytes]) -> tuple[Route | None, Batch | None]:
+        """`route`, and the message's batch if the compiled decoder took it, for the stream to
+        apply (`StreamIngest.live_frames`) instead of decoding it again. Decoded with the
+        default limits, which every stream's decoder has."""
         if len(frames) != 3:
             self._refuse(Refusal.FRAME_COUNT, frames[0] if frames else b"")
-            return None
-        topic, _seq, payload = frames
-        rank = scan_rank(payload, MAX_RANK)  # fleet.batch_rank, inline: once per message
-        if rank < 0:
-            rank = decoded_rank(payload)
+            return None, None
+        topic, seq, payload = frames
+        batch = None
+        if len(seq) == SEQ_BYTES:  # else the stream refuses the message before decoding it
+            batch = decode_map_batch(payload, int.from_bytes(seq, "big"), MAX_BLOCK_SIZE)
+        # fleet.batch_rank, inline for the batches the decoder takes: once per message
+        rank = (batch.rank or 0) if batch is not None else batch_rank(payload)
         known = self._routes.get((topic, rank))
         if known is not None:
-            return known
+            return known, batch
         publisher = self._publishers.get(topic) or self.pattern.match(topic)
         if publisher is None:
             self._refuse(Refusal.UNMATCHED, topic)
-            return None
+            return None, None
         if len(self._routes) >= self.settings.max_publishers:
             self._refuse(Refusal.FULL, topic)
-            return None
+            return None, None
         stream = publisher.stream(rank)
         if stream in self._taken:
             self._refuse(Refusal.NAME_TAKEN, topic)
-            return None
+            return None, None
         self._publishers[topic] = publisher
         self._routes[(topic, rank)] = Route(stream, None, False)
         self._taken.add(stream)
-        return Route(stream, publisher.replay_endpoint(rank), True)
+        return Route(stream, publisher.replay_endpoint(rank), True), batch
 
     def forget(self, stream: StreamId, why: Refusal | None = None) -> None:
         """The stream is not (or no longer) followed: its next message routes as new."""

@@ -44,7 +44,7 @@ from kvscope.collector.sink import (
     Span,
 )
 from kvscope.collector.stream_counters import StreamCounters
-from kvscope.collector.types import AllCleared, StreamId
+from kvscope.collector.types import AllCleared, Batch, StreamId
 from kvscope.collector.wire import BatchDecoder
 
 logger = logging.getLogger(__name__)
@@ -157,35 +157,36 @@ class StreamIngest(ReplayRules):
         self._request_replay(start, now, verify_seq=self.last_seq if start else None)
         return self.take_replay_request()
 
-    def live_frames(self, frames: list[bytes], now: float) -> ReplayRequest | None:
-        """One message from the SUB socket: [topic, seq, payload]."""
+    def live_frames(
+        self, frames: list[bytes], now: float, decoded: Batch | None = None
+    ) -> ReplayRequest | None:
+        """One message from the SUB socket: [topic, seq, payload]. `decoded`: its batch, if the
+        fleet's router decoded it already (`BatchDecoder.decode`)."""
+        # One frame per call, not two: called for every message (a try costs nothing here).
         try:
-            return self._live_frames(frames, now)
+            self.last_message_at = now
+            self._messages += 1
+            if len(frames) != 3:
+                self._malformed(MalformedKind.FRAME_COUNT, None, f"{len(frames)} frames")
+                return None
+            _topic, seq_frame, payload = frames
+            seq = self._seq_of(seq_frame)
+            if seq is None:
+                return None
+            if self._replay is not None:
+                if can_hold(self._replay, payload):
+                    hold(self._replay, [(seq, payload)])
+                    return None
+                self._replay_failed("too many live batches held during replay", now)
+            if self._replay is not None:
+                hold(self._replay, [(seq, payload)])  # a replay asked for while releasing
+            elif seq == self.expected:
+                # in order, nearly every batch: no rules to weigh
+                self._apply(seq, payload, now, decoded)
+            else:
+                self._accept(seq, payload, now)
         except Exception as exc:  # one batch must not stop the stream
             self._failed("live", exc, frames, now)
-            return self.take_replay_request()
-
-    def _live_frames(self, frames: list[bytes], now: float) -> ReplayRequest | None:
-        self.last_message_at = now
-        self._messages += 1
-        if len(frames) != 3:
-            self._malformed(MalformedKind.FRAME_COUNT, None, f"{len(frames)} frames")
-            return None
-        _topic, seq_frame, payload = frames
-        seq = self._seq_of(seq_frame)
-        if seq is None:
-            return None
-        if self._replay is not None:
-            if can_hold(self._replay, payload):
-                hold(self._replay, [(seq, payload)])
-                return None
-            self._replay_failed("too many live batches held during replay", now)
-        if self._replay is not None:
-            hold(self._replay, [(seq, payload)])  # a replay asked for while releasing
-        elif seq == self.expected:
-            self._apply(seq, payload, now)  # in order, nearly every batch: no rules to weigh
-        else:
-            self._accept(seq, payload, now)
         return self.take_replay_request()
 
     def replay_frames(self, frames: list[bytes], now: float) -> bool:
@@ -271,7 +272,7 @@ class StreamIngest(ReplayRules):
     def _degrade(self, reason: str, from_seq: int, to_seq: int | None, now: float) -> None:
         self._degradation.degrade(reason, from_seq, to_seq, now, self.epoch)
 
-    def _apply(self, seq: int, payload: bytes, now: float) -> None:
+    def _apply(self, seq: int, payload: bytes, now: float, decoded: Batch | None = None) -> None:
         self.expected = seq + 1
         self.last_seq = seq
         self._recent.add(seq, payload)
@@ -281,7 +282,7 @@ class StreamIngest(ReplayRules):
             return
         errors: list[MalformedPayload] = []
         try:
-            batch = self.decoder.decode(payload, seq, errors)
+            batch = self.decoder.decode(payload, seq, errors, decoded)
         except MalformedPayload as exc:
             self._malformed(exc.kind, seq, exc.detail)
             self._degrade("undecodable batch", seq, seq, now)
@@ -299,7 +300,7 @@ class StreamIngest(ReplayRules):
             quiet = self._quiet
             if not quiet[0] <= ts < quiet[1]:
                 self._quiet = sink.instant(self.stream, ts, self.map)
-        degraded = self._degradation.current is not None
+        degraded = bool(self._degradation.open)  # `current is not None`, without its call
         try:
             changes = self.map.apply(batch, self.epoch, degraded, now)
         except MalformedPayload as exc:  # over a limit: refused whole, nothing applied

@@ -341,14 +341,14 @@ class Collector:
 
     def _drain_fleet(self) -> bool:
         assert self.fleet is not None
-        read, route, now = self.fleet.read, self.fleet.router.route, time.time
+        read, route, now = self.fleet.read, self.fleet.router.route_batch, time.time
         streams, gone = self._streams, self.fleet.gone
         assert read is not None
         for _ in range(DRAIN_LIMIT):
             frames = read()
             if frames is None:
                 return True
-            to = route(frames)
+            to, batch = route(frames)
             if to is None:
                 continue
             stream = self._register(to, now()) if to.new else streams[to.stream]
@@ -358,7 +358,7 @@ class Collector:
                 gone.discard(to.stream)
                 logger.info("%s: heard again", to.stream)
                 self._heard(stream, now())
-            request = stream.ingest.live_frames(frames, now())
+            request = stream.ingest.live_frames(frames, now(), batch)
             if request is not None:
                 stream.send_replay(request)
         return False

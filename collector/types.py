@@ -9,7 +9,7 @@ Structs only because one is built per event on the ingest hot path, where a data
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, final
 
 import msgspec
 
@@ -67,6 +67,7 @@ class BlocksRemoved(msgspec.Struct, gc=False):
     table: TableKey
 
 
+@final  # the map tells it by `type(event) is AllCleared`
 class AllCleared(msgspec.Struct, gc=False):
     """Every tier and group of this publisher was emptied."""
 

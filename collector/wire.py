@@ -299,9 +299,17 @@ class BatchDecoder:
         self._max_block_size = limits.max_block_size
 
     def decode(
-        self, payload: bytes, seq: int, errors: list[MalformedPayload] | None = None
+        self,
+        payload: bytes,
+        seq: int,
+        errors: list[MalformedPayload] | None = None,
+        decoded: Batch | None = None,
     ) -> Batch:
-        batch = decode_map_batch(payload, seq, self._max_block_size)
+        """`decoded`: what `decode_map_batch` made of this payload and seq with this decoder's
+        limits, if it took it (a fleet's router decodes each batch to read its rank)."""
+        batch = (
+            decoded if decoded is not None else decode_map_batch(payload, seq, self._max_block_size)
+        )
         if batch is None:
             return self._decode_slow(payload, seq, errors)
         if self._order[0] is not _MAP_DECODER:  # the stream speaks the map layout (again)

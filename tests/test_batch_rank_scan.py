@@ -7,15 +7,22 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kvscope.collector import wire_rules
 from kvscope.collector._batch_rank import scan_rank
+from kvscope.collector._wire_fast import decode_map_batch
 from kvscope.collector.fleet import MAX_RANK, batch_rank, decoded_rank
 from tests.wire_fast_strategies import SETTINGS, batch, encoded
+from tests.wire_fast_support import MAX_BS
 
 
 def agrees(payload: bytes) -> int:
     scanned = scan_rank(payload, MAX_RANK)
     assert scanned == -1 or scanned == decoded_rank(payload)
     assert batch_rank(payload) == decoded_rank(payload)
+    # The router takes the rank of a batch the compiled decoder accepts from that batch.
+    fast = decode_map_batch(payload, 0, MAX_BS)
+    if fast is not None:
+        assert batch_rank(payload, fast) == decoded_rank(payload)
     return scanned
 
 
@@ -39,6 +46,10 @@ def test_corrupted_or_cut_batches_are_never_misread(data: st.DataObject) -> None
     for _ in range(data.draw(st.integers(1, 3))):
         payload[data.draw(st.integers(0, len(payload) - 1))] = data.draw(st.integers(0, 255))
     agrees(bytes(payload))
+
+
+def test_every_rank_the_decoder_accepts_is_a_dp_rank() -> None:
+    assert wire_rules.MAX_RANK < MAX_RANK  # so the decoded rank needs no bound of its own
 
 
 def test_the_edges_of_the_shape() -> None:

@@ -6,9 +6,11 @@ import msgspec
 import pytest
 from vllm.distributed.kv_events import BlockStored, KVEventBatch
 
+from kvscope.collector import _wire_fast, fleet_router, wire
 from kvscope.collector.engine_kind import engine_of
 from kvscope.collector.fleet import FleetError, FleetSettings, TopicPattern, batch_rank
 from kvscope.collector.fleet_router import FleetRouter, Refusal
+from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
 from kvscope.collector.wire import BatchDecoder
 
@@ -101,6 +103,39 @@ def test_a_known_streams_messages_share_one_route() -> None:
     second = router.route(message(b"kv@10.0.0.5:7000@m", seq=1))
     third = router.route(message(b"kv@10.0.0.5:7000@m", seq=2))
     assert second is not None and not second.new and second is third  # none made per message
+
+
+def test_a_routed_batch_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The router reads the rank from the batch it decodes, and the stream applies that batch:
+    one decode per message in order (the first, which sets the stream's position, is decoded
+    again), and the map it makes is the one a decode of its own makes."""
+    calls = []
+
+    def counted(payload: bytes, seq: int, max_block_size: int) -> object:
+        calls.append(seq)
+        return decode(payload, seq, max_block_size)
+
+    decode = _wire_fast.decode_map_batch
+    monkeypatch.setattr(wire, "decode_map_batch", counted)
+    monkeypatch.setattr(fleet_router, "decode_map_batch", counted)
+    router = FleetRouter(FleetSettings(BIND))
+    routed, alone = None, None
+    for seq in range(3):
+        frames = message(b"kv@10.0.0.5:7000@m", rank=2, seq=seq)
+        to, batch = router.route_batch(frames)
+        assert to is not None and to.stream == StreamId("10.0.0.5:7000", 2)
+        assert batch == BatchDecoder().decode(frames[2], seq)
+        routed = routed or StreamIngest(to.stream, can_replay=False)
+        alone = alone or StreamIngest(to.stream, can_replay=False)
+        calls.clear()
+        routed.live_frames(frames, float(seq), batch)
+        assert calls == ([] if seq else [0])  # applied as the router decoded it
+        calls.clear()
+        alone.live_frames(frames, float(seq))
+        assert calls == [seq]
+    assert routed is not None and alone is not None
+    assert routed.map.counts() == alone.map.counts() and routed.map.counts()
+    assert routed.counters == alone.counters
 
 
 def test_the_router_counts_what_it_refuses() -> None:
