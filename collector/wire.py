@@ -305,11 +305,13 @@ class BatchDecoder:
         errors: list[MalformedPayload] | None = None,
         decoded: Batch | None = None,
     ) -> Batch:
-        """`decoded`: what `decode_map_batch` made of this payload and seq with this decoder's
-        limits, if it took it (a fleet's router decodes each batch to read its rank)."""
-        batch = (
-            decoded if decoded is not None else decode_map_batch(payload, seq, self._max_block_size)
-        )
+        """`decoded`: what `decode_map_batch` made of this payload and seq with the default
+        limits, if it took it (a fleet's router decodes each batch to read its rank); a decoder
+        with other limits decodes the payload itself."""
+        if decoded is not None and self._max_block_size == DEFAULT_LIMITS.max_block_size:
+            batch: Batch | None = decoded
+        else:
+            batch = decode_map_batch(payload, seq, self._max_block_size)
         if batch is None:
             return self._decode_slow(payload, seq, errors)
         if self._order[0] is not _MAP_DECODER:  # the stream speaks the map layout (again)

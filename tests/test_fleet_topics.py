@@ -8,9 +8,11 @@ from vllm.distributed.kv_events import BlockStored, KVEventBatch
 
 from kvscope.collector import _wire_fast, fleet_router, wire
 from kvscope.collector.engine_kind import engine_of
+from kvscope.collector.errors import MalformedKind, MalformedPayload
 from kvscope.collector.fleet import FleetError, FleetSettings, TopicPattern, batch_rank
 from kvscope.collector.fleet_router import FleetRouter, Refusal
 from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.limits import IngestLimits
 from kvscope.collector.types import StreamId
 from kvscope.collector.wire import BatchDecoder
 
@@ -136,6 +138,20 @@ def test_a_routed_batch_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None
     assert routed is not None and alone is not None
     assert routed.map.counts() == alone.map.counts() and routed.map.counts()
     assert routed.counters == alone.counters
+
+
+def test_a_routed_batch_does_not_pass_a_stricter_decoders_limits() -> None:
+    """The router decodes with the default limits; a decoder with others decodes the payload
+    itself, so it refuses what it would refuse alone."""
+    frames = message(b"kv@10.0.0.5:7000@m", rank=0)
+    _, batch = FleetRouter(FleetSettings(BIND)).route_batch(frames)
+    assert batch is not None
+    strict = BatchDecoder(IngestLimits(max_block_size=8))
+    with pytest.raises(MalformedPayload) as alone:
+        strict.decode(frames[2], 0)
+    with pytest.raises(MalformedPayload) as routed:
+        strict.decode(frames[2], 0, decoded=batch)
+    assert routed.value.kind == alone.value.kind == MalformedKind.LIMIT_EXCEEDED
 
 
 def test_the_router_counts_what_it_refuses() -> None:
