@@ -8,8 +8,6 @@ batch carries, summed, its clears and its gaps. Nothing walks the events of a ba
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from itertools import chain
-from operator import itemgetter, methodcaller
 
 from kvscope.collector.sink import EVERY_BATCH, AppliedBatch, MapReader, Span
 from kvscope.collector.types import StreamId, TableKey
@@ -106,12 +104,20 @@ class SecondRollup:
 
 def _summed(changes: list[Mapping[TableKey, Sequence[int]]]) -> dict[TableKey, tuple[int, int]]:
     """Blocks stored and removed per table over `changes`; a table only named, by events of no
-    block, is left out (counts are never negative)."""
-    summed = {}
-    for key in set(chain.from_iterable(changes)):
-        counts = list(filter(None, map(methodcaller("get", key), changes)))
-        stores = sum(map(itemgetter(0), counts))
-        removes = sum(map(itemgetter(1), counts))
-        if stores or removes:
-            summed[key] = (stores, removes)
-    return summed
+    block, is left out (counts are never negative).
+
+    One pass over each batch's few tables: a pass over all the batches per table, in C, costs
+    twice as many instructions (a bound `get` and a list per batch)."""
+    summed: dict[TableKey, list[int]] = {}
+    get = summed.get
+    for change in changes:
+        for key, (stores, removes) in change.items():
+            found = get(key)
+            if found is None:
+                summed[key] = [stores, removes]  # a copy: the batch's own list is not ours
+            else:
+                found[0] += stores
+                found[1] += removes
+    return {
+        key: (stores, removes) for key, (stores, removes) in summed.items() if stores or removes
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -10,7 +11,8 @@ from sqlalchemy import select
 from kvscope.collector.block_table import TableStats
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import AppliedBatch, MapReader, NullSink, ResumePoint, Span
-from kvscope.collector.types import StreamId
+from kvscope.collector.types import StreamId, TableKey
+from kvscope.collector.wire import table_key
 from kvscope.storage import rollups, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.store_settings import StoreSettings
@@ -133,3 +135,18 @@ def test_a_clock_stuck_in_one_second_holds_its_changes_summed(
     assert len(sink.rollup._changes) < 4  # not one per batch
     (row,) = sink.rollup.close()
     assert (row.second, row.stores, row.removes, row.stored) == (7, 50, 0, 50)
+
+
+def test_a_seconds_sums_leave_each_batchs_changes_as_they_were() -> None:
+    """The sums are built beside the batches' own lists (the map made them), never in them;
+    a table only named, by events of no block, gets no sum."""
+    gpu, cpu, named = (table_key(medium, 0) for medium in ("GPU", "CPU", "DISK"))
+    changes: list[Mapping[TableKey, Sequence[int]]] = [
+        {gpu: [3, 1], named: [0, 0]},
+        {},
+        {gpu: (2, 2), cpu: [0, 4]},  # a fold's sums are tuples
+        {gpu: [1, 0]},
+    ]
+    before = repr(changes)
+    assert rollups._summed(changes) == {gpu: (6, 3), cpu: (0, 4)}
+    assert repr(changes) == before

@@ -1,0 +1,161 @@
+"""What the store's sink costs the ingest thread per batch, in instructions counted by callgrind:
+a figure that holds still on a shared machine, where timings do not.
+
+    python benchmarks/store_instructions.py [--events N] [--cached C] [--seed S] [--parts]
+
+The stream (benchmarks/ingest.py's model, made once, outside valgrind) is ingested three times
+under valgrind's callgrind, counting only the ingest loop's instructions:
+- `memory`: no sink (the baseline);
+- `calls`: a sink that only takes the calls: what any sink costs the collector (an
+  `AppliedBatch` per batch, the `instant` test);
+- `store`: the store's writer, its writer thread kept from taking rows (so that nothing depends
+  on timing: the GIL is not shared) and checkpoints off (their pacing follows the writer
+  thread's reports; a checkpoint's map copy is a cost per checkpoint, not per batch).
+It prints instructions per batch of each, and the sink's and the writer's share; with `--parts`,
+also each part of the writer's share: the store run again with that part left out (the row put
+on the queue, the rollup's count, the checkpoint pacer's, the `instant` calls). Needs valgrind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import deque
+from itertools import starmap
+from pathlib import Path
+
+import msgspec
+
+from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.sink import NO_BATCH, AppliedBatch, EventSink, MapReader, NullSink, Span
+from kvscope.collector.types import StreamId
+from kvscope.storage import write_loop
+from kvscope.storage.checkpoint_pacing import CheckpointPacer
+from kvscope.storage.engine import open_store
+from kvscope.storage.rollups import SecondRollup
+from kvscope.storage.rowqueue import RowQueue
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
+
+HERE = Path(__file__).resolve().parent
+KINDS = ("memory", "calls", "store")
+PARTS = {
+    "queue": "the batch's row put on the queue",
+    "rollup": "the rollup's count of the batch (and its sums at each second's end)",
+    "pacer": "the checkpoint pacer's count",
+    "instant": "the `instant` calls (rollup rows at each second's end)",
+}
+CLOCK_START = 1_796_051_000.0
+"""The receive clock, fixed: `time.time()` would differ between runs."""
+
+
+def child(kind: str, payloads_file: str) -> None:
+    """One ingest, its loop the only code counted (callgrind counts inside `deque_init`)."""
+
+    class Calls(NullSink):
+        def applied(self, batch: AppliedBatch) -> None:
+            return None
+
+        def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
+            return NO_BATCH
+
+    write_loop.WriteLoop._run = lambda self: None  # type: ignore[method-assign]
+    if kind in PARTS:
+        _leave_out(kind, Calls)
+        kind = "store"
+    payloads: list[bytes] = msgspec.msgpack.decode(Path(payloads_file).read_bytes())
+    # Built in every kind, so that only the loop differs.
+    writer = StoreWriter(
+        open_store("sqlite://"),
+        StoreSettings(queue_rows=10**9, checkpoint_every_batches=10**9, spill_bytes=0),
+    )
+    sink: EventSink | None = {"memory": None, "calls": Calls(), "store": writer}[kind]
+    ingest = StreamIngest(StreamId("bench", 0), can_replay=False, sink=sink)
+    frames = [[b"", seq.to_bytes(8, "big"), p] for seq, p in enumerate(payloads)]
+    clock = [CLOCK_START + 0.001 * i for i in range(len(frames))]
+    # The writer thread frees the rows in a real run, where the loop meets next to no
+    # collection: here they pile up, and collections would walk them.
+    gc.disable()
+    deque(starmap(ingest.live_frames, zip(frames, clock, strict=True)), maxlen=0)
+    assert ingest.counters.batches_applied == len(frames)
+
+
+def _leave_out(part: str, calls: type[NullSink]) -> None:
+    """The store's writer without `part`: what is left costs what it did (nothing downstream of
+    these runs on the ingest thread)."""
+    if part == "queue":
+        RowQueue.put_batch = lambda self, row, nbytes: True  # type: ignore[method-assign]
+    elif part == "rollup":
+        SecondRollup.applied = lambda self, batch: None  # type: ignore[method-assign]
+    elif part == "pacer":
+        CheckpointPacer.batch = lambda self, nbytes: False  # type: ignore[method-assign]
+    else:
+        StoreWriter.instant = calls.instant  # type: ignore[method-assign,assignment]
+
+
+def instructions(kind: str, payloads_file: str, out_dir: str) -> int:
+    run = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--collect-atstart=no",
+            "--toggle-collect=deque_init",
+            f"--callgrind-out-file={out_dir}/{kind}.out",
+            sys.executable,
+            __file__,
+            "--child",
+            kind,
+            payloads_file,
+        ],
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"Collected : (\d+)", run.stderr)
+    assert found, run.stderr
+    return int(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000, help="block-events to ingest")
+    parser.add_argument("--cached", type=int, default=20_000, help="cached blocks when full")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--parts", action="store_true", help="also each part's share")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    sys.path.insert(0, str(HERE))
+    from _ingest_stream import make_stream
+
+    payloads, stats = make_stream(args.events, args.seed, args.cached, 10**12)
+    batches = len(payloads)
+    print(f"stream: {stats.block_events:,} block-events in {batches:,} batches")
+    with tempfile.TemporaryDirectory() as tmp:
+        payloads_file = str(Path(tmp) / "payloads.msgpack")
+        Path(payloads_file).write_bytes(msgspec.msgpack.encode(payloads))
+        kinds = (*KINDS, *PARTS) if args.parts else KINDS
+        counts = {kind: instructions(kind, payloads_file, tmp) for kind in kinds}
+    per_batch = {kind: count / batches for kind, count in counts.items()}
+    for kind in KINDS:
+        print(f"{kind:<8} {per_batch[kind]:10,.0f} instructions per batch")
+    print(
+        f"the sink adds {per_batch['store'] - per_batch['memory']:,.0f} per batch "
+        f"({per_batch['store'] / per_batch['memory']:.2f}x memory-only), of which the calls "
+        f"{per_batch['calls'] - per_batch['memory']:,.0f} and the store's writer "
+        f"{per_batch['store'] - per_batch['calls']:,.0f}"
+    )
+    for part, what in PARTS.items() if args.parts else ():
+        print(f"  {per_batch['store'] - per_batch[part]:8,.0f} per batch: {what}")
+
+
+if __name__ == "__main__":
+    main()
