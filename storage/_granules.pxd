@@ -26,6 +26,7 @@ cdef struct Granules:
 cdef class GranuleIndex:
     cdef bytes content
     cdef Granules g
+    cdef Py_ssize_t starts_held  # entries allocated at `g.starts`
 
 
 cdef extern from *:

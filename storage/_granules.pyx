@@ -2,7 +2,7 @@
 # A stream dictionary's granules found by their bytes (storage/_granules.pxd): made once per
 # dictionary, read by format 4's split and join without the GIL.
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memset
 
 
@@ -14,9 +14,11 @@ cdef class GranuleIndex:
         cdef Granules* g = &self.g
         cdef Py_ssize_t end = len(content), pos = 0, w, size = 1024, i, n
         cdef uint64_t key, slot
+        cdef Py_ssize_t* shrunk
         self.content = content
         g.p = <const uint8_t*>content
-        g.starts = <Py_ssize_t*>malloc((end // GRANULE_IDS + 2) * sizeof(Py_ssize_t))
+        self.starts_held = end // GRANULE_IDS + 2
+        g.starts = <Py_ssize_t*>malloc(self.starts_held * sizeof(Py_ssize_t))
         if g.starts == NULL:
             raise MemoryError()
         g.starts[0] = 0
@@ -28,6 +30,11 @@ cdef class GranuleIndex:
             pos += w
             g.n += 1
             g.starts[g.n] = pos
+        # Room was made for the most granules the content's length could hold (one-byte ids):
+        # give back what the granules found do not use.
+        shrunk = <Py_ssize_t*>realloc(g.starts, (g.n + 1) * sizeof(Py_ssize_t))
+        if shrunk != NULL:
+            g.starts, self.starts_held = shrunk, g.n + 1
         while size < 2 * g.n:
             size <<= 1
         g.mask = size - 1
@@ -57,3 +64,8 @@ cdef class GranuleIndex:
 
     def __len__(self):
         return self.g.n
+
+    def __sizeof__(self):
+        """With the arrays it holds (not the content: the dictionary's)."""
+        return (object.__sizeof__(self) + self.starts_held * sizeof(Py_ssize_t)
+                + (self.g.mask + 1) * (sizeof(uint64_t) + sizeof(uint32_t)))

@@ -5,12 +5,14 @@ holds; migration 0016 takes them back to format 3 and up again."""
 from __future__ import annotations
 
 import random
+import sys
 
 import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kvscope.storage._granules import GranuleIndex
 from kvscope.storage.log_chunks import Chunk, pack
 from kvscope.storage.log_columns import FORMAT_3_MAGIC, FORMAT_4_MAGIC
 from kvscope.storage.log_dictionary import Dictionary
@@ -82,3 +84,15 @@ def test_every_format_reads_alongside_the_others(fmt: int) -> None:
     pool = token_pool(rng, 100)
     rows = block_log(rng, 300, pool)
     assert unpacked(rows, fmt, pool_dictionary(pool)) == rows
+
+
+def test_the_index_counts_its_arrays_and_holds_one_start_per_granule() -> None:
+    """`sys.getsizeof` sees the index's own arrays (the content is the dictionary's): a start
+    per granule, not per granule the content's length could hold, and a table of two to four
+    slots (a key and a number) per granule."""
+    content = pool_dictionary(token_pool(random.Random(10), 4000)).content
+    index = GranuleIndex(content)
+    n = len(index)
+    assert n == 4000
+    slots = 12 * 2 * n
+    assert 8 * (n + 1) + slots <= sys.getsizeof(index) <= 8 * (n + 1) + 2 * slots + 64

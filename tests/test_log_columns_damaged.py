@@ -1,0 +1,99 @@
+"""Damaged format 3 and 4 columns (a corrupt or hostile chunk, or a reader given another
+dictionary's granules) raise ValueError, whatever their bytes: a granule number past the
+index, a token run cut short, a count that does not match. Never a read past the columns."""
+
+from __future__ import annotations
+
+import random
+from array import array
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvscope.storage import log_columns
+from kvscope.storage._granules import GranuleIndex
+from kvscope.storage._log_columns import join
+from kvscope.storage.log_dictionary import Dictionary
+from tests.test_log_columns import SETTINGS
+from tests.test_log_dictionary import block_log, runs_of, token_pool
+
+SKELETON, TOKENS, GREFS = 1, 5, 6
+"""Indexes of `join`'s columns (after the count): skeleton, token ids, granule numbers."""
+
+
+def made(fmt: int) -> tuple[list[bytes], list[bytes], GranuleIndex | None]:
+    """Payloads of blocks from a pool, their columns, and the index they were split with."""
+    rng = random.Random(11)
+    pool = token_pool(rng, 200)
+    payloads = [row[5] for row in block_log(rng, 40, pool)]
+    content = b"".join(run for block in pool for run in runs_of(block))
+    granules = Dictionary(content).granules if fmt == 4 else None
+    n = len(payloads)
+    stamps = array("q", range(n)), array("d", [0.0] * n), array("d", [0.0] * n)
+    frames, verbatim = log_columns.columns(*stamps, payloads, granules)
+    assert verbatim == 0
+    return payloads, frames[1:], granules
+
+
+FORMAT_3, FORMAT_4 = made(3), made(4)
+
+
+def varint(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    return bytes(out + bytes([v]))
+
+
+def test_the_columns_named_blocks_by_number() -> None:
+    payloads, columns, granules = FORMAT_4
+    assert granules is not None and len(granules) == 200
+    assert any(columns[GREFS]) and join(len(payloads), *columns, granules=granules) == payloads
+
+
+@pytest.mark.parametrize("number", [201, 202, 1 << 32, (1 << 63) + 1, (1 << 64) - 1])
+def test_a_granule_number_past_the_index_raises(number: int) -> None:
+    payloads, columns, granules = FORMAT_4
+    grefs = columns[GREFS]
+    first = grefs.index(next(b for b in grefs if b))  # a one-byte number: 200 granules
+    damaged = [*columns]
+    damaged[GREFS] = grefs[:first] + varint(number) + grefs[first + 1 :]
+    with pytest.raises(ValueError):
+        join(len(payloads), *damaged, granules=granules)
+
+
+def test_another_dictionarys_granules_raise_or_give_other_bytes() -> None:
+    """A reader handed a shorter index: its numbers past that index raise."""
+    payloads, columns, granules = FORMAT_4
+    with pytest.raises(ValueError):
+        join(len(payloads), *columns, granules=GranuleIndex(b""))
+    with pytest.raises(ValueError):
+        join(len(payloads), *columns, granules=None)
+
+
+@SETTINGS
+@given(
+    st.sampled_from([3, 4]),
+    st.sampled_from([0, SKELETON, TOKENS, GREFS]),
+    st.integers(0, 1 << 20),
+    st.binary(min_size=1, max_size=12),
+    st.booleans(),
+    st.integers(-2, 2),
+)
+def test_damaged_columns_raise_or_give_payloads(
+    fmt: int, which: int, at: int, junk: bytes, cut: bool, count_off: int
+) -> None:
+    payloads, columns, granules = FORMAT_4 if fmt == 4 else FORMAT_3
+    if fmt == 3 and which == GREFS:
+        which = TOKENS
+    damaged = [*columns]
+    column = damaged[which]
+    at %= len(column) + 1
+    damaged[which] = column[:at] + (b"" if cut else junk + column[at + len(junk) :])
+    try:
+        out = join(len(payloads) + count_off, *damaged, granules=granules)
+    except ValueError:
+        return
+    assert len(out) == len(payloads) + count_off
