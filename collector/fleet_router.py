@@ -71,14 +71,17 @@ class FleetRouter:
 
     def route_batch(self, frames: list[bytes]) -> tuple[Route | None, Batch | None]:
         """`route`, and the message's batch if the compiled decoder took it, for the stream to
-        apply (`StreamIngest.live_frames`) instead of decoding it again. Decoded with the
-        default limits, which every stream's decoder has."""
+        apply (`StreamIngest.live_frames`) instead of decoding it again: for a topic already
+        followed, decoded with the default limits (a decoder with others decodes again)."""
         if len(frames) != 3:
             self._refuse(Refusal.FRAME_COUNT, frames[0] if frames else b"")
             return None, None
         topic, seq, payload = frames
         batch = None
-        if len(seq) == SEQ_BYTES:  # else the stream refuses the message before decoding it
+        # A topic not yet followed (unmatched, or a publisher's first message, which its
+        # stream decodes itself) costs a scan, not a decode; a wrong seq frame the stream
+        # refuses before decoding.
+        if topic in self._publishers and len(seq) == SEQ_BYTES:
             batch = decode_map_batch(payload, int.from_bytes(seq, "big"), MAX_BLOCK_SIZE)
         # fleet.batch_rank, inline for the batches the decoder takes: once per message
         rank = (batch.rank or 0) if batch is not None else batch_rank(payload)

@@ -26,9 +26,7 @@ class RecentBatches:
         """(seq, payload size, payload or its digest): the size tells which."""
 
     def add(self, seq: int, payload: bytes) -> None:
-        size = len(payload)  # _key's rule, inline: once per batch applied
-        key = payload if size <= KEPT_BYTES else blake2b(payload, digest_size=16).digest()
-        self._batches.append((seq, size, key))
+        self._batches.append((seq, len(payload), _key(payload)))
 
     def holds(self, seq: int, payload: bytes) -> bool:
         """Whether `payload` is a batch applied as `seq`, byte for byte."""

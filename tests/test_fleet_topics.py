@@ -126,7 +126,7 @@ def test_a_routed_batch_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None
         frames = message(b"kv@10.0.0.5:7000@m", rank=2, seq=seq)
         to, batch = router.route_batch(frames)
         assert to is not None and to.stream == StreamId("10.0.0.5:7000", 2)
-        assert batch == BatchDecoder().decode(frames[2], seq)
+        assert batch == (BatchDecoder().decode(frames[2], seq) if seq else None)  # first: scanned
         routed = routed or StreamIngest(to.stream, can_replay=False)
         alone = alone or StreamIngest(to.stream, can_replay=False)
         calls.clear()
@@ -140,17 +140,44 @@ def test_a_routed_batch_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None
     assert routed.counters == alone.counters
 
 
+def test_only_a_known_publishers_messages_are_decoded_by_the_router(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A topic no stream follows yet (unmatched, or a publisher's first message, which the
+    stream decodes itself to set its position) costs the router a scan of the rank, as it did
+    before messages were decoded once: a flood of unmatched topics costs no full decode."""
+    calls = []
+
+    def counted(payload: bytes, seq: int, max_block_size: int) -> object:
+        calls.append(seq)
+        return _wire_fast.decode_map_batch(payload, seq, max_block_size)
+
+    monkeypatch.setattr(fleet_router, "decode_map_batch", counted)
+    router = FleetRouter(FleetSettings(BIND))
+    for seq in range(3):
+        assert router.route_batch(message(b"kv-events", seq=seq)) == (None, None)
+    first, batch = router.route_batch(message(b"kv@10.0.0.5:7000@m", rank=1))
+    assert first is not None and first.new and batch is None
+    assert calls == []
+    again, batch = router.route_batch(message(b"kv@10.0.0.5:7000@m", rank=1, seq=1))
+    assert again is not None and not again.new and batch is not None and calls == [1]
+    other_rank, _ = router.route_batch(message(b"kv@10.0.0.5:7000@m", rank=0, seq=0))
+    assert other_rank is not None and other_rank.new and calls == [1, 0]
+
+
 def test_a_routed_batch_does_not_pass_a_stricter_decoders_limits() -> None:
     """The router decodes with the default limits; a decoder with others decodes the payload
     itself, so it refuses what it would refuse alone."""
-    frames = message(b"kv@10.0.0.5:7000@m", rank=0)
-    _, batch = FleetRouter(FleetSettings(BIND)).route_batch(frames)
+    router = FleetRouter(FleetSettings(BIND))
+    router.route_batch(message(b"kv@10.0.0.5:7000@m", rank=0))
+    frames = message(b"kv@10.0.0.5:7000@m", rank=0, seq=1)
+    _, batch = router.route_batch(frames)
     assert batch is not None
     strict = BatchDecoder(IngestLimits(max_block_size=8))
     with pytest.raises(MalformedPayload) as alone:
-        strict.decode(frames[2], 0)
+        strict.decode(frames[2], 1)
     with pytest.raises(MalformedPayload) as routed:
-        strict.decode(frames[2], 0, decoded=batch)
+        strict.decode(frames[2], 1, decoded=batch)
     assert routed.value.kind == alone.value.kind == MalformedKind.LIMIT_EXCEEDED
 
 
