@@ -58,7 +58,8 @@ class StoreSettings:
     log_dictionary_bytes: int = 1 << 20
     """Token content kept per stream to compress its log against (storage/log_dictionary.py);
     0 compresses without. A stream costs the writer a few times this in memory (the runs kept,
-    the dictionary, zstd's tables for it): a collector of many streams may want less."""
+    the dictionary, zstd's tables for it, and with log chunk format 4 an index of its blocks of
+    up to about as much again): a collector of many streams may want less."""
     log_dictionary_ratio: float = 8.0
     """A new dictionary once the log stored against the current one is this many times its
     content: dictionaries take at most about 1/ratio of the log's bytes."""
