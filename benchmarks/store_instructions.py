@@ -22,6 +22,7 @@ import argparse
 import gc
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -133,6 +134,8 @@ def main() -> None:
     if args.child:
         child(*args.child)
         return
+    if shutil.which("valgrind") is None:
+        sys.exit("store_instructions.py counts with valgrind's callgrind: apt-get install valgrind")
     sys.path.insert(0, str(HERE))
     from _ingest_stream import make_stream
 
