@@ -123,7 +123,8 @@ class Chunk:
                 raise ChunkError(f"log chunk needs dictionary {named.hex()}, not given")
             zdict = dictionary.zstd
         if data[:4] in _COLUMNAR and len(data) >= 5:
-            granules = None if zdict is None or dictionary is None else dictionary.granules
+            fmt = 4 if data[:4] == FORMAT_4_MAGIC else 3
+            granules = _granules(fmt, None if named is None else dictionary)
             try:
                 seqs, ts, recv_ts, payloads = log_columns.open_columns(data, zdict, granules)
             except (zstandard.ZstdError, ValueError, IndexError) as exc:
@@ -261,6 +262,8 @@ def _compress_all(
 
 
 def _granules(fmt: int, dictionary: Dictionary | None) -> GranuleIndex | None:
+    """The index a columnar chunk of `fmt` is split or joined with: none in format 3 (whose
+    chunks need not build one), an empty one in format 4 without a dictionary."""
     if fmt == 3:
         return None
     return log_columns.NO_GRANULES if dictionary is None else dictionary.granules

@@ -105,7 +105,8 @@ def open_columns(
     ts.frombytes(plain_stamps[1])
     recv_ts.frombytes(plain_stamps[2])
     if magic == FORMAT_4_MAGIC:
-        return seqs, ts, recv_ts, join(count, *frames[1:], granules=granules or NO_GRANULES)
+        index = NO_GRANULES if granules is None else granules  # not `or`: an empty one is falsy
+        return seqs, ts, recv_ts, join(count, *frames[1:], granules=index)
     return seqs, ts, recv_ts, join(count, *frames[1:])
 
 

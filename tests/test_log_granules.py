@@ -47,6 +47,21 @@ def test_blocks_in_the_dictionary_come_back_and_cost_a_number_each() -> None:
     assert size[4] < 0.95 * size[3]
 
 
+def test_only_format_4_builds_the_dictionarys_index() -> None:
+    """The index of a dictionary's blocks costs about its content again in memory: reading or
+    writing the other formats against a dictionary does not make one."""
+    rng = random.Random(9)
+    pool = token_pool(rng, 200)
+    rows = block_log(rng, 100, pool)
+    for fmt in (2, 3, 4):
+        writer, reader = pool_dictionary(pool), pool_dictionary(pool)
+        chunks = pack(rows, fmt, {A: writer})
+        for c in chunks:
+            Chunk(c.data, reader)
+        built = [writer._granules is not None, reader._granules is not None]
+        assert built == [fmt == 4, fmt == 4], fmt
+
+
 def test_a_dictionary_of_anything_still_gives_every_payload_back() -> None:
     rng = random.Random(8)
     pool = token_pool(rng, 50)
