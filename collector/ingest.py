@@ -161,7 +161,8 @@ class StreamIngest(ReplayRules):
         self, frames: list[bytes], now: float, decoded: Batch | None = None
     ) -> ReplayRequest | None:
         """One message from the SUB socket: [topic, seq, payload]. `decoded`: its batch, if the
-        fleet's router decoded it already (`BatchDecoder.decode`)."""
+        fleet's router decoded it already (`BatchDecoder.decode`), with the seq it read from
+        this message's seq frame."""
         # One frame per call, not two: called for every message (a try costs nothing here).
         try:
             self.last_message_at = now
@@ -170,9 +171,13 @@ class StreamIngest(ReplayRules):
                 self._malformed(MalformedKind.FRAME_COUNT, None, f"{len(frames)} frames")
                 return None
             _topic, seq_frame, payload = frames
-            seq = self._seq_of(seq_frame)
-            if seq is None:
-                return None
+            if decoded is not None and decoded.seq <= MAX_SEQ:
+                seq = decoded.seq  # the router read it from this frame
+            else:
+                read = self._seq_of(seq_frame)
+                if read is None:
+                    return None
+                seq = read
             if self._replay is not None:
                 if can_hold(self._replay, payload):
                     hold(self._replay, [(seq, payload)])

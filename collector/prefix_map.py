@@ -11,18 +11,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from kvscope.collector._admit import admit
+from kvscope.collector._map_apply import apply_batch
 from kvscope.collector.block_table import BlockTable, TableStats
 from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits
 from kvscope.collector.sink import ClearedMap, ClearReason
 from kvscope.collector.token_query import TokenQuery
-from kvscope.collector.types import (
-    AllCleared,
-    Batch,
-    BlocksStored,
-    StreamId,
-    TableKey,
-)
+from kvscope.collector.types import StreamId, TableKey
 
 TableChanges = dict[TableKey, list[int]]
 """Blocks stored and removed per table, `[stored, removed]`."""
@@ -69,67 +63,14 @@ class PrefixMap:
         return self.counters.signed_hashes
 
     # --- writes -------------------------------------------------------------------------------
-    def apply(
-        self, batch: Batch, epoch: int = 0, degraded: bool = False, recv_ts: float | None = None
-    ) -> TableChanges:
-        """Apply one batch; `epoch` and `degraded` go to `on_clear` with a clear. Returns the
-        blocks it stored and removed per table.
+    apply = apply_batch
+    """`apply(batch, epoch=0, degraded=False, recv_ts=None) -> TableChanges`: apply one batch;
+    `epoch` and `degraded` go to `on_clear` with a clear. Returns the blocks it stored and
+    removed per table.
 
-        A batch that would take the map past its `limits` raises MalformedPayload
-        (LIMIT_EXCEEDED) before it changes anything."""
-        admit(self.limits, self.tables, batch)
-        c = self.counters
-        c.batches += 1
-        ts = c.last_ts = batch.ts
-        tables = self.tables
-        changes: TableChanges = {}
-        # The last table used: a batch's events mostly share one (and its key object). `table`
-        # and `counts` are set whenever `key` is, which mypy cannot see.
-        key: TableKey | None = None
-        table: BlockTable | None = None
-        counts: list[int] = []
-        for event in batch.events:
-            if type(event) is AllCleared:  # a Struct's isinstance goes through its metaclass
-                c.cleared_events += 1
-                self.clear(
-                    ClearReason.ALL_BLOCKS_CLEARED, batch.seq, batch.ts, epoch, degraded, recv_ts
-                )
-                tables = self.tables  # later events of this batch go to the emptied map
-                key = table = None
-                continue
-            if event.table is not key:
-                key = event.table
-                table = tables.get(key)
-                if table is None:
-                    table = tables[key] = BlockTable(key, ts)
-                found = changes.get(key)
-                if found is None:
-                    found = changes[key] = [0, 0]
-                counts = found
-            n = len(event.hashes)
-            if type(event) is BlocksStored:
-                table.store_chain(  # type: ignore[union-attr]
-                    event.hashes,
-                    event.parent,
-                    event.token_ids,
-                    event.block_size,
-                    ts,
-                    event.lora_name,
-                    event.extra_keys,
-                    event.raw_hashes,
-                    event.raw_parent,
-                )
-                if event.signed_hashes:
-                    c.signed_hashes = True
-                c.stored_events += 1
-                c.stored_blocks += n
-                counts[0] += n
-            else:
-                table.remove(event.hashes)  # type: ignore[union-attr]
-                c.removed_events += 1
-                c.removed_blocks += n
-                counts[1] += n
-        return changes
+    A batch that would take the map past its `limits` raises MalformedPayload
+    (LIMIT_EXCEEDED) before it changes anything. Compiled (collector/_map_apply.pyx): every live
+    batch comes through it."""
 
     def clear(
         self,

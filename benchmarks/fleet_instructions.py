@@ -1,0 +1,161 @@
+"""What one fleet message costs the collector's thread, in instructions counted by callgrind:
+routing and ingest without the socket, a figure that holds still on a shared machine.
+
+    python benchmarks/fleet_instructions.py [--publishers 10] [--messages 1000] [--seed 1]
+                                            [--annotate DIR]
+
+The stream is benchmarks/fleet.py's (one replica's batches at an H200's rate, a reset every 40 s
+of it), played by `--publishers` publishers with llm-d topics, round-robin, each from seq 0.
+Each message goes through `FleetRouter.route_batch` and its stream's `StreamIngest.live_frames`
+as the collector's fleet drain does (collector/subscriber.py, `_drain_fleet`), memory-only (no
+sink). Two windows of `--messages` messages are counted, each after the messages before it ran
+uncounted:
+- `fill`: the messages just before the first that evicts, while the tables grow largest;
+- `eviction`: from the first batch that evicts (a BlockRemoved: the cache is full) on.
+It prints instructions per message of each. `--annotate DIR` keeps callgrind's output files
+there (`callgrind_annotate DIR/fill.out` splits the count by function). Needs valgrind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import deque
+from pathlib import Path
+
+import msgspec
+
+HERE = Path(__file__).resolve().parent
+WINDOWS = ("fill", "eviction")
+CLOCK_START = 1_796_051_000.0
+"""The receive clock, fixed: `time.time()` would differ between runs."""
+RATE = 2500.0
+"""Block-events a second per replica: an H200's (benchmarks/fleet.py's default)."""
+RESET_EVERY_S = 40.0
+
+
+def messages(payloads: list[bytes], publishers: int) -> list[list[bytes]]:
+    """Every publisher's batches in turn: [topic, seq, payload] per message."""
+    topics = [f"kv@127.0.0.1:{6000 + p}@fleet".encode() for p in range(publishers)]
+    return [
+        [topic, seq.to_bytes(8, "big"), payload]
+        for seq, payload in enumerate(payloads)
+        for topic in topics
+    ]
+
+
+def child(payloads_file: str, publishers: int, start: int, count: int) -> None:
+    """Messages [0, start) uncounted, then [start, start + count) counted (callgrind counts
+    inside `deque_init`)."""
+    from kvscope.collector import prefix_map
+    from kvscope.collector.fleet import FleetSettings
+    from kvscope.collector.fleet_router import FleetRouter
+    from kvscope.collector.ingest import StreamIngest
+    from kvscope.collector.types import StreamId
+
+    print(f"kvscope from {prefix_map.__file__}", file=sys.stderr)
+    payloads: list[bytes] = msgspec.msgpack.decode(Path(payloads_file).read_bytes())
+    frames = messages(payloads, publishers)[: start + count]
+    assert len(frames) == start + count, "the stream is too short for this window"
+    router = FleetRouter(FleetSettings(bind="tcp://127.0.0.1:5557"))
+    ingests: dict[StreamId, StreamIngest] = {}
+    clock = iter([CLOCK_START + 0.0004 * i for i in range(len(frames))])
+
+    def step(message: list[bytes]) -> None:
+        # subscriber._drain_fleet, without the socket
+        to, batch = router.route_batch(message)
+        assert to is not None
+        if to.new:
+            ingests[to.stream] = StreamIngest(to.stream, can_replay=False)
+        ingests[to.stream].live_frames(message, next(clock), batch)
+
+    for message in frames[:start]:
+        step(message)
+    deque(map(step, frames[start:]), maxlen=0)
+    applied = sum(ingest.counters.batches_applied for ingest in ingests.values())
+    assert applied == len(frames), (applied, len(frames))
+
+
+def first_eviction(payloads: list[bytes]) -> int:
+    """The index of the first batch that removes a block."""
+    sys.path.insert(0, str(HERE))
+    from _ingest_stream import VllmBlockRemoved, VllmEventBatch
+
+    decode = msgspec.msgpack.Decoder(VllmEventBatch).decode
+    for i, payload in enumerate(payloads):
+        if any(isinstance(e, VllmBlockRemoved) for e in decode(payload).events):
+            return i
+    raise SystemExit("the stream never evicts")
+
+
+def instructions(window: str, args: list[str], out_dir: str) -> int:
+    run = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--collect-atstart=no",
+            "--toggle-collect=deque_init",
+            f"--callgrind-out-file={out_dir}/{window}.out",
+            sys.executable,
+            __file__,
+            "--child",
+            *args,
+        ],
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if run.returncode:
+        sys.exit(run.stderr[-4000:])
+    source = re.search(r"kvscope from (\S+)", run.stderr)
+    found = re.search(r"Collected : (\d+)", run.stderr)
+    assert source and found, run.stderr
+    print(f"  ({window}: {source.group(1)})")
+    return int(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--publishers", type=int, default=10)
+    parser.add_argument("--messages", type=int, default=1000, help="messages counted a window")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--annotate", help="keep callgrind's files in this folder")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        payloads_file, publishers, start, count = args.child
+        child(payloads_file, int(publishers), int(start), int(count))
+        return
+    if shutil.which("valgrind") is None:
+        sys.exit("fleet_instructions.py counts with valgrind's callgrind: apt-get install valgrind")
+    sys.path.insert(0, str(HERE))
+    from fleet import fleet_stream
+
+    n, p = args.messages, args.publishers
+    payloads = fleet_stream(RATE, RESET_EVERY_S, args.seed, RESET_EVERY_S).payloads
+    evicts = first_eviction(payloads) * p
+    starts = {"fill": max(p, evicts - n), "eviction": evicts}
+    print(f"stream: {len(payloads):,} batches a publisher, {p} publishers, {n:,} messages a window")
+    with tempfile.TemporaryDirectory() as tmp:
+        out_dir = args.annotate or tmp
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        payloads_file = str(Path(tmp) / "payloads.msgpack")
+        Path(payloads_file).write_bytes(msgspec.msgpack.encode(payloads))
+        counts = {
+            window: instructions(
+                window, [payloads_file, str(p), str(starts[window]), str(n)], out_dir
+            )
+            for window in WINDOWS
+        }
+    for window in WINDOWS:
+        print(f"{window:<9} {counts[window] / n:10,.0f} instructions per message")
+
+
+if __name__ == "__main__":
+    main()
