@@ -208,3 +208,88 @@ def minus(const uint32_t[::1] a, const uint32_t[::1] b, bint inverse=False):
     for i in range(a.shape[0]):
         dst[i] = a[i] + b[i] if inverse else a[i] - b[i]
     return out
+
+
+def previous_siblings(const int32_t[::1] next_sibling):
+    """The previous-sibling column that `next_sibling` implies (-1 where none points), as an
+    array("i"): a table's own is this whenever its lists are whole, so format 5 leaves it out."""
+    cdef Py_ssize_t n = next_sibling.shape[0], i
+    out = carray.clone(_INT32, n, False)
+    cdef int32_t* dst = <int32_t*>(<carray.array>out).data.as_ints
+    cdef int32_t nxt
+    for i in range(n):
+        dst[i] = -1
+    for i in range(n):
+        nxt = next_sibling[i]
+        if nxt != -1:
+            if nxt < 0 or nxt >= n:
+                raise ValueError(f"next sibling {nxt} is outside the column")
+            dst[nxt] = <int32_t>i
+    return out
+
+
+def minus_parents(
+    const uint32_t[::1] values,
+    const int32_t[::1] slots,
+    const int32_t[::1] first_child,
+    const int32_t[::1] next_sibling,
+    bint inverse=False,
+):
+    """`values` (one per slot) with each linked child's minus its parent's, modulo 2^32 (the
+    parents of the slots in `slots` that hold a block); `inverse` undoes it. Blocks stored
+    together share a store time with their parent: the column becomes mostly 0. None where the
+    child lists are not a forest (a block listed under itself, or under two): that could not be
+    undone."""
+    cdef Py_ssize_t n_slots = values.shape[0], i, steps = 0, depth
+    if first_child.shape[0] < n_slots or next_sibling.shape[0] < n_slots:
+        raise ValueError("the child columns are shorter than the column")
+    out = carray.clone(_UINT32, n_slots, False)
+    cdef uint32_t* dst = (<carray.array>out).data.as_uints
+    if n_slots:
+        memcpy(dst, &values[0], n_slots * 4)
+    parent_of = carray.clone(_INT32, n_slots, False)
+    cdef int32_t* parent = <int32_t*>(<carray.array>parent_of).data.as_ints
+    for i in range(n_slots):
+        parent[i] = -1
+    cdef int32_t slot, child
+    for i in range(slots.shape[0]):
+        slot = slots[i]
+        if slot < 0 or slot >= n_slots:
+            raise ValueError(f"slot {slot} is outside the columns")
+        child = first_child[slot]
+        while child != -1:
+            if child < 0 or child >= n_slots or steps == n_slots or parent[child] != -1:
+                if not inverse:
+                    return None
+                raise ValueError("the child lists are not a forest of the columns' slots")
+            parent[child] = slot
+            steps += 1
+            child = next_sibling[child]
+    # Undone from the roots down: a parent's value is whole before its children's; walked
+    # when encoding too, to find a cycle.
+    done = bytearray(n_slots)
+    chain = carray.clone(_INT32, n_slots, False)
+    cdef unsigned char* is_done = done
+    cdef int32_t* up = <int32_t*>(<carray.array>chain).data.as_ints
+    cdef int32_t at
+    for i in range(n_slots):
+        depth = 0
+        at = <int32_t>i
+        while not is_done[at] and parent[at] != -1:
+            if depth == n_slots:
+                if not inverse:
+                    return None
+                raise ValueError("the child lists hold a cycle")
+            up[depth] = at
+            depth += 1
+            at = parent[at]
+        is_done[at] = 1
+        while depth:
+            depth -= 1
+            at = up[depth]
+            if inverse:
+                dst[at] = values[at] + dst[parent[at]]
+            else:
+                dst[at] = values[at] - values[parent[at]]
+            is_done[at] = 1
+    return out
