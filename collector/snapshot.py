@@ -4,8 +4,8 @@ zstd over msgpack; columns travel as raw array bytes, so encoding is a few memor
 2 lays each column out as byte planes (collector/_byte_planes.pyx), which zstd packs tighter;
 format 3 first drops what the columns repeat (collector/_checkpoint_columns.pyx: parents the
 tree already names, slot numbers, last store times equal to the first, token blocks stored once
-each). Format 5 also leaves out what the tree implies (previous siblings; first store times
-as their difference from the parent's) and may number token blocks among known ones given by
+each). Format 5 also leaves out previous siblings (the next siblings imply them) and may
+number token blocks among known ones given by
 the caller (a stream's log dictionary's: `KnownBlocks`), which it then names in a header before
 the zstd frame, so that a store can keep what its checkpoints name without opening them.
 Formats 1 (items as they lie in memory), 2 and 3 are still read, and `recode` turns any into any
@@ -30,7 +30,6 @@ from kvscope.collector._checkpoint_columns import (
     from_slots,
     intern_records,
     minus,
-    minus_parents,
     previous_siblings,
     xor_linked_parents,
 )
@@ -269,7 +268,7 @@ def _deduplicated(
         _items(table["hashes"], "Q"), _items(table["slots"], "i"), n_slots
     )
     columns[_LAST_MS] = minus(_items(columns[_LAST_MS], "I"), _items(columns[_FIRST_MS], "I"))
-    implied = _implied(table, columns) if compact else None
+    implied = _implied(columns) if compact else None
     record = table["block_size"] * _TOKEN_ITEM
     tokens = memoryview(columns[_TOKENS]).cast("B")
     blocks = None
@@ -291,35 +290,24 @@ def _deduplicated(
 
 
 _PREV_SIBLING = BlockTable._COLUMNS.index("_prev_sibling")
-_IMPLIED = ("prev_sibling", "first_ms")
-"""What format 5 may leave out or shrink: previous siblings (the next siblings say them), first
-store times as their difference from the parent's (a chain is stored at once)."""
+_IMPLIED = ("prev_sibling",)
+"""What format 5 may leave out: previous siblings (the next siblings say them)."""
 
 
-def _implied(table: dict[str, Any], columns: list[Any]) -> list[str]:
-    """Rewrites `columns` (a copy) as `_IMPLIED` allows, before `_deduplicated`'s other steps;
-    the names of the rewrites made (a column of an unexpected size is left as it is). Last
-    store times must be taken from the first already."""
+def _implied(columns: list[Any]) -> list[str]:
+    """Rewrites `columns` (a copy) as `_IMPLIED` allows; the names of the rewrites made (what
+    the other columns do not say exactly, a free slot's stale link say, is left as it is)."""
     n_slots = memoryview(columns[_PARENT]).nbytes // 8
-    if not _whole(columns, n_slots, _FIRST_CHILD, _NEXT_SIBLING):
+    if not _whole(columns, n_slots, _NEXT_SIBLING, _PREV_SIBLING):
         return []
-    made = []
-    next_sibling = _items(columns[_NEXT_SIBLING], "i")
-    prev = memoryview(columns[_PREV_SIBLING]).cast("B")
-    if _whole(columns, n_slots, _PREV_SIBLING) and previous_siblings(next_sibling) == prev:
-        columns[_PREV_SIBLING] = b""
-        made.append("prev_sibling")
-    if _whole(columns, n_slots, _FIRST_MS):
-        less = minus_parents(
-            _items(columns[_FIRST_MS], "I"),
-            _items(table["slots"], "i"),
-            _items(columns[_FIRST_CHILD], "i"),
-            next_sibling,
-        )
-        if less is not None:
-            columns[_FIRST_MS] = less
-            made.append("first_ms")
-    return made
+    try:
+        derived = previous_siblings(_items(columns[_NEXT_SIBLING], "i"))
+    except ValueError:
+        return []
+    if memoryview(derived).cast("B") != memoryview(columns[_PREV_SIBLING]).cast("B"):
+        return []
+    columns[_PREV_SIBLING] = b""
+    return ["prev_sibling"]
 
 
 def _whole(columns: list[Any], n_slots: int, *which: int) -> bool:
@@ -327,22 +315,13 @@ def _whole(columns: list[Any], n_slots: int, *which: int) -> bool:
     return all(memoryview(columns[i]).nbytes == 4 * n_slots for i in which)
 
 
-def _undo_implied(table: dict[str, Any], columns: list[Any], implied: list[str]) -> None:
-    """The inverse of `_implied`, on `columns` in place; `table` has its slots back."""
+def _undo_implied(columns: list[Any], implied: list[str]) -> None:
+    """The inverse of `_implied`, on `columns` in place."""
     unknown = set(implied) - set(_IMPLIED)
     if unknown:
         raise ValueError(f"rewrites this version does not know: {sorted(unknown)}")
-    next_sibling = _items(columns[_NEXT_SIBLING], "i")
     if "prev_sibling" in implied:
-        columns[_PREV_SIBLING] = previous_siblings(next_sibling)
-    if "first_ms" in implied:
-        columns[_FIRST_MS] = minus_parents(
-            _items(columns[_FIRST_MS], "I"),
-            _items(table["slots"], "i"),
-            _items(columns[_FIRST_CHILD], "i"),
-            next_sibling,
-            True,
-        )
+        columns[_PREV_SIBLING] = previous_siblings(_items(columns[_NEXT_SIBLING], "i"))
 
 
 class TokenRecords(NamedTuple):
@@ -362,7 +341,7 @@ def _restored(
     columns = list(table["columns"])
     hashes, slots = from_slots(_items(table["hashes"], "Q"), table.pop("present"))
     table = {**table, "hashes": hashes, "slots": slots}
-    _undo_implied(table, columns, table.pop("implied", []))
+    _undo_implied(columns, table.pop("implied", []))
     columns[_LAST_MS] = minus(_items(columns[_LAST_MS], "I"), _items(columns[_FIRST_MS], "I"), True)
     blocks = table.pop("token_blocks")
     if blocks is not None:

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvscope.collector._checkpoint_columns import minus_parents, previous_siblings
+from kvscope.collector._checkpoint_columns import previous_siblings
+from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.snapshot import (
     KnownBlocks,
@@ -127,13 +128,8 @@ def test_previous_siblings_follow_from_the_next() -> None:
         previous_siblings(array("i", [7]))
 
 
-def test_times_minus_the_parents_go_there_and_back() -> None:
-    # 0 -> (1, 2), 2 -> 3; slot 4 holds no block, its stale child list is not read.
-    first_child, next_sibling = array("i", [1, -1, 3, -1, 0]), array("i", [-1, 2, -1, -1, -1])
-    slots, times = array("i", [0, 1, 2, 3]), array("I", [5, 5, 9, 2**32 - 1, 4])
-    less = minus_parents(times, slots, first_child, next_sibling)
-    assert less == array("I", [5, 0, 4, 2**32 - 10, 4])
-    assert minus_parents(less, slots, first_child, next_sibling, True) == times
-    cycle = array("i", [1, 0, -1, -1, -1]), array("i", [-1] * 5)
-    with pytest.raises(ValueError):
-        minus_parents(times, slots, *cycle, True)
+def test_format_5_leaves_out_the_previous_siblings() -> None:
+    state = msgspec.msgpack.decode(encode_map(_many_blocks(), compressed=False))
+    table = state["tables"][0]
+    assert table["implied"] == ["prev_sibling"]
+    assert table["columns"][BlockTable._COLUMNS.index("_prev_sibling")] == b""
