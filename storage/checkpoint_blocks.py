@@ -4,20 +4,19 @@ A checkpoint's token blocks are mostly among its stream's recent content, which 
 current dictionary holds (storage/log_dictionary.py): a checkpoint numbers those instead of
 holding them, and names the dictionary by its digest. The dictionary's content is runs of
 `GRANULE` token ids as msgpack ints; a snapshot takes blocks as uint32 records, so they are
-read out once per dictionary (kept by digest: the writer encodes many checkpoints against one,
-a rebuild reads one or two).
+read out (storage/_content_ids.pyx) once per dictionary (kept by digest: the writer encodes
+many checkpoints against one, a rebuild reads one or two).
 """
 
 from __future__ import annotations
 
 import threading
-from array import array
 from collections import OrderedDict
 
-import msgspec
 from sqlalchemy import Connection
 
 from kvscope.collector.snapshot import BlocksNamed, KnownBlocks, known_blocks
+from kvscope.storage._content_ids import content_ids
 from kvscope.storage.log_dictionaries_sql import dictionary
 from kvscope.storage.log_dictionary import GRANULE, Dictionary
 
@@ -34,14 +33,8 @@ def known_of(found: Dictionary) -> KnownBlocks:
         if known is not None:
             _kept.move_to_end(found.digest)
             return known
-    ids = len(found.granules) * GRANULE
-    try:
-        # The content is whole granules of msgpack ints: an array header makes it one array.
-        tokens = msgspec.msgpack.decode(b"\xdd" + ids.to_bytes(4, "big") + found.content)
-        records = array("I", tokens).tobytes()
-    except (msgspec.DecodeError, OverflowError, TypeError):
-        records = b""  # not a content this version made: no block is known by it
-    known = known_blocks(found.digest, records, GRANULE * _TOKEN_ITEM)
+    records = content_ids(found.content, GRANULE)
+    known = known_blocks(found.digest, records.tobytes(), GRANULE * _TOKEN_ITEM)
     with _lock:
         _kept[found.digest] = known
         while len(_kept) > _KEPT:
