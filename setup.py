@@ -64,6 +64,7 @@ setup(
             Extension("kvscope.collector._batch_rank", ["collector/_batch_rank.pyx"]),
             Extension("kvscope.storage._token_granules", ["storage/_token_granules.pyx"]),
             Extension("kvscope.storage._granules", ["storage/_granules.pyx"]),
+            Extension("kvscope.storage._content_ids", ["storage/_content_ids.pyx"]),
             Extension("kvscope.storage._log_columns", ["storage/_log_columns.pyx"]),
             # dlopen/dlsym: libdl before glibc 2.34, an empty stub after.
             Extension("kvscope.collector._zmq_recv", ["collector/_zmq_recv.pyx"], libraries=["dl"]),

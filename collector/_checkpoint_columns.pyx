@@ -208,3 +208,22 @@ def minus(const uint32_t[::1] a, const uint32_t[::1] b, bint inverse=False):
     for i in range(a.shape[0]):
         dst[i] = a[i] + b[i] if inverse else a[i] - b[i]
     return out
+
+
+def previous_siblings(const int32_t[::1] next_sibling):
+    """The previous-sibling column that `next_sibling` implies (-1 where none points), as an
+    array("i"): a table's own is this whenever its lists are whole, so format 5 leaves it out."""
+    cdef Py_ssize_t n = next_sibling.shape[0], i
+    out = carray.clone(_INT32, n, False)
+    cdef int32_t* dst = <int32_t*>(<carray.array>out).data.as_ints
+    cdef int32_t nxt
+    for i in range(n):
+        dst[i] = -1
+    for i in range(n):
+        nxt = next_sibling[i]
+        if nxt != -1:
+            if nxt < 0 or nxt >= n:
+                raise ValueError(f"next sibling {nxt} is outside the column")
+            dst[nxt] = <int32_t>i
+    return out
+

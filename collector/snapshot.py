@@ -4,15 +4,19 @@ zstd over msgpack; columns travel as raw array bytes, so encoding is a few memor
 2 lays each column out as byte planes (collector/_byte_planes.pyx), which zstd packs tighter;
 format 3 first drops what the columns repeat (collector/_checkpoint_columns.pyx: parents the
 tree already names, slot numbers, last store times equal to the first, token blocks stored once
-each). Formats 1 (items as they lie in memory) and
-2 are still read, and `recode` turns any into any other (the store's migrations do).
+each). Format 5 also leaves out previous siblings (the next siblings imply them) and may
+number token blocks among known ones given by
+the caller (a stream's log dictionary's: `KnownBlocks`), which it then names in a header before
+the zstd frame, so that a store can keep what its checkpoints name without opening them.
+Formats 1 (items as they lie in memory), 2 and 3 are still read, and `recode` turns any into any
+other (the store's migrations do).
 """
 
 from __future__ import annotations
 
 import zlib
 from array import array
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any, Literal, NamedTuple
 
@@ -26,6 +30,7 @@ from kvscope.collector._checkpoint_columns import (
     from_slots,
     intern_records,
     minus,
+    previous_siblings,
     xor_linked_parents,
 )
 from kvscope.collector.block_table import BlockTable
@@ -33,14 +38,41 @@ from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.sink import MapReader, TableReader
 from kvscope.collector.types import StreamId, TableKey
 
-FORMAT_VERSION = 3
-SNAPSHOT_FORMATS = (1, 2, 3)
-"""The formats read and written."""
+FORMAT_VERSION = 5
+SNAPSHOT_FORMATS = (1, 2, 3, 5)
+"""The formats read and written (4 is a delta's, below)."""
 DELTA_FORMAT = 4
 """A checkpoint as the rows changed since a key checkpoint (collector/snapshot_delta.py)."""
 _ARRAYS = ("hashes", "slots", "free")
 """A table state's array fields besides its `columns`."""
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_NAMED = b"\x00kvB"
+"""Starts a snapshot whose token blocks are partly known ones: then the name's length (a byte),
+the name, and the zstd frame."""
+
+
+class KnownBlocks(NamedTuple):
+    """Token blocks a snapshot may number instead of holding (format 5), under a name it keeps.
+
+    Made by `known_blocks`: distinct records, so a block's number is its position."""
+
+    name: bytes
+    records: bytes
+    record: int
+    """Bytes per record: a table of another block size holds its blocks itself."""
+
+
+def known_blocks(name: bytes, records: bytes, record: int) -> KnownBlocks:
+    """`records` (whole records of `record` bytes, uint32 token ids) without repeats, as a
+    snapshot's encoder and decoder both number them."""
+    if not 0 < len(name) < 256:
+        raise ValueError("a name of 1 to 255 bytes, please")
+    _, distinct = intern_records(records, record)
+    return KnownBlocks(name, bytes(distinct), record)
+
+
+BlocksNamed = Callable[[bytes], KnownBlocks]
+"""The known blocks of a name a snapshot gives (a store reads them by it)."""
 
 
 class SnapshotError(ValueError):
@@ -52,29 +84,61 @@ def encode_tables(
     signed: bool = False,
     compressed: bool = True,
     version: int = FORMAT_VERSION,
+    known: KnownBlocks | None = None,
 ) -> bytes:
     """The snapshot; `compressed=False` leaves the zstd step to `compress` (on another thread,
     since zstd runs without the GIL while the map must be copied with it)."""
-    table_states = [_from_v1(table.to_state(), version) for table in tables.values()]
-    state: dict[str, Any] = {"version": version, "tables": table_states, "signed": signed}
-    raw = msgspec.msgpack.encode(state)
-    return compress(raw) if compressed else raw
+    state_v1 = {"version": 1, "tables": [t.to_state() for t in tables.values()], "signed": signed}
+    if not compressed:
+        return msgspec.msgpack.encode(_state_in(state_v1, version, None))
+    return _encoded(state_v1, version, known)
 
 
-def _from_v1(table: dict[str, Any], version: int) -> dict[str, Any]:
-    """A table state of format 1 as format `version`."""
+def _state_in(state_v1: dict[str, Any], version: int, known: KnownBlocks | None) -> dict[str, Any]:
+    """A state of format 1 as format `version`, in place; a format-5 table numbers the blocks
+    of `known` (of its record size) and says how many there are as "known"."""
+    state_v1["tables"] = [_from_v1(t, version, known) for t in state_v1["tables"]]
+    state_v1["version"] = version
+    return state_v1
+
+
+def _from_v1(
+    table: dict[str, Any], version: int, known: KnownBlocks | None = None
+) -> dict[str, Any]:
+    """A table state of format 1 as format `version` (5: numbering `known`'s blocks, where
+    they are of its block size, and saying how many as "known")."""
     if version == 1:  # as views: msgpack takes those (and bytes), not the decoder's arrays
         views = {name: memoryview(table[name]) for name in _ARRAYS}
         return {**table, **views, "columns": [memoryview(c) for c in table["columns"]]}
-    return _as_planes(_deduplicated(table) if version == 3 else table)
+    if version != 5:
+        return _as_planes(_deduplicated(table) if version == 3 else table)
+    record = table["block_size"] * _TOKEN_ITEM
+    held = known.records if known is not None and known.record == record else b""
+    state = _deduplicated(table, held, compact=True)
+    state["known"] = len(held) // record if state["token_blocks"] is not None else 0
+    return _as_planes(state)
 
 
-def _to_v1(table: dict[str, Any], version: int, as_records: bool = False) -> dict[str, Any]:
-    """The inverse of `_from_v1`; `as_records`: see `_restored`."""
+def _to_v1(
+    table: dict[str, Any],
+    version: int,
+    as_records: bool = False,
+    known: KnownBlocks | None = None,
+) -> dict[str, Any]:
+    """The inverse of `_from_v1` and `_state_in`; `as_records`: see `_restored`."""
     if version == 1:
         return table
     table = _from_planes(table)
-    return _restored(table, as_records=as_records) if version == 3 else table
+    if version == 2:
+        return table
+    records = None
+    n_known = table.pop("known", 0) if version == 5 else 0
+    if n_known:
+        if known is None or len(known.records) != n_known * known.record:
+            raise SnapshotError("the snapshot numbers known token blocks that were not given")
+        own = table["token_blocks"]
+        records = known.records + (b"" if own is None else join_planes(own, _TOKEN_ITEM))
+    return _restored(table, records, as_records=as_records)
 
 
 def copy_tables(tables: Mapping[TableKey, TableReader], signed: bool = False) -> bytes:
@@ -87,18 +151,41 @@ def copy_map(prefix_map: MapReader) -> bytes:
     return copy_tables(prefix_map.tables, prefix_map.signed_hashes)
 
 
-def encode_copy(copy: bytes, version: int = FORMAT_VERSION) -> bytes:
+def encode_copy(
+    copy: bytes, version: int = FORMAT_VERSION, known: KnownBlocks | None = None
+) -> bytes:
     """The snapshot, compressed, of what `copy_tables` copied: the very bytes `encode_tables`
     made of the tables then. The store's writer thread runs this, off the ingest thread: the
-    format's columns are worked out there."""
-    return _encoded(msgspec.msgpack.decode(copy), version)
+    format's columns are worked out there. Format 5 numbers the blocks of `known` it holds."""
+    return _encoded(msgspec.msgpack.decode(copy), version, known)
 
 
-def _encoded(state_v1: dict[str, Any], version: int) -> bytes:
-    """A state of format 1 in format `version`, compressed."""
-    state_v1["tables"] = [_from_v1(t, version) for t in state_v1["tables"]]
-    state_v1["version"] = version
-    return compress(msgspec.msgpack.encode(state_v1))
+def _encoded(state_v1: dict[str, Any], version: int, known: KnownBlocks | None = None) -> bytes:
+    """A state of format 1 in format `version`, compressed (with its header where a table
+    numbers known blocks)."""
+    state = _state_in(state_v1, version, known)
+    packed = compress(msgspec.msgpack.encode(state))
+    if known is None or not any(t.get("known") for t in state["tables"]):
+        return packed
+    return named_header(len(known.name)) + known.name + packed
+
+
+def named_header(name_bytes: int) -> bytes:
+    """How a snapshot naming known blocks of a name this long starts (the name follows)."""
+    return _NAMED + bytes([name_bytes])
+
+
+def blocks_named(data: bytes) -> bytes | None:
+    """The name of the known blocks a snapshot numbers, if any (read without decompressing)."""
+    if data[:4] != _NAMED or len(data) < 5:
+        return None
+    return bytes(data[5 : 5 + data[4]])
+
+
+def _body(data: bytes) -> bytes:
+    """The zstd (or zlib) frame, past a header."""
+    name = blocks_named(data)
+    return data if name is None else data[5 + len(name) :]
 
 
 def _as_planes(table: dict[str, Any]) -> dict[str, Any]:
@@ -160,7 +247,9 @@ _TOKEN_ITEM = 4
 """Bytes per token in the tokens column (and in `token_blocks`' planes)."""
 
 
-def _deduplicated(table: dict[str, Any], known: bytes = b"") -> dict[str, Any]:
+def _deduplicated(
+    table: dict[str, Any], known: bytes = b"", compact: bool = False
+) -> dict[str, Any]:
     """A table state of format 1 without what format 3 leaves out (still format 1's shape):
     - parents XORed with their linked parent's hash;
     - the slot map as each slot's hash (0 for a free one) and a bitmap of the slots in use
@@ -170,7 +259,8 @@ def _deduplicated(table: dict[str, Any], known: bytes = b"") -> dict[str, Any]:
       (`token_blocks`, as byte planes).
 
     Token blocks in `known` (distinct records, as a key checkpoint holds them) are numbered
-    first, and left out of `token_blocks`: a delta names them in its key."""
+    first, and left out of `token_blocks`: a delta names them in its key. `compact` (format 5)
+    also leaves out what the child lists imply (`_implied`)."""
     columns = list(table["columns"])
     columns[_PARENT] = _linked_parents_xored(table, columns)
     n_slots = len(columns[_PARENT])  # (an array of them now)
@@ -178,6 +268,7 @@ def _deduplicated(table: dict[str, Any], known: bytes = b"") -> dict[str, Any]:
         _items(table["hashes"], "Q"), _items(table["slots"], "i"), n_slots
     )
     columns[_LAST_MS] = minus(_items(columns[_LAST_MS], "I"), _items(columns[_FIRST_MS], "I"))
+    implied = _implied(columns) if compact else None
     record = table["block_size"] * _TOKEN_ITEM
     tokens = memoryview(columns[_TOKENS]).cast("B")
     blocks = None
@@ -185,7 +276,7 @@ def _deduplicated(table: dict[str, Any], known: bytes = b"") -> dict[str, Any]:
         numbers, distinct = intern_records(known + tokens if known else tokens, record)
         columns[_TOKENS] = numbers[len(known) // record :] if known else numbers
         blocks = split_planes(memoryview(distinct)[len(known) :], _TOKEN_ITEM)
-    return {
+    state = {
         **table,
         "hashes": hash_of_slot,
         "slots": b"",
@@ -193,6 +284,44 @@ def _deduplicated(table: dict[str, Any], known: bytes = b"") -> dict[str, Any]:
         "columns": columns,
         "token_blocks": blocks,
     }
+    if implied is not None:
+        state["implied"] = implied
+    return state
+
+
+_PREV_SIBLING = BlockTable._COLUMNS.index("_prev_sibling")
+_IMPLIED = ("prev_sibling",)
+"""What format 5 may leave out: previous siblings (the next siblings say them)."""
+
+
+def _implied(columns: list[Any]) -> list[str]:
+    """Rewrites `columns` (a copy) as `_IMPLIED` allows; the names of the rewrites made (what
+    the other columns do not say exactly, a free slot's stale link say, is left as it is)."""
+    n_slots = memoryview(columns[_PARENT]).nbytes // 8
+    if not _whole(columns, n_slots, _NEXT_SIBLING, _PREV_SIBLING):
+        return []
+    try:
+        derived = previous_siblings(_items(columns[_NEXT_SIBLING], "i"))
+    except ValueError:
+        return []
+    if memoryview(derived).cast("B") != memoryview(columns[_PREV_SIBLING]).cast("B"):
+        return []
+    columns[_PREV_SIBLING] = b""
+    return ["prev_sibling"]
+
+
+def _whole(columns: list[Any], n_slots: int, *which: int) -> bool:
+    """Whether each of `which` is a 4-byte item per slot."""
+    return all(memoryview(columns[i]).nbytes == 4 * n_slots for i in which)
+
+
+def _undo_implied(columns: list[Any], implied: list[str]) -> None:
+    """The inverse of `_implied`, on `columns` in place."""
+    unknown = set(implied) - set(_IMPLIED)
+    if unknown:
+        raise ValueError(f"rewrites this version does not know: {sorted(unknown)}")
+    if "prev_sibling" in implied:
+        columns[_PREV_SIBLING] = previous_siblings(_items(columns[_NEXT_SIBLING], "i"))
 
 
 class TokenRecords(NamedTuple):
@@ -212,6 +341,7 @@ def _restored(
     columns = list(table["columns"])
     hashes, slots = from_slots(_items(table["hashes"], "Q"), table.pop("present"))
     table = {**table, "hashes": hashes, "slots": slots}
+    _undo_implied(columns, table.pop("implied", []))
     columns[_LAST_MS] = minus(_items(columns[_LAST_MS], "I"), _items(columns[_FIRST_MS], "I"), True)
     blocks = table.pop("token_blocks")
     if blocks is not None:
@@ -257,7 +387,7 @@ def _decompress(data: bytes) -> bytes:
 def _state(data: bytes, formats: tuple[int, ...] = SNAPSHOT_FORMATS) -> dict[str, Any]:
     """A snapshot's state, of any of `formats`, as written."""
     try:
-        state = msgspec.msgpack.decode(_decompress(data))
+        state = msgspec.msgpack.decode(_decompress(_body(data)))
     except (zlib.error, zstandard.ZstdError, msgspec.DecodeError) as exc:
         raise SnapshotError(f"not a map snapshot: {exc}") from exc
     if not isinstance(state, dict) or state.get("version") not in formats:
@@ -268,10 +398,18 @@ def _state(data: bytes, formats: tuple[int, ...] = SNAPSHOT_FORMATS) -> dict[str
     return state
 
 
-def _state_v1(data: bytes, as_records: bool = False) -> dict[str, Any]:
+def _state_v1(
+    data: bytes, as_records: bool = False, blocks: BlocksNamed | None = None
+) -> dict[str, Any]:
     state = _state(data)
     version = state["version"]
-    state["tables"] = [_to_v1(t, version, as_records) for t in state["tables"]]
+    name = blocks_named(data)
+    known = None
+    if name is not None:
+        if blocks is None:
+            raise SnapshotError(f"the snapshot numbers the known blocks {name.hex()}: give them")
+        known = blocks(name)
+    state["tables"] = [_to_v1(t, version, as_records, known) for t in state["tables"]]
     state["version"] = 1
     return state
 
@@ -284,20 +422,24 @@ NOT_WHOLE = (KeyError, IndexError, TypeError, ValueError, AttributeError)
 """What a snapshot that decodes but lacks or mistypes a part raises on the way to a map."""
 
 
-def recode(data: bytes, version: int) -> bytes:
-    """A snapshot re-written in format `version`, compressed (the map itself is not rebuilt)."""
+def recode(data: bytes, version: int, blocks: BlocksNamed | None = None) -> bytes:
+    """A snapshot re-written in format `version`, compressed (the map itself is not rebuilt);
+    `blocks` gives the known blocks it may name (it is then written holding them)."""
     if version not in SNAPSHOT_FORMATS:
         raise SnapshotError(f"no map snapshot format {version}")
     try:
-        return _encoded(_state_v1(data), version)
+        return _encoded(_state_v1(data, blocks=blocks), version)
     except NOT_WHOLE as exc:
         raise SnapshotError(f"not a whole map snapshot: {exc!r}") from exc
 
 
-def decode_tables(data: bytes) -> tuple[dict[TableKey, BlockTable], bool]:
-    """The tables and whether the publisher sends signed hashes."""
+def decode_tables(
+    data: bytes, blocks: BlocksNamed | None = None
+) -> tuple[dict[TableKey, BlockTable], bool]:
+    """The tables and whether the publisher sends signed hashes; `blocks` gives the known
+    blocks a format-5 snapshot may name."""
     try:
-        state = _state_v1(data, as_records=True)
+        state = _state_v1(data, as_records=True, blocks=blocks)
         tables = {}
         for table_state in state["tables"]:
             table = table_from_state(table_state)
@@ -321,13 +463,16 @@ def table_from_state(state: dict[str, Any]) -> BlockTable:
 
 
 def encode_map(
-    prefix_map: MapReader, compressed: bool = True, version: int = FORMAT_VERSION
+    prefix_map: MapReader,
+    compressed: bool = True,
+    version: int = FORMAT_VERSION,
+    known: KnownBlocks | None = None,
 ) -> bytes:
-    return encode_tables(prefix_map.tables, prefix_map.signed_hashes, compressed, version)
+    return encode_tables(prefix_map.tables, prefix_map.signed_hashes, compressed, version, known)
 
 
-def decode_map(data: bytes, stream: StreamId) -> PrefixMap:
-    tables, signed = decode_tables(data)
+def decode_map(data: bytes, stream: StreamId, blocks: BlocksNamed | None = None) -> PrefixMap:
+    tables, signed = decode_tables(data, blocks)
     prefix_map = PrefixMap(stream)
     prefix_map.tables = tables
     prefix_map.counters.signed_hashes = signed

@@ -8,14 +8,20 @@ take the fewest bytes per checkpoint a delta that only grows allows); past that,
 cannot say the map (a table the key lacks, an emptied one), it is a new key. A rebuild thus reads
 one key and at most one delta. The pacer is told the key's size for a delta too, so checkpoints
 come as often as with keys alone and a delta only saves bytes.
+
+Without deltas (`delta_share` 0), a checkpoint is a format-5 snapshot that numbers the token
+blocks its stream's current log dictionary holds (storage/checkpoint_blocks.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvscope.collector.snapshot import encode_copy
 from kvscope.collector.snapshot_delta import Key, encode_delta, encode_key
 from kvscope.collector.types import StreamId
+from kvscope.storage.checkpoint_blocks import known_of
+from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.rows import CheckpointRow
 
 
@@ -36,8 +42,14 @@ class CheckpointEncoder:
         """Largest delta, as a share of the mean checkpoint since its key; 0: keys only."""
         self._keys: dict[StreamId, _Held] = {}
 
-    def encode(self, row: CheckpointRow) -> int:
-        """Fill `row.packed` (and `row.key_seq` for a delta); the size to pace by."""
+    def encode(self, row: CheckpointRow, dictionary: Dictionary | None = None) -> int:
+        """Fill `row.packed` (and `row.key_seq` for a delta); the size to pace by. A key
+        checkpoint without deltas numbers the blocks `dictionary` (its stream's current, which
+        must be stored with it) holds, and names it (`blocks_named`)."""
+        if self.delta_share <= 0:
+            known = None if dictionary is None else known_of(dictionary)
+            row.packed, row.key_seq = encode_copy(row.snapshot, known=known), None
+            return len(row.packed)
         held = self._keys.get(row.stream)
         if held is not None and held.epoch == row.epoch and held.seq < row.seq:
             delta = encode_delta(row.snapshot, held.key)
@@ -48,10 +60,9 @@ class CheckpointEncoder:
                 return held.size
         row.packed, key = encode_key(row.snapshot)
         row.key_seq = None
-        if self.delta_share > 0:
-            size = len(row.packed)
-            self._keys[row.stream] = _Held(row.epoch, row.seq, key, size, size)
-        return len(row.packed)
+        size = len(row.packed)
+        self._keys[row.stream] = _Held(row.epoch, row.seq, key, size, size)
+        return size
 
     def forget(self, stream: StreamId | None = None) -> None:
         """The key of `stream` (None: of every stream) may not be stored: the next is a key."""

@@ -20,6 +20,7 @@ from kvscope.collector.snapshot import decode_map
 from kvscope.collector.snapshot_delta import decode_delta_map
 from kvscope.collector.types import StreamId
 from kvscope.storage import batch_log, schema
+from kvscope.storage.checkpoint_blocks import stored_blocks
 
 
 class NotInStore(LookupError):
@@ -164,7 +165,7 @@ def rebuild(conn: Connection, position: Position, stream: StreamId) -> RebuiltMa
 def _checkpoint_map(conn: Connection, position: Position, row: Any, stream: StreamId) -> PrefixMap:
     """The map a checkpoint holds: a key alone, or a delta read with its key."""
     if row.key_seq is None:
-        return decode_map(row.snapshot, stream)
+        return decode_map(row.snapshot, stream, stored_blocks(conn, position.stream_id))
     c = schema.checkpoints
     key = conn.execute(
         select(c.c.snapshot).where(

@@ -7,15 +7,19 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
-from sqlalchemy import Connection, and_, delete, exists, func, select
+from sqlalchemy import Connection, and_, delete, exists, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
+from kvscope.collector.snapshot import named_header
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.log_chunks import Chunk, ChunkError, named_dictionary
 from kvscope.storage.log_dictionary import Dictionary, DictionaryRow, from_stored
 
 _t = schema.log_dictionaries
+DIGEST_BYTES = 16
+"""A dictionary's digest (storage/log_dictionary.py's `digest_of`)."""
+NAMED_HEADER = named_header(DIGEST_BYTES)
 _KEPT = 8
 """Dictionaries kept in memory for reading: a rebuild reads one stream's, mostly one."""
 _kept: OrderedDict[bytes, Dictionary] = OrderedDict()
@@ -72,10 +76,20 @@ def open_chunk(conn: Connection, sid: int, data: bytes) -> Chunk:
 
 
 def prune_dictionaries(conn: Connection) -> int:
-    """Delete the dictionaries no chunk names, but each stream's newest (its writer may name it
-    in chunks to come, trusting it stored); how many went."""
-    c, newer = schema.log_chunks, _t.alias("newer")
-    named = exists().where(c.c.stream_id == _t.c.stream_id, c.c.dictionary == _t.c.digest)
+    """Delete the dictionaries no chunk or checkpoint names, but each stream's newest (its
+    writer may name it in chunks to come, trusting it stored); how many went."""
+    c, k, newer = schema.log_chunks, schema.checkpoints, _t.alias("newer")
+    # A checkpoint names its known blocks' dictionary in a header before its zstd frame.
+    head = func.substr(k.c.snapshot, 1, len(NAMED_HEADER))
+    by_checkpoint = exists().where(
+        k.c.stream_id == _t.c.stream_id,
+        head == NAMED_HEADER,
+        func.substr(k.c.snapshot, len(NAMED_HEADER) + 1, DIGEST_BYTES) == _t.c.digest,
+    )
+    named = or_(
+        exists().where(c.c.stream_id == _t.c.stream_id, c.c.dictionary == _t.c.digest),
+        by_checkpoint,
+    )
     newest = (
         select(func.max(newer.c.made_at)).where(newer.c.stream_id == _t.c.stream_id)
     ).scalar_subquery()

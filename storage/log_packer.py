@@ -59,6 +59,18 @@ class LogPacker:
         named = {(c.stream, c.dictionary) for c in chunks if c.dictionary is not None}
         return chunks, [row for key, row in self._unconfirmed.items() if key in named]
 
+    def unconfirmed(
+        self, named: Iterable[tuple[Any, bytes]], written: Sequence[DictionaryRow]
+    ) -> list[DictionaryRow]:
+        """The dictionaries of `named` ((stream, digest): a checkpoint's, say) that may not be
+        stored yet, less those `written` holds already: the transaction must write them."""
+        held = {(row.stream, row.digest) for row in written}
+        return [
+            self._unconfirmed[key]
+            for key in dict.fromkeys(named)
+            if key in self._unconfirmed and key not in held
+        ]
+
     def committed(self, rows: Iterable[DictionaryRow]) -> None:
         for row in rows:
             self._unconfirmed.pop((row.stream, row.digest), None)

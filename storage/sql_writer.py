@@ -9,7 +9,7 @@ from functools import lru_cache, partial
 from sqlalchemy import Connection, Insert, Table, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kvscope.collector.snapshot import encode_copy
+from kvscope.collector.snapshot import blocks_named, encode_copy
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.bulk_sql import insert_chunks, upsert_rollups
@@ -143,6 +143,7 @@ class RowWriter:
         # Nearly every row is a batch for the log: those are picked out in one pass.
         log: list[LogRow] = [row for row in rows if type(row) is tuple]
         checkpoints = 0
+        named: list[tuple[StreamId, bytes]] = []
         if len(log) < len(rows):
             for row in rows:
                 if type(row) is tuple:
@@ -152,13 +153,19 @@ class RowWriter:
                     continue
                 if type(row) is CheckpointRow:
                     if not row.packed:  # rows retried one by one come back here
-                        self.checkpoint_written(row, self.checkpoints.encode(row))
+                        current = self.packer.current().get(row.stream)
+                        self.checkpoint_written(row, self.checkpoints.encode(row, current))
+                    digest = blocks_named(row.packed)
+                    if digest is not None:  # stored with it, unless stored already
+                        named.append((row.stream, digest))
                     checkpoints += 1
                 elif type(row) is ResetRow and not row.packed_before:
                     # Outside the transaction: a 1M-block map takes a good part of a second.
                     row.packed_before = encode_copy(row.before)
                 prepared.ordered.append(row)
         prepared.chunks, prepared.dictionaries = self.packer.pack(log)
+        if named:
+            prepared.dictionaries += self.packer.unconfirmed(named, prepared.dictionaries)
         prepared.droppable = len(log) + len(prepared.rollups) + checkpoints
         return prepared
 

@@ -139,9 +139,9 @@ def _many_blocks() -> PrefixMap:
 def test_snapshots_are_written_in_the_last_format_and_read_in_every_one() -> None:
     prefix_map = _many_blocks()
     written = {version: encode_map(prefix_map, version=version) for version in SNAPSHOT_FORMATS}
-    assert snapshot_version(encode_map(prefix_map)) == FORMAT_VERSION == 3
-    assert [snapshot_version(written[v]) for v in SNAPSHOT_FORMATS] == [1, 2, 3]
-    assert len(written[3]) < len(written[2]) < len(written[1])
+    assert snapshot_version(encode_map(prefix_map)) == FORMAT_VERSION == 5
+    assert [snapshot_version(written[v]) for v in SNAPSHOT_FORMATS] == [1, 2, 3, 5]
+    assert len(written[3]) < len(written[2]) < len(written[1])  # 5 pays on real maps
     for data in written.values():
         assert state_of(decode_map(data, STREAM)) == state_of(prefix_map)
 
@@ -164,20 +164,20 @@ def columns_of(table: BlockTable) -> object:
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(events, max_size=40), st.lists(events, max_size=20))
-def test_format_3_decodes_to_the_same_columns_as_format_2(
+def test_formats_2_3_and_5_decode_to_the_same_columns(
     before: list[KVEvent], after: list[KVEvent]
 ) -> None:
-    """Parents, slot numbers and store times left out and token blocks stored once come back
-    byte for byte, also where a removal left free slots, stale tokens and orphans behind."""
+    """Parents, slot numbers, store times and previous siblings left out and token blocks
+    stored once come back byte for byte, also where a removal left free slots, stale tokens
+    and orphans behind."""
     original = PrefixMap(STREAM)
     original.apply(Batch(0, 10.0, 0, before))
     original.apply(Batch(1, 11.0, 0, after))
-    planes = decode_map(encode_map(original, version=2), STREAM)
-    deduplicated = decode_map(encode_map(original, version=3), STREAM)
-    assert planes.tables.keys() == deduplicated.tables.keys() == original.tables.keys()
-    for key, table in original.tables.items():
-        assert columns_of(deduplicated.tables[key]) == columns_of(table)
-        assert columns_of(planes.tables[key]) == columns_of(table)
+    for version in (2, 3, 5):
+        decoded = decode_map(encode_map(original, version=version), STREAM)
+        assert decoded.tables.keys() == original.tables.keys()
+        for key, table in original.tables.items():
+            assert columns_of(decoded.tables[key]) == columns_of(table), version
 
 
 @given(st.lists(st.binary(min_size=8, max_size=8), max_size=40))
@@ -217,16 +217,17 @@ def test_slot_maps_and_differences_go_there_and_back() -> None:
     assert minus(minus(last, first), first, inverse=True) == last
 
 
-def _v3_state() -> dict[str, Any]:
+def _v3_state(version: int = 3) -> dict[str, Any]:
     import msgspec
 
-    state: dict[str, Any] = msgspec.msgpack.decode(encode_map(_many_blocks(), compressed=False))
-    assert state["version"] == 3 and state["tables"][0]["token_blocks"]
+    data = encode_map(_many_blocks(), compressed=False, version=version)
+    state: dict[str, Any] = msgspec.msgpack.decode(data)
+    assert state["version"] == version and state["tables"][0]["token_blocks"]
     return state
 
 
-def _columns_set_to(**columns: bytes) -> dict[str, Any]:
-    state = _v3_state()
+def _columns_set_to(version: int = 3, **columns: bytes) -> dict[str, Any]:
+    state = _v3_state(version)
     table = state["tables"][0]
     for name, fill in columns.items():
         at = BlockTable._COLUMNS.index(name)
@@ -244,6 +245,10 @@ def _columns_set_to(**columns: bytes) -> dict[str, Any]:
         {**_v3_state(), "tables": [{**_v3_state()["tables"][0], "block_size": 0}]},
         {**_v3_state(), "tables": [{**_v3_state()["tables"][0], "present": b"\xff"}]},
         {**_v3_state(), "tables": [{**_v3_state()["tables"][0], "present": None}]},
+        _columns_set_to(5, _first_child=b"\x00", _next_sibling=b"\x00"),
+        _columns_set_to(5, _next_sibling=b"\x7f"),
+        {**_v3_state(5), "tables": [{**_v3_state(5)["tables"][0], "implied": ["later"]}]},
+        {**_v3_state(5), "tables": [{**_v3_state(5)["tables"][0], "known": 3}]},
     ],
     ids=[
         "token-number",
@@ -253,9 +258,13 @@ def _columns_set_to(**columns: bytes) -> dict[str, Any]:
         "no-block-size",
         "slots-cut",
         "no-slots",
+        "5-cycle",
+        "5-sibling-out-of-range",
+        "5-unknown-rewrite",
+        "5-known-blocks-not-given",
     ],
 )
-def test_a_format_3_snapshot_that_lies_is_refused(state: dict[str, Any]) -> None:
+def test_a_format_3_or_5_snapshot_that_lies_is_refused(state: dict[str, Any]) -> None:
     import msgspec
 
     data = compress(msgspec.msgpack.encode(state))

@@ -11,9 +11,12 @@ import sqlalchemy as sa
 from alembic import op
 
 from kvscope.collector.snapshot import SnapshotError, recode
+from kvscope.storage.checkpoint_blocks import stored_blocks
 
 
 def recode_all(version: int) -> None:
+    """A checkpoint that names its stream's log dictionary (format 5) is read with it, and
+    written holding its blocks (unless in format 5 again)."""
     conn = op.get_bind()
     meta = sa.MetaData()
     checkpoints = sa.Table("checkpoints", meta, autoload_with=conn)
@@ -23,8 +26,12 @@ def recode_all(version: int) -> None:
         for key in conn.execute(sa.select(*keys)).all():
             where = sa.and_(*(c == value for c, value in zip(keys, key, strict=True)))
             data = conn.execute(sa.select(column).where(where)).scalar_one()
+            names = [c.name for c in keys]
+            blocks = (
+                stored_blocks(conn, key[names.index("stream_id")]) if table is checkpoints else None
+            )
             try:
-                recoded = recode(bytes(data), version)
+                recoded = recode(bytes(data), version, blocks)
             except SnapshotError:
                 continue  # not a snapshot: readers refuse it as before, whatever its format
             conn.execute(sa.update(table).where(where).values({column.name: recoded}))

@@ -48,6 +48,6 @@ def downgrade() -> None:
         except SnapshotError:
             conn.execute(sa.delete(c).where(at, c.c.seq == seq))
             continue
-        whole = encode_tables(tables, signed)
+        whole = encode_tables(tables, signed, version=3)  # what a kvscope at 0013 reads
         conn.execute(sa.update(c).where(at, c.c.seq == seq).values(snapshot=whole))
     op.execute("ALTER TABLE checkpoints DROP COLUMN key_seq")
