@@ -23,6 +23,7 @@ from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import AppliedBatch
 from kvscope.collector.snapshot import SNAPSHOT_FORMATS, recode
 from kvscope.collector.types import StreamId
+from kvscope.storage.checkpoint_blocks import stored_blocks
 from kvscope.storage.engine import open_store
 from kvscope.storage.log_chunks import WRITABLE_FORMATS, pack
 from kvscope.storage.log_packer import LogPacker
@@ -114,13 +115,18 @@ def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
         dictionaries = conn.execute(text("SELECT sum(length(data)) FROM log_dictionaries")).scalar()
         snapshots = conn.execute(text("SELECT sum(length(snapshot)) FROM checkpoints")).scalar()
         stored = [
-            bytes(data)
+            (bytes(data), sid)
             for query in (
-                "SELECT snapshot FROM checkpoints WHERE key_seq IS NULL",  # deltas need a key
-                "SELECT before FROM resets",
+                "SELECT snapshot, stream_id FROM checkpoints WHERE key_seq IS NULL",  # no deltas
+                "SELECT before, stream_id FROM resets",
             )
-            for data in conn.execute(text(query)).scalars()
+            for data, sid in conn.execute(text(query))
         ]
+        # A checkpoint may name its stream's log dictionary's blocks (snapshot format 5).
+        recoded = {
+            fmt: sum(len(recode(data, fmt, stored_blocks(conn, sid))) for data, sid in stored)
+            for fmt in SNAPSHOT_FORMATS
+        }
     engine.dispose()
     return Disk(
         block_events,
@@ -129,7 +135,7 @@ def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
         int(dictionaries or 0),
         int(snapshots or 0),
         {fmt: packed_size(log, fmt) for fmt in WRITABLE_FORMATS},
-        {fmt: sum(len(recode(data, fmt)) for data in stored) for fmt in SNAPSHOT_FORMATS},
+        recoded,
         empty_store_bytes(),
         content_floor(row[5] for row in log),
     )
