@@ -81,7 +81,7 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
     skip() fails. Anything but an array of ints >= 0 is left to skip(), from the value's start:
     the scan must step over what it steps over (the tag, which decides if the field matters, may
     come later)."""
-    cdef Py_ssize_t start = r.pos, n, k, pos, end = r.end, width
+    cdef Py_ssize_t start = r.pos, n, k = 0, pos, end = r.end, width
     cdef const uint8_t* p = r.p
     cdef uint8_t b
     cdef uint64_t v
@@ -93,7 +93,37 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
     else:
         # The cursor in locals, not through `r`: the compiler keeps them in registers.
         pos = r.pos
-        for k in range(n):
+        # The items as senders write them (token ids as fixints, uint16 or uint32; hashes as
+        # uint64) first, in a loop of their own; from the first other one on, the general loop.
+        if tokens:
+            while k < n and pos < end:
+                b = p[pos]
+                if b <= 0x7F:
+                    (<uint32_t*>buf)[k] = b
+                    pos += 1
+                elif b == 0xCD and end - pos >= 3:
+                    (<uint32_t*>buf)[k] = (<uint32_t>p[pos + 1] << 8) | p[pos + 2]
+                    pos += 3
+                elif b == 0xCE and end - pos >= 5:
+                    (<uint32_t*>buf)[k] = (
+                        (<uint32_t>p[pos + 1] << 24) | (<uint32_t>p[pos + 2] << 16)
+                        | (<uint32_t>p[pos + 3] << 8) | p[pos + 4]
+                    )
+                    pos += 5
+                else:
+                    break
+                k += 1
+        else:
+            while k < n and end - pos >= 9 and p[pos] == 0xCF:
+                (<uint64_t*>buf)[k] = (
+                    (<uint64_t>p[pos + 1] << 56) | (<uint64_t>p[pos + 2] << 48)
+                    | (<uint64_t>p[pos + 3] << 40) | (<uint64_t>p[pos + 4] << 32)
+                    | (<uint64_t>p[pos + 5] << 24) | (<uint64_t>p[pos + 6] << 16)
+                    | (<uint64_t>p[pos + 7] << 8) | p[pos + 8]
+                )
+                pos += 9
+                k += 1
+        while k < n:
             if pos >= end:
                 return -1
             b = p[pos]
@@ -129,12 +159,32 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
                 (<uint32_t*>buf)[k] = <uint32_t>v
             else:
                 (<uint64_t*>buf)[k] = v
+            k += 1
         r.pos = pos
         if state == HELD:
             count[0] = n
             return HELD
     r.pos = start
     return state if skip(r, 3) == 0 else -1
+
+
+cdef inline int skip_field(Reader* r) noexcept nogil:
+    """skip(r, 3), the values an event's other fields hold (a nil, a short str, an int) stepped
+    over here: a call per field would cost more than the step."""
+    cdef uint8_t b
+    cdef Py_ssize_t n = 0
+    if r.pos < r.end:
+        b = r.p[r.pos]
+        if b <= 0x7F or b >= 0xE0 or b == 0xC0 or b == 0xC2 or b == 0xC3:
+            n = 1
+        elif 0xA0 <= b <= 0xBF:
+            n = 1 + (b & 0x1F)
+        elif 0xCC <= b <= 0xD3:
+            n = 1 + (1 << ((b - 0xCC) & 3))
+        if 0 < n <= r.end - r.pos:
+            r.pos += n
+            return 0
+    return skip(r, 3)
 
 
 cdef inline int scan_event(Reader* r, Event* e) noexcept nogil:
@@ -163,7 +213,7 @@ cdef inline int scan_event(Reader* r, Event* e) noexcept nogil:
             e.hashes_state = scan_uints(r, False, e.hashes, HASHES_CAP, &e.n_hashes)
             if e.hashes_state < 0:
                 return -1
-        elif skip(r, 3) < 0:
+        elif skip_field(r) < 0:
             return -1
     if e.at[F_TYPE] < 0:
         return -1

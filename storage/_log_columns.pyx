@@ -34,7 +34,7 @@ cdef inline Py_ssize_t be(const uint8_t* p, int width) noexcept nogil:
     return v
 
 
-cdef Py_ssize_t token(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
+cdef inline Py_ssize_t token(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
                       Py_ssize_t* items) noexcept nogil:
     """Bytes of the token at `pos` that stay together (a scalar whole, a container's header);
     `items`: an array's length, else -1. -1 if cut short or not msgpack."""

@@ -194,3 +194,16 @@ def test_captured_streams_replay_to_todays_map(name: str) -> None:
     records = [(r.seq, r.payload) for r in read_capture(capture_path(f"{name}.msgpack.gz"))]
     for end in (len(records) // 3, len(records)):  # midway too
         assert_same_replay(records[:end], IngestLimits())
+
+
+# --- a payload cut anywhere -----------------------------------------------------------------------
+@SETTINGS
+@given(st.data())
+def test_a_payload_cut_anywhere_replays_as_decoded(data: st.DataObject) -> None:
+    # Every end of the bytes, within a token id, a hash or a field the scan steps over on its
+    # quick paths (ints of each width, short strs, nils) as well as between them.
+    events = data.draw(st.lists(stored(long=False) | removed(), min_size=1, max_size=3))
+    payload = encode(data, [1.7e9, events])
+    limits = data.draw(st.sampled_from(LIMITS))
+    for end in range(len(payload) + 1):
+        assert_same_replay([(0, payload[:end])], limits)
