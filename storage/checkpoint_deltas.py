@@ -6,8 +6,8 @@ epoch) while the delta is at most `delta_share` times the mean size of the check
 key (the key and its deltas), which is what writing it lowers (with 1.0, the key and its deltas
 take the fewest bytes per checkpoint a delta that only grows allows); past that, or where a delta
 cannot say the map (a table the key lacks, an emptied one), it is a new key. A rebuild thus reads
-one key and at most one delta. The pacer is told the key's size for a delta too, so checkpoints
-come as often as with keys alone and a delta only saves bytes.
+one key and at most one delta. Checkpoints come as often either way (they are paced by the
+stream's events, storage/_checkpoint_pacing.pyx): a delta only saves bytes.
 
 Without deltas (`delta_share` 0), a checkpoint is a format-5 snapshot that numbers the token
 blocks its stream's current log dictionary holds (storage/checkpoint_blocks.py).
@@ -30,7 +30,6 @@ class _Held:
     epoch: int
     seq: int
     key: Key
-    size: int
     written: int
     """Bytes of the key and its deltas."""
     count: int = 1
@@ -42,14 +41,14 @@ class CheckpointEncoder:
         """Largest delta, as a share of the mean checkpoint since its key; 0: keys only."""
         self._keys: dict[StreamId, _Held] = {}
 
-    def encode(self, row: CheckpointRow, dictionary: Dictionary | None = None) -> int:
-        """Fill `row.packed` (and `row.key_seq` for a delta); the size to pace by. A key
+    def encode(self, row: CheckpointRow, dictionary: Dictionary | None = None) -> None:
+        """Fill `row.packed` (and `row.key_seq` for a delta). A key
         checkpoint without deltas numbers the blocks `dictionary` (its stream's current, which
         must be stored with it) holds, and names it (`blocks_named`)."""
         if self.delta_share <= 0:
             known = None if dictionary is None else known_of(dictionary)
             row.packed, row.key_seq = encode_copy(row.snapshot, known=known), None
-            return len(row.packed)
+            return
         held = self._keys.get(row.stream)
         if held is not None and held.epoch == row.epoch and held.seq < row.seq:
             delta = encode_delta(row.snapshot, held.key)
@@ -57,12 +56,10 @@ class CheckpointEncoder:
                 row.packed, row.key_seq = delta, held.seq
                 held.written += len(delta)
                 held.count += 1
-                return held.size
+                return
         row.packed, key = encode_key(row.snapshot)
         row.key_seq = None
-        size = len(row.packed)
-        self._keys[row.stream] = _Held(row.epoch, row.seq, key, size, size)
-        return size
+        self._keys[row.stream] = _Held(row.epoch, row.seq, key, len(row.packed))
 
     def forget(self, stream: StreamId | None = None) -> None:
         """The key of `stream` (None: of every stream) may not be stored: the next is a key."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 
@@ -82,8 +82,6 @@ class RowWriter:
     def __init__(
         self,
         shard: str | None,
-        checkpoint_written: Callable[[CheckpointRow, int], None],
-        log_packed: Callable[[StreamId, int, int], None],
         followers: PrefixFollowers | None = None,
         fence: Fence | None = None,
         packer: LogPacker | None = None,
@@ -92,11 +90,6 @@ class RowWriter:
         self.shard = shard
         self.fence = fence
         """With leases: each transaction writes only the streams whose lease it still holds."""
-        self.checkpoint_written = checkpoint_written
-        """Told each checkpoint's size on disk (the ingest side paces checkpoints by it)."""
-        self.log_packed = log_packed
-        """Told, per stream and transaction committed, the log's bytes before and after
-        compression."""
         self._stream_ids: dict[StreamId, int] = {}
         self._reset_ids: dict[tuple[StreamId, tuple[int, int, str]], int] = {}
         self.followers = followers or PrefixFollowers()
@@ -154,7 +147,7 @@ class RowWriter:
                 if type(row) is CheckpointRow:
                     if not row.packed:  # rows retried one by one come back here
                         current = self.packer.current().get(row.stream)
-                        self.checkpoint_written(row, self.checkpoints.encode(row, current))
+                        self.checkpoints.encode(row, current)
                     digest = blocks_named(row.packed)
                     if digest is not None:  # stored with it, unless stored already
                         named.append((row.stream, digest))
@@ -170,17 +163,8 @@ class RowWriter:
         return prepared
 
     def committed(self, prepared: Prepared) -> None:
-        """`prepared` landed: its dictionaries are stored, and the log's bytes it stored are
-        told, once (rows written again one by one after a failed transaction were packed
-        again, and told then)."""
+        """`prepared` landed: its dictionaries are stored."""
         self.packer.committed(prepared.dictionaries)
-        packed: dict[StreamId, list[int]] = {}
-        for chunk in prepared.chunks:
-            sizes = packed.setdefault(chunk.stream, [0, 0])
-            sizes[0] += chunk.raw_bytes
-            sizes[1] += len(chunk.data)
-        for stream, (raw, stored) in packed.items():
-            self.log_packed(stream, raw, stored)
 
     def write(self, conn: Connection, prepared: Prepared) -> None:
         if self.fence is not None:

@@ -34,14 +34,14 @@ class StoreSettings:
     transaction and a log chunk per second, not per few batches, at a replica's usual rates
     (small chunks compress poorly). What waits is lost by a crash only until the restart asks
     the replay socket for it."""
-    checkpoint_log_ratio: float = 2.0
-    """Checkpoint once the log stored since the last checkpoint (compressed, as on disk) is
-    this many times that checkpoint's size on disk: checkpoints then take at most 1/ratio of
-    the log's bytes (but for `checkpoint_every_batches`), whatever the payloads' packing.
-
-    It also bounds rebuilding an instant: at most this many checkpoints' worth of packed log is
-    replayed. A lower ratio rebuilds faster, stores more and ingests slower;
-    benchmarks/store.py measures all three."""
+    checkpoint_events_per_block: float = 8.0
+    """Checkpoint once the block-events applied since the last checkpoint are this many times
+    the blocks it held (counted as at least storage/_checkpoint_pacing.pyx's `MIN_BLOCKS`): the
+    trade between rebuilding an instant and disk. A rebuild restores a checkpoint and replays
+    at most this many events per block of it, so its time follows the map's size; checkpoints
+    take about their bytes per block over this of the disk per block-event, however the log
+    packs. Lower rebuilds faster and stores more (benchmarks/store.py measures both); inf:
+    only `checkpoint_every_batches`. The stream alone decides, never the writer's speed."""
     checkpoint_every_batches: int = 20_000
     """A checkpoint at least this often (in batches), whatever the sizes."""
     checkpoint_delta_share: float = 0.0

@@ -34,8 +34,8 @@ from kvscope.collector.sink import (
 )
 from kvscope.collector.snapshot import copy_map, copy_tables
 from kvscope.collector.types import StreamId
+from kvscope.storage._checkpoint_pacing import CheckpointPacer
 from kvscope.storage.checkpoint_deltas import CheckpointEncoder
-from kvscope.storage.checkpoint_pacing import CheckpointPacer
 from kvscope.storage.gc_policy import raise_young_threshold
 from kvscope.storage.leases import Fence
 from kvscope.storage.log_packer import LogPacker
@@ -85,8 +85,6 @@ class StoreWriter:
         self.fence = fence  # with leases: the streams held, and the lease counters
         self._sql = RowWriter(
             self.settings.shard,
-            self._checkpoint_written,
-            self._log_packed,
             PrefixFollowers(self.settings.prefix_followers),
             fence,
             LogPacker(
@@ -124,7 +122,7 @@ class StoreWriter:
             self._note_drop(stream, state, epoch, batch.seq, batch.ts)
         elif state.dropped_from is not None:
             self._close_drop(stream, state)
-        if state.pacer.batch(nbytes) and state.dropped_from is None:
+        if state.pacer.batch(batch.changes) and state.dropped_from is None:
             self._checkpoint(batch, state)
 
     def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
@@ -307,7 +305,7 @@ class StoreWriter:
         if state is None:
             recoveries = StreamRecoveries(stream, self.settings.recovery_offsets_s)
             pacer = CheckpointPacer(
-                self.settings.checkpoint_log_ratio, self.settings.checkpoint_every_batches
+                self.settings.checkpoint_events_per_block, self.settings.checkpoint_every_batches
             )
             state = self._streams[stream] = StreamState(SecondRollup(stream), recoveries, pacer)
         return state
@@ -337,7 +335,7 @@ class StoreWriter:
                 seq,
             )
         state.dropped_to = (seq, ts)
-        state.pacer.forced = True
+        state.pacer.force()
 
     def _close_drop(self, stream: StreamId, state: StreamState) -> None:
         assert state.dropped_from is not None and state.dropped_to is not None
@@ -358,24 +356,9 @@ class StoreWriter:
         state.dropped_from = state.dropped_to = None
 
     def _checkpoint(self, batch: AppliedBatch, state: StreamState) -> None:
+        blocks = batch.view.totals().blocks
         row = CheckpointRow(
-            batch.stream,
-            batch.epoch,
-            batch.seq,
-            batch.ts,
-            batch.view.totals().blocks,
-            copy_map(batch.view),
+            batch.stream, batch.epoch, batch.seq, batch.ts, blocks, copy_map(batch.view)
         )
         if self._put(row, len(row.snapshot)):
-            state.pacer.queued((row.epoch, row.seq), len(row.snapshot))
-
-    # --- the writer thread --------------------------------------------------------------------
-    def _checkpoint_written(self, row: CheckpointRow, size_on_disk: int) -> None:
-        state = self._streams.get(row.stream)
-        if state is not None:
-            state.pacer.written((row.epoch, row.seq), size_on_disk)
-
-    def _log_packed(self, stream: StreamId, raw: int, stored: int) -> None:
-        state = self._streams.get(stream)
-        if state is not None:
-            state.pacer.packed(raw, stored)
+            state.pacer.queued(blocks)

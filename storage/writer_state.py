@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvscope.storage.checkpoint_pacing import CheckpointPacer
+from kvscope.storage._checkpoint_pacing import CheckpointPacer
 from kvscope.storage.recovery_follow import StreamRecoveries
 from kvscope.storage.rollups import SecondRollup
 
 
 @dataclass(slots=True)
 class StreamState:
-    """What the writer remembers per stream between batches (ingest thread only, but for the
-    pacer, which the writer thread tells what the log and checkpoints take on disk)."""
+    """What the writer remembers per stream between batches (ingest thread only)."""
 
     rollup: SecondRollup
     recoveries: StreamRecoveries

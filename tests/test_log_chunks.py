@@ -130,7 +130,7 @@ def test_what_is_not_a_chunk_is_refused_clearly() -> None:
 
 def store_log(engine: Engine, rows: list[LogRow]) -> None:
     """Through the writer's own path: a transaction per few hundred rows, as it takes them."""
-    writer = RowWriter(None, lambda *_: None, lambda *_: None)
+    writer = RowWriter(None)
     for start in range(0, len(rows), 317):
         prepared = writer.prepare(list(rows[start : start + 317]))
         with engine.begin() as conn:

@@ -138,7 +138,7 @@ def down_and_up(store_url: str, at: str, fmt: int, magic: bytes, down_magic: byt
     pool = token_pool(random.Random(6), 40)
     rows = [(A, 0, *r[2:]) for r in block_log(random.Random(6), 400, pool)]
     packer = LogPacker(ratio=0.5, fmt=fmt)
-    writer = RowWriter(None, lambda *_: None, lambda *_: None, packer=packer)
+    writer = RowWriter(None, packer=packer)
     for start in range(0, len(rows), 100):
         write(engine, writer, rows[start : start + 100])
     with engine.connect() as conn:

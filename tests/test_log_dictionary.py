@@ -245,7 +245,7 @@ def test_a_stream_that_left_the_writer_takes_its_content_along() -> None:
     it, and were it to come back, a new dictionary is made from what it shows then."""
     rng = random.Random(8)
     rows = block_log(rng, 300, token_pool(rng, 40))
-    writer = RowWriter(None, lambda *_: None, lambda *_: None, packer=LogPacker(ratio=0.5))
+    writer = RowWriter(None, packer=LogPacker(ratio=0.5))
     for start in (0, 100):
         writer.committed(writer.prepare(list[Row](rows[start : start + 100])))
     assert writer.packer.current()

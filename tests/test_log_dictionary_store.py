@@ -31,7 +31,7 @@ from tests.test_store import STREAM
 
 def row_writer(cap: int = 1 << 20, fmt: int = CHUNK_FORMAT) -> RowWriter:
     packer = LogPacker(cap, ratio=0.5, fmt=fmt)
-    return RowWriter(None, lambda *_: None, lambda *_: None, packer=packer)
+    return RowWriter(None, packer=packer)
 
 
 def write(engine: sa.Engine, writer: RowWriter, rows: list[LogRow], lost: bool = False) -> None:

@@ -1,0 +1,56 @@
+# When a stream's next checkpoint is due: paced by the stream's own block-events.
+#
+# A checkpoint is due once the block-events applied since the last one reach `per_block` times
+# the blocks cached at that one (counted as at least MIN_BLOCKS), or after `every_batches`
+# batches, or when forced (after a hole in the log). Rebuilding an instant restores a checkpoint
+# (a cost that follows its blocks) and replays the log after it (one that follows the events
+# replayed), so both grow with the map, not with the stream's length; and the checkpoints' share
+# of the disk is about their bytes per block over `per_block`, however the log packs.
+#
+# Only the stream decides: the same stream gets the same checkpoints whatever the writer
+# thread's speed (it tells the pacer nothing), at any playback speed and under any load.
+# In Cython: the count runs on the ingest thread for every batch.
+
+MIN_BLOCKS = 256
+"""The fewest blocks a checkpoint is counted as: a near-empty map (a stream's start, after a
+clear) is not checkpointed every few batches, where each row's fixed cost would dominate."""
+
+cdef double _MIN_BLOCKS = MIN_BLOCKS
+
+
+cdef class CheckpointPacer:
+    cdef readonly double per_block
+    cdef readonly long long every_batches
+    cdef readonly long long batches_since
+    cdef readonly long long events_since
+    """Block-events (blocks stored and removed) applied since the last checkpoint."""
+    cdef readonly double due_events
+    """Events at which the next checkpoint is due; 0 while one is forced."""
+
+    def __init__(self, double per_block, long long every_batches):
+        self.per_block = per_block
+        self.every_batches = every_batches
+        self.batches_since = 0
+        self.events_since = 0
+        self.due_events = per_block * _MIN_BLOCKS
+
+    cpdef bint batch(self, object changes):
+        """Count one batch's blocks stored and removed per table (`AppliedBatch.changes`);
+        whether a checkpoint is due."""
+        cdef long long events = self.events_since
+        cdef object counts
+        for counts in changes.values():
+            events += <long long>counts[0] + <long long>counts[1]
+        self.events_since = events
+        self.batches_since += 1
+        return events >= self.due_events or self.batches_since >= self.every_batches
+
+    def force(self):
+        """A checkpoint is due at the next batch, whatever was counted (after a hole)."""
+        self.due_events = 0
+
+    def queued(self, long long blocks):
+        """A checkpoint of a map of `blocks` blocks was queued."""
+        self.batches_since = 0
+        self.events_since = 0
+        self.due_events = self.per_block * max(<double>blocks, _MIN_BLOCKS)
