@@ -36,8 +36,10 @@ from kvscope.storage.log_columns import FORMAT_3_MAGIC, FORMAT_4_MAGIC
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.rows import LogRow
 
-CHUNK_FORMAT = 2
-"""The format written unless a store is set to another (`StoreSettings.log_chunk_format`)."""
+CHUNK_FORMAT = 4
+"""The format written unless a store is set to another (`StoreSettings.log_chunk_format`): the
+smallest on disk. Checkpoints are paced by the stream's events, so a smaller log does not mean
+longer replays (benchmarks/rebuild_instructions.py compares the formats' replays)."""
 WRITABLE_FORMATS = (1, 2, 3, 4)
 SETTABLE_FORMATS = (2, 3, 4)
 """The formats a store may be set to write: 1 has no dictionary, and is left to migrations."""

@@ -51,10 +51,10 @@ class StoreSettings:
     Deltas take less disk, and an instant read through one rebuilds slower
     (benchmarks/store.py): opt-in."""
     log_chunk_format: int = CHUNK_FORMAT
-    """The format log chunks are written in (storage/log_chunks.py): 3 splits each chunk's
-    batches into columns, less disk, slower to pack and to replay; 4 also names the token
-    blocks the stream's dictionary holds by their number there, less disk again at about 3's
-    cost; every format reads."""
+    """The format log chunks are written in (storage/log_chunks.py): 4 (the default) splits
+    each chunk's batches into columns and names the token blocks the stream's dictionary holds
+    by their number there; 3 the same without the numbers; 2 packs each chunk's batches whole,
+    more disk, a little cheaper to pack and to replay. Every format reads."""
     log_dictionary_bytes: int = 1 << 20
     """Token content kept per stream to compress its log against (storage/log_dictionary.py);
     0 compresses without. A stream costs the writer a few times this in memory (the runs kept,

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvscope.storage._granules import GranuleIndex
-from kvscope.storage.log_chunks import Chunk, pack
+from kvscope.storage.log_chunks import CHUNK_FORMAT, SETTABLE_FORMATS, Chunk, pack
 from kvscope.storage.log_columns import FORMAT_3_MAGIC, FORMAT_4_MAGIC
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.rows import LogRow
@@ -45,6 +45,17 @@ def test_blocks_in_the_dictionary_come_back_and_cost_a_number_each() -> None:
     assert unpacked(rows, 4, dictionary) == rows
     size = {fmt: sum(len(c.data) for c in pack(rows, fmt, {A: dictionary})) for fmt in (3, 4)}
     assert size[4] < 0.95 * size[3]
+
+
+def test_the_default_format_is_the_smallest_settable_one() -> None:
+    """Checkpoints are paced by the stream's events, not by the log's bytes (a smaller log no
+    longer means longer replays), so the store writes the format that takes the least disk."""
+    rng = random.Random(11)
+    pool = token_pool(rng, 2000)
+    rows = block_log(rng, 600, pool)
+    dictionary = pool_dictionary(pool)
+    size = {f: sum(len(c.data) for c in pack(rows, f, {A: dictionary})) for f in SETTABLE_FORMATS}
+    assert size[CHUNK_FORMAT] == min(size.values()), size
 
 
 def test_only_format_4_builds_the_dictionarys_index() -> None:
