@@ -193,6 +193,8 @@ cdef class TableCore:
         if block_size and len(token_ids) == n * block_size:
             try:
                 tokens = token_ids if _is_uint32_array(token_ids) else array.array("I", token_ids)
+                if len(tokens) != n * block_size:  # a bytes-like's bytes taken as raw items
+                    tokens = array.array("I", list(token_ids))
             except (OverflowError, TypeError):
                 pass
         self._store(

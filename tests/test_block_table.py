@@ -106,3 +106,16 @@ def test_a_maps_totals_are_no_work_for_the_garbage_collector() -> None:
     totals = pmap.totals()
     assert totals == TableStats(blocks=3, copies=3, hittable=3, orphans=0)
     assert not gc.is_tracked(totals)
+
+
+def test_token_ids_as_bytes_are_read_as_the_ints_they_hold() -> None:
+    # bytes are a Sequence[int]: each byte one token id, not four bytes of one (array("I", b)
+    # would take them as raw items, a quarter as many, and the store read past them).
+    tokens = bytes(range(1, 33))
+    prefix_map = PrefixMap(StreamId("r", 0))
+    prefix_map.apply(Batch(0, 1.0, 0, [BlocksStored([1, 2], None, tokens, 16, GPU0)]))
+    table = prefix_map.tables[GPU0]
+    assert table.entry(1).token_ids == tuple(range(1, 17))
+    assert table.entry(2).token_ids == tuple(range(17, 33))
+    table.store_chain([3], 2, bytearray([7] * 16), 16, 2.0)
+    assert table.entry(3).token_ids == (7,) * 16
