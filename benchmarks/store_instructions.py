@@ -9,8 +9,8 @@ under valgrind's callgrind, counting only the ingest loop's instructions:
 - `calls`: a sink that only takes the calls: what any sink costs the collector (an
   `AppliedBatch` per batch, the `instant` test);
 - `store`: the store's writer, its writer thread kept from taking rows (so that nothing depends
-  on timing: the GIL is not shared) and checkpoints off (their pacing follows the writer
-  thread's reports; a checkpoint's map copy is a cost per checkpoint, not per batch).
+  on timing: the GIL is not shared) and checkpoints off (a checkpoint's map copy is a cost
+  per checkpoint, not per batch; the pacer's count still runs).
 It prints instructions per batch of each, and the sink's and the writer's share; with `--parts`,
 also each part of the writer's share: the store run again with that part left out (the row put
 on the queue, the rollup's count, the checkpoint pacer's, the `instant` calls). Needs valgrind.
