@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvscope.storage._checkpoint_pacing import MIN_BLOCKS
 from kvscope.storage.log_chunks import CHUNK_FORMAT
 from kvscope.storage.recovery import DEFAULT_OFFSETS_S
 
@@ -36,12 +37,16 @@ class StoreSettings:
     the replay socket for it."""
     checkpoint_events_per_block: float = 8.0
     """Checkpoint once the block-events applied since the last checkpoint are this many times
-    the blocks it held (counted as at least storage/_checkpoint_pacing.pyx's `MIN_BLOCKS`): the
+    the blocks it held (counted as at least `checkpoint_min_blocks`): the
     trade between rebuilding an instant and disk. A rebuild restores a checkpoint and replays
     at most this many events per block of it, so its time follows the map's size; checkpoints
     take about their bytes per block over this of the disk per block-event, however the log
     packs. Lower rebuilds faster and stores more (benchmarks/store.py measures both); inf:
     only `checkpoint_every_batches`. The stream alone decides, never the writer's speed."""
+    checkpoint_min_blocks: int = MIN_BLOCKS
+    """The fewest blocks a checkpoint is counted as (storage/_checkpoint_pacing.pyx): a small
+    map is checkpointed as one of this many blocks would be, its rebuilds replaying at most
+    `checkpoint_events_per_block` times this many events."""
     checkpoint_every_batches: int = 20_000
     """A checkpoint at least this often (in batches), whatever the sizes."""
     checkpoint_delta_share: float = 0.0
