@@ -16,7 +16,8 @@ from pathlib import Path
 
 import msgspec
 from _content_floor import ContentFloor, content_floor
-from sqlalchemy import create_engine, text
+from sqlalchemy import Connection, create_engine, text
+from sqlalchemy.exc import OperationalError
 
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
@@ -26,6 +27,7 @@ from kvscope.collector.types import StreamId
 from kvscope.storage.checkpoint_blocks import stored_blocks
 from kvscope.storage.engine import open_store
 from kvscope.storage.log_chunks import WRITABLE_FORMATS, pack
+from kvscope.storage.log_columns import FRAMES, _get_varint
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.rows import LogRow
 from kvscope.storage.store_settings import StoreSettings
@@ -61,6 +63,12 @@ class Disk:
     """A new store's file before anything is written: a page per table and index, a fixed cost
     that a short recording's bytes per block-event carry in full."""
     floor: ContentFloor
+    pages: dict[str, int]
+    """The file's pages by what holds them (SQLite's dbstat, where it is built in): the log's,
+    checkpoints', resets' tables, the other tables, the indexes, free pages, and the slack left
+    unused in all of those pages."""
+    log_frames: dict[str, int]
+    """The log's columnar chunks' bytes by frame."""
 
     def per_event(self, size: float) -> float:
         return size / self.block_events
@@ -84,6 +92,10 @@ class Disk:
             f"(of which a new store's empty pages {self.per_event(self.empty_bytes):.1f}); "
             f"the log's batches packed as chunk {formats}; the checkpoints and resets' before "
             f"maps as snapshot {snapshots}",
+            "  by B-tree: "
+            + ", ".join(f"{k} {self.per_event(v):.1f}" for k, v in self.pages.items()),
+            "  the log's columnar chunks by frame: "
+            + ", ".join(f"{k} {self.per_event(v):.1f}" for k, v in self.log_frames.items()),
             self.floor.line(),
         ]
 
@@ -127,6 +139,10 @@ def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
             fmt: sum(len(recode(data, fmt, stored_blocks(conn, sid))) for data, sid in stored)
             for fmt in SNAPSHOT_FORMATS
         }
+        pages = _pages(conn)
+        frames = _log_frames(
+            bytes(d) for d in conn.execute(text("SELECT data FROM log_chunks")).scalars()
+        )
     engine.dispose()
     return Disk(
         block_events,
@@ -138,7 +154,62 @@ def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
         recoded,
         empty_store_bytes(),
         content_floor(row[5] for row in log),
+        pages,
+        frames,
     )
+
+
+_OWN_TABLES = ("log_chunks", "log_dictionaries", "checkpoints", "resets")
+FRAME_NAMES = (
+    "stamps",
+    "sizes",
+    "skeleton",
+    "hash refs",
+    "hash literals",
+    "floats",
+    "tokens",
+    "granules",
+    "token planes",
+)
+
+
+def _pages(conn: Connection) -> dict[str, int]:
+    """Bytes of the file's pages by what holds them; empty where SQLite lacks dbstat."""
+    try:
+        rows = conn.execute(
+            text("SELECT name, sum(pgsize), sum(unused) FROM dbstat GROUP BY name")
+        ).all()
+    except OperationalError:
+        return {}
+    indexes = {
+        name
+        for (name,) in conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'index'"))
+    }
+    out = dict.fromkeys((*_OWN_TABLES, "other tables", "indexes", "free pages", "of all: slack"), 0)
+    page_size = conn.execute(text("PRAGMA page_size")).scalar() or 0
+    out["free pages"] = page_size * (conn.execute(text("PRAGMA freelist_count")).scalar() or 0)
+    for name, size, unused in rows:
+        key = name if name in _OWN_TABLES else "indexes" if name in indexes else "other tables"
+        out[key] += int(size)
+        out["of all: slack"] += int(unused)
+    return out
+
+
+def _log_frames(chunks: Iterable[bytes]) -> dict[str, int]:
+    """Compressed bytes by frame of the columnar chunks (formats 3 to 5), their headers apart."""
+    out = dict.fromkeys((*FRAME_NAMES, "headers"), 0)
+    for data in chunks:
+        if data[:4] not in FRAMES:
+            continue
+        pos = 5 + data[4]
+        _, pos = _get_varint(data, pos)
+        total = 0
+        for name in FRAME_NAMES[: FRAMES[data[:4]]]:
+            n, pos = _get_varint(data, pos)
+            out[name] += n
+            total += n
+        out["headers"] += len(data) - total
+    return out
 
 
 @cache

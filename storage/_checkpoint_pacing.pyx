@@ -1,7 +1,7 @@
 # When a stream's next checkpoint is due: paced by the stream's own block-events.
 #
 # A checkpoint is due once the block-events applied since the last one reach `per_block` times
-# the blocks cached at that one (counted as at least MIN_BLOCKS), or after `every_batches`
+# the blocks cached at that one (counted as at least `min_blocks`), or after `every_batches`
 # batches, or when forced (after a hole in the log). Rebuilding an instant restores a checkpoint
 # (a cost that follows its blocks) and replays the log after it (one that follows the events
 # replayed), so both grow with the map, not with the stream's length; and the checkpoints' share
@@ -11,15 +11,17 @@
 # thread's speed (it tells the pacer nothing), at any playback speed and under any load.
 # In Cython: the count runs on the ingest thread for every batch.
 
-MIN_BLOCKS = 256
-"""The fewest blocks a checkpoint is counted as: a near-empty map (a stream's start, after a
-clear) is not checkpointed every few batches, where each row's fixed cost would dominate."""
-
-cdef double _MIN_BLOCKS = MIN_BLOCKS
+MIN_BLOCKS = 2048
+"""The fewest blocks a checkpoint is counted as, unless told otherwise: a small map (a stream's
+start, after a clear, a lab replica of a few hundred blocks) is checkpointed no more often than
+one of this many blocks would be. Its rebuilds replay at most `per_block` times this many
+events; checkpointed by its own size, a short recording's checkpoints took a good part of its
+disk (benchmarks/store.py)."""
 
 
 cdef class CheckpointPacer:
     cdef readonly double per_block
+    cdef readonly double min_blocks
     cdef readonly long long every_batches
     cdef readonly long long batches_since
     cdef readonly long long events_since
@@ -27,12 +29,13 @@ cdef class CheckpointPacer:
     cdef readonly double due_events
     """Events at which the next checkpoint is due; 0 while one is forced."""
 
-    def __init__(self, double per_block, long long every_batches):
+    def __init__(self, double per_block, long long every_batches, double min_blocks=MIN_BLOCKS):
         self.per_block = per_block
+        self.min_blocks = min_blocks
         self.every_batches = every_batches
         self.batches_since = 0
         self.events_since = 0
-        self.due_events = per_block * _MIN_BLOCKS
+        self.due_events = per_block * min_blocks
 
     cpdef bint batch(self, object changes):
         """Count one batch's blocks stored and removed per table (`AppliedBatch.changes`);
@@ -53,4 +56,4 @@ cdef class CheckpointPacer:
         """A checkpoint of a map of `blocks` blocks was queued."""
         self.batches_since = 0
         self.events_since = 0
-        self.due_events = self.per_block * max(<double>blocks, _MIN_BLOCKS)
+        self.due_events = self.per_block * max(<double>blocks, self.min_blocks)

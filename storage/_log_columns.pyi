@@ -10,3 +10,7 @@ def join(count: int, *columns: bytes, granules: GranuleIndex | None = None) -> l
     """`split`'s columns, in its order."""
 
 def xor_planes(data: bytes, inverse: bool = False) -> bytes: ...
+def token_planes(toks: bytes) -> tuple[bytes, bytes] | None:
+    """(low bytes, width and the planes above), or None where the ids do not fit."""
+
+def tokens_of_planes(low: bytes, rest: bytes) -> bytes: ...

@@ -31,7 +31,10 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 DEFAULT_STORE = "sqlite:///kvscope.sqlite"
 MIGRATIONS = Path(__file__).with_name("migrations")
-SQLITE_PAGE_SIZE = 16384
+SQLITE_PAGE_SIZE = 4096
+"""SQLite's default. Each table and index takes a page at the least: with 16 KB pages a new
+store's empty pages outweighed all that a few minutes' lab recording stores besides
+(benchmarks/store.py), for a small saving of the writer's time on large streams."""
 
 
 class StoreError(RuntimeError):
@@ -94,8 +97,7 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
-            # Takes effect only on a new, empty file (before WAL): fewer pages per checkpoint
-            # and log chunk, less of the writer's SQLite time than 4 KB pages.
+            # Takes effect only on a new, empty file (before WAL); an older file keeps its own.
             cursor.execute(f"PRAGMA page_size={SQLITE_PAGE_SIZE}")
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")

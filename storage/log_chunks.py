@@ -14,7 +14,9 @@ digest it names: a stream's token content recurs far beyond what one chunk can s
 are `FORMAT_2_MAGIC`, the digest's length (0: no dictionary) and the digest, then the zstd frame.
 Format 1 is a bare zstd frame, read as before. Format 3 (storage/log_columns.py) splits the
 batches into columns that compress apart, the token ids against the same dictionary; format 4
-also names the token blocks that dictionary holds by their number there.
+also names the token blocks that dictionary holds by their number there; format 5 also splits a
+chunk's token ids into byte planes where it has no dictionary (before a stream's first one forms,
+and in a recording too short for one).
 """
 
 from __future__ import annotations
@@ -32,16 +34,16 @@ import zstandard
 
 from kvscope.storage import log_columns
 from kvscope.storage._granules import GranuleIndex
-from kvscope.storage.log_columns import FORMAT_3_MAGIC, FORMAT_4_MAGIC
+from kvscope.storage.log_columns import FORMAT_3_MAGIC, FORMAT_4_MAGIC, FORMAT_5_MAGIC
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.rows import LogRow
 
-CHUNK_FORMAT = 4
+CHUNK_FORMAT = 5
 """The format written unless a store is set to another (`StoreSettings.log_chunk_format`): the
 smallest on disk. Checkpoints are paced by the stream's events, so a smaller log does not mean
 longer replays (benchmarks/rebuild_instructions.py compares the formats' replays)."""
-WRITABLE_FORMATS = (1, 2, 3, 4)
-SETTABLE_FORMATS = (2, 3, 4)
+WRITABLE_FORMATS = (1, 2, 3, 4, 5)
+SETTABLE_FORMATS = (2, 3, 4, 5)
 """The formats a store may be set to write: 1 has no dictionary, and is left to migrations."""
 MAX_CHUNK_BATCHES = 2000
 MAX_CHUNK_RAW_BYTES = 2 << 20
@@ -53,7 +55,7 @@ ZSTD_LEVEL = 1
 DICTIONARY_ZSTD_LEVEL = 3
 """Format 2's: level 1 finds few of the matches a dictionary offers (benchmarks/store.py)."""
 TOKENS_ZSTD_LEVEL = 4
-"""Formats 3 and 4's token ids: level 4 finds more of the dictionary's matches than 3, and 5
+"""Formats 3 to 5's token ids: level 4 finds more of the dictionary's matches than 3, and 5
 to 8 far fewer (benchmarks/_store_disk.py's stream)."""
 _LOG_FIELDS = 6
 """A `LogRow`'s: stream, epoch, seq, ts, receive time, payload."""
@@ -99,9 +101,9 @@ class ChunkRow(NamedTuple):
 
 
 COLUMNS = ("stream_id", *ChunkRow._fields[1:])
-_NAMING = (FORMAT_2_MAGIC, FORMAT_3_MAGIC, FORMAT_4_MAGIC)
+_NAMING = (FORMAT_2_MAGIC, FORMAT_3_MAGIC, FORMAT_4_MAGIC, FORMAT_5_MAGIC)
 """The formats whose chunks name a dictionary."""
-_COLUMNAR = (FORMAT_3_MAGIC, FORMAT_4_MAGIC)
+_COLUMNAR = {FORMAT_3_MAGIC: 3, FORMAT_4_MAGIC: 4, FORMAT_5_MAGIC: 5}
 
 
 def named_dictionary(data: bytes) -> bytes | None:
@@ -124,8 +126,8 @@ class Chunk:
             if dictionary is None or dictionary.digest != named:
                 raise ChunkError(f"log chunk needs dictionary {named.hex()}, not given")
             zdict = dictionary.zstd
-        if data[:4] in _COLUMNAR and len(data) >= 5:
-            fmt = 4 if data[:4] == FORMAT_4_MAGIC else 3
+        fmt = _COLUMNAR.get(bytes(data[:4]), 0)
+        if fmt and len(data) >= 5:
             granules = _granules(fmt, None if named is None else dictionary)
             try:
                 seqs, ts, recv_ts, payloads = log_columns.open_columns(data, zdict, granules)
@@ -202,9 +204,13 @@ def pack(
         run_seqs, run_ts = array("q", seqs[start:end]), array("d", ts[start:end])
         run_recv = array("d", recv_ts[start:end])
         if fmt >= 3:
-            granules = _granules(fmt, (dictionaries or {}).get(streams[start]))
+            dictionary = (dictionaries or {}).get(streams[start])
+            granules = _granules(fmt, dictionary)
+            planes = fmt == 5 and dictionary is None
             frames.append(
-                log_columns.columns(run_seqs, run_ts, run_recv, payloads[start:end], granules)[0]
+                log_columns.columns(
+                    run_seqs, run_ts, run_recv, payloads[start:end], granules, planes
+                )[0]
             )
             raw = b""
         else:
@@ -274,13 +280,15 @@ def _granules(fmt: int, dictionary: Dictionary | None) -> GranuleIndex | None:
 def _pack_columns(
     made: list[ChunkRow], frames: list[list[bytes]], dictionaries: Mapping[Any, Dictionary]
 ) -> list[ChunkRow]:
-    """Formats 3 and 4: the token frame against the dictionary, the others without."""
+    """Formats 3 to 5: the token frame against the dictionary, the others without."""
     # One call per compressor over all the chunks' frames: the GIL goes once per call.
-    tokens, n = log_columns.TOKENS, len(frames[0]) - 1
+    # Format 5 writes some chunks with a frame more than others: each chunk's own count.
+    tokens = log_columns.TOKENS
     plain = _compress_all(
         None, [f for chunk in frames for f in chunk[:tokens] + chunk[tokens + 1 :]]
     )
-    packed = [plain[i * n : (i + 1) * n] for i in range(len(made))]
+    ends = list(accumulate(len(chunk) - 1 for chunk in frames))
+    packed = [plain[end - len(chunk) + 1 : end] for chunk, end in zip(frames, ends, strict=True)]
     out = list(made)
     for dictionary, where in _by_dictionary(made, dictionaries).items():
         done = _compress_all(dictionary, [frames[i][tokens] for i in where], TOKENS_ZSTD_LEVEL)

@@ -15,10 +15,16 @@ Format 4 also stores each whole granule of a token run that the dictionary holds
 there (storage/_granules.pxd), in an eighth frame after the tokens: the dictionary's content
 already costs a chunk nothing, and a number a few bytes less than zstd's match for it.
 
-Bytes: `FORMAT_3_MAGIC` (`FORMAT_4_MAGIC`), the digest's length (0: no dictionary) and the
-digest, then varints: the batch count, and the compressed length of each frame, then the frames:
-the batches' seqs, ts and receive times (XORed with the one before, as byte planes), then
-`split`'s columns.
+Format 5 is format 4 with a ninth frame: where a chunk has no dictionary (a stream's first
+minutes, a lab recording), its token ids as byte planes, the low bytes in the token frame and
+the others in the ninth (`token_planes`), which compress better than msgpack's bytes of ids
+that do not recur. A chunk against a dictionary (whose content is msgpack's bytes), or whose
+ids do not fit, is written in format 4.
+
+Bytes: `FORMAT_3_MAGIC` (`FORMAT_4_MAGIC`, `FORMAT_5_MAGIC`), the digest's length (0: no
+dictionary) and the digest, then varints: the batch count, and the compressed length of each
+frame, then the frames: the batches' seqs, ts and receive times (XORed with the one before, as
+byte planes), then `split`'s columns.
 """
 
 from __future__ import annotations
@@ -29,13 +35,21 @@ from collections.abc import Sequence
 import zstandard
 
 from kvscope.storage._granules import GranuleIndex
-from kvscope.storage._log_columns import join, split, xor_planes
+from kvscope.storage._log_columns import (
+    join,
+    split,
+    token_planes,
+    tokens_of_planes,
+    xor_planes,
+)
 
 FORMAT_3_MAGIC = b"KVL3"
 FORMAT_4_MAGIC = b"KVL4"
-FRAMES = {FORMAT_3_MAGIC: 7, FORMAT_4_MAGIC: 8}
+FORMAT_5_MAGIC = b"KVL5"
+FRAMES = {FORMAT_3_MAGIC: 7, FORMAT_4_MAGIC: 8, FORMAT_5_MAGIC: 9}
 """The stamps, then the sizes, skeleton, hash references, hash literals, floats and tokens; in
-format 4 then the granules' numbers."""
+format 4 then the granules' numbers; in format 5 then the token ids' upper planes."""
+_MAGIC_OF = {n: magic for magic, n in FRAMES.items()}
 TOKENS = 6
 """The frame compressed against the dictionary."""
 NO_GRANULES = GranuleIndex(b"")
@@ -48,9 +62,11 @@ def columns(
     recv_ts: array[float],
     payloads: Sequence[bytes],
     granules: GranuleIndex | None = None,
+    planes: bool = False,
 ) -> tuple[list[bytes], int]:
     """A chunk's frames, uncompressed, and how many payloads they keep verbatim; format 4's
-    with `granules`."""
+    with `granules`; with `planes` too, format 5's where the token ids fit in planes (else
+    format 4's)."""
     stamps = b"".join(xor_planes(a.tobytes()) for a in (seqs, ts, recv_ts))
     listed = list(payloads)
     parts, verbatim = split(listed, False, granules)
@@ -60,12 +76,17 @@ def columns(
         exact = False
     if not exact:  # never seen: then the chunk is only as small as its skeleton compresses
         parts, verbatim = split(listed, True, granules)
-    return [stamps, *parts], verbatim
+    frames = [stamps, *parts]
+    split_ids = token_planes(frames[TOKENS]) if planes and granules is not None else None
+    if split_ids is not None:
+        frames[TOKENS], rest = split_ids
+        frames.append(rest)
+    return frames, verbatim
 
 
 def assemble(digest: bytes, count: int, frames: Sequence[bytes]) -> bytes:
-    """A chunk's bytes, from its compressed frames (format 4's if there are eight)."""
-    head = bytearray(FORMAT_4_MAGIC if len(frames) == FRAMES[FORMAT_4_MAGIC] else FORMAT_3_MAGIC)
+    """A chunk's bytes, from its compressed frames (their number tells the format)."""
+    head = bytearray(_MAGIC_OF[len(frames)])
     head.append(len(digest))
     head += digest
     for n in (count, *map(len, frames)):
@@ -76,8 +97,8 @@ def assemble(digest: bytes, count: int, frames: Sequence[bytes]) -> bytes:
 def open_columns(
     data: bytes, zdict: zstandard.ZstdCompressionDict | None, granules: GranuleIndex | None
 ) -> tuple[array[int], array[float], array[float], list[bytes]]:
-    """seqs, ts, receive times and payloads of a format 3 or 4 chunk (`granules`: the index of
-    format 4's dictionary); ValueError if damaged."""
+    """seqs, ts, receive times and payloads of a format 3, 4 or 5 chunk (`granules`: the index
+    of its dictionary, in formats 4 and 5); ValueError if damaged."""
     magic = bytes(data[:4])
     pos = 5 + data[4]
     count, pos = _get_varint(data, pos)
@@ -104,7 +125,9 @@ def open_columns(
     seqs.frombytes(plain_stamps[0])
     ts.frombytes(plain_stamps[1])
     recv_ts.frombytes(plain_stamps[2])
-    if magic == FORMAT_4_MAGIC:
+    if magic == FORMAT_5_MAGIC:
+        frames[TOKENS] = tokens_of_planes(frames[TOKENS], frames.pop())
+    if magic != FORMAT_3_MAGIC:
         index = NO_GRANULES if granules is None else granules  # not `or`: an empty one is falsy
         return seqs, ts, recv_ts, join(count, *frames[1:], granules=index)
     return seqs, ts, recv_ts, join(count, *frames[1:])

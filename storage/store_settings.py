@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvscope.storage._checkpoint_pacing import MIN_BLOCKS
 from kvscope.storage.log_chunks import CHUNK_FORMAT
 from kvscope.storage.recovery import DEFAULT_OFFSETS_S
 
@@ -36,12 +37,16 @@ class StoreSettings:
     the replay socket for it."""
     checkpoint_events_per_block: float = 8.0
     """Checkpoint once the block-events applied since the last checkpoint are this many times
-    the blocks it held (counted as at least storage/_checkpoint_pacing.pyx's `MIN_BLOCKS`): the
+    the blocks it held (counted as at least `checkpoint_min_blocks`): the
     trade between rebuilding an instant and disk. A rebuild restores a checkpoint and replays
     at most this many events per block of it, so its time follows the map's size; checkpoints
     take about their bytes per block over this of the disk per block-event, however the log
     packs. Lower rebuilds faster and stores more (benchmarks/store.py measures both); inf:
     only `checkpoint_every_batches`. The stream alone decides, never the writer's speed."""
+    checkpoint_min_blocks: int = MIN_BLOCKS
+    """The fewest blocks a checkpoint is counted as (storage/_checkpoint_pacing.pyx): a small
+    map is checkpointed as one of this many blocks would be, its rebuilds replaying at most
+    `checkpoint_events_per_block` times this many events."""
     checkpoint_every_batches: int = 20_000
     """A checkpoint at least this often (in batches), whatever the sizes."""
     checkpoint_delta_share: float = 0.0
@@ -51,15 +56,16 @@ class StoreSettings:
     Deltas take less disk, and an instant read through one rebuilds slower
     (benchmarks/store.py): opt-in."""
     log_chunk_format: int = CHUNK_FORMAT
-    """The format log chunks are written in (storage/log_chunks.py): 4 (the default) splits
-    each chunk's batches into columns and names the token blocks the stream's dictionary holds
-    by their number there; 3 the same without the numbers; 2 packs each chunk's batches whole,
+    """The format log chunks are written in (storage/log_chunks.py): 5 (the default) splits
+    each chunk's batches into columns, names the token blocks the stream's dictionary holds by
+    their number there, and before a dictionary forms splits token ids into byte planes; 4 the
+    same without the planes; 3 without the numbers either; 2 packs each chunk's batches whole,
     more disk, a little cheaper to pack and to replay. Every format reads."""
     log_dictionary_bytes: int = 1 << 20
     """Token content kept per stream to compress its log against (storage/log_dictionary.py);
     0 compresses without. A stream costs the writer a few times this in memory (the runs kept,
-    the dictionary, zstd's tables for it, and with log chunk format 4 an index of its blocks of
-    up to about as much again): a collector of many streams may want less."""
+    the dictionary, zstd's tables for it, and from log chunk format 4 on an index of its blocks
+    of up to about as much again): a collector of many streams may want less."""
     log_dictionary_ratio: float = 8.0
     """A new dictionary once the log stored against the current one is this many times its
     content: dictionaries take at most about 1/ratio of the log's bytes."""

@@ -305,7 +305,9 @@ class StoreWriter:
         if state is None:
             recoveries = StreamRecoveries(stream, self.settings.recovery_offsets_s)
             pacer = CheckpointPacer(
-                self.settings.checkpoint_events_per_block, self.settings.checkpoint_every_batches
+                self.settings.checkpoint_events_per_block,
+                self.settings.checkpoint_every_batches,
+                self.settings.checkpoint_min_blocks,
             )
             state = self._streams[stream] = StreamState(SecondRollup(stream), recoveries, pacer)
         return state

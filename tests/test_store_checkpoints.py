@@ -20,7 +20,6 @@ from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import BlocksRemoved, BlocksStored
 from kvscope.collector.wire import BatchDecoder
 from kvscope.storage import batch_log, schema
-from kvscope.storage._checkpoint_pacing import MIN_BLOCKS
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import stream_id
 from kvscope.storage.store_settings import StoreSettings
@@ -29,7 +28,13 @@ from tests.conftest import capture_path
 from tests.test_store import STREAM, ingest_capture
 
 PER_BLOCK = 3.0
-SETTINGS = StoreSettings(checkpoint_events_per_block=PER_BLOCK, checkpoint_every_batches=10**9)
+FLOOR = 256
+"""Below the lab recording's map: its checkpoints are paced by its own blocks."""
+SETTINGS = StoreSettings(
+    checkpoint_events_per_block=PER_BLOCK,
+    checkpoint_every_batches=10**9,
+    checkpoint_min_blocks=FLOOR,
+)
 
 
 def test_no_replay_from_a_checkpoint_spans_more_than_the_rule(store_url: str) -> None:
@@ -43,12 +48,12 @@ def test_no_replay_from_a_checkpoint_spans_more_than_the_rule(store_url: str) ->
         ).all()
         events = _events_by_batch(conn, sid)
     assert len(checkpoints) >= 10
-    assert any(blocks > MIN_BLOCKS for _, _, blocks in checkpoints)
+    assert any(blocks > FLOOR for _, _, blocks in checkpoints)
     ends = [(epoch, seq) for epoch, seq, _ in checkpoints[1:]] + [max(events)]
     for (epoch, seq, blocks), end in zip(checkpoints, ends, strict=True):
         # A rebuild before `end` replays from this checkpoint up to the batch before it.
         replayed = sum(n for at, n in events.items() if (epoch, seq) < at < end)
-        assert replayed < PER_BLOCK * max(blocks, MIN_BLOCKS)
+        assert replayed < PER_BLOCK * max(blocks, FLOOR)
 
 
 def _events_by_batch(conn: Connection, sid: int) -> dict[tuple[int, int], int]:
@@ -119,3 +124,25 @@ def _ingest(writer: StoreWriter, after_batch: Callable[[StoreWriter, int], None]
     for i, record in enumerate(read_capture(capture_path("lab_10rps_300s.msgpack.gz"))):
         ingest.live_frames(record.frames, record.recv_ts)
         after_batch(writer, i)
+
+
+SMALL_MAP_FLOOR = 2048
+"""The blocks a small map's checkpoint is counted as by default, at the least (the lab
+recording's map holds about a thousand)."""
+
+
+def test_a_small_map_is_checkpointed_as_if_it_held_the_floors_blocks(tmp_path: Path) -> None:
+    """A lab replica of about a thousand blocks: a checkpoint per `per_block` events per block
+    made a short recording's checkpoints a quarter of its disk. The default settings count it
+    as `SMALL_MAP_FLOOR` blocks (a rebuild replays at most that many events per block)."""
+    url = f"sqlite:///{tmp_path / 'small.sqlite'}"
+    settings = StoreSettings()
+    writer, _, _ = ingest_capture(url, "lab_10rps_300s", settings)
+    c = schema.checkpoints
+    with open_store(url).connect() as conn:
+        events = _events_by_batch(conn, stream_id(conn, STREAM.replica))
+        checkpoints = conn.execute(select(c.c.seq, c.c.blocks).order_by(c.c.seq)).all()
+    assert max(blocks for _, blocks in checkpoints) < SMALL_MAP_FLOOR
+    # The first is due once the events reach the floor's share; each next one as many later.
+    span = settings.checkpoint_events_per_block * SMALL_MAP_FLOOR
+    assert len(checkpoints) == int(sum(events.values()) // span)
