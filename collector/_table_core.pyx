@@ -19,7 +19,7 @@ from cpython.object cimport Py_SIZE
 from libc.math cimport NAN, floor
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 
-from kvscope.collector._slot_map cimport SlotMap
+from kvscope.collector._slot_map cimport EMPTY, SlotMap
 from kvscope.collector._token_column cimport TokenColumn
 
 cdef double MS_MAX = 4294967295.0
@@ -188,6 +188,8 @@ cdef class TableCore:
 
     def _release(self, int32_t slot):
         """Put `slot`, emptied, on the free stack (the next store reuses it first)."""
+        if slot < 0:
+            raise ValueError(f"a free slot is not negative: {slot}")
         push_free(self, slot)
 
     def token_bytes(self):
@@ -264,6 +266,7 @@ cdef class TableCore:
         cdef dict waiting = self._waiting
         cdef int32_t parent_slot = NO_SLOT
         cdef Py_ssize_t found
+        cdef size_t at
         if has_parent:
             found = slot_of._find(parent_hash)
             if found >= 0:
@@ -277,10 +280,10 @@ cdef class TableCore:
             slot_of._prefetch(hashes[i])
         for i in range(n):
             block_hash = hashes[i]
-            found = slot_of._find(block_hash)
-            if found >= 0:
+            at = slot_of._locate(block_hash)
+            if slot_of._vals[at] != EMPTY:
                 # Another physical copy of a cached hash.
-                slot = slot_of._vals[found]
+                slot = slot_of._vals[at]
                 if c.count[slot] != MAX_COPIES:
                     c.count[slot] += 1
                 else:
@@ -297,7 +300,7 @@ cdef class TableCore:
                     self._grow()
                     take_columns(self, &c)
                 self._high = slot + 1
-            slot_of._put(block_hash, slot)
+            slot_of._put_at(at, block_hash, slot)  # (the map unchanged since `_locate`)
             c.count[slot] = 1
             c.first_ms[slot] = c.last_ms[slot] = ms
             c.first_child[slot] = NO_SLOT

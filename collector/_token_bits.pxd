@@ -6,12 +6,20 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define KVSCOPE_BIT_LENGTH32(v) ((v) ? 32 - __builtin_clz(v) : 0)
+    #else
+    static int KVSCOPE_BIT_LENGTH32(uint32_t v) { int n = 0; while (v) { v >>= 1; n++; } return n; }
+    #endif
+    """
+    int bit_length32 "KVSCOPE_BIT_LENGTH32"(uint32_t v) noexcept nogil
+
+
 cdef inline int bit_length(uint32_t v) noexcept nogil:
-    cdef int n = 0
-    while v:
-        v >>= 1
-        n += 1
-    return n
+    # One instruction where the compiler has it, not a step a bit.
+    return bit_length32(v)
 
 
 cdef inline uint32_t largest(const uint32_t* tokens, Py_ssize_t n) noexcept nogil:
