@@ -4,8 +4,6 @@ the list a checkpoint reads and writes is the same."""
 
 from __future__ import annotations
 
-from array import array
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -94,7 +92,7 @@ def test_free_slots_set_as_a_list_are_reused_last_first() -> None:
     table.remove(list(range(1, 3001)))
     freed = table._free
     assert freed == list(range(3000)) and table._high == 3000
-    table._free = array("i", [5, 2999, 17])  # as a checkpoint restores them
+    table._free = [5, 2999, 17]  # as a checkpoint restores them
     assert table._free == [5, 2999, 17]
     table.store_chain([9001, 9002], None, [], 0, 2.0)
     assert [table._slot_of[9001], table._slot_of[9002]] == [17, 2999]
