@@ -49,11 +49,25 @@ cdef class SlotMap:
         prefetch(&self._keys[i])
         prefetch(&self._vals[i])
 
+    cdef inline size_t _locate(self, uint64_t key) noexcept:
+        # Where `key` is, or the free entry where `_put_at` would put it: one probe for a store
+        # that finds a hash absent and adds it.
+        cdef size_t i = mix(key) & self._mask
+        while self._vals[i] != EMPTY and self._keys[i] != key:
+            i = (i + 1) & self._mask
+        return i
+
+    cdef inline int _put_at(self, size_t i, uint64_t key, int32_t value) except -1:
+        # Add `key` (absent) at `i`, the free entry `_locate` gave, nothing changed since.
+        self._keys[i] = key
+        self._vals[i] = value
+        self._size += 1
+        self._changes += 1
+        if <size_t>self._size * 4 > (self._mask + 1) * 3:
+            self._resize((self._mask + 1) * 2)
+        return 0
+
     cdef inline Py_ssize_t _find(self, uint64_t key) noexcept:
         # Where `key` is (its slot is `_vals` there), or -1.
-        cdef size_t i = mix(key) & self._mask
-        while self._vals[i] != EMPTY:
-            if self._keys[i] == key:
-                return <Py_ssize_t>i
-            i = (i + 1) & self._mask
-        return -1
+        cdef size_t i = self._locate(key)
+        return <Py_ssize_t>i if self._vals[i] != EMPTY else -1

@@ -106,19 +106,11 @@ cdef class SlotMap:
     cdef int _put(self, uint64_t key, int32_t value) except -1:
         if value < 0:
             raise ValueError("slots are non-negative")
-        cdef size_t i = mix(key) & self._mask
-        while self._vals[i] != EMPTY:
-            if self._keys[i] == key:
-                self._vals[i] = value
-                return 0
-            i = (i + 1) & self._mask
-        self._keys[i] = key
-        self._vals[i] = value
-        self._size += 1
-        self._changes += 1
-        if <size_t>self._size * 4 > (self._mask + 1) * 3:
-            self._resize((self._mask + 1) * 2)
-        return 0
+        cdef size_t i = self._locate(key)
+        if self._vals[i] != EMPTY:
+            self._vals[i] = value
+            return 0
+        return self._put_at(i, key, value)
 
     cdef int _resize(self, size_t cap) except -1:
         cdef uint64_t* old_keys = self._keys

@@ -83,7 +83,10 @@ cdef class TableCore:
     cdef public carray.array _count, _parent, _first_child, _next_sibling, _prev_sibling
     cdef public carray.array _flags, _first_ms, _last_ms
     cdef readonly TokenColumn _token_column
-    cdef public list _free  # slots freed by removals, reused first (last freed, first reused)
+    # Slots freed by removals, reused first (last freed, first reused): a C stack, so that a
+    # removal and a store move no int object through a list; `_free` gives and takes it as a list.
+    cdef int32_t* _free_slots
+    cdef Py_ssize_t _n_free, _free_cap
     cdef public Py_ssize_t _high  # slots below it were handed out; from it on, never
     cdef double _ms_ts
     cdef uint32_t _ms_value  # `_ms` of `_ms_ts`: the stores of a batch share its ts
@@ -101,6 +104,7 @@ cdef class TableCore:
     cdef int _unroot(self, bytes key, int32_t slot) except -1
     cdef int _grow(self) except -1
     cdef int _reserve_tokens(self, int32_t slot) except -1
+    cdef int _grow_free(self, Py_ssize_t need) except -1
 
     # The writes on C values: `store_chain` and `remove` wrap them, the fused replay
     # (collector/_replay.pyx) calls them straight from a payload's bytes.
@@ -118,6 +122,15 @@ cdef class TableCore:
     cpdef _adopt(self, block_hash, int32_t slot)
     # The last copy of an inner block or an orphan is gone: relink what hangs from it.
     cpdef _drop_block(self, block_hash, int32_t slot, int32_t parent_slot)
+
+
+cdef inline int push_free(TableCore table, int32_t slot) except -1:
+    """Put `slot` on `table`'s free stack."""
+    if table._n_free == table._free_cap:
+        table._grow_free(table._n_free + 1)
+    table._free_slots[table._n_free] = slot
+    table._n_free += 1
+    return 0
 
 
 cdef inline void take_columns(TableCore table, Columns* c) noexcept:

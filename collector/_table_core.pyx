@@ -14,11 +14,12 @@ hooks that _table_core.pxd declares and `BlockTable` defines. The hash -> slot i
 import array
 
 from cpython cimport array as carray
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.object cimport Py_SIZE
 from libc.math cimport NAN, floor
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 
-from kvscope.collector._slot_map cimport SlotMap
+from kvscope.collector._slot_map cimport EMPTY, SlotMap
 from kvscope.collector._token_column cimport TokenColumn
 
 cdef double MS_MAX = 4294967295.0
@@ -80,7 +81,7 @@ cdef class TableCore:
         self._last_ms = array.array("I")
         self._token_column = TokenColumn()
         self.saturated_stores = self.side_bytes = 0
-        self._free = []
+        self._n_free = 0
         self._ms_ts = NAN
         self._ms_value = 0
         self._waiting = {}
@@ -89,6 +90,9 @@ cdef class TableCore:
         self._extras = {}
         self._raw = {}
         self._raw_parent = {}
+
+    def __dealloc__(self):
+        PyMem_Free(self._free_slots)
 
     cdef uint32_t _ms(self, double ts) noexcept:
         """`ts` in milliseconds since `base_ts`, clamped to what a uint32 column holds."""
@@ -152,6 +156,41 @@ cdef class TableCore:
         cdef Py_ssize_t step = max(have // 16, min(GROW_MIN, max(1, TOKENS_STEP_MIN_BYTES // per_slot)))
         self._token_column.cover(max(slot + 1, have + step))
         return 0
+
+    cdef int _grow_free(self, Py_ssize_t need) except -1:
+        """Room for `need` slots on the free stack (grown by doubling)."""
+        cdef Py_ssize_t cap = max(need, 2 * self._free_cap, 16)
+        cdef void* more = PyMem_Realloc(self._free_slots, cap * sizeof(int32_t))
+        if more == NULL:
+            raise MemoryError()
+        self._free_slots, self._free_cap = <int32_t*>more, cap
+        return 0
+
+    @property
+    def _free(self):
+        """The free slots as a list, the next one to be reused last (a copy)."""
+        return [self._free_slots[i] for i in range(self._n_free)]
+
+    @_free.setter
+    def _free(self, slots):
+        cdef list values = list(slots)
+        cdef Py_ssize_t i, n = len(values)
+        cdef int32_t slot
+        for value in values:  # all checked before any is taken
+            slot = value
+            if slot < 0:
+                raise ValueError(f"a free slot is not negative: {slot}")
+        if n > self._free_cap:
+            self._grow_free(n)
+        for i in range(n):
+            self._free_slots[i] = values[i]
+        self._n_free = n
+
+    def _release(self, int32_t slot):
+        """Put `slot`, emptied, on the free stack (the next store reuses it first)."""
+        if slot < 0:
+            raise ValueError(f"a free slot is not negative: {slot}")
+        push_free(self, slot)
 
     def token_bytes(self):
         """Bytes held for the blocks' contents: the tokens column, the odd-sized blocks' tokens
@@ -224,10 +263,10 @@ cdef class TableCore:
         cdef SlotMap slot_of = self._slot_of
         cdef Columns c
         take_columns(self, &c)
-        cdef list free = self._free
         cdef dict waiting = self._waiting
         cdef int32_t parent_slot = NO_SLOT
         cdef Py_ssize_t found
+        cdef size_t at
         if has_parent:
             found = slot_of._find(parent_hash)
             if found >= 0:
@@ -241,10 +280,10 @@ cdef class TableCore:
             slot_of._prefetch(hashes[i])
         for i in range(n):
             block_hash = hashes[i]
-            found = slot_of._find(block_hash)
-            if found >= 0:
+            at = slot_of._locate(block_hash)
+            if slot_of._vals[at] != EMPTY:
                 # Another physical copy of a cached hash.
-                slot = slot_of._vals[found]
+                slot = slot_of._vals[at]
                 if c.count[slot] != MAX_COPIES:
                     c.count[slot] += 1
                 else:
@@ -252,15 +291,16 @@ cdef class TableCore:
                 c.last_ms[slot] = ms
                 has_parent, parent_hash, parent_slot = True, block_hash, slot
                 continue
-            if free:
-                slot = free.pop()
+            if self._n_free:
+                self._n_free -= 1
+                slot = self._free_slots[self._n_free]
             else:
                 slot = self._high
                 if slot == c.slots:
                     self._grow()
                     take_columns(self, &c)
                 self._high = slot + 1
-            slot_of._put(block_hash, slot)
+            slot_of._put_at(at, block_hash, slot)  # (the map unchanged since `_locate`)
             c.count[slot] = 1
             c.first_ms[slot] = c.last_ms[slot] = ms
             c.first_child[slot] = NO_SLOT
@@ -328,7 +368,6 @@ cdef class TableCore:
         cdef SlotMap slot_of = self._slot_of
         cdef Columns c
         take_columns(self, &c)
-        cdef list free = self._free
         cdef Py_ssize_t unknown = 0, copies_gone = 0, hittable_gone = 0, found, parent_found, i
         cdef int32_t slot, parent_slot
         cdef uint32_t left
@@ -368,7 +407,7 @@ cdef class TableCore:
                 c.flags[slot] = 0
                 if self._raw:
                     self._raw.pop(block_hash, None)
-                free.append(slot)
+                push_free(self, slot)
             elif (
                 not slot_flags & HAS_PARENT
                 and c.first_child[slot] == NO_SLOT
@@ -381,7 +420,7 @@ cdef class TableCore:
                 c.flags[slot] = 0
                 if self._raw:
                     self._raw.pop(block_hash, None)
-                free.append(slot)
+                push_free(self, slot)
             else:
                 # An inner block, or an orphan: Python relinks what hangs from it (rare).
                 self.hittable_count -= hittable_gone

@@ -6,12 +6,20 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define KVSCOPE_BIT_LENGTH32(v) ((v) ? 32 - __builtin_clz(v) : 0)
+    #else
+    static int KVSCOPE_BIT_LENGTH32(uint32_t v) { int n = 0; while (v) { v >>= 1; n++; } return n; }
+    #endif
+    """
+    int bit_length32 "KVSCOPE_BIT_LENGTH32"(uint32_t v) noexcept nogil
+
+
 cdef inline int bit_length(uint32_t v) noexcept nogil:
-    cdef int n = 0
-    while v:
-        v >>= 1
-        n += 1
-    return n
+    # One instruction where the compiler has it, not a step a bit.
+    return bit_length32(v)
 
 
 cdef inline uint32_t largest(const uint32_t* tokens, Py_ssize_t n) noexcept nogil:
@@ -33,18 +41,25 @@ cdef inline void pack(uint8_t* out, const uint32_t* tokens, Py_ssize_t n, int wi
         memcpy(out, tokens, n * 4)
         return
     cdef uint64_t acc = 0
-    cdef int held = 0
+    cdef int held = 0  # bits in `acc` not written yet: below 32 between tokens
     cdef Py_ssize_t i
     for i in range(n):
         acc |= (<uint64_t>tokens[i]) << held
         held += width
-        while held >= 8:
+        if held >= 32:
+            # Four bytes at a time, not one (one store, where the compiler merges them).
             out[0] = <uint8_t>acc
-            out += 1
-            acc >>= 8
-            held -= 8
-    if held:
+            out[1] = <uint8_t>(acc >> 8)
+            out[2] = <uint8_t>(acc >> 16)
+            out[3] = <uint8_t>(acc >> 24)
+            out += 4
+            acc >>= 32
+            held -= 32
+    while held > 0:
         out[0] = <uint8_t>acc
+        out += 1
+        acc >>= 8
+        held -= 8
 
 
 cdef inline void unpack(uint32_t* out, const uint8_t* packed, Py_ssize_t n, int width) noexcept nogil:

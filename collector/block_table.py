@@ -355,7 +355,7 @@ class BlockTable(TableCore):
         if self._raw:
             self._raw.pop(block_hash, None)
             self._raw_parent.pop(slot, None)
-        self._free.append(slot)
+        self._release(slot)
 
     def _mark_subtree(self, top: int, hittable: bool) -> None:
         """Set `hittable` on `top` and every descendant whose flag differs (they all do)."""

@@ -1,0 +1,47 @@
+"""Packed token blocks have one layout, whichever way they are written: the bits of each token
+in turn, little-endian, a block ending with zero bits. Lookups compare a query packed by
+`pack_query` with a column's bytes, so both must follow it bit for bit."""
+
+from __future__ import annotations
+
+from array import array
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvscope.collector._token_column import TokenColumn, pack_query
+
+
+def reference(tokens: list[int], width: int) -> bytes:
+    """The layout, written the plain way."""
+    bits = 0
+    for i, token in enumerate(tokens):
+        bits |= token << (i * width)
+    return bits.to_bytes((len(tokens) * width + 7) // 8, "little")
+
+
+@st.composite
+def blocks(draw: st.DrawFn) -> tuple[list[int], int]:
+    width = draw(st.integers(1, 32))
+    tokens = draw(st.lists(st.integers(0, 2**width - 1), min_size=1, max_size=40))
+    return tokens, width
+
+
+@given(blocks())
+def test_a_block_packs_to_its_bits_in_order(block: tuple[list[int], int]) -> None:
+    tokens, width = block
+    packed, usable = pack_query(array("I", tokens), len(tokens), width)
+    assert usable == 1
+    assert packed == reference(tokens, width)
+
+
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=64), st.integers(1, 8))
+def test_a_column_gives_back_the_tokens_it_packed(tokens: list[int], block_size: int) -> None:
+    tokens = tokens[: len(tokens) // block_size * block_size] or [0] * block_size
+    column = TokenColumn()
+    column.assign(block_size, array("I", tokens))
+    assert column.to_uint32() == array("I", tokens)
+    width = column.width
+    for slot in range(len(tokens) // block_size):
+        block = tokens[slot * block_size : (slot + 1) * block_size]
+        assert pack_query(array("I", block), block_size, width)[0] == reference(block, width)
