@@ -9,7 +9,9 @@ asserted):
 1. memory-only ingest (block-events/s of `StreamIngest.live_frames` over pre-encoded payloads:
    the baseline), then the same with the store on (SQLite file; PostgreSQL), timed until the
    writer has committed the last row; their ratio (targets: SQLite >= 0.6x, PostgreSQL >= 0.5x),
-   the median over `--rounds` rounds of the three run back to back;
+   the median over `--rounds` rounds of the three run back to back; and each kind's CPU seconds
+   per second (a memory-only run well under one shared the machine: its ratios are not an idle
+   machine's, where the writer's GIL-held work cannot overlap the ingest thread's);
 2. bytes on disk per block-event (the SQLite file after the run, WAL checkpointed), split into
    the log, checkpoints and the rest, with the log's batches packed in each chunk format (today's
    layout beside the new one), on the benchmark stream and on the bundled lab recordings; and
@@ -58,15 +60,24 @@ def frames_of(payloads: list[bytes]) -> list[list[bytes]]:
     return [[b"", seq.to_bytes(8, "big"), p] for seq, p in enumerate(payloads)]
 
 
-def ingest_rate(frames: list[list[bytes]], block_events: int, writer: StoreWriter | None) -> float:
+def ingest_rate(
+    frames: list[list[bytes]],
+    block_events: int,
+    writer: StoreWriter | None,
+    busy: list[float] | None = None,
+) -> float:
+    """Block-events per second; with `busy`, the run's CPU seconds (this process, all threads)
+    per second appended to it."""
     ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for frame in frames:
         ingest.live_frames(frame, time.time())
     if writer is not None:
         writer.close(600)  # the rows are only kept once committed
         assert writer.stats.batches_dropped == 0, "the store fell behind: raise queue_rows"
     elapsed = time.perf_counter() - started
+    if busy is not None:
+        busy.append((time.process_time() - cpu) / elapsed)
     assert ingest.counters.batches_applied == len(frames) and ingest.degraded is None
     return block_events / elapsed
 
@@ -198,19 +209,22 @@ def main() -> None:
     # Rounds of baseline, SQLite, PostgreSQL back to back: on a shared machine the load moves
     # between runs, and each round's ratios compare runs made close together.
     rates: dict[str, list[float]] = {"baseline": [], "sqlite": [], "postgres": []}
+    busy: dict[str, list[float]] = {kind: [] for kind in rates}
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
-            rates["baseline"].append(ingest_rate(frames, block_events, None))
+            rates["baseline"].append(ingest_rate(frames, block_events, None, busy["baseline"]))
             folder = Path(tmp) / f"round{round_}"
             folder.mkdir()
             url = f"sqlite:///{folder / 'bench.sqlite'}"
             writer = StoreWriter(open_store(url), settings(args))
-            rates["sqlite"].append(ingest_rate(frames, block_events, writer))
+            rates["sqlite"].append(ingest_rate(frames, block_events, writer, busy["sqlite"]))
             if not args.no_postgres:
                 with fresh_database("kvscope_bench_") as name:
                     pg_engine = open_store(database_url(name))
                     writer = StoreWriter(pg_engine, settings(args))
-                    rates["postgres"].append(ingest_rate(frames, block_events, writer))
+                    rates["postgres"].append(
+                        ingest_rate(frames, block_events, writer, busy["postgres"])
+                    )
                     pg_engine.dispose()
         with create_engine(url).connect() as conn:
             conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
@@ -233,6 +247,14 @@ def main() -> None:
             f"({', '.join(f'{r:.2f}' for r in each)})  "
             f"(target >= {target}x: {_mark(ratios[kind] >= target)})"
         )
+    # On two cores an idle machine gives the memory-only run about one CPU second per second
+    # and a store-on run more (its writer thread): far less, and the runs shared the cores with
+    # other work, and the ratios above are not an idle machine's.
+    cpu_per_s = {kind: round(statistics.median(b), 2) for kind, b in busy.items() if b}
+    print(
+        "CPU seconds per second of the ingest runs (this process, all threads; medians): "
+        + ", ".join(f"{kind} {share:.2f}" for kind, share in cpu_per_s.items())
+    )
     sqlite_rate = statistics.median(rates["sqlite"])
     pg_rate = statistics.median(rates["postgres"]) if rates["postgres"] else None
 
@@ -261,6 +283,7 @@ def main() -> None:
                 "sqlite_ratio": round(ratios["sqlite"], 3),
                 "postgres_block_events_per_s": None if pg_rate is None else round(pg_rate),
                 "postgres_ratio": None if pg_rate is None else round(ratios["postgres"], 3),
+                "cpu_per_s": cpu_per_s,
                 "disk_bytes_per_block_event": round(per_event, 1),
                 "log_bytes_per_block_event": {
                     fmt: round(disk.per_event(size), 1) for fmt, size in disk.log_by_format.items()

@@ -11,6 +11,12 @@ under valgrind's callgrind, counting only the ingest loop's instructions:
 - `store`: the store's writer, its writer thread kept from taking rows (so that nothing depends
   on timing: the GIL is not shared) and checkpoints off (a checkpoint's map copy is a cost
   per checkpoint, not per batch; the pacer's count still runs).
+- `writer`: the same ingest, not counted, then the writer's loop over all it queued, counted, run
+  on the main thread (rows taken `rows_per_transaction` at a time, as the writer thread takes
+  them): the other thread's work, which the `store` count leaves out. Of it, what runs inside the
+  calls that let go of the GIL (zstd, the log's split and join walks, sqlite3_step: callgrind's
+  inclusive counts) is apart; the rest holds the GIL, and with two threads on two cores only
+  that part cannot overlap the ingest thread.
 It prints instructions per batch of each, and the sink's and the writer's share; with `--parts`,
 also each part of the writer's share: the store run again with that part left out (the row put
 on the queue, the rollup's count, the checkpoint pacer's, the `instant` calls). Needs valgrind.
@@ -48,13 +54,19 @@ from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 
 HERE = Path(__file__).resolve().parent
-KINDS = ("memory", "calls", "store")
+KINDS = ("memory", "calls", "store", "writer")
 PARTS = {
     "queue": "the batch's row put on the queue",
     "rollup": "the rollup's count of the batch (and its sums at each second's end)",
     "pacer": "the checkpoint pacer's count",
     "instant": "the `instant` calls (rollup rows at each second's end)",
 }
+GIL_FREE = re.compile(
+    r"\s([\d,]+) \(.*?:(compress_from_datasources|ZstdCompressor_compress"
+    r"|__pyx_pw_\w+_log_columns_\d+(?:split|join)|sqlite3_step) "
+)
+"""callgrind_annotate's inclusive lines of the calls that let go of the GIL around their work
+(their setup, holding it, is counted in: a little more than the GIL-free part)."""
 CLOCK_START = 1_796_051_000.0
 """The receive clock, fixed: `time.time()` would differ between runs."""
 
@@ -69,6 +81,7 @@ def child(kind: str, payloads_file: str) -> None:
         def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
             return NO_BATCH
 
+    run_writer = write_loop.WriteLoop._run
     write_loop.WriteLoop._run = lambda self: None  # type: ignore[method-assign]
     if kind in PARTS:
         _leave_out(kind, Calls)
@@ -84,15 +97,26 @@ def child(kind: str, payloads_file: str) -> None:
             spill_bytes=0,
         ),
     )
-    sink: EventSink | None = {"memory": None, "calls": Calls(), "store": writer}[kind]
+    sink: EventSink | None = {"memory": None, "calls": Calls(), "store": writer, "writer": writer}[
+        kind
+    ]
     ingest = StreamIngest(StreamId("bench", 0), can_replay=False, sink=sink)
     frames = [[b"", seq.to_bytes(8, "big"), p] for seq, p in enumerate(payloads)]
     clock = [CLOCK_START + 0.001 * i for i in range(len(frames))]
     # The writer thread frees the rows in a real run, where the loop meets next to no
     # collection: here they pile up, and collections would walk them.
     gc.disable()
-    deque(starmap(ingest.live_frames, zip(frames, clock, strict=True)), maxlen=0)
-    assert ingest.counters.batches_applied == len(frames)
+    if kind != "writer":
+        deque(starmap(ingest.live_frames, zip(frames, clock, strict=True)), maxlen=0)
+        assert ingest.counters.batches_applied == len(frames)
+        return
+    # The same ingest, not counted; then the writer's loop over all it queued, counted, on this
+    # thread (rows taken `rows_per_transaction` at a time, as the writer thread takes them).
+    for frame, at in zip(frames, clock, strict=True):
+        ingest.live_frames(frame, at)
+    writer.close(0)
+    deque(map(run_writer, [writer._loop]), maxlen=0)
+    assert writer.stats.rows_written >= len(frames) and writer.failure is None
 
 
 def _leave_out(part: str, calls: type[NullSink]) -> None:
@@ -137,6 +161,26 @@ def instructions(kind: str, payloads_file: str, out_dir: str) -> int:
     return int(found.group(1))
 
 
+def gil_free(out_file: str) -> dict[str, int]:
+    """Instructions inside each call that lets go of the GIL, in callgrind's `out_file`."""
+    annotated = subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", out_file],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    each: dict[str, int] = {}
+    for count, function in GIL_FREE.findall(annotated):
+        # A function's line with its whole inclusive count is its largest (others are parts).
+        each[function] = max(each.get(function, 0), int(count.replace(",", "")))
+    named: dict[str, int] = {}
+    for function, count in each.items():
+        name = "zstd" if "ompress" in function else function.rsplit("_", 1)[-1].lstrip("0123456789")
+        name = "sqlite" if name == "step" else name
+        named[name] = named.get(name, 0) + count
+    return named
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000, help="block-events to ingest")
@@ -161,9 +205,22 @@ def main() -> None:
         Path(payloads_file).write_bytes(msgspec.msgpack.encode(payloads))
         kinds = (*KINDS, *PARTS) if args.parts else KINDS
         counts = {kind: instructions(kind, payloads_file, tmp) for kind in kinds}
+        each_free = gil_free(f"{tmp}/writer.out")
+    free = sum(each_free.values()) / batches
     per_batch = {kind: count / batches for kind, count in counts.items()}
     for kind in KINDS:
         print(f"{kind:<8} {per_batch[kind]:10,.0f} instructions per batch")
+    writer, memory = per_batch["writer"], per_batch["memory"]
+    print(
+        f"the writer thread's {writer:,.0f}: {free:,.0f} in calls that let go of the GIL, "
+        f"{writer - free:,.0f} holding it"
+    )
+    print("  " + ", ".join(f"{name} {n / batches:,.0f}" for name, n in sorted(each_free.items())))
+    print(
+        f"store on, all threads: {(per_batch['store'] + writer) / memory:.2f}x memory-only; "
+        f"holding the GIL (what two threads cannot overlap): "
+        f"{(per_batch['store'] + writer - free) / memory:.2f}x"
+    )
     print(
         f"the sink adds {per_batch['store'] - per_batch['memory']:,.0f} per batch "
         f"({per_batch['store'] / per_batch['memory']:.2f}x memory-only), of which the calls "

@@ -14,7 +14,7 @@ from libc.string cimport memcpy, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from kvscope.storage._log_buf cimport (
-    Buf, get_varint, put, put_nogil, put_varint, put_varint_nogil, reserve, taken
+    Buf, get_varint, grow_nogil, put, put_nogil, put_varint, put_varint_nogil, reserve, taken
 )
 from kvscope.storage._log_split cimport Hashes, hashes_free, hashes_init, hashes_note
 from kvscope.storage._granules cimport (
@@ -220,7 +220,8 @@ cdef int join_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, Buf* out,
                   const uint8_t* floats, Py_ssize_t* fp, Py_ssize_t fe,
                   const uint8_t* toks, Py_ssize_t* tp, Py_ssize_t te,
                   Buf* seen, uint8_t* prev_float, const Granules* g,
-                  const uint8_t* grefs, Py_ssize_t* gp, Py_ssize_t ge) except -2:
+                  const uint8_t* grefs, Py_ssize_t* gp, Py_ssize_t ge) noexcept nogil:
+    # -1: the columns do not hold the payload; -2: memory ran out.
     # The skeleton's bytes that come back as they are go out a run at a time, from `run`.
     cdef Py_ssize_t n, items, k, run = pos
     cdef uint64_t back, v
@@ -229,8 +230,8 @@ cdef int join_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, Buf* out,
     while pos < end:
         b = s[pos]
         if b == 0xCF or b == 0xD3 or b == 0xCB:
-            put(out, s + run, pos - run)
-            reserve(out, 9)
+            if put_nogil(out, s + run, pos - run) < 0 or grow_nogil(out, 9) < 0:
+                return -2
             out.p[out.n] = b
             pos += 1
             run = pos
@@ -253,7 +254,8 @@ cdef int join_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, Buf* out,
                     memcpy(&v, seen.p + seen.n - 8 * <Py_ssize_t>back, 8)
                 else:
                     return -1
-                put(seen, <uint8_t*>&v, 8)
+                if put_nogil(seen, <uint8_t*>&v, 8) < 0:
+                    return -2
                 memcpy(out.p + out.n + 1, &v, 8)
             out.n += 9
             continue
@@ -262,68 +264,103 @@ cdef int join_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, Buf* out,
             return -1
         pos += n
         if items > 0 and pos < end and s[pos] == MARK:
-            put(out, s + run, pos - run)
+            if put_nogil(out, s + run, pos - run) < 0:
+                return -2
             pos += 1
             run = pos
             if g != NULL:
                 n = granules_join(g, items, toks, tp, te, grefs, gp, ge, out)
-                if n == -2:
-                    raise MemoryError()
                 if n < 0:
-                    return -1
+                    return n
                 continue
             n = ids_bytes(toks + tp[0], te - tp[0], items)
             if n <= 0:
                 return -1
-            put(out, toks + tp[0], n)
+            if put_nogil(out, toks + tp[0], n) < 0:
+                return -2
             tp[0] += n
-    put(out, s + run, pos - run)
-    return 0
+    return -2 if put_nogil(out, s + run, pos - run) < 0 else 0
+
+
+cdef int join_all(Py_ssize_t count, const uint8_t** cols, const Py_ssize_t* lens,
+                  const Granules* g, Buf* out, Py_ssize_t* starts) noexcept nogil:
+    """`join`'s walk over the columns `cols` (of `lens` bytes: sizes, skeleton, references,
+    literals, floats, tokens, granules' numbers) into `out`, payload k at `starts[k]` to
+    `starts[k + 1]`: 0, -1 if the sizes are cut short, -2 if memory ran out, -3 if a payload
+    does not come back whole, -4 if bytes are left over."""
+    cdef Buf seen
+    cdef Py_ssize_t sp = 0, zp = 0, rp = 0, lp = 0, fp = 0, tp = 0, gp = 0, k, n
+    cdef uint64_t size
+    cdef uint8_t prev_float[8]
+    cdef int r = 0
+    memset(&seen, 0, sizeof(Buf))
+    memset(prev_float, 0, 8)
+    for k in range(count):
+        if get_varint(cols[0], &zp, lens[0], &size) < 0 or (size >> 1) > <uint64_t>(
+            lens[1] - sp
+        ):
+            r = -1
+            break
+        n = <Py_ssize_t>(size >> 1)
+        starts[k] = out.n
+        if size & 1:
+            if put_nogil(out, cols[1] + sp, n) < 0:
+                r = -2
+                break
+        else:
+            r = join_one(cols[1], sp, sp + n, out, cols[2], &rp, lens[2], cols[3], &lp, lens[3],
+                         cols[4], &fp, lens[4], cols[5], &tp, lens[5], &seen, prev_float, g,
+                         cols[6], &gp, lens[6])
+            if r < 0:
+                r = -3 if r == -1 else r
+                break
+        sp += n
+    free(seen.p)
+    if r == 0 and (sp != lens[1] or zp != lens[0] or rp != lens[2] or lp != lens[3]
+                   or fp != lens[4] or tp != lens[5] or gp != lens[6]):
+        r = -4
+    starts[count] = out.n
+    return r
 
 
 def join(Py_ssize_t count, bytes sizes, bytes skel, bytes refs, bytes lits, bytes floats,
          bytes toks, bytes grefs=b"", GranuleIndex granules=None):
     """The `count` payloads `split` made these columns of (with `granules`: the index it was
-    given); ValueError if they do not hold them all, exactly."""
-    cdef Buf out, seen
-    cdef Py_ssize_t sp = 0, zp = 0, rp = 0, lp = 0, fp = 0, tp = 0, gp = 0, k, n, start
+    given); ValueError if they do not hold them all, exactly. The walk runs without the GIL
+    (the writer checks each chunk it packs this way, while the ingest thread wants the GIL)."""
+    cdef Buf out
     cdef const Granules* g = NULL if granules is None else &granules.g
-    cdef uint64_t size
-    cdef uint8_t prev_float[8]
-    cdef const uint8_t* s = skel
-    cdef list starts = []
-    cdef list payloads = []
+    cdef const uint8_t* cols[7]
+    cdef Py_ssize_t lens[7]
+    cdef tuple held = (sizes, skel, refs, lits, floats, toks, grefs)
+    cdef Py_ssize_t k, n = max(count, 0)
+    cdef Py_ssize_t* starts = <Py_ssize_t*>malloc((n + 1) * sizeof(Py_ssize_t))
+    cdef int failed
+    cdef bytes col
     memset(&out, 0, sizeof(Buf))
-    memset(&seen, 0, sizeof(Buf))
-    memset(prev_float, 0, 8)
     try:
+        if starts == NULL:
+            raise MemoryError()
+        for k in range(7):
+            col = held[k]
+            if col is None:
+                raise TypeError("log columns: a column is None, not bytes")
+            cols[k] = <const uint8_t*>col
+            lens[k] = len(col)
         reserve(&out, 4 * len(skel) + len(toks) + len(lits) + len(floats))
-        for k in range(count):
-            if get_varint(sizes, &zp, len(sizes), &size) < 0 or (size >> 1) > <uint64_t>(
-                len(skel) - sp
-            ):
-                raise ValueError("log columns: sizes cut short")
-            n = <Py_ssize_t>(size >> 1)
-            starts.append(out.n)
-            if size & 1:
-                put(&out, s + sp, n)
-            elif join_one(s, sp, sp + n, &out, refs, &rp, len(refs), lits, &lp, len(lits),
-                          floats, &fp, len(floats), toks, &tp, len(toks), &seen,
-                          prev_float, g, grefs, &gp, len(grefs)) < 0:
-                raise ValueError("log columns: a payload does not come back whole")
-            sp += n
-        if (sp, zp, rp, lp, fp, tp, gp) != (len(skel), len(sizes), len(refs), len(lits),
-                                            len(floats), len(toks), len(grefs)):
-            raise ValueError("log columns: bytes left over")
-        starts.append(out.n)
-        for k in range(count):
-            start = starts[k]
-            payloads.append(PyBytes_FromStringAndSize(<char*>out.p + start,
-                                                      <Py_ssize_t>starts[k + 1] - start))
-        return payloads
+        with nogil:
+            failed = join_all(n, cols, lens, g, &out, starts)
+        if failed == -2:
+            raise MemoryError()
+        if failed:
+            raise ValueError({-1: "log columns: sizes cut short",
+                              -3: "log columns: a payload does not come back whole",
+                              -4: "log columns: bytes left over"}[failed])
+        return [PyBytes_FromStringAndSize(<char*>out.p + starts[k], starts[k + 1] - starts[k])
+                for k in range(n)]
     finally:
         free(out.p)
-        free(seen.p)
+        free(starts)
 
 
 def xor_planes(bytes data, bint inverse=False):
