@@ -5,7 +5,8 @@ bound), not `rows_per_transaction` shared by all, which cut each stream's chunk 
 
 from __future__ import annotations
 
-from itertools import islice
+import random
+from itertools import islice, zip_longest
 
 from sqlalchemy import func, select
 
@@ -13,9 +14,10 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import AppliedBatch, NullSink
 from kvscope.collector.types import StreamId
-from kvscope.storage import batch_log, schema
+from kvscope.storage import batch_log, log_chunks, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import stream_id
+from kvscope.storage.log_chunks import MAX_CHUNK_BATCHES, MAX_CHUNK_RAW_BYTES
 from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.rows import LogRow, Row
 from kvscope.storage.sql_writer import RowWriter
@@ -91,3 +93,22 @@ def test_rows_per_take_grows_with_the_streams_up_to_half_the_queue() -> None:
     assert rows_per_take(settings, 200) == 25_000
     small_queue = StoreSettings(rows_per_transaction=5_000, queue_rows=4_000)
     assert rows_per_take(small_queue, 200) == 5_000
+
+
+def test_a_fleets_transaction_is_cut_into_chunks_as_each_stream_alone() -> None:
+    """Each stream's rows of an interleaved transaction make the chunks they make alone: cut at
+    an epoch, at the batch, byte and span bounds, in order of arrival, even where a stream's
+    clock steps back."""
+    rng = random.Random(7)
+    alone: dict[StreamId, list[LogRow]] = {}
+    for n in range(5):
+        stream, rows, ts = StreamId(f"r{n}", 0), [], 1000.0 + n
+        for seq in range(3 * MAX_CHUNK_BATCHES // 2 + 40 * n):
+            ts += rng.choice((0.01, 0.5, -0.3)) if n == 3 else rng.random() * 0.2
+            size = rng.choice((10, 100, MAX_CHUNK_RAW_BYTES // 50))
+            rows.append((stream, 1 + (seq > 700 and n == 2), seq, ts, ts, b"x" * size))
+        alone[stream] = rows
+    fleet = [r for rows in zip_longest(*alone.values()) for r in rows if r is not None]
+    cut = log_chunks.split(fleet)
+    assert len(cut) > 2 * len(alone)
+    assert cut == [run for rows in alone.values() for run in log_chunks.split(rows)]
