@@ -30,6 +30,9 @@ class StoreSettings:
     spill_dir: str | None = None
     """Where that file lives (anonymous, removed at exit); None: the system's temp folder."""
     rows_per_transaction: int = 5_000
+    """Rows a transaction takes at most for each stream the last one wrote, up to half
+    `queue_rows` (storage/writer_state.py, `rows_per_take`): a fleet's streams each get a chunk
+    as large as one stream's."""
     linger_s: float = 1.0
     """How long the writer lets fewer than `rows_per_transaction` rows wait for more: a
     transaction and a log chunk per second, not per few batches, at a replica's usual rates
