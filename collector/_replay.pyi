@@ -6,3 +6,46 @@ def replay(prefix_map: PrefixMap, payloads: Iterable[tuple[int, bytes]], epoch: 
     """Apply each (seq, payload) to `prefix_map` as
     `prefix_map.apply(BatchDecoder(prefix_map.limits).decode(payload, seq), epoch)` would;
     returns how many were applied."""
+
+class FusedApply:
+    """Live batches applied straight from their bytes (one map at a time)."""
+
+    @property
+    def taken(self) -> int:
+        """Batches applied here, not left to decode + apply."""
+
+    def live(
+        self,
+        prefix_map: PrefixMap,
+        payload: bytes,
+        seq: int,
+        epoch: int,
+        degraded: bool,
+        recv_ts: float | None,
+        max_block_size: int,
+    ) -> bool:
+        """`prefix_map.apply(decode(payload, seq), epoch, degraded, recv_ts)`, its counters
+        added: True; False (nothing done) to leave the batch to decode + apply."""
+
+    def route_read(self, payload: bytes, max_block_size: int) -> int:
+        """A fleet's batch read for its router: its rank (or 0), or -1 to decode it."""
+
+    def apply_read(
+        self,
+        prefix_map: PrefixMap,
+        payload: bytes,
+        seq: int,
+        epoch: int,
+        degraded: bool,
+        recv_ts: float | None,
+        max_block_size: int,
+    ) -> bool:
+        """`live` for the batch `route_read` read last, if `payload` is that one."""
+
+    @property
+    def rank(self) -> int | None:
+        """The rank of the batch last applied."""
+
+    @property
+    def cleared(self) -> bool:
+        """Whether the batch last applied holds an `AllBlocksCleared`."""

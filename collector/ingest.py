@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 
+from kvscope.collector._replay import FusedApply
 from kvscope.collector.degraded import Degradation, DegradedInterval
 from kvscope.collector.engine_kind import Engine, engine_of
 from kvscope.collector.errors import MalformedKind, MalformedPayload
@@ -84,6 +85,8 @@ class StreamIngest(ReplayRules):
         self.tail_check_after_s = tail_check_after_s
         self.map = PrefixMap(stream, self._on_clear)
         self.decoder = BatchDecoder()
+        self.fused: FusedApply | None = FusedApply()
+        """Applies the usual batch straight from its bytes (None: every batch decoded)."""
         self.counters = StreamCounters()
         self.epoch = 0
         self.expected: int | None = None
@@ -158,11 +161,12 @@ class StreamIngest(ReplayRules):
         return self.take_replay_request()
 
     def live_frames(
-        self, frames: list[bytes], now: float, decoded: Batch | None = None
+        self, frames: list[bytes], now: float, decoded: Batch | FusedApply | None = None
     ) -> ReplayRequest | None:
         """One message from the SUB socket: [topic, seq, payload]. `decoded`: its batch, if the
         fleet's router decoded it already (`BatchDecoder.decode`), with the seq it read from
-        this message's seq frame."""
+        this message's seq frame; or read it (`FleetRouter.route_batch`), to apply from its
+        bytes."""
         # One frame per call, not two: called for every message (a try costs nothing here).
         try:
             self.last_message_at = now
@@ -171,7 +175,7 @@ class StreamIngest(ReplayRules):
                 self._malformed(MalformedKind.FRAME_COUNT, None, f"{len(frames)} frames")
                 return None
             _topic, seq_frame, payload = frames
-            if decoded is not None and decoded.seq <= MAX_SEQ:
+            if type(decoded) is Batch and decoded.seq <= MAX_SEQ:
                 seq = decoded.seq  # the router read it from this frame
             else:
                 read = self._seq_of(seq_frame)
@@ -277,7 +281,9 @@ class StreamIngest(ReplayRules):
     def _degrade(self, reason: str, from_seq: int, to_seq: int | None, now: float) -> None:
         self._degradation.degrade(reason, from_seq, to_seq, now, self.epoch)
 
-    def _apply(self, seq: int, payload: bytes, now: float, decoded: Batch | None = None) -> None:
+    def _apply(
+        self, seq: int, payload: bytes, now: float, decoded: Batch | FusedApply | None = None
+    ) -> None:
         self.expected = seq + 1
         self.last_seq = seq
         self._recent.add(seq, payload)
@@ -285,6 +291,14 @@ class StreamIngest(ReplayRules):
             self._malformed(MalformedKind.OVERSIZE, seq, f"{len(payload)} bytes")
             self._degrade("oversize batch dropped", seq, seq, now)
             return
+        if not isinstance(decoded, Batch):
+            if (
+                self.sink is None
+                and self.engine is not None
+                and self._apply_fused(seq, payload, now, decoded)
+            ):
+                return
+            decoded = None
         errors: list[MalformedPayload] = []
         try:
             batch = self.decoder.decode(payload, seq, errors, decoded)
@@ -332,6 +346,32 @@ class StreamIngest(ReplayRules):
                 )
             )
             self._gaps_told = gaps
+
+    def _apply_fused(self, seq: int, payload: bytes, now: float, read: FusedApply | None) -> bool:
+        """`_apply`'s decode and apply in one, for a batch with no sink to tell of it (which
+        would want its `Batch`) and an engine already told: True, or False (nothing done) to
+        leave the batch to decode + apply. `read`: the batch as the fleet's router read it."""
+        fused, degraded = self.fused, bool(self._degradation.open)
+        if fused is None:
+            return False
+        if read is not None:
+            fused = read
+            if not read.apply_read(
+                self.map, payload, seq, self.epoch, degraded, now, self.decoder.max_block_size
+            ):
+                return False
+        elif not fused.live(
+            self.map, payload, seq, self.epoch, degraded, now, self.decoder.max_block_size
+        ):
+            return False
+        self.decoder.took_map_layout()
+        rank = fused.rank
+        if rank is not None and rank != self.stream.rank:
+            self.counters.rank_mismatches += 1
+        self.counters.batches_applied += 1
+        if degraded and fused.cleared:
+            self._degradation.known_again(seq, now)
+        return True
 
     def _on_clear(self, cleared: ClearedMap) -> None:
         self._quiet = EVERY_BATCH  # the sink may want to see the map sooner after a clear
