@@ -1,6 +1,7 @@
 from collections.abc import Iterable
 
 from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.types import Batch
 
 def replay(prefix_map: PrefixMap, payloads: Iterable[tuple[int, bytes]], epoch: int) -> int:
     """Apply each (seq, payload) to `prefix_map` as
@@ -41,6 +42,9 @@ class FusedApply:
         max_block_size: int,
     ) -> bool:
         """`live` for the batch `route_read` read last, if `payload` is that one."""
+
+    def batch(self, payload: bytes, seq: int, max_block_size: int) -> Batch | None:
+        """What `decode_map_batch` makes of the batch `route_read` read last, if `payload`."""
 
     @property
     def rank(self) -> int | None:

@@ -16,7 +16,9 @@ where it raises.
 """
 
 cimport cython
+from cpython.array cimport array, clone
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
@@ -44,10 +46,12 @@ from kvscope.collector._wire_scan cimport (
 )
 
 from kvscope.collector.block_table import BlockTable
+from kvscope.collector.types import AllCleared, Batch, BlocksRemoved, BlocksStored
 from kvscope.collector.sink import ClearReason
 from kvscope.collector.wire import BatchDecoder
 
 cdef object _ALL_BLOCKS_CLEARED = ClearReason.ALL_BLOCKS_CLEARED
+cdef array _UINT32 = array("I")
 
 
 cdef struct Op:
@@ -56,7 +60,8 @@ cdef struct Op:
     int kind
     Py_ssize_t key  # index in the batch's keys
     Py_ssize_t hashes, n_hashes
-    Py_ssize_t tokens  # -1: none kept (store_chain keeps block_size per hash, or none)
+    Py_ssize_t tokens, n_tokens  # its token ids, if it has some (tokens -1: none)
+    bint with_tokens  # the table keeps them (store_chain keeps block_size per hash, or none)
     bint has_parent
     uint64_t parent
     Py_ssize_t block_size
@@ -157,6 +162,7 @@ cdef class FusedApply:
         cdef Op* op = &self.ops[self.n_ops]
         self.n_ops += 1
         op.kind, op.key, op.hashes, op.n_hashes, op.tokens = kind, key, self.n_hashes, 0, -1
+        op.n_tokens, op.with_tokens = 0, False
         return op
 
     cdef int take_hashes(self, Reader* r, Event* e, Op* op) except -2:
@@ -195,7 +201,7 @@ cdef class FusedApply:
             for k in range(n):
                 read_uint64(&f, &t)
                 self.tokens[self.n_tokens + k] = <uint32_t>t
-        op.tokens = self.n_tokens
+        op.tokens, op.n_tokens = self.n_tokens, n
         self.n_tokens += n
         return 0
 
@@ -245,12 +251,9 @@ cdef class FusedApply:
                 self.take_hashes(&r, e, op)
                 # No token_ids key and no hashes also passes the count (0 == 0): reading the
                 # absent key would read before the payload.
-                if (
-                    s.block_size
-                    and e.at[F_TOKENS] >= 0
-                    and s.n_tokens == s.n_hashes * s.block_size
-                ):
-                    self.take_tokens(&r, e, op, s.n_tokens)
+                if e.at[F_TOKENS] >= 0:
+                    self.take_tokens(&r, e, op, s.n_tokens)  # (all: `batch` holds them)
+                    op.with_tokens = s.block_size and s.n_tokens == s.n_hashes * s.block_size
                 continue
             # Consecutive removals from one table are one event, as the decoders make them.
             if last_removal < 0 or not (
@@ -294,7 +297,7 @@ cdef class FusedApply:
             if op.kind == STORED:
                 table._store(
                     &self.hashes[op.hashes], op.n_hashes, op.has_parent, op.parent,
-                    op.tokens >= 0, &self.tokens[op.tokens] if op.tokens >= 0 else NULL,
+                    op.with_tokens, &self.tokens[op.tokens] if op.with_tokens else NULL,
                     op.block_size, ts, None, None, None, None,
                 )
                 self.stored_events += 1
@@ -347,18 +350,59 @@ cdef class FusedApply:
         `max_block_size`: True, or False (nothing done) to leave it to decode + apply."""
         if payload is not self.read_payload or max_block_size != self.read_max_block_size:
             return False
-        self.read_payload = None  # applied once
         self.bind(prefix_map, epoch, degraded, recv_ts, max_block_size)
         try:
             if not roomy(
                 self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload)
             ):
                 return False
+            self.read_payload = None  # applied once
             self.apply(seq, self.read_ts)
             self.taken += 1
             return True
         finally:
             self.flush()
+
+    def batch(self, payload, seq, int64_t max_block_size):
+        """The `Batch` that `decode_map_batch(payload, seq, max_block_size)` makes, built from
+        what `route_read` read of `payload`, for a stream that wants one (a sink tells of it);
+        None if the batch read last is not `payload` read with `max_block_size`."""
+        if payload is not self.read_payload or max_block_size != self.read_max_block_size:
+            return None
+        cdef list events = [], hashes
+        cdef Py_ssize_t i, k
+        cdef Op* op
+        cdef array tokens
+        for i in range(self.n_ops):
+            op = &self.ops[i]
+            if op.kind == CLEARED:
+                events.append(AllCleared())
+                continue
+            hashes = [PyLong_FromUnsignedLongLong(self.hashes[k])
+                      for k in range(op.hashes, op.hashes + op.n_hashes)]
+            if op.kind != STORED:
+                events.append(BlocksRemoved(hashes, self.keys[op.key]))
+                continue
+            tokens = clone(_UINT32, op.n_tokens if op.tokens >= 0 else 0, False)
+            if op.tokens >= 0:
+                memcpy(tokens.data.as_uints, &self.tokens[op.tokens], op.n_tokens * 4)
+            events.append(BlocksStored(
+                hashes,
+                PyLong_FromUnsignedLongLong(op.parent) if op.has_parent else None,
+                tokens,
+                PyLong_FromLongLong(op.block_size),
+                self.keys[op.key],
+                None,
+                None,
+            ))
+        return Batch(
+            seq,
+            self.read_ts,
+            None if self.rank_nil else PyLong_FromLongLong(self.rank_value),
+            events,
+            0,
+            PyBytes_GET_SIZE(payload),
+        )
 
     @property
     def rank(self):

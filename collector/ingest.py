@@ -298,7 +298,9 @@ class StreamIngest(ReplayRules):
                 and self._apply_fused(seq, payload, now, decoded)
             ):
                 return
-            decoded = None
+            # What the router read, as a `Batch` (for the sink, or the engine to be told).
+            if decoded is not None:
+                decoded = decoded.batch(payload, seq, self.decoder.max_block_size)
         errors: list[MalformedPayload] = []
         try:
             batch = self.decoder.decode(payload, seq, errors, decoded)

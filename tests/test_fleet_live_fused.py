@@ -19,6 +19,15 @@ from kvscope.collector.fleet import FleetSettings, batch_rank
 from kvscope.collector.fleet_router import FleetRouter
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.limits import IngestLimits
+from kvscope.collector.sink import (
+    EVERY_BATCH,
+    AppliedBatch,
+    ClearedMap,
+    DegradedChange,
+    MapReader,
+    NullSink,
+    Span,
+)
 from kvscope.collector.types import StreamId
 from kvscope.collector.wire import BatchDecoder
 from tests import test_replay_fused, wire_fast_strategies
@@ -81,6 +90,29 @@ STEPS = st.lists(
 )
 
 
+class Told(NullSink):
+    """Everything a sink is told, as values (a map is read during the call only)."""
+
+    def __init__(self) -> None:
+        self.told: list[object] = []
+
+    def applied(self, batch: AppliedBatch) -> None:
+        changes = {key: list(counts) for key, counts in batch.changes.items()}
+        fields = (batch.stream, batch.epoch, batch.seq, batch.ts, batch.recv_ts, batch.payload)
+        self.told.append(("applied", fields, batch.batch, changes, batch.gaps))
+
+    def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
+        self.told.append(("instant", stream, ts, view.totals()))
+        return EVERY_BATCH if len(self.told) % 3 else Span(ts, ts + 2.0)
+
+    def map_cleared(self, cleared: ClearedMap) -> None:
+        told = (cleared.epoch, cleared.reason, cleared.seq, cleared.ts, cleared.degraded)
+        self.told.append(("cleared", told, cleared.recv_ts, sorted(cleared.tables, key=str)))
+
+    def degraded(self, change: DegradedChange) -> None:
+        self.told.append(("degraded", change))
+
+
 def stream_state(ingest: StreamIngest) -> dict[str, Any]:
     return {
         "map": map_state(ingest.map),
@@ -89,14 +121,19 @@ def stream_state(ingest: StreamIngest) -> dict[str, Any]:
         "degraded": (ingest.degraded, ingest.degraded_history),
         "restarts": list(ingest.restarts_at),
         "layouts": ingest.decoder._order,
+        "told": None if ingest.sink is None else ingest.sink.told,  # type: ignore[attr-defined]
     }
 
 
 def run(
-    steps: list[tuple[bytes, bytes, str, int, int]], limits: IngestLimits, fused: bool
+    steps: list[tuple[bytes, bytes, str, int, int]],
+    limits: IngestLimits,
+    fused: bool,
+    sink: bool = False,
 ) -> tuple[list[object], dict[StreamId, dict[str, Any]], object, int]:
     """What a fleet makes of `steps`: each message's answer, each stream's state, the router's
-    refusals, and how many batches were applied straight from their bytes."""
+    refusals, and how many batches were applied straight from their bytes. `sink`: each stream
+    tells one (which wants each batch's `Batch`)."""
     router = FleetRouter(FleetSettings("tcp://127.0.0.1:5557"))
     streams: dict[StreamId, StreamIngest] = {}
     seqs = dict.fromkeys(TOPICS, 0)
@@ -113,7 +150,9 @@ def run(
             continue
         assert to.stream.rank == batch_rank(payload)
         if to.new:
-            ingest = streams[to.stream] = StreamIngest(to.stream, can_replay=topic == TOPICS[1])
+            ingest = streams[to.stream] = StreamIngest(
+                to.stream, can_replay=topic == TOPICS[1], sink=Told() if sink else None
+            )
             ingest.decoder = BatchDecoder(limits)
             ingest.map.limits = limits
             if not fused:
@@ -127,12 +166,12 @@ def run(
 
 
 @SETTINGS
-@given(STEPS, st.sampled_from(LIMITS))
+@given(STEPS, st.sampled_from(LIMITS), st.booleans())
 def test_a_fleet_applying_from_bytes_ends_as_one_decoding_each_batch(
-    steps: list[tuple[bytes, bytes, str, int, int]], limits: IngestLimits
+    steps: list[tuple[bytes, bytes, str, int, int]], limits: IngestLimits, sink: bool
 ) -> None:
-    answers, states, refused, _ = run(steps, limits, True)
-    answers_today, states_today, refused_today, taken = run(steps, limits, False)
+    answers, states, refused, _ = run(steps, limits, True, sink)
+    answers_today, states_today, refused_today, taken = run(steps, limits, False, sink)
     assert taken == 0
     assert refused == refused_today  # the router's
     assert states.keys() == states_today.keys()
