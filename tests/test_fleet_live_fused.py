@@ -157,7 +157,8 @@ def run(
             ingest.map.limits = limits
             if not fused:
                 ingest.fused = None
-        answers.append(streams[to.stream].live_frames(frames, float(now), read))
+        # Today's path: the stream decodes the payload (as the router once did for it).
+        answers.append(streams[to.stream].live_frames(frames, float(now), read if fused else None))
         answers.append(streams[to.stream].tick(float(now)))
         seqs[topic] = seq + 1
     taken = sum(s.fused.taken for s in streams.values() if s.fused is not None)
