@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from kvscope.collector._replay import FusedApply
+from kvscope.collector._wire_fast import decode_map_batch
 from kvscope.collector.fleet import FleetSettings, Publisher, TopicPattern, batch_rank
 from kvscope.collector.limits import DEFAULT_LIMITS
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.replay import SEQ_BYTES
-from kvscope.collector.types import StreamId
+from kvscope.collector.types import Batch, StreamId
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,12 @@ class Route:
 
 
 class FleetRouter:
-    def __init__(self, settings: FleetSettings, taken: Iterable[StreamId] = ()) -> None:
+    def __init__(
+        self, settings: FleetSettings, taken: Iterable[StreamId] = (), from_bytes: bool = True
+    ) -> None:
+        """`from_bytes`: hand each stream the batch as read, to apply straight from its bytes;
+        False: decoded, for streams with a sink, which are told each batch's `Batch` (one
+        built from the read costs a pass more than the decode)."""
         self.settings = settings
         self.pattern = TopicPattern(settings)
         self.refused: Counter[Refusal] = Counter()
@@ -61,7 +67,7 @@ class FleetRouter:
         """Matched topics (at most one per registered stream): the regex runs once per topic."""
         self._taken = set(taken)
         self._log = RateLimitedLog(logger)
-        self._reader = FusedApply()
+        self._reader = FusedApply() if from_bytes else None
         """Reads each batch of a followed topic, for its rank and for its stream to apply."""
 
     @property
@@ -72,23 +78,28 @@ class FleetRouter:
         """The stream of one message, or None (counted) when it belongs to none."""
         return self.route_batch(frames)[0]
 
-    def route_batch(self, frames: list[bytes]) -> tuple[Route | None, FusedApply | None]:
-        """`route`, and the batch as the router read it, if it did, for the stream to apply
-        (`StreamIngest.live_frames`) straight from its bytes; valid until the next call, and
-        read with the default limits (a stream with others reads it again)."""
+    def route_batch(self, frames: list[bytes]) -> tuple[Route | None, Batch | FusedApply | None]:
+        """`route`, and the batch as the router read it (valid until the next call) or decoded
+        it, if it did, for the stream to apply (`StreamIngest.live_frames`); read or decoded
+        with the default limits (a stream with others reads it again)."""
         if len(frames) != 3:
             self._refuse(Refusal.FRAME_COUNT, frames[0] if frames else b"")
             return None, None
         topic, seq, payload = frames
-        read = None
+        read: Batch | FusedApply | None = None
         rank = -1
         # A topic not yet followed (unmatched, or a publisher's first message, which its
         # stream decodes itself) costs a scan, not a read; a wrong seq frame the stream
         # refuses before reading.
         if topic in self._publishers and len(seq) == SEQ_BYTES:
-            rank = self._reader.route_read(payload, MAX_BLOCK_SIZE)
-            if rank >= 0:
-                read = self._reader
+            if self._reader is not None:
+                rank = self._reader.route_read(payload, MAX_BLOCK_SIZE)
+                if rank >= 0:
+                    read = self._reader
+            else:
+                read = decode_map_batch(payload, int.from_bytes(seq, "big"), MAX_BLOCK_SIZE)
+                if read is not None:
+                    rank = read.rank or 0
         if rank < 0:
             rank = batch_rank(payload)
         known = self._routes.get((topic, rank))

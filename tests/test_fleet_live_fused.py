@@ -134,7 +134,8 @@ def run(
     """What a fleet makes of `steps`: each message's answer, each stream's state, the router's
     refusals, and how many batches were applied straight from their bytes. `sink`: each stream
     tells one (which wants each batch's `Batch`)."""
-    router = FleetRouter(FleetSettings("tcp://127.0.0.1:5557"))
+    # Today's path: the router decodes each batch of a followed topic, the stream applies it.
+    router = FleetRouter(FleetSettings("tcp://127.0.0.1:5557"), from_bytes=fused)
     streams: dict[StreamId, StreamIngest] = {}
     seqs = dict.fromkeys(TOPICS, 0)
     answers: list[object] = []
@@ -157,12 +158,12 @@ def run(
             ingest.map.limits = limits
             if not fused:
                 ingest.fused = None
-        # Today's path: the stream decodes the payload (as the router once did for it).
-        answers.append(streams[to.stream].live_frames(frames, float(now), read if fused else None))
+        answers.append(streams[to.stream].live_frames(frames, float(now), read))
         answers.append(streams[to.stream].tick(float(now)))
         seqs[topic] = seq + 1
     taken = sum(s.fused.taken for s in streams.values() if s.fused is not None)
-    taken += router._reader.taken  # the batches it read that their streams applied
+    if router._reader is not None:
+        taken += router._reader.taken  # the batches it read that their streams applied
     return answers, {k: stream_state(v) for k, v in streams.items()}, router.refused, taken
 
 

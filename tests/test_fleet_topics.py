@@ -141,6 +141,17 @@ def test_a_routed_batch_is_applied_from_its_bytes(monkeypatch: pytest.MonkeyPatc
     assert routed.counters == alone.counters
 
 
+def test_a_router_for_streams_with_a_sink_decodes_each_batch_once() -> None:
+    """Streams told to a sink want each batch's `Batch`: such a router hands them the batch it
+    decoded (the one a decode of their own makes), and they apply it."""
+    router = FleetRouter(FleetSettings(BIND), from_bytes=False)
+    for seq in range(3):
+        frames = message(b"kv@10.0.0.5:7000@m", rank=2, seq=seq)
+        to, batch = router.route_batch(frames)
+        assert to is not None and to.stream == StreamId("10.0.0.5:7000", 2)
+        assert batch == (BatchDecoder().decode(frames[2], seq) if seq else None)  # first: scanned
+
+
 def test_a_stream_with_stricter_limits_refuses_a_routed_batch() -> None:
     """The router reads with the default limits; a stream whose decoder has others reads the
     batch again, so it refuses what it refuses alone."""
