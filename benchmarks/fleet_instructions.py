@@ -9,8 +9,8 @@ of it), played by `--publishers` publishers with llm-d topics, round-robin, each
 Each message goes through `FleetRouter.route_batch` and its stream's `StreamIngest.live_frames`
 as the collector's fleet drain does (collector/subscriber.py, `_drain_fleet`), memory-only (no
 sink), or with `--sink calls` a sink that does nothing with what it is told (a stream with a
-sink, as a stored fleet's, is handed each batch's `Batch`, decoded by the router; main's
-router has no `from_bytes`: count it with the script of its own tree). Two windows of `--messages`
+sink, as a stored fleet's, is handed each batch's `Batch`, decoded by the router, as the
+subscriber makes it). Two windows of `--messages`
 messages are counted, each after the messages before it ran uncounted:
 - `fill`: the messages just before the first that evicts, while the tables grow largest;
 - `eviction`: from the first batch that evicts (a BlockRemoved: the cache is full) on.
