@@ -314,7 +314,8 @@ class BatchDecoder:
             batch = decode_map_batch(payload, seq, self._max_block_size)
         if batch is None:
             return self._decode_slow(payload, seq, errors)
-        self.took_map_layout()
+        if self._order[0] is not _MAP_DECODER:  # (`took_map_layout`, without its call)
+            self.took_map_layout()
         return batch
 
     @property
