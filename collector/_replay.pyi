@@ -24,9 +24,10 @@ class FusedApply:
         degraded: bool,
         recv_ts: float | None,
         max_block_size: int,
-    ) -> bool:
+    ) -> int:
         """`prefix_map.apply(decode(payload, seq), epoch, degraded, recv_ts)`, its counters
-        added: True; False (nothing done) to leave the batch to decode + apply."""
+        added: 2 * (the batch's rank + 1, 0 for None) + 1 if it holds an `AllBlocksCleared`;
+        -1 (nothing done) to leave the batch to decode + apply."""
 
     def route_read(self, payload: bytes, max_block_size: int) -> int:
         """A fleet's batch read for its router: its rank (or 0), or -1 to decode it."""
@@ -40,16 +41,8 @@ class FusedApply:
         degraded: bool,
         recv_ts: float | None,
         max_block_size: int,
-    ) -> bool:
+    ) -> int:
         """`live` for the batch `route_read` read last, if `payload` is that one."""
 
     def batch(self, payload: bytes, seq: int, max_block_size: int) -> Batch | None:
         """What `decode_map_batch` makes of the batch `route_read` read last, if `payload`."""
-
-    @property
-    def rank(self) -> int | None:
-        """The rank of the batch last applied."""
-
-    @property
-    def cleared(self) -> bool:
-        """Whether the batch last applied holds an `AllBlocksCleared`."""

@@ -97,6 +97,7 @@ cdef class FusedApply:
     cdef int64_t rank_value
     cdef readonly Py_ssize_t taken
     """Batches applied here, not left to decode + apply."""
+    cdef bint busy  # in `live` or `apply_read`: another thread's call meanwhile declines
     # The batch a router read (`route_read`), until `apply_read` applies it.
     cdef object read_payload
     cdef int64_t read_max_block_size
@@ -325,14 +326,23 @@ cdef class FusedApply:
              int64_t max_block_size):
         """Apply one live batch to `prefix_map` as
         `prefix_map.apply(BatchDecoder(limits).decode(payload, seq), epoch, degraded, recv_ts)`
-        would (`max_block_size`: that decoder's limit), its counters added: True; or False,
-        nothing done, to leave it to decode + apply. Once True, `rank` and `has_clear` are the
-        decoded batch's `rank` and whether it holds an `AllCleared`."""
-        self.bind(prefix_map, epoch, degraded, recv_ts, max_block_size)
+        would (`max_block_size`: that decoder's limit), its counters added: what `told`
+        returns; or -1, nothing done, to leave it to decode + apply. One object may serve many
+        streams: what a call needs after it returns is in what it returns."""
+        if self.busy:
+            return -1
+        self.busy = True
         try:
-            return self.fused(payload, seq)
+            self.bind(prefix_map, epoch, degraded, recv_ts, max_block_size)
+            return self.told() if self.fused(payload, seq) else -1
         finally:
             self.flush()
+            self.busy = False
+
+    cdef Py_ssize_t told(self):
+        """What an applied batch tells the ingest: 2 * (its rank + 1, 0 for None), plus 1 if it
+        holds an `AllBlocksCleared`."""
+        return 2 * (0 if self.rank_nil else self.rank_value + 1) + self.has_clear
 
     def route_read(self, payload, int64_t max_block_size):
         """The first pass over a fleet's batch, for its router: the rank it names (its `rank`
@@ -347,21 +357,25 @@ cdef class FusedApply:
     def apply_read(self, prefix_map, payload, seq, epoch, bint degraded, recv_ts,
                    int64_t max_block_size):
         """`live` for the batch `route_read` read last, if `payload` is that batch read with
-        `max_block_size`: True, or False (nothing done) to leave it to decode + apply."""
+        `max_block_size`; -1 (nothing done) to leave it to decode + apply."""
         if payload is not self.read_payload or max_block_size != self.read_max_block_size:
-            return False
-        self.bind(prefix_map, epoch, degraded, recv_ts, max_block_size)
+            return -1
+        if self.busy:
+            return -1
+        self.busy = True
         try:
+            self.bind(prefix_map, epoch, degraded, recv_ts, max_block_size)
             if not roomy(
                 self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload)
             ):
-                return False
+                return -1
             self.read_payload = None  # applied once
             self.apply(seq, self.read_ts)
             self.taken += 1
-            return True
+            return self.told()
         finally:
             self.flush()
+            self.busy = False
 
     def batch(self, payload, seq, int64_t max_block_size):
         """The `Batch` that `decode_map_batch(payload, seq, max_block_size)` makes, built from
@@ -403,16 +417,6 @@ cdef class FusedApply:
             0,
             PyBytes_GET_SIZE(payload),
         )
-
-    @property
-    def rank(self):
-        """The rank of the batch last read (None: nil or none)."""
-        return None if self.rank_nil else self.rank_value
-
-    @property
-    def cleared(self):
-        """Whether the batch last read holds an `AllBlocksCleared`."""
-        return self.has_clear
 
 
 def replay(prefix_map, payloads, epoch):

@@ -137,6 +137,8 @@ def run(
     # Today's path: the router decodes each batch of a followed topic, the stream applies it.
     router = FleetRouter(FleetSettings("tcp://127.0.0.1:5557"), from_bytes=fused)
     streams: dict[StreamId, StreamIngest] = {}
+    shared = StreamIngest.fused  # what a stream applies from bytes with, but the router's read
+    before = shared.taken if shared is not None else 0
     seqs = dict.fromkeys(TOPICS, 0)
     answers: list[object] = []
     for now, (topic, payload, move, seq_bytes, count) in enumerate(steps):
@@ -161,7 +163,7 @@ def run(
         answers.append(streams[to.stream].live_frames(frames, float(now), read))
         answers.append(streams[to.stream].tick(float(now)))
         seqs[topic] = seq + 1
-    taken = sum(s.fused.taken for s in streams.values() if s.fused is not None)
+    taken = shared.taken - before if shared is not None else 0
     if router._reader is not None:
         taken += router._reader.taken  # the batches it read that their streams applied
     return answers, {k: stream_state(v) for k, v in streams.items()}, router.refused, taken
