@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from typing import cast
 
 from kvscope.collector._replay import FusedApply
 from kvscope.collector.degraded import Degradation, DegradedInterval
@@ -294,7 +295,8 @@ class StreamIngest(ReplayRules):
             self._malformed(MalformedKind.OVERSIZE, seq, f"{len(payload)} bytes")
             self._degrade("oversize batch dropped", seq, seq, now)
             return
-        if not isinstance(decoded, Batch):
+        if type(decoded) is not Batch:  # (isinstance asks msgspec's metaclass: it costs more)
+            decoded = cast("FusedApply | None", decoded)
             if (
                 self.sink is None
                 and self.engine is not None
