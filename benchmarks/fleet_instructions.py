@@ -2,14 +2,16 @@
 routing and ingest without the socket, a figure that holds still on a shared machine.
 
     python benchmarks/fleet_instructions.py [--publishers 10] [--messages 1000] [--seed 1]
-                                            [--annotate DIR]
+                                            [--sink memory|calls] [--annotate DIR]
 
 The stream is benchmarks/fleet.py's (one replica's batches at an H200's rate, a reset every 40 s
 of it), played by `--publishers` publishers with llm-d topics, round-robin, each from seq 0.
 Each message goes through `FleetRouter.route_batch` and its stream's `StreamIngest.live_frames`
 as the collector's fleet drain does (collector/subscriber.py, `_drain_fleet`), memory-only (no
-sink). Two windows of `--messages` messages are counted, each after the messages before it ran
-uncounted:
+sink), or with `--sink calls` a sink that does nothing with what it is told (a stream with a
+sink, as a stored fleet's, is handed each batch's `Batch`, decoded by the router, as the
+subscriber makes it). Two windows of `--messages`
+messages are counted, each after the messages before it ran uncounted:
 - `fill`: the messages just before the first that evicts, while the tables grow largest;
 - `eviction`: from the first batch that evicts (a BlockRemoved: the cache is full) on.
 It prints instructions per message of each. `--annotate DIR` keeps callgrind's output files
@@ -49,20 +51,29 @@ def messages(payloads: list[bytes], publishers: int) -> list[list[bytes]]:
     ]
 
 
-def child(payloads_file: str, publishers: int, start: int, count: int) -> None:
+def child(payloads_file: str, publishers: int, start: int, count: int, sink: str) -> None:
     """Messages [0, start) uncounted, then [start, start + count) counted (callgrind counts
     inside `deque_init`)."""
     from kvscope.collector import prefix_map
     from kvscope.collector.fleet import FleetSettings
     from kvscope.collector.fleet_router import FleetRouter
     from kvscope.collector.ingest import StreamIngest
+    from kvscope.collector.sink import NO_BATCH, AppliedBatch, MapReader, NullSink, Span
     from kvscope.collector.types import StreamId
+
+    class Calls(NullSink):
+        def applied(self, batch: AppliedBatch) -> None:
+            return None
+
+        def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
+            return NO_BATCH
 
     print(f"kvscope from {prefix_map.__file__}", file=sys.stderr)
     payloads: list[bytes] = msgspec.msgpack.decode(Path(payloads_file).read_bytes())
     frames = messages(payloads, publishers)[: start + count]
     assert len(frames) == start + count, "the stream is too short for this window"
-    router = FleetRouter(FleetSettings(bind="tcp://127.0.0.1:5557"))
+    # As the subscriber makes it: a router for streams with a sink decodes their batches.
+    router = FleetRouter(FleetSettings(bind="tcp://127.0.0.1:5557"), from_bytes=sink == "memory")
     ingests: dict[StreamId, StreamIngest] = {}
     clock = iter([CLOCK_START + 0.0004 * i for i in range(len(frames))])
 
@@ -71,7 +82,8 @@ def child(payloads_file: str, publishers: int, start: int, count: int) -> None:
         to, batch = router.route_batch(message)
         assert to is not None
         if to.new:
-            ingests[to.stream] = StreamIngest(to.stream, can_replay=False)
+            told = Calls() if sink == "calls" else None
+            ingests[to.stream] = StreamIngest(to.stream, can_replay=False, sink=told)
         ingests[to.stream].live_frames(message, next(clock), batch)
 
     for message in frames[:start]:
@@ -125,12 +137,13 @@ def main() -> None:
     parser.add_argument("--publishers", type=int, default=10)
     parser.add_argument("--messages", type=int, default=1000, help="messages counted a window")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--sink", choices=("memory", "calls"), default="memory")
     parser.add_argument("--annotate", help="keep callgrind's files in this folder")
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        payloads_file, publishers, start, count = args.child
-        child(payloads_file, int(publishers), int(start), int(count))
+        payloads_file, publishers, start, count, sink = args.child
+        child(payloads_file, int(publishers), int(start), int(count), sink)
         return
     if shutil.which("valgrind") is None:
         sys.exit("fleet_instructions.py counts with valgrind's callgrind: apt-get install valgrind")
@@ -141,7 +154,10 @@ def main() -> None:
     payloads = fleet_stream(RATE, RESET_EVERY_S, args.seed, RESET_EVERY_S).payloads
     evicts = first_eviction(payloads) * p
     starts = {"fill": max(p, evicts - n), "eviction": evicts}
-    print(f"stream: {len(payloads):,} batches a publisher, {p} publishers, {n:,} messages a window")
+    print(
+        f"stream: {len(payloads):,} batches a publisher, {p} publishers, {n:,} messages a window,"
+        f" sink: {args.sink}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = args.annotate or tmp
         Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -149,7 +165,7 @@ def main() -> None:
         Path(payloads_file).write_bytes(msgspec.msgpack.encode(payloads))
         counts = {
             window: instructions(
-                window, [payloads_file, str(p), str(starts[window]), str(n)], out_dir
+                window, [payloads_file, str(p), str(starts[window]), str(n), args.sink], out_dir
             )
             for window in WINDOWS
         }

@@ -1,8 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """`apply_batch`: `PrefixMap.apply`'s loop over a batch's events, compiled.
 
-Every live batch goes through it, and in Python its loop cost more than the tables' writes it
-calls. Here each event goes to the tables' C writes (`TableCore._store` and `_remove`, which
+Every live batch the fused path of collector/_replay.pyx leaves goes through it (those a sink
+is told of, those of another layout or near the map's limits), and in Python its loop cost more
+than the tables' writes it calls. Here each event goes to the tables' C writes (`TableCore._store` and `_remove`, which
 `store_chain` and `remove` wrap, as the fused replay of collector/_replay.pyx calls them), its
 hashes converted into a buffer on the stack, and the counters are added once a batch. It does what the Python loop did, event by
 event and in the same order, down to what a bad event raises after the events before it were

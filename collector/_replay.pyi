@@ -1,8 +1,48 @@
 from collections.abc import Iterable
 
 from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.types import Batch
 
 def replay(prefix_map: PrefixMap, payloads: Iterable[tuple[int, bytes]], epoch: int) -> int:
     """Apply each (seq, payload) to `prefix_map` as
     `prefix_map.apply(BatchDecoder(prefix_map.limits).decode(payload, seq), epoch)` would;
     returns how many were applied."""
+
+class FusedApply:
+    """Live batches applied straight from their bytes (one map at a time)."""
+
+    @property
+    def taken(self) -> int:
+        """Batches applied here, not left to decode + apply."""
+
+    def live(
+        self,
+        prefix_map: PrefixMap,
+        payload: bytes,
+        seq: int,
+        epoch: int,
+        degraded: bool,
+        recv_ts: float | None,
+        max_block_size: int,
+    ) -> int:
+        """`prefix_map.apply(decode(payload, seq), epoch, degraded, recv_ts)`, its counters
+        added: 2 * (the batch's rank + 1, 0 for None) + 1 if it holds an `AllBlocksCleared`;
+        -1 (nothing done) to leave the batch to decode + apply."""
+
+    def route_read(self, payload: bytes, max_block_size: int) -> int:
+        """A fleet's batch read for its router: its rank (or 0), or -1 to decode it."""
+
+    def apply_read(
+        self,
+        prefix_map: PrefixMap,
+        payload: bytes,
+        seq: int,
+        epoch: int,
+        degraded: bool,
+        recv_ts: float | None,
+        max_block_size: int,
+    ) -> int:
+        """`live` for the batch `route_read` read last, if `payload` is that one."""
+
+    def batch(self, payload: bytes, seq: int, max_block_size: int) -> Batch | None:
+        """What `decode_map_batch` makes of the batch `route_read` read last, if `payload`."""

@@ -1,20 +1,24 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""`replay`: logged batches applied to a map as `PrefixMap.apply(BatchDecoder.decode(...))`
-would, without the per-event objects and per-hash ints in between.
+"""Batches applied to a map straight from their msgpack bytes, as
+`PrefixMap.apply(BatchDecoder.decode(...))` would, without the per-event objects and per-hash
+ints in between: `replay` for logged batches, `FusedApply` for live ones.
 
-A rebuild (storage/history.py) replays thousands of batches; decoding each to a `Batch` and
-applying that cost ~10 us a batch, mostly in objects made only to be read once. Here a batch the
-compiled decoder takes (collector/_wire_fast.pyx; its checks are shared through _wire_fast.pxd,
-so exactly those batches) is read in two passes over its bytes: the first checks all of it and
-keeps its hashes and tokens as C values, the second applies them through the tables' C writes
-(TableCore._store/_remove, which `store_chain` and `remove` wrap). A batch that is not the
-decoder's (another layout, bytes or signed hashes, a LoRA name, extra keys), or that brings
-the map near its limits, is decoded and applied as ever. Nothing is applied before the whole
-batch is known good, so the map is the one decode + apply leaves, and raises where it raises.
+A rebuild (storage/history.py) replays thousands of batches, and a collector applies every live
+one; decoding each to a `Batch` and applying that costs mostly objects made only to be read
+once. Here a batch the compiled decoder takes (collector/_wire_fast.pyx; its checks are shared
+through _wire_fast.pxd, so exactly those batches) is read in two passes over its bytes: the
+first checks all of it and keeps its hashes and tokens as C values, the second applies them
+through the tables' C writes (TableCore._store/_remove, which `store_chain` and `remove` wrap).
+A batch that is not the decoder's (another layout, bytes or signed hashes, a LoRA name, extra
+keys), or that brings the map near its limits, is left to decode + apply. Nothing is applied
+before the whole batch is known good, so the map is the one decode + apply leaves, and raises
+where it raises.
 """
 
 cimport cython
+from cpython.array cimport array, clone
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
@@ -42,10 +46,12 @@ from kvscope.collector._wire_scan cimport (
 )
 
 from kvscope.collector.block_table import BlockTable
+from kvscope.collector.types import AllCleared, Batch, BlocksRemoved, BlocksStored
 from kvscope.collector.sink import ClearReason
 from kvscope.collector.wire import BatchDecoder
 
 cdef object _ALL_BLOCKS_CLEARED = ClearReason.ALL_BLOCKS_CLEARED
+cdef array _UINT32 = array("I")
 
 
 cdef struct Op:
@@ -54,7 +60,8 @@ cdef struct Op:
     int kind
     Py_ssize_t key  # index in the batch's keys
     Py_ssize_t hashes, n_hashes
-    Py_ssize_t tokens  # -1: none kept (store_chain keeps block_size per hash, or none)
+    Py_ssize_t tokens, n_tokens  # its token ids, if it has some (tokens -1: none)
+    bint with_tokens  # the table keeps them (store_chain keeps block_size per hash, or none)
     bint has_parent
     uint64_t parent
     Py_ssize_t block_size
@@ -78,11 +85,23 @@ cdef int _grow(void** buf, Py_ssize_t* cap, Py_ssize_t need, size_t item) except
 
 @cython.final
 @cython.auto_pickle(False)
-cdef class _Replay:
-    """One replay's state: the batch read by the first pass, and counters not yet added."""
+cdef class FusedApply:
+    """The batches of one map at a time (`replay`, or a live stream's ingest): the batch read by
+    the first pass, its scratch buffers kept for the next, and counters not yet added."""
 
-    cdef object prefix_map, limits, epoch
+    cdef object prefix_map, limits, epoch, recv_ts
+    cdef bint degraded  # what a clear in the batch tells `PrefixMap.clear`
     cdef int64_t max_block_size
+    # What the first pass read of the batch besides its events, for the live ingest's rules.
+    cdef bint rank_nil, has_clear
+    cdef int64_t rank_value
+    cdef readonly Py_ssize_t taken
+    """Batches applied here, not left to decode + apply."""
+    cdef bint busy  # in `live` or `apply_read`: another thread's call meanwhile declines
+    # The batch a router read (`route_read`), until `apply_read` applies it.
+    cdef object read_payload
+    cdef int64_t read_max_block_size
+    cdef double read_ts
     cdef _LastKey last_key
     cdef Event event
     cdef Op* ops
@@ -102,12 +121,20 @@ cdef class _Replay:
     cdef double last_ts
     cdef bint pending  # some counter above is not added yet
 
-    def __cinit__(self, prefix_map, epoch):
-        self.prefix_map, self.epoch = prefix_map, epoch
-        self.limits = prefix_map.limits
-        self.max_block_size = self.limits.max_block_size
+    def __cinit__(self):
         self.last_key = _LastKey()
         self.keys = []
+
+    cdef int bind(self, prefix_map, epoch, bint degraded, recv_ts,
+                  int64_t max_block_size) except -1:
+        """The map (its counters flushed first), and how its next batches are applied."""
+        if prefix_map is not self.prefix_map:
+            self.flush()
+            self.prefix_map = prefix_map
+        self.limits = prefix_map.limits
+        self.epoch, self.degraded, self.recv_ts = epoch, degraded, recv_ts
+        self.max_block_size = max_block_size
+        return 0
 
     def __dealloc__(self):
         PyMem_Free(self.ops)
@@ -136,6 +163,7 @@ cdef class _Replay:
         cdef Op* op = &self.ops[self.n_ops]
         self.n_ops += 1
         op.kind, op.key, op.hashes, op.n_hashes, op.tokens = kind, key, self.n_hashes, 0, -1
+        op.n_tokens, op.with_tokens = 0, False
         return op
 
     cdef int take_hashes(self, Reader* r, Event* e, Op* op) except -2:
@@ -174,7 +202,7 @@ cdef class _Replay:
             for k in range(n):
                 read_uint64(&f, &t)
                 self.tokens[self.n_tokens + k] = <uint32_t>t
-        op.tokens = self.n_tokens
+        op.tokens, op.n_tokens = self.n_tokens, n
         self.n_tokens += n
         return 0
 
@@ -185,14 +213,13 @@ cdef class _Replay:
         cdef Event* e = &self.event
         cdef StoredFields s
         cdef Py_ssize_t n_top, n_events, k, last_removal = -1
-        cdef int64_t rank
-        cdef bint rank_nil
         cdef Op* op
         cdef list keys = self.keys
         cdef object key, last = None
         r.p = <const uint8_t*>PyBytes_AS_STRING(payload)
         r.pos, r.end = 0, PyBytes_GET_SIZE(payload)
         self.n_ops = self.n_hashes = self.n_tokens = self.n_keys = 0
+        self.has_clear = False
         if read_head(&r, &n_top, ts, &n_events) < 0:
             return -1
         for k in range(n_events):
@@ -200,6 +227,7 @@ cdef class _Replay:
                 return -1
             if e.kind == CLEARED:
                 self.add_op(CLEARED, -1)
+                self.has_clear = True
                 last_removal = -1
                 continue
             key = self.last_key.key_of(&r, e)
@@ -224,12 +252,9 @@ cdef class _Replay:
                 self.take_hashes(&r, e, op)
                 # No token_ids key and no hashes also passes the count (0 == 0): reading the
                 # absent key would read before the payload.
-                if (
-                    s.block_size
-                    and e.at[F_TOKENS] >= 0
-                    and s.n_tokens == s.n_hashes * s.block_size
-                ):
-                    self.take_tokens(&r, e, op, s.n_tokens)
+                if e.at[F_TOKENS] >= 0:
+                    self.take_tokens(&r, e, op, s.n_tokens)  # (all: `batch` holds them)
+                    op.with_tokens = s.block_size and s.n_tokens == s.n_hashes * s.block_size
                 continue
             # Consecutive removals from one table are one event, as the decoders make them.
             if last_removal < 0 or not (
@@ -239,7 +264,7 @@ cdef class _Replay:
                 self.add_op(e.kind, self.n_keys - 1)
             if self.take_hashes(&r, e, &self.ops[last_removal]) < 0:
                 return -1
-        return read_tail(&r, n_top, &rank_nil, &rank)
+        return read_tail(&r, n_top, &self.rank_nil, &self.rank_value)
 
     # --- the second pass: `PrefixMap.apply` of the batch read ----------------------------------
     cdef int apply(self, object seq, double ts) except -1:
@@ -257,7 +282,9 @@ cdef class _Replay:
             if op.kind == CLEARED:
                 self.cleared_events += 1
                 self.flush()  # what `on_clear` may read
-                self.prefix_map.clear(_ALL_BLOCKS_CLEARED, seq, ts_value, self.epoch, False, None)
+                self.prefix_map.clear(
+                    _ALL_BLOCKS_CLEARED, seq, ts_value, self.epoch, self.degraded, self.recv_ts
+                )
                 tables = self.prefix_map.tables  # later events go to the emptied map
                 last = None
                 self.pending = True  # (last_ts, and what follows)
@@ -271,7 +298,7 @@ cdef class _Replay:
             if op.kind == STORED:
                 table._store(
                     &self.hashes[op.hashes], op.n_hashes, op.has_parent, op.parent,
-                    op.tokens >= 0, &self.tokens[op.tokens] if op.tokens >= 0 else NULL,
+                    op.with_tokens, &self.tokens[op.tokens] if op.with_tokens else NULL,
                     op.block_size, ts, None, None, None, None,
                 )
                 self.stored_events += 1
@@ -292,14 +319,112 @@ cdef class _Replay:
         if not roomy(self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload)):
             return False
         self.apply(seq, ts)
+        self.taken += 1
         return True
+
+    def live(self, prefix_map, payload, seq, epoch, bint degraded, recv_ts,
+             int64_t max_block_size):
+        """Apply one live batch to `prefix_map` as
+        `prefix_map.apply(BatchDecoder(limits).decode(payload, seq), epoch, degraded, recv_ts)`
+        would (`max_block_size`: that decoder's limit), its counters added: what `told`
+        returns; or -1, nothing done, to leave it to decode + apply. One object may serve many
+        streams: what a call needs after it returns is in what it returns."""
+        if self.busy:
+            return -1
+        self.busy = True
+        try:
+            self.bind(prefix_map, epoch, degraded, recv_ts, max_block_size)
+            return self.told() if self.fused(payload, seq) else -1
+        finally:
+            self.flush()
+            self.busy = False
+
+    cdef Py_ssize_t told(self):
+        """What an applied batch tells the ingest: 2 * (its rank + 1, 0 for None), plus 1 if it
+        holds an `AllBlocksCleared`."""
+        return 2 * (0 if self.rank_nil else self.rank_value + 1) + self.has_clear
+
+    def route_read(self, payload, int64_t max_block_size):
+        """The first pass over a fleet's batch, for its router: the rank it names (its `rank`
+        or 0, as the decoder reads it), or -1 when it is not the compiled decoder's (or has a
+        LoRA name) and must be decoded. The batch is kept for `apply_read`."""
+        self.read_payload, self.max_block_size = None, max_block_size
+        if type(payload) is not bytes or self.read(payload, &self.read_ts) < 0:
+            return -1
+        self.read_payload, self.read_max_block_size = payload, max_block_size
+        return 0 if self.rank_nil else self.rank_value
+
+    def apply_read(self, prefix_map, payload, seq, epoch, bint degraded, recv_ts,
+                   int64_t max_block_size):
+        """`live` for the batch `route_read` read last, if `payload` is that batch read with
+        `max_block_size`; -1 (nothing done) to leave it to decode + apply."""
+        if payload is not self.read_payload or max_block_size != self.read_max_block_size:
+            return -1
+        if self.busy:
+            return -1
+        self.busy = True
+        try:
+            self.bind(prefix_map, epoch, degraded, recv_ts, max_block_size)
+            if not roomy(
+                self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload)
+            ):
+                return -1
+            self.read_payload = None  # applied once
+            self.apply(seq, self.read_ts)
+            self.taken += 1
+            return self.told()
+        finally:
+            self.flush()
+            self.busy = False
+
+    def batch(self, payload, seq, int64_t max_block_size):
+        """The `Batch` that `decode_map_batch(payload, seq, max_block_size)` makes, built from
+        what `route_read` read of `payload`, for a stream that wants one (a sink tells of it);
+        None if the batch read last is not `payload` read with `max_block_size`."""
+        if payload is not self.read_payload or max_block_size != self.read_max_block_size:
+            return None
+        cdef list events = [], hashes
+        cdef Py_ssize_t i, k
+        cdef Op* op
+        cdef array tokens
+        for i in range(self.n_ops):
+            op = &self.ops[i]
+            if op.kind == CLEARED:
+                events.append(AllCleared())
+                continue
+            hashes = [PyLong_FromUnsignedLongLong(self.hashes[k])
+                      for k in range(op.hashes, op.hashes + op.n_hashes)]
+            if op.kind != STORED:
+                events.append(BlocksRemoved(hashes, self.keys[op.key]))
+                continue
+            tokens = clone(_UINT32, op.n_tokens if op.tokens >= 0 else 0, False)
+            if op.tokens >= 0:
+                memcpy(tokens.data.as_uints, &self.tokens[op.tokens], op.n_tokens * 4)
+            events.append(BlocksStored(
+                hashes,
+                PyLong_FromUnsignedLongLong(op.parent) if op.has_parent else None,
+                tokens,
+                PyLong_FromLongLong(op.block_size),
+                self.keys[op.key],
+                None,
+                None,
+            ))
+        return Batch(
+            seq,
+            self.read_ts,
+            None if self.rank_nil else PyLong_FromLongLong(self.rank_value),
+            events,
+            0,
+            PyBytes_GET_SIZE(payload),
+        )
 
 
 def replay(prefix_map, payloads, epoch):
     """Apply each (seq, payload) of `payloads` to `prefix_map` as
     `prefix_map.apply(BatchDecoder(prefix_map.limits).decode(payload, seq), epoch)` would: the
     same map, counters and refusals. Returns how many were applied."""
-    cdef _Replay state = _Replay(prefix_map, epoch)
+    cdef FusedApply state = FusedApply()
+    state.bind(prefix_map, epoch, False, None, prefix_map.limits.max_block_size)
     decode, apply = BatchDecoder(prefix_map.limits).decode, prefix_map.apply
     cdef Py_ssize_t n = 0
     try:

@@ -1,10 +1,11 @@
 """Which stream a fleet's message belongs to: (topic, DP rank in the batch) -> a `StreamId`.
 
 Socket-free, like the ingest: the collector hands it each message from the fleet's bound SUB
-and registers a stream for each new route it returns. The rank is read from the batch as the
-compiled decoder makes it, which the stream then applies: each message is decoded once. What it
-refuses is counted by reason and logged at most once per interval per reason
-(collector/ratelog.py), never raised.
+and registers a stream for each new route it returns. The rank is read by the first pass of
+collector/_replay.pyx's `FusedApply` over the batch, which the stream then applies straight from
+the payload, without a `Batch` in between: each message is read once. What it refuses is
+counted by reason and logged at most once per interval per reason (collector/ratelog.py), never
+raised.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kvscope.collector._replay import FusedApply
 from kvscope.collector._wire_fast import decode_map_batch
 from kvscope.collector.fleet import FleetSettings, Publisher, TopicPattern, batch_rank
 from kvscope.collector.limits import DEFAULT_LIMITS
@@ -50,7 +52,12 @@ class Route:
 
 
 class FleetRouter:
-    def __init__(self, settings: FleetSettings, taken: Iterable[StreamId] = ()) -> None:
+    def __init__(
+        self, settings: FleetSettings, taken: Iterable[StreamId] = (), from_bytes: bool = True
+    ) -> None:
+        """`from_bytes`: hand each stream the batch as read, to apply straight from its bytes;
+        False: decoded, for streams with a sink, which are told each batch's `Batch` (one
+        built from the read costs a pass more than the decode)."""
         self.settings = settings
         self.pattern = TopicPattern(settings)
         self.refused: Counter[Refusal] = Counter()
@@ -60,6 +67,8 @@ class FleetRouter:
         """Matched topics (at most one per registered stream): the regex runs once per topic."""
         self._taken = set(taken)
         self._log = RateLimitedLog(logger)
+        self._reader = FusedApply() if from_bytes else None
+        """Reads each batch of a followed topic, for its rank and for its stream to apply."""
 
     @property
     def registered(self) -> int:
@@ -69,25 +78,33 @@ class FleetRouter:
         """The stream of one message, or None (counted) when it belongs to none."""
         return self.route_batch(frames)[0]
 
-    def route_batch(self, frames: list[bytes]) -> tuple[Route | None, Batch | None]:
-        """`route`, and the message's batch if the compiled decoder took it, for the stream to
-        apply (`StreamIngest.live_frames`) instead of decoding it again: for a topic already
-        followed, decoded with the default limits (a decoder with others decodes again)."""
+    def route_batch(self, frames: list[bytes]) -> tuple[Route | None, Batch | FusedApply | None]:
+        """`route`, and the batch as the router read it (valid until the next call) or decoded
+        it, if it did, for the stream to apply (`StreamIngest.live_frames`); read or decoded
+        with the default limits (a stream with others reads it again)."""
         if len(frames) != 3:
             self._refuse(Refusal.FRAME_COUNT, frames[0] if frames else b"")
             return None, None
         topic, seq, payload = frames
-        batch = None
+        read: Batch | FusedApply | None = None
+        rank = -1
         # A topic not yet followed (unmatched, or a publisher's first message, which its
-        # stream decodes itself) costs a scan, not a decode; a wrong seq frame the stream
-        # refuses before decoding.
+        # stream decodes itself) costs a scan, not a read; a wrong seq frame the stream
+        # refuses before reading.
         if topic in self._publishers and len(seq) == SEQ_BYTES:
-            batch = decode_map_batch(payload, int.from_bytes(seq, "big"), MAX_BLOCK_SIZE)
-        # fleet.batch_rank, inline for the batches the decoder takes: once per message
-        rank = (batch.rank or 0) if batch is not None else batch_rank(payload)
+            if self._reader is not None:
+                rank = self._reader.route_read(payload, MAX_BLOCK_SIZE)
+                if rank >= 0:
+                    read = self._reader
+            else:
+                read = decode_map_batch(payload, int.from_bytes(seq, "big"), MAX_BLOCK_SIZE)
+                if read is not None:
+                    rank = read.rank or 0
+        if rank < 0:
+            rank = batch_rank(payload)
         known = self._routes.get((topic, rank))
         if known is not None:
-            return known, batch
+            return known, read
         publisher = self._publishers.get(topic) or self.pattern.match(topic)
         if publisher is None:
             self._refuse(Refusal.UNMATCHED, topic)
@@ -102,7 +119,7 @@ class FleetRouter:
         self._publishers[topic] = publisher
         self._routes[(topic, rank)] = Route(stream, None, False)
         self._taken.add(stream)
-        return Route(stream, publisher.replay_endpoint(rank), True), batch
+        return Route(stream, publisher.replay_endpoint(rank), True), read
 
     def forget(self, stream: StreamId, why: Refusal | None = None) -> None:
         """The stream is not (or no longer) followed: its next message routes as new."""

@@ -31,9 +31,11 @@ rounds take longer than this (behind) never waits."""
 
 
 class FleetSocket:
-    def __init__(self, settings: FleetSettings, taken: Iterable[StreamId] = ()) -> None:
+    def __init__(
+        self, settings: FleetSettings, taken: Iterable[StreamId] = (), from_bytes: bool = True
+    ) -> None:
         self.settings = settings
-        self.router = FleetRouter(settings, taken)
+        self.router = FleetRouter(settings, taken, from_bytes)
         self.gone: set[StreamId] = set()
         """Publishers silent past `gone_after_s`: kept (map, history), shown as gone."""
         self.sub: zmq.Socket[bytes] | None = None

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from typing import cast
 
+from kvscope.collector._replay import FusedApply
 from kvscope.collector.degraded import Degradation, DegradedInterval
 from kvscope.collector.engine_kind import Engine, engine_of
 from kvscope.collector.errors import MalformedKind, MalformedPayload
@@ -62,6 +64,11 @@ DEFAULT_TAIL_CHECK_AFTER_S = 5.0
 
 class StreamIngest(ReplayRules):
     """Follows one publisher's sequence and keeps its `PrefixMap` exact, or says it is not."""
+
+    fused: FusedApply | None = FusedApply()
+    """Applies the usual batch straight from its bytes, for every stream (a class attribute:
+    one more instance attribute, past CPython 3.11's 30 shared keys, slows each attribute read
+    of the ingest); None on a stream: its every batch decoded."""
 
     def __init__(
         self,
@@ -158,11 +165,12 @@ class StreamIngest(ReplayRules):
         return self.take_replay_request()
 
     def live_frames(
-        self, frames: list[bytes], now: float, decoded: Batch | None = None
+        self, frames: list[bytes], now: float, decoded: Batch | FusedApply | None = None
     ) -> ReplayRequest | None:
         """One message from the SUB socket: [topic, seq, payload]. `decoded`: its batch, if the
         fleet's router decoded it already (`BatchDecoder.decode`), with the seq it read from
-        this message's seq frame."""
+        this message's seq frame; or read it (`FleetRouter.route_batch`), to apply from its
+        bytes."""
         # One frame per call, not two: called for every message (a try costs nothing here).
         try:
             self.last_message_at = now
@@ -171,7 +179,7 @@ class StreamIngest(ReplayRules):
                 self._malformed(MalformedKind.FRAME_COUNT, None, f"{len(frames)} frames")
                 return None
             _topic, seq_frame, payload = frames
-            if decoded is not None and decoded.seq <= MAX_SEQ:
+            if type(decoded) is Batch and decoded.seq <= MAX_SEQ:
                 seq = decoded.seq  # the router read it from this frame
             else:
                 read = self._seq_of(seq_frame)
@@ -277,7 +285,9 @@ class StreamIngest(ReplayRules):
     def _degrade(self, reason: str, from_seq: int, to_seq: int | None, now: float) -> None:
         self._degradation.degrade(reason, from_seq, to_seq, now, self.epoch)
 
-    def _apply(self, seq: int, payload: bytes, now: float, decoded: Batch | None = None) -> None:
+    def _apply(
+        self, seq: int, payload: bytes, now: float, decoded: Batch | FusedApply | None = None
+    ) -> None:
         self.expected = seq + 1
         self.last_seq = seq
         self._recent.add(seq, payload)
@@ -285,6 +295,17 @@ class StreamIngest(ReplayRules):
             self._malformed(MalformedKind.OVERSIZE, seq, f"{len(payload)} bytes")
             self._degrade("oversize batch dropped", seq, seq, now)
             return
+        if type(decoded) is not Batch:  # (isinstance asks msgspec's metaclass: it costs more)
+            decoded = cast("FusedApply | None", decoded)
+            if (
+                self.sink is None
+                and self.engine is not None
+                and self._apply_fused(seq, payload, now, decoded)
+            ):
+                return
+            # What the router read, as a `Batch` (for the sink, or the engine to be told).
+            if decoded is not None:
+                decoded = decoded.batch(payload, seq, self.decoder.max_block_size)
         errors: list[MalformedPayload] = []
         try:
             batch = self.decoder.decode(payload, seq, errors, decoded)
@@ -332,6 +353,28 @@ class StreamIngest(ReplayRules):
                 )
             )
             self._gaps_told = gaps
+
+    def _apply_fused(self, seq: int, payload: bytes, now: float, read: FusedApply | None) -> bool:
+        """`_apply`'s decode and apply in one, for a batch with no sink to tell of it (which
+        would want its `Batch`) and an engine already told: True, or False (nothing done) to
+        leave the batch to decode + apply. `read`: the batch as the fleet's router read it."""
+        fused, degraded = self.fused, bool(self._degradation.open)
+        if fused is None:
+            return False
+        told = read.apply_read if read is not None else fused.live
+        applied = told(
+            self.map, payload, seq, self.epoch, degraded, now, self.decoder.max_block_size
+        )
+        if applied < 0:
+            return False
+        self.decoder.took_map_layout()
+        rank = (applied >> 1) - 1  # -1: none
+        if rank >= 0 and rank != self.stream.rank:
+            self.counters.rank_mismatches += 1
+        self.counters.batches_applied += 1
+        if degraded and applied & 1:
+            self._degradation.known_again(seq, now)
+        return True
 
     def _on_clear(self, cleared: ClearedMap) -> None:
         self._quiet = EVERY_BATCH  # the sink may want to see the map sooner after a clear

@@ -314,10 +314,20 @@ class BatchDecoder:
             batch = decode_map_batch(payload, seq, self._max_block_size)
         if batch is None:
             return self._decode_slow(payload, seq, errors)
-        if self._order[0] is not _MAP_DECODER:  # the stream speaks the map layout (again)
+        if self._order[0] is not _MAP_DECODER:  # (`took_map_layout`, without its call)
+            self.took_map_layout()
+        return batch
+
+    @property
+    def max_block_size(self) -> int:
+        return self._max_block_size
+
+    def took_map_layout(self) -> None:
+        """A batch the compiled decoder takes came (decoded here, or applied from its bytes by
+        collector/_replay.pyx): the stream speaks the map layout (again)."""
+        if self._order[0] is not _MAP_DECODER:
             self._order.remove(_MAP_DECODER)
             self._order.insert(0, _MAP_DECODER)
-        return batch
 
     def _decode_slow(
         self, payload: bytes, seq: int, errors: list[MalformedPayload] | None = None

@@ -25,7 +25,7 @@ import threading
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import accumulate
+from itertools import accumulate, groupby
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -361,16 +361,32 @@ def _bounds(
     n = len(ts)
     before = list(accumulate(map(len, payloads), initial=0))  # bytes before each row
     stamps = list(ts)
-    if streams.count(streams[0]) != n or epochs.count(epochs[0]) != n or stamps != sorted(stamps):
-        return _bounds_row_by_row(streams, epochs, stamps, before)
-    bounds = []
+    if streams.count(streams[0]) == n and epochs.count(epochs[0]) == n:
+        return _bounds_within(0, n, stamps, before)
+    # A fleet's transaction, each stream's rows together (`_by_stream`): each stream and epoch
+    # is cut as if it came alone, not row by row for all.
+    bounds: list[tuple[int, int]] = []
     start = 0
-    while start < n:  # the usual case, a chunk at a time: one stream and epoch, a clock ahead
+    for _, same in groupby(zip(streams, epochs, strict=True)):
+        end = start + len(list(same))
+        bounds += _bounds_within(start, end, stamps, before)
+        start = end
+    return bounds
+
+
+def _bounds_within(
+    start: int, stop: int, stamps: list[float], before: list[int]
+) -> list[tuple[int, int]]:
+    """`_bounds` of rows [start, stop), all of one stream and epoch."""
+    if stamps[start:stop] != sorted(stamps[start:stop]):
+        return _bounds_row_by_row(start, stop, stamps, before)
+    bounds = []
+    while start < stop:  # the usual case, a chunk at a time: a clock ahead
         end = min(
-            n,
+            stop,
             start + MAX_CHUNK_BATCHES,
-            bisect_right(before, before[start] + MAX_CHUNK_RAW_BYTES) - 1,
-            bisect_right(stamps, stamps[start] + MAX_CHUNK_SPAN_S),
+            bisect_right(before, before[start] + MAX_CHUNK_RAW_BYTES, start, stop + 1) - 1,
+            bisect_right(stamps, stamps[start] + MAX_CHUNK_SPAN_S, start, stop),
         )
         end = max(end, start + 1)
         bounds.append((start, end))
@@ -379,20 +395,17 @@ def _bounds(
 
 
 def _bounds_row_by_row(
-    streams: Sequence[Any], epochs: Sequence[int], stamps: list[float], before: list[int]
+    start: int, stop: int, stamps: list[float], before: list[int]
 ) -> list[tuple[int, int]]:
     bounds = []
-    start, n = 0, len(stamps)
-    while start < n:
+    while start < stop:
         low = high = stamps[start]
         end = start + 1
-        while end < min(n, start + MAX_CHUNK_BATCHES):
+        while end < min(stop, start + MAX_CHUNK_BATCHES):
             low, high = min(low, stamps[end]), max(high, stamps[end])
             if (
                 before[end + 1] - before[start] > MAX_CHUNK_RAW_BYTES
                 or high > low + MAX_CHUNK_SPAN_S
-                or epochs[end] != epochs[start]
-                or streams[end] != streams[start]
             ):
                 break
             end += 1

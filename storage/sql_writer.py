@@ -95,6 +95,9 @@ class RowWriter:
         self.followers = followers or PrefixFollowers()
         self.packer = packer or LogPacker()
         self.checkpoints = checkpoints or CheckpointEncoder(0.0)
+        self.streams_written = 0
+        """The streams whose log the last transaction prepared held: how many the next may
+        take rows for (`writer_state.rows_per_take`)."""
 
     def forget_ids(self) -> None:
         """A failed transaction may have rolled back ids we cached within it, and batches the
@@ -157,6 +160,7 @@ class RowWriter:
                     row.packed_before = encode_copy(row.before)
                 prepared.ordered.append(row)
         prepared.chunks, prepared.dictionaries = self.packer.pack(log)
+        self.streams_written = len({chunk.stream for chunk in prepared.chunks})
         if named:
             prepared.dictionaries += self.packer.unconfirmed(named, prepared.dictionaries)
         prepared.droppable = len(log) + len(prepared.rollups) + checkpoints

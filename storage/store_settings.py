@@ -30,8 +30,11 @@ class StoreSettings:
     spill_dir: str | None = None
     """Where that file lives (anonymous, removed at exit); None: the system's temp folder."""
     rows_per_transaction: int = 5_000
+    """Rows a transaction takes at most for each stream the last one wrote, up to half
+    `queue_rows` (storage/writer_state.py, `rows_per_take`): a fleet's streams each get a chunk
+    as large as one stream's."""
     linger_s: float = 1.0
-    """How long the writer lets fewer than `rows_per_transaction` rows wait for more: a
+    """How long the writer lets fewer rows than it would take wait for more: a
     transaction and a log chunk per second, not per few batches, at a replica's usual rates
     (small chunks compress poorly). What waits is lost by a crash only until the restart asks
     the replay socket for it."""
@@ -77,7 +80,7 @@ class StoreSettings:
     gc_young_threshold: int | None = 10_000
     """Set as the process's young-generation GC threshold unless it is already higher; None
     leaves it. Each batch's row lives until the writer takes the queue (up to
-    `rows_per_transaction` at a time): at CPython's 700, the ingest thread ran a young pass
+    `rows_per_transaction` a stream at a time): at CPython's 700, the ingest thread ran a young pass
     every ~700 batches (storage/gc_policy.py)."""
     retry_initial_s: float = 0.2
     retry_max_s: float = 5.0

@@ -22,7 +22,7 @@ from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.rows import Row
 from kvscope.storage.sql_writer import Prepared, RowWriter, droppable
 from kvscope.storage.store_settings import StoreSettings
-from kvscope.storage.writer_state import WriterStats
+from kvscope.storage.writer_state import WriterStats, rows_per_take
 
 logger = logging.getLogger("kvscope.storage.writer")
 
@@ -53,7 +53,7 @@ class WriteLoop:
 
     def _run(self) -> None:
         try:
-            while (rows := self.queue.take(self.settings.rows_per_transaction)) is not None:
+            while (rows := self.queue.take(self._rows_per_take())) is not None:
                 # Before `done`: what was just taken still counts as held.
                 self._held_peak = max(self._held_peak, self.queue.memory_bytes)
                 started = time.perf_counter()
@@ -67,6 +67,9 @@ class WriteLoop:
         except Exception as exc:  # said, not hidden: see `failure`
             self.failure = f"{type(exc).__name__}: {exc}"
             logger.exception("the store writer stopped: %s", self.failure)
+
+    def _rows_per_take(self) -> int:
+        return rows_per_take(self.settings, self.sql.streams_written)
 
     def forget(self, stream: StreamId) -> None:
         """Any thread: `stream` is written no more here; once the rows queued until now are

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from kvscope.storage._checkpoint_pacing import CheckpointPacer
 from kvscope.storage.recovery_follow import StreamRecoveries
 from kvscope.storage.rollups import SecondRollup
+from kvscope.storage.store_settings import StoreSettings
 
 
 @dataclass(slots=True)
@@ -35,3 +36,13 @@ class WriterStats:
     write_seconds_total: float = 0.0
     heap_trims: int = 0
     """Times a drained backlog's freed heap was handed back to the OS."""
+
+
+def rows_per_take(settings: StoreSettings, streams: int) -> int:
+    """The most rows one transaction takes: `rows_per_transaction` for each of the `streams` the
+    last one wrote, up to half the queue's bound (so that the queue, which fills on while the
+    writer lingers, never reaches it for want of a take). Shared by all, a fleet's streams got a
+    sliver of it each: chunks of a few batches, each a zstd call and a column split, which
+    packed worse and cost the writer more than the rest of its work."""
+    base = settings.rows_per_transaction
+    return max(base, min(base * streams, settings.queue_rows // 2))

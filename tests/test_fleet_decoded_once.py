@@ -1,7 +1,8 @@
-"""A fleet's message is decoded once, by its router, and its stream applies that batch: what the
-streams make of a recorded vLLM stream, its batches damaged, repeated, reordered, restarted,
-given other ranks or seq frames of other lengths, is what they make of it decoding each
-message alone; and the rank the router reads is the one `batch_rank` reads."""
+"""A fleet's message is read once, by its router, and its stream applies the batch straight from
+its bytes: what the streams make of a recorded vLLM stream, its batches damaged, repeated,
+reordered, restarted, given other ranks or seq frames of other lengths, is what they make of it
+decoding each message alone (tests/test_fleet_live_fused.py draws made-up and hostile batches
+too); and the rank the router reads is the one `batch_rank` reads."""
 
 from __future__ import annotations
 
@@ -71,15 +72,16 @@ def test_routed_batches_make_what_each_message_alone_makes(
         seq = max(seq, 0)
         seq_frame = seq.to_bytes(9, "big")[9 - seq_bytes :]
         frames = [TOPIC, seq_frame, payload]
-        to, batch = router.route_batch(frames)
+        to, read = router.route_batch(frames)
         assert to is not None
         assert to.stream.rank == batch_rank(payload)
         if to.stream not in streams:
             streams[to.stream] = tuple(  # type: ignore[assignment]
                 StreamIngest(to.stream, can_replay=False) for _ in range(2)
             )
+            streams[to.stream][1].fused = None
         routed, alone = streams[to.stream]
-        assert routed.live_frames(frames, now, batch) == alone.live_frames(frames, now)
+        assert routed.live_frames(frames, now, read) == alone.live_frames(frames, now)
         seq += 1
     for routed, alone in streams.values():
         assert states(routed) == states(alone)

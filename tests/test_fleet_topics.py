@@ -6,9 +6,9 @@ import msgspec
 import pytest
 from vllm.distributed.kv_events import BlockStored, KVEventBatch
 
-from kvscope.collector import _wire_fast, fleet_router, wire
+from kvscope.collector import _wire_fast, wire
 from kvscope.collector.engine_kind import engine_of
-from kvscope.collector.errors import MalformedKind, MalformedPayload
+from kvscope.collector.errors import MalformedKind
 from kvscope.collector.fleet import FleetError, FleetSettings, TopicPattern, batch_rank
 from kvscope.collector.fleet_router import FleetRouter, Refusal
 from kvscope.collector.ingest import StreamIngest
@@ -107,10 +107,10 @@ def test_a_known_streams_messages_share_one_route() -> None:
     assert second is not None and not second.new and second is third  # none made per message
 
 
-def test_a_routed_batch_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The router reads the rank from the batch it decodes, and the stream applies that batch:
-    one decode per message in order (the first, which sets the stream's position, is decoded
-    again), and the map it makes is the one a decode of its own makes."""
+def test_a_routed_batch_is_applied_from_its_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The router reads the batch for its rank, and the stream applies that read straight
+    from its bytes: no decode per message but the first (which tells the stream's engine), and
+    the map it makes is the one a decode of each batch makes."""
     calls = []
 
     def counted(payload: bytes, seq: int, max_block_size: int) -> object:
@@ -119,19 +119,20 @@ def test_a_routed_batch_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None
 
     decode = _wire_fast.decode_map_batch
     monkeypatch.setattr(wire, "decode_map_batch", counted)
-    monkeypatch.setattr(fleet_router, "decode_map_batch", counted)
     router = FleetRouter(FleetSettings(BIND))
     routed, alone = None, None
     for seq in range(3):
         frames = message(b"kv@10.0.0.5:7000@m", rank=2, seq=seq)
-        to, batch = router.route_batch(frames)
-        assert to is not None and to.stream == StreamId("10.0.0.5:7000", 2)
-        assert batch == (BatchDecoder().decode(frames[2], seq) if seq else None)  # first: scanned
-        routed = routed or StreamIngest(to.stream, can_replay=False)
-        alone = alone or StreamIngest(to.stream, can_replay=False)
         calls.clear()
-        routed.live_frames(frames, float(seq), batch)
-        assert calls == ([] if seq else [0])  # applied as the router decoded it
+        to, read = router.route_batch(frames)
+        assert to is not None and to.stream == StreamId("10.0.0.5:7000", 2)
+        assert calls == [] and (read is None) == (seq == 0)  # first: scanned
+        routed = routed or StreamIngest(to.stream, can_replay=False)
+        if alone is None:
+            alone = StreamIngest(to.stream, can_replay=False)
+            alone.fused = None
+        routed.live_frames(frames, float(seq), read)
+        assert calls == ([] if seq else [0])
         calls.clear()
         alone.live_frames(frames, float(seq))
         assert calls == [seq]
@@ -140,45 +141,37 @@ def test_a_routed_batch_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None
     assert routed.counters == alone.counters
 
 
-def test_only_a_known_publishers_messages_are_decoded_by_the_router(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A topic no stream follows yet (unmatched, or a publisher's first message, which the
-    stream decodes itself to set its position) costs the router a scan of the rank, as it did
-    before messages were decoded once: a flood of unmatched topics costs no full decode."""
-    calls = []
-
-    def counted(payload: bytes, seq: int, max_block_size: int) -> object:
-        calls.append(seq)
-        return _wire_fast.decode_map_batch(payload, seq, max_block_size)
-
-    monkeypatch.setattr(fleet_router, "decode_map_batch", counted)
-    router = FleetRouter(FleetSettings(BIND))
+def test_a_router_for_streams_with_a_sink_decodes_each_batch_once() -> None:
+    """Streams told to a sink want each batch's `Batch`: such a router hands them the batch it
+    decoded (the one a decode of their own makes), and they apply it."""
+    router = FleetRouter(FleetSettings(BIND), from_bytes=False)
     for seq in range(3):
-        assert router.route_batch(message(b"kv-events", seq=seq)) == (None, None)
-    first, batch = router.route_batch(message(b"kv@10.0.0.5:7000@m", rank=1))
-    assert first is not None and first.new and batch is None
-    assert calls == []
-    again, batch = router.route_batch(message(b"kv@10.0.0.5:7000@m", rank=1, seq=1))
-    assert again is not None and not again.new and batch is not None and calls == [1]
-    other_rank, _ = router.route_batch(message(b"kv@10.0.0.5:7000@m", rank=0, seq=0))
-    assert other_rank is not None and other_rank.new and calls == [1, 0]
+        frames = message(b"kv@10.0.0.5:7000@m", rank=2, seq=seq)
+        to, batch = router.route_batch(frames)
+        assert to is not None and to.stream == StreamId("10.0.0.5:7000", 2)
+        assert batch == (BatchDecoder().decode(frames[2], seq) if seq else None)  # first: scanned
 
 
-def test_a_routed_batch_does_not_pass_a_stricter_decoders_limits() -> None:
-    """The router decodes with the default limits; a decoder with others decodes the payload
-    itself, so it refuses what it would refuse alone."""
+def test_a_stream_with_stricter_limits_refuses_a_routed_batch() -> None:
+    """The router reads with the default limits; a stream whose decoder has others reads the
+    batch again, so it refuses what it refuses alone."""
     router = FleetRouter(FleetSettings(BIND))
-    router.route_batch(message(b"kv@10.0.0.5:7000@m", rank=0))
-    frames = message(b"kv@10.0.0.5:7000@m", rank=0, seq=1)
-    _, batch = router.route_batch(frames)
-    assert batch is not None
-    strict = BatchDecoder(IngestLimits(max_block_size=8))
-    with pytest.raises(MalformedPayload) as alone:
-        strict.decode(frames[2], 1)
-    with pytest.raises(MalformedPayload) as routed:
-        strict.decode(frames[2], 1, decoded=batch)
-    assert routed.value.kind == alone.value.kind == MalformedKind.LIMIT_EXCEEDED
+    strict = IngestLimits(max_block_size=8)
+    ingests = []
+    for fused in (True, False):
+        ingest = StreamIngest(StreamId("10.0.0.5:7000", 0), can_replay=False)
+        ingest.decoder = BatchDecoder(strict)
+        if not fused:
+            ingest.fused = None
+        for seq in range(3):
+            frames = message(b"kv@10.0.0.5:7000@m", rank=0, seq=seq)
+            to, read = router.route_batch(frames)
+            assert to is not None
+            ingest.live_frames(frames, float(seq), read)
+        ingests.append(ingest)
+    refused = ingests[0].counters.malformed
+    assert refused == ingests[1].counters.malformed
+    assert refused[MalformedKind.LIMIT_EXCEEDED] == 3
 
 
 def test_the_router_counts_what_it_refuses() -> None:
