@@ -333,7 +333,9 @@ def join(Py_ssize_t count, bytes sizes, bytes skel, bytes refs, bytes lits, byte
     cdef const uint8_t* cols[7]
     cdef Py_ssize_t lens[7]
     cdef tuple held = (sizes, skel, refs, lits, floats, toks, grefs)
-    cdef Py_ssize_t k, n = max(count, 0)
+    # Each payload takes a byte of the sizes at least: a count past them is cut short within
+    # len(sizes) + 1 payloads, and `starts` is never sized by a hostile count (nor overflows).
+    cdef Py_ssize_t k, n = min(max(count, 0), len(sizes) + 1)
     cdef Py_ssize_t* starts = <Py_ssize_t*>malloc((n + 1) * sizeof(Py_ssize_t))
     cdef int failed
     cdef bytes col

@@ -97,3 +97,13 @@ def test_damaged_columns_raise_or_give_payloads(
     except ValueError:
         return
     assert len(out) == len(payloads) + count_off
+
+
+@pytest.mark.parametrize("extra", [1, 1 << 40, (1 << 61) - 1, (1 << 63) - 1])
+def test_a_count_past_the_sizes_raises(extra: int) -> None:
+    """Each payload takes a byte of the sizes at least: a count past them is cut short, however
+    large (never a table of that many starts, whose size would overflow)."""
+    payloads, columns, granules = FORMAT_4
+    count = min(len(payloads) + extra, (1 << 63) - 1)
+    with pytest.raises(ValueError, match="sizes cut short"):
+        join(count, *columns, granules=granules)
