@@ -7,7 +7,7 @@ routing and ingest without the socket, a figure that holds still on a shared mac
 The stream is benchmarks/fleet.py's (one replica's batches at an H200's rate, a reset every 40 s
 of it), played by `--publishers` publishers with llm-d topics, round-robin, each from seq 0.
 Each message goes through `FleetRouter.route_batch` and its stream's `StreamIngest.live_frames`
-as the collector's fleet drain does (collector/subscriber.py, `_drain_fleet`), memory-only (no
+as the collector's fleet drain does (collector/fleet_drain.py, `FleetDrain.drain`), memory-only (no
 sink), or with `--sink calls` a sink that does nothing with what it is told (a stream with a
 sink, as a stored fleet's, is handed each batch's `Batch`, decoded by the router, as the
 subscriber makes it). Two windows of `--messages`
@@ -21,16 +21,13 @@ there (`callgrind_annotate DIR/fill.out` splits the count by function). Needs va
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import shutil
-import subprocess
 import sys
 import tempfile
 from collections import deque
 from pathlib import Path
 
 import msgspec
+from _callgrind import collected, need_valgrind, run_child, say_source, source
 
 HERE = Path(__file__).resolve().parent
 WINDOWS = ("fill", "eviction")
@@ -68,7 +65,7 @@ def child(payloads_file: str, publishers: int, start: int, count: int, sink: str
         def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
             return NO_BATCH
 
-    print(f"kvscope from {prefix_map.__file__}", file=sys.stderr)
+    say_source(prefix_map.__file__)
     payloads: list[bytes] = msgspec.msgpack.decode(Path(payloads_file).read_bytes())
     frames = messages(payloads, publishers)[: start + count]
     assert len(frames) == start + count, "the stream is too short for this window"
@@ -78,7 +75,7 @@ def child(payloads_file: str, publishers: int, start: int, count: int, sink: str
     clock = iter([CLOCK_START + 0.0004 * i for i in range(len(frames))])
 
     def step(message: list[bytes]) -> None:
-        # subscriber._drain_fleet, without the socket
+        # FleetDrain.drain, without the socket
         to, batch = router.route_batch(message)
         assert to is not None
         if to.new:
@@ -106,30 +103,10 @@ def first_eviction(payloads: list[bytes]) -> int:
 
 
 def instructions(window: str, args: list[str], out_dir: str) -> int:
-    run = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--collect-atstart=no",
-            "--toggle-collect=deque_init",
-            f"--callgrind-out-file={out_dir}/{window}.out",
-            sys.executable,
-            __file__,
-            "--child",
-            *args,
-        ],
-        env={**os.environ, "PYTHONHASHSEED": "0"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if run.returncode:
-        sys.exit(run.stderr[-4000:])
-    source = re.search(r"kvscope from (\S+)", run.stderr)
-    found = re.search(r"Collected : (\d+)", run.stderr)
-    assert source and found, run.stderr
-    print(f"  ({window}: {source.group(1)})")
-    return int(found.group(1))
+    command = [sys.executable, __file__, "--child", *args]
+    stderr = run_child(command, f"{out_dir}/{window}.out")
+    print(f"  ({window}: {source(stderr)})")
+    return collected(stderr)
 
 
 def main() -> None:
@@ -145,8 +122,7 @@ def main() -> None:
         payloads_file, publishers, start, count, sink = args.child
         child(payloads_file, int(publishers), int(start), int(count), sink)
         return
-    if shutil.which("valgrind") is None:
-        sys.exit("fleet_instructions.py counts with valgrind's callgrind: apt-get install valgrind")
+    need_valgrind("fleet_instructions.py")
     sys.path.insert(0, str(HERE))
     from fleet import fleet_stream
 

@@ -38,10 +38,7 @@ Needs valgrind.
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from _callgrind import collected, need_valgrind, run_child, say_source, source
 
 HERE = Path(__file__).resolve().parent
 RATE = 2500.0
@@ -136,7 +134,7 @@ def child(
     from kvscope.storage.store_settings import StoreSettings
     from kvscope.storage.writer import StoreWriter
 
-    print(f"kvscope from {prefix_map.__file__}", file=sys.stderr)
+    say_source(prefix_map.__file__)
     payloads, cum = msgspec.msgpack.decode(Path(data_file).read_bytes())
     write_loop.WriteLoop._run = lambda self: None  # type: ignore[method-assign]
     if kind in PARTS:
@@ -151,7 +149,7 @@ def child(
     counts: dict[str, float] = {"messages": 0, "transactions": 0, "rows": 0}
 
     def step(message: list[bytes], recv: float) -> None:
-        # subscriber._drain_fleet, without the socket
+        # FleetDrain.drain, without the socket
         to, batch = router.route_batch(message)
         assert to is not None
         if to.new:
@@ -200,39 +198,19 @@ def child(
     return counts
 
 
-def run_child(
+def counted_child(
     kind: str, args: list[str], out_dir: str, native: bool
 ) -> tuple[float, dict[str, float]]:
     """(instructions, or seconds with `native`; the child's counts)."""
-    me = [sys.executable, __file__, "--child", kind, *args]
-    command = me
-    if not native:
-        command = [
-            "valgrind",
-            "--tool=callgrind",
-            "--collect-atstart=no",
-            "--toggle-collect=deque_init",
-            f"--callgrind-out-file={out_dir}/{kind}-{args[-1]}.out",
-            *me,
-        ]
-    run = subprocess.run(
-        command,
-        env={**os.environ, "PYTHONHASHSEED": "0"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if run.returncode:
-        sys.exit(run.stderr[-4000:])
-    source = re.search(r"kvscope from (\S+)", run.stderr)
-    counted = re.search(r"counts (\{.*\})", run.stderr)
-    assert source and counted, run.stderr
+    out_file = None if native else f"{out_dir}/{kind}-{args[-1]}.out"
+    stderr = run_child([sys.executable, __file__, "--child", kind, *args], out_file)
+    source(stderr)
+    counted = re.search(r"counts (\{.*\})", stderr)
+    assert counted, stderr
     counts: dict[str, float] = msgspec.json.decode(counted.group(1))
     if native:
         return counts["seconds"], counts
-    found = re.search(r"Collected : (\d+)", run.stderr)
-    assert found, run.stderr
-    return float(found.group(1)), counts
+    return float(collected(stderr)), counts
 
 
 def _store_url(store: str, stack: ExitStack, tmp: str, n: int) -> str:
@@ -261,8 +239,8 @@ def main() -> None:
         kind, data_file, url, p, f, a, b = args.child
         child(kind, data_file, url, int(p), int(f), (float(a), float(b)))
         return
-    if not args.native and shutil.which("valgrind") is None:
-        sys.exit("fleet_store_instructions.py counts with valgrind: apt-get install valgrind")
+    if not args.native:
+        need_valgrind("fleet_store_instructions.py")
     sys.path.insert(0, str(HERE))
     from fleet import fleet_stream
 
@@ -295,7 +273,7 @@ def main() -> None:
                 n += 1
                 url = _store_url(args.store, stack, tmp, n)
                 child_args = [data_file, url, str(p), str(args.fleet), str(a), str(b)]
-                figures[kind], counts = run_child(kind, child_args, out_dir, args.native)
+                figures[kind], counts = counted_child(kind, child_args, out_dir, args.native)
                 if kind == "writer":
                     txs = counts["transactions"]
             print(f"{name} ({a:g}-{b:g} s of the stream, {txs:g} transactions):")

@@ -22,18 +22,16 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import random
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections import deque
 from pathlib import Path
 
+from _callgrind import annotated, count, need_valgrind, run_child
 from sqlalchemy import create_engine, text
 
 from kvscope.collector import _replay as replay_module
@@ -108,45 +106,13 @@ def timed(path: Path, seqs: list[int], rounds: int) -> float:
 def counted(path: Path, seqs: list[int], out: str, annotate: bool) -> tuple[int, int, int]:
     """Instructions of the whole rebuild loop, of the replay inside it, and of its fused
     checks and writes."""
-    subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--collect-atstart=no",
-            "--toggle-collect=deque_init",
-            "--dump-instr=no",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            __file__,
-            "--child",
-            str(path),
-            json.dumps(seqs),
-        ],
-        env={**os.environ, "PYTHONHASHSEED": "0"},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    report = subprocess.run(
-        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", out],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    command = [sys.executable, __file__, "--child", str(path), json.dumps(seqs)]
+    run_child(command, out, flags=["--dump-instr=no"])
+    report = annotated(out)
     if annotate:
-        exclusive = subprocess.run(
-            ["callgrind_annotate", "--threshold=99", out], capture_output=True, text=True
-        ).stdout
-        print("\n".join(exclusive.splitlines()[:60]))
-    total, replay, fused = (_count(report, name) for name in ("PROGRAM TOTALS", REPLAY, FUSED))
+        print("\n".join(annotated(out, inclusive=False, threshold=99).splitlines()[:60]))
+    total, replay, fused = (count(report, name) for name in ("PROGRAM TOTALS", REPLAY, FUSED))
     return total, replay, fused
-
-
-def _count(report: str, name: str) -> int:
-    """The count callgrind_annotate gives `name`."""
-    found = re.search(rf"^\s*([\d,]+)\s.*{name}\b", report, re.M)
-    assert found, f"{name} not in callgrind's report: {report[:2000]}"
-    return int(found.group(1).replace(",", ""))
 
 
 def main() -> None:
@@ -164,10 +130,7 @@ def main() -> None:
     if args.child:
         child(args.child[0], json.loads(args.child[1]))
         return
-    if shutil.which("valgrind") is None:
-        sys.exit(
-            "rebuild_instructions.py counts with valgrind's callgrind: apt-get install valgrind"
-        )
+    need_valgrind("rebuild_instructions.py")
     sys.path.insert(0, str(HERE))
     from _ingest_stream import make_stream
 

@@ -27,10 +27,6 @@ from __future__ import annotations
 import argparse
 import gc
 import math
-import os
-import re
-import shutil
-import subprocess
 import sys
 import tempfile
 from collections import deque
@@ -40,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from _callgrind import collected, gil_free, need_valgrind, run_child
 
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import NO_BATCH, AppliedBatch, EventSink, MapReader, NullSink, Span
@@ -61,12 +58,6 @@ PARTS = {
     "pacer": "the checkpoint pacer's count",
     "instant": "the `instant` calls (rollup rows at each second's end)",
 }
-GIL_FREE = re.compile(
-    r"\s([\d,]+) \(.*?:(compress_from_datasources|ZstdCompressor_compress"
-    r"|__pyx_pw_\w+_log_columns_\d+(?:split|join)|sqlite3_step) "
-)
-"""callgrind_annotate's inclusive lines of the calls that let go of the GIL around their work
-(their setup, holding it, is counted in: a little more than the GIL-free part)."""
 CLOCK_START = 1_796_051_000.0
 """The receive clock, fixed: `time.time()` would differ between runs."""
 
@@ -138,47 +129,8 @@ def _leave_out(part: str, calls: type[NullSink]) -> None:
 
 
 def instructions(kind: str, payloads_file: str, out_dir: str) -> int:
-    run = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--collect-atstart=no",
-            "--toggle-collect=deque_init",
-            f"--callgrind-out-file={out_dir}/{kind}.out",
-            sys.executable,
-            __file__,
-            "--child",
-            kind,
-            payloads_file,
-        ],
-        env={**os.environ, "PYTHONHASHSEED": "0"},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found = re.search(r"Collected : (\d+)", run.stderr)
-    assert found, run.stderr
-    return int(found.group(1))
-
-
-def gil_free(out_file: str) -> dict[str, int]:
-    """Instructions inside each call that lets go of the GIL, in callgrind's `out_file`."""
-    annotated = subprocess.run(
-        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", out_file],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    each: dict[str, int] = {}
-    for count, function in GIL_FREE.findall(annotated):
-        # A function's line with its whole inclusive count is its largest (others are parts).
-        each[function] = max(each.get(function, 0), int(count.replace(",", "")))
-    named: dict[str, int] = {}
-    for function, count in each.items():
-        name = "zstd" if "ompress" in function else function.rsplit("_", 1)[-1].lstrip("0123456789")
-        name = "sqlite" if name == "step" else name
-        named[name] = named.get(name, 0) + count
-    return named
+    command = [sys.executable, __file__, "--child", kind, payloads_file]
+    return collected(run_child(command, f"{out_dir}/{kind}.out"))
 
 
 def main() -> None:
@@ -192,8 +144,7 @@ def main() -> None:
     if args.child:
         child(*args.child)
         return
-    if shutil.which("valgrind") is None:
-        sys.exit("store_instructions.py counts with valgrind's callgrind: apt-get install valgrind")
+    need_valgrind("store_instructions.py")
     sys.path.insert(0, str(HERE))
     from _ingest_stream import make_stream
 

@@ -9,6 +9,9 @@ last message) and stored, and a recorded stream replays with its recorded receiv
 Boot order matters: a SUB socket loses what is published before its subscription reaches the
 publisher (the slow joiner), so each stream asks for a replay once its connection's handshake
 has succeeded, not before.
+
+What a ready socket is read into: a stream's own (collector/stream_drain.py), a fleet's bound
+SUB (collector/fleet_drain.py).
 """
 
 from __future__ import annotations
@@ -24,25 +27,19 @@ from concurrent.futures import Future
 from typing import Any
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from kvscope.collector.endpoints import StreamEndpoint
-from kvscope.collector.fleet import FleetSettings, NotNow, StreamStarter
-from kvscope.collector.fleet_router import Refusal, Route
+from kvscope.collector.fleet import FleetSettings, StreamStarter
+from kvscope.collector.fleet_drain import FleetDrain
 from kvscope.collector.fleet_socket import GATHER_S, FleetSocket
 from kvscope.collector.ingest import StreamIngest
-from kvscope.collector.sink import ConnectionChange, EventSink, ResumePoint
-from kvscope.collector.sockets import (
-    DRAIN_LIMIT,
-    POLL_MS,
-    SocketChanges,
-    StreamSockets,
-    loop_sockets,
-)
+from kvscope.collector.sink import EventSink, ResumePoint
+from kvscope.collector.sockets import POLL_MS, SocketChanges, StreamSockets, loop_sockets
 from kvscope.collector.sockets import CollectorSettings as CollectorSettings
 from kvscope.collector.sockets import MessageReader as MessageReader
 from kvscope.collector.sockets import message_reader as message_reader
 from kvscope.collector.sockets import recv_message as recv_message
+from kvscope.collector.stream_drain import drain_live, drain_replay, on_monitor, tell_connection
 from kvscope.collector.types import StreamId
 
 logger = logging.getLogger(__name__)
@@ -78,9 +75,13 @@ class Collector:
         self.fleet = (
             None if fleet is None else FleetSocket(fleet, self.ingests, from_bytes=sink is None)
         )
-        self._starter = starter
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._streams: dict[StreamId, StreamSockets] = {}
+        self._fleet_drain = (
+            None
+            if self.fleet is None
+            else FleetDrain(self.fleet, starter, self._streams, self._follow, self._tell_connection)
+        )
         self._stop = threading.Event()
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -115,12 +116,21 @@ class Collector:
 
     def add_stream(self, spec: StreamEndpoint, point: ResumePoint | None) -> None:
         """Follow one more stream, from `point` if given (on the loop's thread: `call_soon`)."""
+        self._follow(spec, point, shared=False)
+
+    def _follow(
+        self, spec: StreamEndpoint, point: ResumePoint | None, shared: bool = True
+    ) -> StreamSockets:
+        """A stream's ingest, from `point` if given, and its sockets (`shared`: a fleet's)."""
         ingest = self._new_ingest(spec)
         if point is not None:
             ingest.resume(point)
         # Replaced, not changed: readers iterate the dict without the lock.
         self.ingests = {**self.ingests, spec.stream: ingest}
-        self._streams[spec.stream] = StreamSockets(self._ctx, spec, ingest, self.settings)
+        stream = self._streams[spec.stream] = StreamSockets(
+            self._ctx, spec, ingest, self.settings, shared=shared
+        )
+        return stream
 
     def remove_stream(self, stream: StreamId) -> None:
         """Stop following a stream (added by `add_stream`, or a fleet's): its sockets close,
@@ -240,15 +250,16 @@ class Collector:
                 stream, role = owners[sock]
                 with self.lock:
                     if stream is None:
-                        gather = self._drain_fleet_safely()
+                        assert self._fleet_drain is not None
+                        gather = self._fleet_drain.drain_safely()
                         continue
                     try:
                         if role == "live":
-                            self._drain_live(stream)
+                            drain_live(stream)
                         elif role == "replay":
-                            self._drain_replay(stream)
+                            drain_replay(stream)
                         else:
-                            self._on_monitor(stream)
+                            on_monitor(stream, self._sink)
                     except zmq.ZMQError as exc:  # this stream's sockets; the others go on
                         stream.ingest.errors.socket_failed(role, exc)
             self._run_calls()
@@ -280,123 +291,5 @@ class Collector:
         if request is not None:
             stream.send_replay(request)
 
-    def _drain_live(self, stream: StreamSockets) -> None:
-        read, live, now = stream.read, stream.ingest.live_frames, time.time
-        assert read is not None
-        for _ in range(DRAIN_LIMIT):
-            frames = read()
-            if frames is None:
-                return
-            request = live(frames, now())
-            if request is not None:
-                stream.send_replay(request)
-
-    def _drain_replay(self, stream: StreamSockets) -> None:
-        dealer = stream.dealer
-        while dealer is not None:
-            try:
-                frames = dealer.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            if stream.ingest.replay_frames(frames, time.time()):
-                stream.close_dealer()
-                request = stream.ingest.take_replay_request()
-                if request is not None:
-                    stream.send_replay(request)  # a restart or a gap showed up meanwhile
-                return
-
-    def _on_monitor(self, stream: StreamSockets) -> None:
-        assert stream.monitor is not None
-        while True:
-            try:
-                event = recv_monitor_message(stream.monitor, zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            kind = event["event"]
-            if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                stream.handshake_done()
-                logger.info("%s: connected to %s", stream.spec.stream, stream.spec.endpoint)
-                self._tell_connection(stream, True)
-                request = stream.ingest.connected(time.time())
-                if request is not None:
-                    stream.send_replay(request)
-            elif kind == zmq.EVENT_DISCONNECTED:
-                stream.lost_connection(time.time())
-                logger.warning("%s: disconnected from %s", stream.spec.stream, stream.spec.endpoint)
-                self._tell_connection(stream, False)
-
     def _tell_connection(self, stream: StreamSockets, connected: bool) -> None:
-        """Tell the sink when a stream goes up (first peer) or down (last)."""
-        if self._sink is not None and stream.peers == (1 if connected else 0):
-            change = ConnectionChange(stream.spec.stream, connected, time.time())
-            try:
-                self._sink.connection(change)
-            except Exception as exc:  # a broken sink must not stop the loop
-                stream.ingest.errors.sink_failed("connection", exc)
-
-    # --- a fleet: publishers that connect to one bound SUB ---------------------------------
-    def _drain_fleet_safely(self) -> bool:  # True: it emptied the fleet's socket
-        try:
-            return self._drain_fleet()
-        except zmq.ZMQError as exc:  # the fleet's socket; the other streams go on
-            logger.warning("fleet %s: %s", self.fleet.settings.bind if self.fleet else "", exc)
-            return False
-
-    def _drain_fleet(self) -> bool:
-        assert self.fleet is not None
-        read, route, now = self.fleet.read, self.fleet.router.route_batch, time.time
-        streams, gone = self._streams, self.fleet.gone
-        assert read is not None
-        for _ in range(DRAIN_LIMIT):
-            frames = read()
-            if frames is None:
-                return True
-            to, batch = route(frames)
-            if to is None:
-                continue
-            stream = self._register(to, now()) if to.new else streams[to.stream]
-            if stream is None:
-                continue
-            if gone and to.stream in gone:
-                gone.discard(to.stream)
-                logger.info("%s: heard again", to.stream)
-                self._heard(stream, now())
-            request = stream.ingest.live_frames(frames, now(), batch)
-            if request is not None:
-                stream.send_replay(request)
-        return False
-
-    def _register(self, to: Route, now: float) -> StreamSockets | None:
-        """A publisher heard for the first time: its stream, started where the store left it;
-        None if it must not be followed yet."""
-        assert self.fleet is not None
-        spec = StreamEndpoint(to.stream, self.fleet.settings.bind, True, to.replay_endpoint)
-        ingest = self._new_ingest(spec)
-        point = None
-        if self._starter is not None:
-            try:
-                point = self._starter.resume_point(to.stream)
-            except NotNow:
-                self.fleet.router.forget(to.stream, Refusal.LEASED)
-                return None
-            except Exception as exc:  # a store that does not answer: followed from scratch
-                logger.warning("%s: no resume point (%s): followed afresh", to.stream, exc)
-        if point is not None:
-            ingest.resume(point)
-        # Replaced, not changed: readers iterate the dict without the lock.
-        self.ingests = {**self.ingests, to.stream: ingest}
-        stream = self._streams[to.stream] = StreamSockets(
-            self._ctx, spec, ingest, self.settings, shared=True
-        )
-        logger.info("%s: registered (replay %s)", to.stream, to.replay_endpoint or "none")
-        self._heard(stream, now)
-        return stream
-
-    def _heard(self, stream: StreamSockets, now: float) -> None:
-        """A fleet publisher is up: the replay asks for what came before (or since it was
-        last heard: a restart meanwhile shows in the replayed batch, as after a reconnect)."""
-        stream.handshake_done()
-        self._tell_connection(stream, True)
-        request = stream.ingest.connected(now)
-        if request is not None:
-            stream.send_replay(request)
+        tell_connection(self._sink, stream, connected)

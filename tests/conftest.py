@@ -31,6 +31,9 @@ set_hypothesis_home_dir(_HYPOTHESIS_HOME)
 settings.register_profile("kvscope", database=None)
 settings.load_profile("kvscope")
 
+# Its asserts are the migration tests' own: pytest shows what they compared, as in a test file.
+pytest.register_assert_rewrite("tests.migration_support")
+
 TEST_DATA = Path(__file__).resolve().parent / "data"
 BUNDLED_DATA = REPO / "kvscope" / "data"
 

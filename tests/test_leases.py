@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterable
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
 from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 from typer.testing import CliRunner
@@ -22,7 +21,7 @@ from kvscope.collector.capture import CaptureRecord, read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
 from kvscope.storage import batch_log, schema
-from kvscope.storage.engine import alembic_config, make_engine, open_store, upgrade
+from kvscope.storage.engine import open_store, upgrade
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.leases import (
     Fence,
@@ -43,6 +42,7 @@ from kvscope.storage.resume import resume_point
 from kvscope.storage.retention import DAY, Retention, prune
 from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
+from tests.migration_support import downgrade, engine_at
 
 STREAM = StreamId("lab", 0)
 SHORT_TTL = 0.3
@@ -64,8 +64,7 @@ def dead(engine: sa.Engine, member: str) -> Callable[[], bool]:
 
 
 def test_0011_adds_the_lease_tables_and_goes_back(store_url: str) -> None:
-    engine = make_engine(store_url)
-    upgrade(engine, "0010")
+    engine = engine_at(store_url, "0010")
     tables = {"lease_members", "stream_leases", "lease_grants"}
     with engine.connect() as conn:
         assert not tables & set(sa.inspect(conn).get_table_names())
@@ -75,10 +74,7 @@ def test_0011_adds_the_lease_tables_and_goes_back(store_url: str) -> None:
         for name in tables:
             got = {c["name"] for c in inspector.get_columns(name)}
             assert got == {c.name for c in schema.metadata.tables[name].columns}
-    config = alembic_config()
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.downgrade(config, "0010")
+    downgrade(engine, "0010")
     with engine.connect() as conn:
         left = set(sa.inspect(conn).get_table_names())
         assert not tables & left and "reset_prefix_groups" in left

@@ -11,12 +11,11 @@ import random
 from typing import Any
 
 import pytest
-from alembic import command
 from sqlalchemy import Engine, insert, select
 
 from kvscope.collector.types import StreamId
 from kvscope.storage import batch_log, schema
-from kvscope.storage.engine import alembic_config, make_engine, open_store, upgrade
+from kvscope.storage.engine import open_store, upgrade
 from kvscope.storage.log_chunks import (
     MAX_CHUNK_BATCHES,
     MAX_CHUNK_RAW_BYTES,
@@ -28,6 +27,7 @@ from kvscope.storage.log_chunks import (
 )
 from kvscope.storage.rows import LogRow
 from kvscope.storage.sql_writer import RowWriter
+from tests.migration_support import downgrade, engine_at
 
 A, B = StreamId("a", 0), StreamId("b", 0)
 
@@ -188,8 +188,7 @@ def test_lookups_agree_with_the_plain_log(store_url: str) -> None:
 
 
 def test_the_migration_moves_a_row_per_batch_log_into_chunks_and_back(store_url: str) -> None:
-    engine = make_engine(store_url)
-    upgrade(engine, "0005")
+    engine = engine_at(store_url, "0005")
     rng = random.Random(3)
     rows = random_log(rng, 1200) + random_log(rng, 400, B)
     old = schema_0005_batches()
@@ -225,10 +224,7 @@ def test_the_migration_moves_a_row_per_batch_log_into_chunks_and_back(store_url:
                 for b in batch_log.all_batches(conn, sid)
             ]
             assert got == [r[1:] for r in mine]
-    config = alembic_config()
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.downgrade(config, "0005")
+    downgrade(engine, "0005")
     with engine.connect() as conn:
         back = conn.execute(
             select(

@@ -8,24 +8,18 @@ import random
 
 import msgspec
 import pytest
-import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvscope.collector.capture import read_capture
-from kvscope.storage import batch_log
 from kvscope.storage._log_columns import join, split
-from kvscope.storage.engine import upgrade
 from kvscope.storage.log_chunks import FORMAT_2_MAGIC, Chunk, pack
 from kvscope.storage.log_columns import FORMAT_3_MAGIC
 from kvscope.storage.log_dictionary import Dictionary
-from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.rows import LogRow
-from kvscope.storage.sql_writer import RowWriter
 from tests.conftest import capture_path
-from tests.migration_support import downgrade, store_at
-from tests.test_log_dictionary import A, block_log, token_pool
-from tests.test_log_dictionary_store import stored_dictionaries, write
+from tests.migration_support import log_down_and_up
+from tests.test_log_dictionary import A
 from tests.wire_fast_strategies import batch, encoded
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -128,33 +122,4 @@ def test_recordings_come_back_byte_for_byte_none_verbatim(name: str) -> None:
 
 
 def test_0015_down_rewrites_format_3_chunks_in_format_2_and_up_again(store_url: str) -> None:
-    down_and_up(store_url, "0015", 3, FORMAT_3_MAGIC, FORMAT_2_MAGIC)
-
-
-def down_and_up(store_url: str, at: str, fmt: int, magic: bytes, down_magic: bytes) -> None:
-    """A log written in `fmt` at revision `at` comes back the same batches one revision down
-    (its chunks in the format that starts with `down_magic`), and up again."""
-    engine, sid = store_at(store_url, at)
-    pool = token_pool(random.Random(6), 40)
-    rows = [(A, 0, *r[2:]) for r in block_log(random.Random(6), 400, pool)]
-    packer = LogPacker(ratio=0.5, fmt=fmt)
-    writer = RowWriter(None, packer=packer)
-    for start in range(0, len(rows), 100):
-        write(engine, writer, rows[start : start + 100])
-    with engine.connect() as conn:
-        before = stored_dictionaries(conn)
-        stored = conn.execute(sa.text("SELECT data FROM log_chunks")).scalars().all()
-    assert len(before[1]) > 0
-    assert stored and all(bytes(d).startswith(magic) for d in stored)
-    downgrade(engine, f"{int(at) - 1:04d}")
-    with engine.connect() as conn:
-        stored = conn.execute(sa.text("SELECT data FROM log_chunks")).scalars().all()
-        assert stored_dictionaries(conn) == before  # the same dictionaries, still named
-        down = [tuple(b.batch) for b in batch_log.all_batches(conn, sid)]
-    assert all(bytes(d).startswith(down_magic) for d in stored)
-    assert down == [(r[2], r[3], r[4], r[5]) for r in rows]
-    upgrade(engine)
-    with engine.connect() as conn:
-        again = [tuple(b.batch) for b in batch_log.all_batches(conn, sid)]
-    assert again == down
-    engine.dispose()
+    log_down_and_up(store_url, "0015", 3, {FORMAT_3_MAGIC}, {FORMAT_2_MAGIC})

@@ -14,39 +14,24 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import AppliedBatch, FanOut, NullSink
 from kvscope.storage import batch_log, schema
-from kvscope.storage.engine import open_store, upgrade
+from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, position_at_time, rebuild, stream_id
-from kvscope.storage.log_chunks import CHUNK_FORMAT, FORMAT_2_MAGIC, SETTABLE_FORMATS, Chunk
+from kvscope.storage.log_chunks import CHUNK_FORMAT, FORMAT_2_MAGIC, SETTABLE_FORMATS
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.retention import Retention, prune
-from kvscope.storage.rows import LogRow, Row
+from kvscope.storage.rows import LogRow
 from kvscope.storage.sql_writer import RowWriter
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
-from tests.migration_support import downgrade, store_at
-from tests.test_log_dictionary import A, block_log, token_pool
+from tests.migration_support import log_down_and_up, stored_dictionaries, write
+from tests.test_log_dictionary import block_log, token_pool
 from tests.test_store import STREAM
 
 
 def row_writer(cap: int = 1 << 20, fmt: int = CHUNK_FORMAT) -> RowWriter:
     packer = LogPacker(cap, ratio=0.5, fmt=fmt)
     return RowWriter(None, packer=packer)
-
-
-def write(engine: sa.Engine, writer: RowWriter, rows: list[LogRow], lost: bool = False) -> None:
-    """One transaction of the writer's; `lost`: it fails (rolled back), as when the store
-    refuses it for good."""
-    prepared = writer.prepare(list[Row](rows))
-    if not lost:
-        with engine.begin() as conn:
-            writer.write(conn, prepared)
-        writer.committed(prepared)
-        return
-    with pytest.raises(RuntimeError), engine.begin() as conn:
-        writer.write(conn, prepared)
-        raise RuntimeError("rolled back")
-    writer.forget_ids()
 
 
 def phased_log(rng: random.Random, phases: int, per_phase: int) -> list[LogRow]:
@@ -57,14 +42,6 @@ def phased_log(rng: random.Random, phases: int, per_phase: int) -> list[LogRow]:
             seq = len(rows)
             rows.append((row[0], 0, seq, 1000.0 + seq / 100, 1000.0 + seq / 100, row[5]))
     return rows
-
-
-def stored_dictionaries(conn: sa.Connection) -> tuple[set[bytes], set[bytes]]:
-    """The digests stored, and those the stored chunks name."""
-    d, c = schema.log_dictionaries, schema.log_chunks
-    have = {bytes(x) for x in conn.execute(sa.select(d.c.digest)).scalars()}
-    named = conn.execute(sa.select(c.c.dictionary).where(c.c.dictionary.is_not(None)))
-    return have, {bytes(x) for x in named.scalars()}
 
 
 @pytest.mark.parametrize("fmt", SETTABLE_FORMATS)
@@ -132,35 +109,8 @@ def test_retention_keeps_the_dictionaries_kept_chunks_name_and_the_newest(store_
 
 
 def test_0013_down_rewrites_format_2_chunks_in_format_1_and_up_again(store_url: str) -> None:
-    engine, sid = store_at(store_url, "0013")
-    rows = [
-        (A, 0, *r[2:]) for r in block_log(random.Random(6), 400, token_pool(random.Random(6), 40))
-    ]
-    writer = row_writer(fmt=2)  # what a kvscope at 0013 writes
-    for start in range(0, len(rows), 100):
-        write(engine, writer, rows[start : start + 100])
-    with engine.connect() as conn:
-        assert len(stored_dictionaries(conn)[1]) > 0
-    downgrade(engine, "0012")
-    with engine.connect() as conn:
-        names = sa.inspect(conn).get_table_names()
-        columns = {c["name"] for c in sa.inspect(conn).get_columns("log_chunks")}
-        stored = conn.execute(
-            sa.text("SELECT epoch, data FROM log_chunks ORDER BY epoch, first_seq")
-        ).all()
-    assert "log_dictionaries" not in names and "dictionary" not in columns
-    assert stored and not any(bytes(data).startswith(FORMAT_2_MAGIC) for _, data in stored)
-    batches = [
-        tuple(chunk.batch(i))
-        for chunk in (Chunk(bytes(d)) for _, d in stored)
-        for i in range(len(chunk))
-    ]
-    assert batches == [(r[2], r[3], r[4], r[5]) for r in rows]
-    upgrade(engine)
-    with engine.connect() as conn:
-        again = [tuple(b.batch) for b in batch_log.all_batches(conn, sid)]
-    assert again == batches
-    engine.dispose()
+    # What a kvscope at 0013 writes: format 2.
+    log_down_and_up(store_url, "0013", 2, {FORMAT_2_MAGIC}, {None}, dictionaries_go=True)
 
 
 def retokened(frames: list[bytes], pool: list[list[int]]) -> list[bytes]:

@@ -17,7 +17,8 @@ from kvscope.storage.log_chunks import CHUNK_FORMAT, SETTABLE_FORMATS, Chunk, pa
 from kvscope.storage.log_columns import FORMAT_3_MAGIC, FORMAT_4_MAGIC
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.rows import LogRow
-from tests.test_log_columns import ANY_MSGPACK, SETTINGS, down_and_up, rows_of
+from tests.migration_support import log_down_and_up
+from tests.test_log_columns import ANY_MSGPACK, SETTINGS, rows_of
 from tests.test_log_dictionary import A, block_log, runs_of, token_pool
 from tests.wire_fast_strategies import batch, encoded
 
@@ -101,7 +102,7 @@ def test_any_msgpack_and_any_bytes_come_back(values: list[object], junk: list[by
 
 
 def test_0016_down_rewrites_format_4_chunks_in_format_3_and_up_again(store_url: str) -> None:
-    down_and_up(store_url, "0016", 4, FORMAT_4_MAGIC, FORMAT_3_MAGIC)
+    log_down_and_up(store_url, "0016", 4, {FORMAT_4_MAGIC}, {FORMAT_3_MAGIC})
 
 
 @pytest.mark.parametrize("fmt", [3, 4])

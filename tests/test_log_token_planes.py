@@ -9,25 +9,19 @@ import random
 
 import msgspec
 import pytest
-import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kvscope.collector.capture import read_capture
-from kvscope.storage import batch_log
 from kvscope.storage._log_columns import token_planes, tokens_of_planes
-from kvscope.storage.engine import upgrade
 from kvscope.storage.log_chunks import Chunk, pack
 from kvscope.storage.log_columns import FORMAT_4_MAGIC, FORMAT_5_MAGIC
 from kvscope.storage.log_dictionary import Dictionary
-from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.rows import LogRow
-from kvscope.storage.sql_writer import RowWriter
 from tests.conftest import capture_path
-from tests.migration_support import downgrade, store_at
+from tests.migration_support import log_down_and_up
 from tests.test_log_columns import ANY_MSGPACK, SETTINGS, rows_of
 from tests.test_log_dictionary import A, block_log, token_pool
-from tests.test_log_dictionary_store import stored_dictionaries, write
 from tests.wire_fast_strategies import batch, encoded
 
 
@@ -118,26 +112,4 @@ def test_vllm_shaped_batches_come_back(data: st.DataObject) -> None:
 
 def test_0018_down_rewrites_format_5_chunks_in_format_4_and_up_again(store_url: str) -> None:
     """A stream's chunks before its first dictionary are format 5, after it format 4's."""
-    engine, sid = store_at(store_url, "0018")
-    pool = token_pool(random.Random(6), 40)
-    rows = [(A, 0, *r[2:]) for r in block_log(random.Random(6), 400, pool)]
-    writer = RowWriter(None, packer=LogPacker(ratio=0.5, fmt=5))
-    for start in range(0, len(rows), 100):
-        write(engine, writer, rows[start : start + 100])
-    query = sa.text("SELECT data FROM log_chunks")
-    with engine.connect() as conn:
-        before = stored_dictionaries(conn)
-        magics = {bytes(d[:4]) for d in conn.execute(query).scalars()}
-    assert len(before[1]) > 0
-    assert magics == {FORMAT_4_MAGIC, FORMAT_5_MAGIC}
-    downgrade(engine, "0017")
-    with engine.connect() as conn:
-        assert {bytes(d[:4]) for d in conn.execute(query).scalars()} == {FORMAT_4_MAGIC}
-        assert stored_dictionaries(conn) == before
-        down = [tuple(b.batch) for b in batch_log.all_batches(conn, sid)]
-    assert down == [(r[2], r[3], r[4], r[5]) for r in rows]
-    upgrade(engine)
-    with engine.connect() as conn:
-        again = [tuple(b.batch) for b in batch_log.all_batches(conn, sid)]
-    assert again == down
-    engine.dispose()
+    log_down_and_up(store_url, "0018", 5, {FORMAT_4_MAGIC, FORMAT_5_MAGIC}, {FORMAT_4_MAGIC})

@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
-from alembic import command
 from typer.testing import CliRunner
 
 from kvscope.cli import app
 from kvscope.dashboards.reset_prefixes_panels import BY_STATUS_SQL, GROUPS_SQL
 from kvscope.storage import schema
-from kvscope.storage.engine import alembic_config, make_engine, upgrade
+from kvscope.storage.engine import make_engine, upgrade
 from kvscope.storage.reset_prefixes import reset_prefixes
+from tests.migration_support import downgrade, engine_at
 from tests.test_report import CAPTURE
 
 
@@ -71,18 +71,14 @@ def test_the_prefix_panels_return_what_reset_prefixes_computes(pg_url: str) -> N
 
 
 def test_0008_adds_the_table_and_goes_back(store_url: str) -> None:
-    engine = make_engine(store_url)
-    upgrade(engine, "0007")
+    engine = engine_at(store_url, "0007")
     with engine.connect() as conn:
         assert "reset_prefix_groups" not in sa.inspect(conn).get_table_names()
     upgrade(engine)
     with engine.connect() as conn:
         columns = {c["name"] for c in sa.inspect(conn).get_columns("reset_prefix_groups")}
     assert columns == {c.name for c in schema.reset_prefix_groups.columns}
-    config = alembic_config()
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.downgrade(config, "0007")
+    downgrade(engine, "0007")
     with engine.connect() as conn:
         tables = sa.inspect(conn).get_table_names()
         assert "reset_prefix_groups" not in tables and "reset_recovery" in tables

@@ -1,0 +1,107 @@
+"""A benchmark's child process run under valgrind's callgrind, and what callgrind counted: the
+instruction benchmarks' one runner (`*_instructions.py`).
+
+The child counts only what it runs inside `deque_init`: it wraps the code it measures in
+`deque(map(step, work), maxlen=0)`, and callgrind is told to count inside that call alone
+(`--collect-atstart=no --toggle-collect=deque_init`). Its hash seed is fixed, so that two runs
+of the same code count the same.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+
+COUNTED = "deque_init"
+"""The function whose calls are counted (and nothing outside them)."""
+GIL_FREE = re.compile(
+    r"\s([\d,]+) \(.*?:(compress_from_datasources|ZstdCompressor_compress"
+    r"|__pyx_pw_\w+_log_columns_\d+(?:split|join)|sqlite3_step) "
+)
+"""callgrind_annotate's inclusive lines of the calls that let go of the GIL around their work
+(their setup, holding it, is counted in: a little more than the GIL-free part)."""
+
+
+def need_valgrind(script: str) -> None:
+    if shutil.which("valgrind") is None:
+        sys.exit(f"{script} counts with valgrind's callgrind: apt-get install valgrind")
+
+
+def run_child(command: Sequence[str], out_file: str | None, flags: Sequence[str] = ()) -> str:
+    """Run `command` (the benchmark itself, as its child) under callgrind, counting only inside
+    `COUNTED`, its profile written to `out_file` (with `flags` added to valgrind's); with
+    `out_file` None, without valgrind. Its stderr; if it fails, the benchmark exits with its
+    stderr's tail."""
+    if out_file is not None:
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            "--collect-atstart=no",
+            f"--toggle-collect={COUNTED}",
+            *flags,
+            f"--callgrind-out-file={out_file}",
+            *command,
+        ]
+    run = subprocess.run(
+        command,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if run.returncode:
+        sys.exit(run.stderr[-4000:])
+    return run.stderr
+
+
+def collected(stderr: str) -> int:
+    """The instructions counted, as callgrind's summary in the child's stderr gives them."""
+    found = re.search(r"Collected : (\d+)", stderr)
+    assert found, stderr
+    return int(found.group(1))
+
+
+def say_source(module_file: str) -> None:
+    """In the child: which kvscope it runs (the parent reads it back with `source`)."""
+    print(f"kvscope from {module_file}", file=sys.stderr)
+
+
+def source(stderr: str) -> str:
+    found = re.search(r"kvscope from (\S+)", stderr)
+    assert found, stderr
+    return found.group(1)
+
+
+def annotated(out_file: str, inclusive: bool = True, threshold: int = 100) -> str:
+    """callgrind_annotate's report of `out_file`: each function's count, its callees' included
+    (`inclusive`) or not, the functions that make up `threshold` percent of the total."""
+    command = ["callgrind_annotate", f"--threshold={threshold}", out_file]
+    if inclusive:
+        command.insert(1, "--inclusive=yes")
+    return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+
+def count(report: str, name: str) -> int:
+    """The count an `annotated` report gives `name` (a function, or "PROGRAM TOTALS")."""
+    found = re.search(rf"^\s*([\d,]+)\s.*{name}\b", report, re.M)
+    assert found, f"{name} not in callgrind's report: {report[:2000]}"
+    return int(found.group(1).replace(",", ""))
+
+
+def gil_free(out_file: str) -> dict[str, int]:
+    """Instructions inside each call that lets go of the GIL, in callgrind's `out_file`: zstd,
+    the log's split and join walks, sqlite."""
+    each: dict[str, int] = {}
+    for n, function in GIL_FREE.findall(annotated(out_file)):
+        # A function's line with its whole inclusive count is its largest (others are parts).
+        each[function] = max(each.get(function, 0), int(n.replace(",", "")))
+    named: dict[str, int] = {}
+    for function, n in each.items():
+        name = "zstd" if "ompress" in function else function.rsplit("_", 1)[-1].lstrip("0123456789")
+        name = "sqlite" if name == "step" else name
+        named[name] = named.get(name, 0) + n
+    return named
