@@ -67,6 +67,16 @@ cdef struct Op:
     Py_ssize_t block_size
 
 
+cdef inline int _commit(list counts, Py_ssize_t* stored, Py_ssize_t* removed) except -1:
+    """Add a run of events' blocks to their table's `[stored, removed]` (as _map_apply.pyx)."""
+    if stored[0]:
+        counts[0] += stored[0]
+    if removed[0]:
+        counts[1] += removed[0]
+    stored[0] = removed[0] = 0
+    return 0
+
+
 cdef inline int _reserve(void** buf, Py_ssize_t* cap, Py_ssize_t need, size_t item) except -1:
     """Room for `need` items of `item` bytes in `buf` (grown by doubling)."""
     if need > cap[0]:
@@ -267,26 +277,35 @@ cdef class FusedApply:
         return read_tail(&r, n_top, &self.rank_nil, &self.rank_value)
 
     # --- the second pass: `PrefixMap.apply` of the batch read ----------------------------------
-    cdef int apply(self, object seq, double ts) except -1:
+    cdef int apply(self, object seq, double ts, dict changes) except -1:
+        """`changes`, if a dict: filled with the batch's `[stored, removed]` blocks per table,
+        as `PrefixMap.apply` returns them (a clear leaves both sides of it counted)."""
         cdef Py_ssize_t i
         cdef Op* op
         cdef TableCore table = self.last_table
         cdef object key, ts_value = ts
         cdef dict tables = self.prefix_map.tables
         cdef object last = self.last_table_key if tables is self.last_tables else None
+        # The run of events counted into `counts` (the changes of table `counted`).
+        cdef object counted = None
+        cdef list counts = None
+        cdef Py_ssize_t run_stored = 0, run_removed = 0
         self.batches += 1
         self.last_ts = ts
         self.pending = True
         for i in range(self.n_ops):
             op = &self.ops[i]
             if op.kind == CLEARED:
+                if counts is not None:
+                    _commit(counts, &run_stored, &run_removed)
+                    counts = None
                 self.cleared_events += 1
                 self.flush()  # what `on_clear` may read
                 self.prefix_map.clear(
                     _ALL_BLOCKS_CLEARED, seq, ts_value, self.epoch, self.degraded, self.recv_ts
                 )
                 tables = self.prefix_map.tables  # later events go to the emptied map
-                last = None
+                last = counted = None
                 self.pending = True  # (last_ts, and what follows)
                 continue
             key = self.keys[op.key]
@@ -295,6 +314,13 @@ cdef class FusedApply:
                 table = tables.get(key)
                 if table is None:
                     table = tables[key] = BlockTable(key, ts_value)
+            if changes is not None and key is not counted:
+                if counts is not None:
+                    _commit(counts, &run_stored, &run_removed)
+                counted = key
+                counts = changes.get(key)
+                if counts is None:
+                    counts = changes[key] = [0, 0]
             if op.kind == STORED:
                 table._store(
                     &self.hashes[op.hashes], op.n_hashes, op.has_parent, op.parent,
@@ -303,22 +329,27 @@ cdef class FusedApply:
                 )
                 self.stored_events += 1
                 self.stored_blocks += op.n_hashes
+                run_stored += op.n_hashes
             else:
                 table._remove(&self.hashes[op.hashes], op.n_hashes)
                 self.removed_events += 1
                 self.removed_blocks += op.n_hashes
+                run_removed += op.n_hashes
+        if counts is not None:
+            _commit(counts, &run_stored, &run_removed)
         self.last_tables, self.last_table_key, self.last_table = tables, last, table
         return 0
 
     cdef bint fused(self, payload, seq) except -1:
         """Apply one batch: True, or False to leave it (untouched) to decode + apply."""
         cdef double ts
+        self.read_payload = None  # its read is overwritten
         if type(payload) is not bytes or self.read(payload, &ts) < 0:
             return False
         # As `admit` does first; a batch it would have to count goes the usual way.
         if not roomy(self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload)):
             return False
-        self.apply(seq, ts)
+        self.apply(seq, ts, None)
         self.taken += 1
         return True
 
@@ -370,12 +401,54 @@ cdef class FusedApply:
             ):
                 return -1
             self.read_payload = None  # applied once
-            self.apply(seq, self.read_ts)
+            self.apply(seq, self.read_ts, None)
             self.taken += 1
             return self.told()
         finally:
             self.flush()
             self.busy = False
+
+    def prepare(self, prefix_map, payload, epoch, bint degraded, recv_ts,
+                int64_t max_block_size):
+        """The first half of `live` (or of `apply_read`, for the batch `route_read` read last),
+        for a stream whose sink is told before the map changes: the batch read (unless it is
+        the one read last with `max_block_size`) and found within the map's limits. Its stamp,
+        the object then held for `apply_prepared` (or `release`); or None, nothing held, to
+        leave it to decode + apply."""
+        cdef double ts
+        if self.busy:
+            return None
+        if payload is not self.read_payload or max_block_size != self.read_max_block_size:
+            self.read_payload, self.max_block_size = None, max_block_size
+            if type(payload) is not bytes or self.read(payload, &ts) < 0:
+                return None
+            self.read_payload, self.read_max_block_size, self.read_ts = (
+                payload, max_block_size, ts
+            )
+        self.bind(prefix_map, epoch, degraded, recv_ts, max_block_size)
+        if not roomy(self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload)):
+            return None
+        self.busy = True
+        return self.read_ts
+
+    def apply_prepared(self, seq, dict changes):
+        """Apply the batch `prepare` held, filling `changes` with its `[stored, removed]`
+        blocks per table: what `live` returns."""
+        if not self.busy or self.read_payload is None:
+            raise RuntimeError("no batch prepared")
+        try:
+            self.read_payload = None  # applied once
+            self.apply(seq, self.read_ts, changes)
+            self.taken += 1
+            return self.told()
+        finally:
+            self.flush()
+            self.busy = False
+
+    def release(self):
+        """Give up the batch `prepare` held (the sink raised before it was applied)."""
+        self.read_payload = None
+        self.busy = False
 
     def batch(self, payload, seq, int64_t max_block_size):
         """The `Batch` that `decode_map_batch(payload, seq, max_block_size)` makes, built from
