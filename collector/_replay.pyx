@@ -234,21 +234,30 @@ cdef class FusedApply(BatchRead):
         the one read last with `max_block_size`) and found within the map's limits. Its stamp,
         the object then held for `apply_prepared` (or `release`); or None, nothing held, to
         leave it to decode + apply."""
-        cdef double ts
+        cdef bint held = False
         if self.busy:
             return None
+        self.busy = True  # from the read on: another thread's call meanwhile declines
+        try:
+            held = self.ready(prefix_map, payload, epoch, degraded, recv_ts, max_block_size)
+        finally:
+            if not held:
+                self.busy = False
+        return self.read_ts if held else None
+
+    cdef bint ready(self, prefix_map, payload, epoch, bint degraded, recv_ts,
+                    int64_t max_block_size) except -1:
+        """`prepare`'s read and check: whether the batch is to be applied here."""
+        cdef double ts
         if payload is not self.read_payload or max_block_size != self.read_max_block_size:
             self.read_payload, self.max_block_size = None, max_block_size
             if type(payload) is not bytes or self.read(payload, &ts) < 0:
-                return None
+                return False
             self.read_payload, self.read_max_block_size, self.read_ts = (
                 payload, max_block_size, ts
             )
         self.bind(prefix_map, epoch, degraded, recv_ts, max_block_size)
-        if not roomy(self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload)):
-            return None
-        self.busy = True
-        return self.read_ts
+        return roomy(self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload))
 
     def apply_prepared(self, seq, dict changes):
         """Apply the batch `prepare` held, filling `changes` with its `[stored, removed]`
