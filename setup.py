@@ -6,7 +6,8 @@ state and hot writes (its contract with block_table.py in _table_core.pxd), _loo
 lookup by tokens over it, _admit.pyx the check of a stream's limits before each batch;
 collector/_wire_fast.pyx decodes the common vLLM batch straight from its msgpack bytes (its
 msgpack reads inline in _msgpack.pxd, its scan of an event map in _wire_scan.pxd), and
-collector/_replay.pyx applies such batches of a rebuild's log straight to the tables, and
+collector/_replay.pyx applies such batches of a rebuild's log straight to the tables (read first
+by _fused_read.pyx), and
 _map_apply.pyx a live batch's events;
 collector/_table_chains.pyx groups a table's blocks by chain for a reset's prefix groups,
 _table_counts.pyx counts a before map's hashes against a table for a recovery point;
@@ -60,6 +61,7 @@ setup(
             Extension("kvscope.collector._table_chains", ["collector/_table_chains.pyx"]),
             Extension("kvscope.collector._table_counts", ["collector/_table_counts.pyx"]),
             Extension("kvscope.collector._wire_fast", ["collector/_wire_fast.pyx"]),
+            Extension("kvscope.collector._fused_read", ["collector/_fused_read.pyx"]),
             Extension("kvscope.collector._replay", ["collector/_replay.pyx"]),
             Extension("kvscope.collector._map_apply", ["collector/_map_apply.pyx"]),
             Extension("kvscope.collector._batch_rank", ["collector/_batch_rank.pyx"]),

@@ -9,8 +9,8 @@ of it), played by `--publishers` publishers with llm-d topics, round-robin, each
 Each message goes through `FleetRouter.route_batch` and its stream's `StreamIngest.live_frames`
 as the collector's fleet drain does (collector/fleet_drain.py, `FleetDrain.drain`), memory-only (no
 sink), or with `--sink calls` a sink that does nothing with what it is told (a stream with a
-sink, as a stored fleet's, is handed each batch's `Batch`, decoded by the router, as the
-subscriber makes it). Two windows of `--messages`
+sink, as a stored fleet's, applies each batch from its bytes as the router read it, and tells
+its sink of it without a `Batch`). Two windows of `--messages`
 messages are counted, each after the messages before it ran uncounted:
 - `fill`: the messages just before the first that evicts, while the tables grow largest;
 - `eviction`: from the first batch that evicts (a BlockRemoved: the cache is full) on.
@@ -69,8 +69,7 @@ def child(payloads_file: str, publishers: int, start: int, count: int, sink: str
     payloads: list[bytes] = msgspec.msgpack.decode(Path(payloads_file).read_bytes())
     frames = messages(payloads, publishers)[: start + count]
     assert len(frames) == start + count, "the stream is too short for this window"
-    # As the subscriber makes it: a router for streams with a sink decodes their batches.
-    router = FleetRouter(FleetSettings(bind="tcp://127.0.0.1:5557"), from_bytes=sink == "memory")
+    router = FleetRouter(FleetSettings(bind="tcp://127.0.0.1:5557"))  # as the subscriber's
     ingests: dict[StreamId, StreamIngest] = {}
     clock = iter([CLOCK_START + 0.0004 * i for i in range(len(frames))])
 

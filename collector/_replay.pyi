@@ -1,7 +1,7 @@
 from collections.abc import Iterable
 
 from kvscope.collector.prefix_map import PrefixMap
-from kvscope.collector.types import Batch
+from kvscope.collector.types import Batch, TableKey
 
 def replay(prefix_map: PrefixMap, payloads: Iterable[tuple[int, bytes]], epoch: int) -> int:
     """Apply each (seq, payload) to `prefix_map` as
@@ -43,6 +43,26 @@ class FusedApply:
         max_block_size: int,
     ) -> int:
         """`live` for the batch `route_read` read last, if `payload` is that one."""
+
+    def prepare(
+        self,
+        prefix_map: PrefixMap,
+        payload: bytes,
+        epoch: int,
+        degraded: bool,
+        recv_ts: float | None,
+        max_block_size: int,
+    ) -> float | None:
+        """`live`'s read and limits check (or `apply_read`'s, for the batch `route_read` read
+        last): the batch's stamp, the object held for `apply_prepared` or `release`; None, nothing
+        held, to leave it to decode + apply."""
+
+    def apply_prepared(self, seq: int, changes: dict[TableKey, list[int]]) -> int:
+        """Apply the batch `prepare` held, `changes` filled with its `[stored, removed]` blocks
+        per table: what `live` returns."""
+
+    def release(self) -> None:
+        """Give up the batch `prepare` held, unapplied."""
 
     def batch(self, payload: bytes, seq: int, max_block_size: int) -> Batch | None:
         """What `decode_map_batch` makes of the batch `route_read` read last, if `payload`."""

@@ -7,7 +7,8 @@ A rebuild (storage/history.py) replays thousands of batches, and a collector app
 one; decoding each to a `Batch` and applying that costs mostly objects made only to be read
 once. Here a batch the compiled decoder takes (collector/_wire_fast.pyx; its checks are shared
 through _wire_fast.pxd, so exactly those batches) is read in two passes over its bytes: the
-first checks all of it and keeps its hashes and tokens as C values, the second applies them
+first (`BatchRead`, collector/_fused_read.pyx) checks all of it and keeps its hashes and tokens
+as C values, the second applies them
 through the tables' C writes (TableCore._store/_remove, which `store_chain` and `remove` wrap).
 A batch that is not the decoder's (another layout, bytes or signed hashes, a LoRA name, extra
 keys), or that brings the map near its limits, is left to decode + apply. Nothing is applied
@@ -16,85 +17,39 @@ where it raises.
 """
 
 cimport cython
-from cpython.array cimport array, clone
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
-from cpython.mem cimport PyMem_Free, PyMem_Realloc
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from cpython.bytes cimport PyBytes_GET_SIZE
+from libc.stdint cimport int64_t
 
 from kvscope.collector._admit cimport roomy
-from kvscope.collector._msgpack cimport Reader, at, read_array, read_nil, read_uint64
+from kvscope.collector._fused_read cimport BatchRead, Op
 from kvscope.collector._table_core cimport TableCore
-from kvscope.collector._wire_fast cimport (
-    StoredFields,
-    _LastKey,
-    check_stored,
-    read_head,
-    read_tail,
-)
-from kvscope.collector._wire_scan cimport (
-    CLEARED,
-    F_HASHES,
-    F_LORA_NAME,
-    F_TOKENS,
-    HELD,
-    STORED,
-    UNREAD,
-    Event,
-    scan_event,
-)
+from kvscope.collector._wire_scan cimport CLEARED, STORED
 
 from kvscope.collector.block_table import BlockTable
-from kvscope.collector.types import AllCleared, Batch, BlocksRemoved, BlocksStored
 from kvscope.collector.sink import ClearReason
 from kvscope.collector.wire import BatchDecoder
 
 cdef object _ALL_BLOCKS_CLEARED = ClearReason.ALL_BLOCKS_CLEARED
-cdef array _UINT32 = array("I")
 
 
-cdef struct Op:
-    # One event of a batch, as `Batch.events` holds it (consecutive removals from a table are
-    # one), its hashes and tokens in the batch's scratch buffers.
-    int kind
-    Py_ssize_t key  # index in the batch's keys
-    Py_ssize_t hashes, n_hashes
-    Py_ssize_t tokens, n_tokens  # its token ids, if it has some (tokens -1: none)
-    bint with_tokens  # the table keeps them (store_chain keeps block_size per hash, or none)
-    bint has_parent
-    uint64_t parent
-    Py_ssize_t block_size
-
-
-cdef inline int _reserve(void** buf, Py_ssize_t* cap, Py_ssize_t need, size_t item) except -1:
-    """Room for `need` items of `item` bytes in `buf` (grown by doubling)."""
-    if need > cap[0]:
-        _grow(buf, cap, need, item)
-    return 0
-
-
-cdef int _grow(void** buf, Py_ssize_t* cap, Py_ssize_t need, size_t item) except -1:
-    cdef Py_ssize_t grown = max(need, 2 * cap[0], 64)
-    cdef void* more = PyMem_Realloc(buf[0], grown * item)
-    if more == NULL:
-        raise MemoryError()
-    buf[0], cap[0] = more, grown
+cdef inline int _commit(list counts, Py_ssize_t* stored, Py_ssize_t* removed) except -1:
+    """Add a run of events' blocks to their table's `[stored, removed]` (as _map_apply.pyx)."""
+    if stored[0]:
+        counts[0] += stored[0]
+    if removed[0]:
+        counts[1] += removed[0]
+    stored[0] = removed[0] = 0
     return 0
 
 
 @cython.final
 @cython.auto_pickle(False)
-cdef class FusedApply:
+cdef class FusedApply(BatchRead):
     """The batches of one map at a time (`replay`, or a live stream's ingest): the batch read by
     the first pass, its scratch buffers kept for the next, and counters not yet added."""
 
     cdef object prefix_map, limits, epoch, recv_ts
     cdef bint degraded  # what a clear in the batch tells `PrefixMap.clear`
-    cdef int64_t max_block_size
-    # What the first pass read of the batch besides its events, for the live ingest's rules.
-    cdef bint rank_nil, has_clear
-    cdef int64_t rank_value
     cdef readonly Py_ssize_t taken
     """Batches applied here, not left to decode + apply."""
     cdef bint busy  # in `live` or `apply_read`: another thread's call meanwhile declines
@@ -102,14 +57,6 @@ cdef class FusedApply:
     cdef object read_payload
     cdef int64_t read_max_block_size
     cdef double read_ts
-    cdef _LastKey last_key
-    cdef Event event
-    cdef Op* ops
-    cdef uint64_t* hashes
-    cdef uint32_t* tokens
-    cdef Py_ssize_t ops_cap, hashes_cap, tokens_cap, n_ops, n_hashes, n_tokens
-    cdef list keys  # the batch's table keys, in order, one per run of events that share one
-    cdef Py_ssize_t n_keys  # (the list is overwritten in place, not emptied: no realloc a batch)
     # The table of the last batch's last key, while the map's tables are that dict (an entry of
     # it is never replaced: a clear replaces the dict).
     cdef dict last_tables
@@ -121,10 +68,6 @@ cdef class FusedApply:
     cdef double last_ts
     cdef bint pending  # some counter above is not added yet
 
-    def __cinit__(self):
-        self.last_key = _LastKey()
-        self.keys = []
-
     cdef int bind(self, prefix_map, epoch, bint degraded, recv_ts,
                   int64_t max_block_size) except -1:
         """The map (its counters flushed first), and how its next batches are applied."""
@@ -135,11 +78,6 @@ cdef class FusedApply:
         self.epoch, self.degraded, self.recv_ts = epoch, degraded, recv_ts
         self.max_block_size = max_block_size
         return 0
-
-    def __dealloc__(self):
-        PyMem_Free(self.ops)
-        PyMem_Free(self.hashes)
-        PyMem_Free(self.tokens)
 
     cdef int flush(self) except -1:
         if not self.pending:
@@ -157,136 +95,36 @@ cdef class FusedApply:
         self.pending = False
         return 0
 
-    # --- the first pass: the whole batch checked, its values kept ------------------------------
-    cdef Op* add_op(self, int kind, Py_ssize_t key) except NULL:
-        _reserve(<void**>&self.ops, &self.ops_cap, self.n_ops + 1, sizeof(Op))
-        cdef Op* op = &self.ops[self.n_ops]
-        self.n_ops += 1
-        op.kind, op.key, op.hashes, op.n_hashes, op.tokens = kind, key, self.n_hashes, 0, -1
-        op.n_tokens, op.with_tokens = 0, False
-        return op
-
-    cdef int take_hashes(self, Reader* r, Event* e, Op* op) except -2:
-        """Appends event `e`'s hashes to `op`'s: 0, or -1 if one is not an unsigned 64-bit int."""
-        cdef Reader f
-        cdef Py_ssize_t n, k
-        if e.hashes_state == HELD:
-            n = e.n_hashes
-            _reserve(<void**>&self.hashes, &self.hashes_cap, self.n_hashes + n, 8)
-            memcpy(&self.hashes[self.n_hashes], e.hashes, n * 8)
-        elif e.hashes_state == UNREAD:  # longer than the scan's buffer
-            f = at(r, e.at[F_HASHES])
-            if read_array(&f, &n) < 0:
-                return -1
-            _reserve(<void**>&self.hashes, &self.hashes_cap, self.n_hashes + n, 8)
-            for k in range(n):
-                if read_uint64(&f, &self.hashes[self.n_hashes + k]) < 0:
-                    return -1
-        else:
-            return -1
-        self.n_hashes += n
-        op.n_hashes += n
-        return 0
-
-    cdef int take_tokens(self, Reader* r, Event* e, Op* op, Py_ssize_t n) except -1:
-        """Keeps the `n` token ids of `e` (checked by check_stored) for `op`."""
-        cdef Reader f
-        cdef Py_ssize_t k, length
-        cdef uint64_t t = 0
-        _reserve(<void**>&self.tokens, &self.tokens_cap, self.n_tokens + n, 4)
-        if e.tokens_state == HELD:
-            memcpy(&self.tokens[self.n_tokens], e.tokens, n * 4)
-        else:
-            f = at(r, e.at[F_TOKENS])
-            read_array(&f, &length)
-            for k in range(n):
-                read_uint64(&f, &t)
-                self.tokens[self.n_tokens + k] = <uint32_t>t
-        op.tokens, op.n_tokens = self.n_tokens, n
-        self.n_tokens += n
-        return 0
-
-    cdef int read(self, bytes payload, double* ts) except -2:
-        """The first pass: 0 when the batch is the compiled decoder's, with no LoRA name; -1
-        to leave it to decode + apply."""
-        cdef Reader r, f
-        cdef Event* e = &self.event
-        cdef StoredFields s
-        cdef Py_ssize_t n_top, n_events, k, last_removal = -1
-        cdef Op* op
-        cdef list keys = self.keys
-        cdef object key, last = None
-        r.p = <const uint8_t*>PyBytes_AS_STRING(payload)
-        r.pos, r.end = 0, PyBytes_GET_SIZE(payload)
-        self.n_ops = self.n_hashes = self.n_tokens = self.n_keys = 0
-        self.has_clear = False
-        if read_head(&r, &n_top, ts, &n_events) < 0:
-            return -1
-        for k in range(n_events):
-            if scan_event(&r, e) < 0:
-                return -1
-            if e.kind == CLEARED:
-                self.add_op(CLEARED, -1)
-                self.has_clear = True
-                last_removal = -1
-                continue
-            key = self.last_key.key_of(&r, e)
-            if key is None:
-                return -1
-            if key is not last:
-                if self.n_keys < len(keys):
-                    keys[self.n_keys] = key
-                else:
-                    keys.append(key)
-                self.n_keys += 1
-                last = key
-            if e.kind == STORED:
-                last_removal = -1
-                if check_stored(&r, e, self.max_block_size, &s) < 0:
-                    return -1
-                f = at(&r, e.at[F_LORA_NAME])
-                if e.at[F_LORA_NAME] >= 0 and not read_nil(&f):
-                    return -1  # kept aside per block: the usual way's
-                op = self.add_op(STORED, self.n_keys - 1)
-                op.has_parent, op.parent, op.block_size = s.has_parent, s.parent, s.block_size
-                self.take_hashes(&r, e, op)
-                # No token_ids key and no hashes also passes the count (0 == 0): reading the
-                # absent key would read before the payload.
-                if e.at[F_TOKENS] >= 0:
-                    self.take_tokens(&r, e, op, s.n_tokens)  # (all: `batch` holds them)
-                    op.with_tokens = s.block_size and s.n_tokens == s.n_hashes * s.block_size
-                continue
-            # Consecutive removals from one table are one event, as the decoders make them.
-            if last_removal < 0 or not (
-                keys[self.ops[last_removal].key] is key or keys[self.ops[last_removal].key] == key
-            ):
-                last_removal = self.n_ops
-                self.add_op(e.kind, self.n_keys - 1)
-            if self.take_hashes(&r, e, &self.ops[last_removal]) < 0:
-                return -1
-        return read_tail(&r, n_top, &self.rank_nil, &self.rank_value)
-
     # --- the second pass: `PrefixMap.apply` of the batch read ----------------------------------
-    cdef int apply(self, object seq, double ts) except -1:
+    cdef int apply(self, object seq, double ts, dict changes) except -1:
+        """`changes`, if a dict: filled with the batch's `[stored, removed]` blocks per table,
+        as `PrefixMap.apply` returns them (a clear leaves both sides of it counted)."""
         cdef Py_ssize_t i
         cdef Op* op
         cdef TableCore table = self.last_table
         cdef object key, ts_value = ts
         cdef dict tables = self.prefix_map.tables
         cdef object last = self.last_table_key if tables is self.last_tables else None
+        # The run of events counted into `counts` (the changes of table `counted`).
+        cdef object counted = None
+        cdef list counts = None
+        cdef Py_ssize_t run_stored = 0, run_removed = 0
         self.batches += 1
         self.last_ts = ts
         self.pending = True
         for i in range(self.n_ops):
             op = &self.ops[i]
             if op.kind == CLEARED:
+                if counts is not None:
+                    _commit(counts, &run_stored, &run_removed)
+                    counts = None
                 self.cleared_events += 1
                 self.flush()  # what `on_clear` may read
                 self.prefix_map.clear(
                     _ALL_BLOCKS_CLEARED, seq, ts_value, self.epoch, self.degraded, self.recv_ts
                 )
                 tables = self.prefix_map.tables  # later events go to the emptied map
-                last = None
+                last = counted = None
                 self.pending = True  # (last_ts, and what follows)
                 continue
             key = self.keys[op.key]
@@ -295,6 +133,13 @@ cdef class FusedApply:
                 table = tables.get(key)
                 if table is None:
                     table = tables[key] = BlockTable(key, ts_value)
+            if changes is not None and key is not counted:
+                if counts is not None:
+                    _commit(counts, &run_stored, &run_removed)
+                counted = key
+                counts = changes.get(key)
+                if counts is None:
+                    counts = changes[key] = [0, 0]
             if op.kind == STORED:
                 table._store(
                     &self.hashes[op.hashes], op.n_hashes, op.has_parent, op.parent,
@@ -303,22 +148,27 @@ cdef class FusedApply:
                 )
                 self.stored_events += 1
                 self.stored_blocks += op.n_hashes
+                run_stored += op.n_hashes
             else:
                 table._remove(&self.hashes[op.hashes], op.n_hashes)
                 self.removed_events += 1
                 self.removed_blocks += op.n_hashes
+                run_removed += op.n_hashes
+        if counts is not None:
+            _commit(counts, &run_stored, &run_removed)
         self.last_tables, self.last_table_key, self.last_table = tables, last, table
         return 0
 
     cdef bint fused(self, payload, seq) except -1:
         """Apply one batch: True, or False to leave it (untouched) to decode + apply."""
         cdef double ts
+        self.read_payload = None  # its read is overwritten
         if type(payload) is not bytes or self.read(payload, &ts) < 0:
             return False
         # As `admit` does first; a batch it would have to count goes the usual way.
         if not roomy(self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload)):
             return False
-        self.apply(seq, ts)
+        self.apply(seq, ts, None)
         self.taken += 1
         return True
 
@@ -370,54 +220,71 @@ cdef class FusedApply:
             ):
                 return -1
             self.read_payload = None  # applied once
-            self.apply(seq, self.read_ts)
+            self.apply(seq, self.read_ts, None)
             self.taken += 1
             return self.told()
         finally:
             self.flush()
             self.busy = False
 
+    def prepare(self, prefix_map, payload, epoch, bint degraded, recv_ts,
+                int64_t max_block_size):
+        """The first half of `live` (or of `apply_read`, for the batch `route_read` read last),
+        for a stream whose sink is told before the map changes: the batch read (unless it is
+        the one read last with `max_block_size`) and found within the map's limits. Its stamp,
+        the object then held for `apply_prepared` (or `release`); or None, nothing held, to
+        leave it to decode + apply."""
+        cdef bint held = False
+        if self.busy:
+            return None
+        self.busy = True  # from the read on: another thread's call meanwhile declines
+        try:
+            held = self.ready(prefix_map, payload, epoch, degraded, recv_ts, max_block_size)
+        finally:
+            if not held:
+                self.busy = False
+        return self.read_ts if held else None
+
+    cdef bint ready(self, prefix_map, payload, epoch, bint degraded, recv_ts,
+                    int64_t max_block_size) except -1:
+        """`prepare`'s read and check: whether the batch is to be applied here."""
+        cdef double ts
+        if payload is not self.read_payload or max_block_size != self.read_max_block_size:
+            self.read_payload, self.max_block_size = None, max_block_size
+            if type(payload) is not bytes or self.read(payload, &ts) < 0:
+                return False
+            self.read_payload, self.read_max_block_size, self.read_ts = (
+                payload, max_block_size, ts
+            )
+        self.bind(prefix_map, epoch, degraded, recv_ts, max_block_size)
+        return roomy(self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload))
+
+    def apply_prepared(self, seq, dict changes):
+        """Apply the batch `prepare` held, filling `changes` with its `[stored, removed]`
+        blocks per table: what `live` returns."""
+        if not self.busy or self.read_payload is None:
+            raise RuntimeError("no batch prepared")
+        try:
+            self.read_payload = None  # applied once
+            self.apply(seq, self.read_ts, changes)
+            self.taken += 1
+            return self.told()
+        finally:
+            self.flush()
+            self.busy = False
+
+    def release(self):
+        """Give up the batch `prepare` held (the sink raised before it was applied)."""
+        self.read_payload = None
+        self.busy = False
+
     def batch(self, payload, seq, int64_t max_block_size):
         """The `Batch` that `decode_map_batch(payload, seq, max_block_size)` makes, built from
-        what `route_read` read of `payload`, for a stream that wants one (a sink tells of it);
-        None if the batch read last is not `payload` read with `max_block_size`."""
+        what `route_read` read of `payload`, for a stream that wants one (its engine not told
+        yet); None if the batch read last is not `payload` read with `max_block_size`."""
         if payload is not self.read_payload or max_block_size != self.read_max_block_size:
             return None
-        cdef list events = [], hashes
-        cdef Py_ssize_t i, k
-        cdef Op* op
-        cdef array tokens
-        for i in range(self.n_ops):
-            op = &self.ops[i]
-            if op.kind == CLEARED:
-                events.append(AllCleared())
-                continue
-            hashes = [PyLong_FromUnsignedLongLong(self.hashes[k])
-                      for k in range(op.hashes, op.hashes + op.n_hashes)]
-            if op.kind != STORED:
-                events.append(BlocksRemoved(hashes, self.keys[op.key]))
-                continue
-            tokens = clone(_UINT32, op.n_tokens if op.tokens >= 0 else 0, False)
-            if op.tokens >= 0:
-                memcpy(tokens.data.as_uints, &self.tokens[op.tokens], op.n_tokens * 4)
-            events.append(BlocksStored(
-                hashes,
-                PyLong_FromUnsignedLongLong(op.parent) if op.has_parent else None,
-                tokens,
-                PyLong_FromLongLong(op.block_size),
-                self.keys[op.key],
-                None,
-                None,
-            ))
-        return Batch(
-            seq,
-            self.read_ts,
-            None if self.rank_nil else PyLong_FromLongLong(self.rank_value),
-            events,
-            0,
-            PyBytes_GET_SIZE(payload),
-        )
-
+        return self.built(payload, seq, self.read_ts)
 
 def replay(prefix_map, payloads, epoch):
     """Apply each (seq, payload) of `payloads` to `prefix_map` as

@@ -55,9 +55,9 @@ class FleetRouter:
     def __init__(
         self, settings: FleetSettings, taken: Iterable[StreamId] = (), from_bytes: bool = True
     ) -> None:
-        """`from_bytes`: hand each stream the batch as read, to apply straight from its bytes;
-        False: decoded, for streams with a sink, which are told each batch's `Batch` (one
-        built from the read costs a pass more than the decode)."""
+        """`from_bytes`: hand each stream the batch as read, to apply straight from its bytes
+        (a sink is told of it without a `Batch`); False: decoded (the tests' path of
+        reference)."""
         self.settings = settings
         self.pattern = TopicPattern(settings)
         self.refused: Counter[Refusal] = Counter()

@@ -46,7 +46,7 @@ from kvscope.collector.sink import (
     Span,
 )
 from kvscope.collector.stream_counters import StreamCounters
-from kvscope.collector.types import AllCleared, Batch, StreamId
+from kvscope.collector.types import AllCleared, Batch, StreamId, TableKey
 from kvscope.collector.wire import BatchDecoder
 
 logger = logging.getLogger(__name__)
@@ -297,11 +297,7 @@ class StreamIngest(ReplayRules):
             return
         if type(decoded) is not Batch:  # (isinstance asks msgspec's metaclass: it costs more)
             decoded = cast("FusedApply | None", decoded)
-            if (
-                self.sink is None
-                and self.engine is not None
-                and self._apply_fused(seq, payload, now, decoded)
-            ):
+            if self.engine is not None and self._apply_fused(seq, payload, now, decoded):
                 return
             # What the router read, as a `Batch` (for the sink, or the engine to be told).
             if decoded is not None:
@@ -355,18 +351,36 @@ class StreamIngest(ReplayRules):
             self._gaps_told = gaps
 
     def _apply_fused(self, seq: int, payload: bytes, now: float, read: FusedApply | None) -> bool:
-        """`_apply`'s decode and apply in one, for a batch with no sink to tell of it (which
-        would want its `Batch`) and an engine already told: True, or False (nothing done) to
-        leave the batch to decode + apply. `read`: the batch as the fleet's router read it."""
+        """`_apply`'s decode and apply in one, for a batch of a stream whose engine is told
+        already: True, or False (nothing done, nothing told) to leave the batch to decode +
+        apply. `read`: the batch as the fleet's router read it. A sink is told as `_apply`
+        tells it: `instant` before the map changes, when due, and `applied` after, with the
+        changes counted during the apply and no `Batch` (`AppliedBatch.batch` decodes one for
+        a sink that reads it)."""
         fused, degraded = self.fused, bool(self._degradation.open)
         if fused is None:
             return False
-        told = read.apply_read if read is not None else fused.live
-        applied = told(
-            self.map, payload, seq, self.epoch, degraded, now, self.decoder.max_block_size
-        )
-        if applied < 0:
-            return False
+        sink, max_block_size = self.sink, self.decoder.max_block_size
+        if sink is None:
+            told = read.apply_read if read is not None else fused.live
+            applied = told(self.map, payload, seq, self.epoch, degraded, now, max_block_size)
+            if applied < 0:
+                return False
+        else:
+            reader = read if read is not None else fused
+            read_ts = reader.prepare(self.map, payload, self.epoch, degraded, now, max_block_size)
+            if read_ts is None:
+                return False
+            ts = read_ts
+            try:
+                quiet = self._quiet
+                if not quiet[0] <= ts < quiet[1]:
+                    self._quiet = sink.instant(self.stream, ts, self.map)
+            except BaseException:
+                reader.release()
+                raise
+            changes: dict[TableKey, list[int]] = {}
+            applied = reader.apply_prepared(seq, changes)
         self.decoder.took_map_layout()
         rank = (applied >> 1) - 1  # -1: none
         if rank >= 0 and rank != self.stream.rank:
@@ -374,6 +388,23 @@ class StreamIngest(ReplayRules):
         self.counters.batches_applied += 1
         if degraded and applied & 1:
             self._degradation.known_again(seq, now)
+        if sink is not None:
+            gaps = self.counters.gaps
+            sink.applied(
+                AppliedBatch(
+                    self.stream,
+                    self.epoch,
+                    seq,
+                    ts,
+                    now,
+                    payload,
+                    None,
+                    changes,
+                    gaps - self._gaps_told,
+                    self.map,
+                )
+            )
+            self._gaps_told = gaps
         return True
 
     def _on_clear(self, cleared: ClearedMap) -> None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import msgspec
 
+from kvscope.collector._wire_fast import decode_map_batch
 from kvscope.collector.types import Batch, StreamId, TableKey
 
 if TYPE_CHECKING:
@@ -88,6 +89,9 @@ NO_BATCH = Span(-math.inf, math.inf)
 """Every stamp is within it: no `instant` call."""
 
 
+_ANY_BLOCK_SIZE = 2**63 - 1
+
+
 class AppliedBatch(msgspec.Struct, frozen=True):
     """One batch applied to a stream's map, told after the map changed.
 
@@ -104,7 +108,9 @@ class AppliedBatch(msgspec.Struct, frozen=True):
     """The collector's clock when the batch arrived."""
     payload: bytes
     """The batch as received (the store's log keeps it)."""
-    batch: Batch
+    decoded: Batch | None
+    """The batch as decoded; None for one applied straight from its bytes (`batch` decodes it
+    when asked: the store reads none of it)."""
     changes: Mapping[TableKey, Sequence[int]]
     """Blocks this batch stored and removed per table, `[stored, removed]` (a clear within the
     batch leaves both sides of it counted)."""
@@ -112,6 +118,17 @@ class AppliedBatch(msgspec.Struct, frozen=True):
     """Gaps in the stream's seqs found since its previous applied batch."""
     view: MapReader
     """The map after this batch (valid during the call only)."""
+
+    @property
+    def batch(self) -> Batch:
+        """The batch as the stream's decoder makes it (decoded again on each call, if it was
+        applied from its bytes: a batch the compiled decoder took within the stream's limits,
+        which it takes the same under any greater block-size limit)."""
+        decoded = self.decoded
+        if decoded is None:
+            decoded = decode_map_batch(self.payload, self.seq, _ANY_BLOCK_SIZE)
+            assert decoded is not None, "a batch applied from its bytes is the decoder's"
+        return decoded
 
 
 class ClearReason(StrEnum):

@@ -71,10 +71,7 @@ class Collector:
         self._sink = sink
         for spec in self._specs:
             self.ingests[spec.stream] = self._new_ingest(spec)
-        # Streams told to a sink want each batch's `Batch`: the router decodes it for them.
-        self.fleet = (
-            None if fleet is None else FleetSocket(fleet, self.ingests, from_bytes=sink is None)
-        )
+        self.fleet = None if fleet is None else FleetSocket(fleet, self.ingests)
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._streams: dict[StreamId, StreamSockets] = {}
         self._fleet_drain = (

@@ -7,6 +7,7 @@ requests, seqs, epochs and degraded intervals, and the router the same routes an
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
@@ -24,6 +25,7 @@ from kvscope.collector.sink import (
     AppliedBatch,
     ClearedMap,
     DegradedChange,
+    EventSink,
     MapReader,
     NullSink,
     Span,
@@ -121,7 +123,7 @@ def stream_state(ingest: StreamIngest) -> dict[str, Any]:
         "degraded": (ingest.degraded, ingest.degraded_history),
         "restarts": list(ingest.restarts_at),
         "layouts": ingest.decoder._order,
-        "told": None if ingest.sink is None else ingest.sink.told,  # type: ignore[attr-defined]
+        "told": getattr(ingest.sink, "told", None),
     }
 
 
@@ -129,11 +131,12 @@ def run(
     steps: list[tuple[bytes, bytes, str, int, int]],
     limits: IngestLimits,
     fused: bool,
-    sink: bool = False,
+    sink: bool | Callable[[], EventSink] = False,
 ) -> tuple[list[object], dict[StreamId, dict[str, Any]], object, int]:
     """What a fleet makes of `steps`: each message's answer, each stream's state, the router's
     refusals, and how many batches were applied straight from their bytes. `sink`: each stream
-    tells one (which wants each batch's `Batch`)."""
+    tells one (a `Told`, or the one this makes)."""
+    make_sink = sink if callable(sink) else Told if sink else None
     # Today's path: the router decodes each batch of a followed topic, the stream applies it.
     router = FleetRouter(FleetSettings("tcp://127.0.0.1:5557"), from_bytes=fused)
     streams: dict[StreamId, StreamIngest] = {}
@@ -154,7 +157,7 @@ def run(
         assert to.stream.rank == batch_rank(payload)
         if to.new:
             ingest = streams[to.stream] = StreamIngest(
-                to.stream, can_replay=topic == TOPICS[1], sink=Told() if sink else None
+                to.stream, can_replay=topic == TOPICS[1], sink=make_sink and make_sink()
             )
             ingest.decoder = BatchDecoder(limits)
             ingest.map.limits = limits
@@ -174,9 +177,12 @@ def run(
 def test_a_fleet_applying_from_bytes_ends_as_one_decoding_each_batch(
     steps: list[tuple[bytes, bytes, str, int, int]], limits: IngestLimits, sink: bool
 ) -> None:
-    answers, states, refused, _ = run(steps, limits, True, sink)
+    answers, states, refused, taken_fused = run(steps, limits, True, sink)
     answers_today, states_today, refused_today, taken = run(steps, limits, False, sink)
     assert taken == 0
+    if sink:  # a sink takes no batch off the path from bytes (a stream with other limits
+        # than the router's reads the batch again, where with no sink it decodes it)
+        assert taken_fused >= run(steps, limits, True, False)[3]
     assert refused == refused_today  # the router's
     assert states.keys() == states_today.keys()
     for stream, state in states_today.items():
@@ -192,6 +198,18 @@ def test_a_recorded_stream_is_applied_from_its_bytes_after_its_first_batch() -> 
     assert fused[:3] == today[:3]
     stores_at = next(i for i, p in enumerate(CAPTURED) if b"BlockStored" in p)
     assert fused[3] == 2 * (len(CAPTURED) - stores_at - 1)
+
+
+def test_a_recorded_stream_told_to_a_sink_is_applied_from_its_bytes() -> None:
+    """The same with a sink on each stream: it is told the same calls (`instant` before the
+    batches it asks to see the map before, `applied` with the same changes and `Batch`)."""
+    steps = [(topic, payload, "next", 8, 3) for payload in CAPTURED for topic in TOPICS[:2]]
+    fused, today = run(steps, IngestLimits(), True, True), run(steps, IngestLimits(), False, True)
+    assert fused[:3] == today[:3]
+    stores_at = next(i for i, p in enumerate(CAPTURED) if b"BlockStored" in p)
+    assert fused[3] == 2 * (len(CAPTURED) - stores_at - 1)
+    told = [state["told"] for state in fused[1].values()]
+    assert all(sum(t[0] == "instant" for t in calls) > 3 for calls in told)
 
 
 def test_a_clear_applied_from_bytes_makes_a_degraded_map_known_at_its_seq() -> None:
