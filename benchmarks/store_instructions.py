@@ -63,7 +63,8 @@ PARTS = {
 }
 GIL_FREE = re.compile(
     r"\s([\d,]+) \(.*?:(compress_from_datasources|ZstdCompressor_compress"
-    r"|__pyx_pw_\w+_log_columns_\d+(?:split|join)|sqlite3_step) "
+    r"|__pyx_pw_\w+_(?:log_columns|token_granules_\d+RunTable)_\d+(?:split|join|note)"
+    r"|sqlite3_step) "
 )
 """callgrind_annotate's inclusive lines of the calls that let go of the GIL around their work
 (their setup, holding it, is counted in: a little more than the GIL-free part)."""
