@@ -63,8 +63,8 @@ PARTS = {
 }
 GIL_FREE = re.compile(
     r"\s([\d,]+) \(.*?:(compress_from_datasources|ZstdCompressor_compress"
-    r"|__pyx_pw_\w+_(?:log_columns|token_granules_\d+RunTable)_\d+(?:split|join|note)"
-    r"|sqlite3_step) "
+    r"|__pyx_pw_\w+_(?:log_columns_\d+(?:split|join|joins_back)|log_planes_\d+token_planes"
+    r"|token_granules_\d+RunTable_\d+note)|sqlite3_step) "
 )
 """callgrind_annotate's inclusive lines of the calls that let go of the GIL around their work
 (their setup, holding it, is counted in: a little more than the GIL-free part)."""
@@ -176,8 +176,8 @@ def gil_free(out_file: str) -> dict[str, int]:
         each[function] = max(each.get(function, 0), int(count.replace(",", "")))
     named: dict[str, int] = {}
     for function, count in each.items():
-        name = "zstd" if "ompress" in function else function.rsplit("_", 1)[-1].lstrip("0123456789")
-        name = "sqlite" if name == "step" else name
+        name = "zstd" if "ompress" in function else re.sub(r".*_\d+", "", function)
+        name = "sqlite" if "sqlite" in function else name
         named[name] = named.get(name, 0) + count
     return named
 
