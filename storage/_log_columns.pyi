@@ -10,13 +10,6 @@ def join(count: int, *columns: bytes, granules: GranuleIndex | None = None) -> l
     """`split`'s columns, in its order."""
 
 def joins_back(
-    payloads: list[bytes],
-    sizes: bytes,
-    skel: bytes,
-    refs: bytes,
-    lits: bytes,
-    floats: bytes,
-    toks: bytes,
-    grefs: bytes = b"",
-    granules: GranuleIndex | None = None,
-) -> bool: ...
+    payloads: list[bytes], *columns: bytes, granules: GranuleIndex | None = None
+) -> bool:
+    """Whether `join` gives `payloads` back from `split`'s columns, exactly."""

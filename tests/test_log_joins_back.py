@@ -8,14 +8,17 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kvscope.storage._granules import GranuleIndex
 from kvscope.storage._log_columns import join, joins_back
 from tests.test_log_columns import SETTINGS
 from tests.test_log_columns_damaged import FORMAT_3, FORMAT_4, GREFS, SKELETON, TOKENS
 
 
-def joined_equal(expected: list[bytes], columns: list[bytes], granules: object) -> bool:
+def joined_equal(
+    expected: list[bytes], columns: list[bytes], granules: GranuleIndex | None
+) -> bool:
     try:
-        return join(len(expected), *columns, granules=granules) == expected  # type: ignore[arg-type]
+        return join(len(expected), *columns, granules=granules) == expected
     except ValueError:
         return False
 
