@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # Byte planes of the log chunks' columns (storage/log_columns.py): the batches' stamps, and
-# format 5's token column without a dictionary, and back. The walks over the token ids let the
-# GIL go: the writer thread runs them beside the ingest thread.
+# format 5's token column without a dictionary, and back. Laying the token ids out lets the GIL
+# go: the writer thread does it beside the ingest thread.
 from libc.stdint cimport uint8_t, uint64_t
 from libc.string cimport memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -116,30 +116,29 @@ def tokens_of_planes(bytes low, bytes rest):
         raise ValueError("log columns: token planes do not fit together")
     out = PyBytes_FromStringAndSize(NULL, 5 * count)
     o = <uint8_t*><char*>out
-    with nogil:
-        for i in range(count):
-            v = lo[i]
-            if width > 1:
-                v |= <uint64_t>hi[1 + i] << 8
-            if width > 2:
-                v |= <uint64_t>hi[1 + count + i] << 16
-            if v < 0x80:
-                o[n] = <uint8_t>v
-                n += 1
-            elif v < 0x100:
-                o[n] = 0xCC
-                o[n + 1] = <uint8_t>v
-                n += 2
-            elif v < 0x10000:
-                o[n] = 0xCD
-                o[n + 1] = <uint8_t>(v >> 8)
-                o[n + 2] = <uint8_t>v
-                n += 3
-            else:
-                o[n] = 0xCE
-                o[n + 1] = 0
-                o[n + 2] = <uint8_t>(v >> 16)
-                o[n + 3] = <uint8_t>(v >> 8)
-                o[n + 4] = <uint8_t>v
-                n += 5
+    for i in range(count):
+        v = lo[i]
+        if width > 1:
+            v |= <uint64_t>hi[1 + i] << 8
+        if width > 2:
+            v |= <uint64_t>hi[1 + count + i] << 16
+        if v < 0x80:
+            o[n] = <uint8_t>v
+            n += 1
+        elif v < 0x100:
+            o[n] = 0xCC
+            o[n + 1] = <uint8_t>v
+            n += 2
+        elif v < 0x10000:
+            o[n] = 0xCD
+            o[n + 1] = <uint8_t>(v >> 8)
+            o[n + 2] = <uint8_t>v
+            n += 3
+        else:
+            o[n] = 0xCE
+            o[n + 1] = 0
+            o[n + 2] = <uint8_t>(v >> 16)
+            o[n + 3] = <uint8_t>(v >> 8)
+            o[n + 4] = <uint8_t>v
+            n += 5
     return out[:n]

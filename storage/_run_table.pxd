@@ -27,10 +27,11 @@ cdef struct Table:
     Py_ssize_t* index  # entry numbers, -1 where empty
     Py_ssize_t mask
     uint64_t inserted
+    uint64_t seed  # each table's own: runs chosen to collide in one table do not in another
 
 
-cdef inline uint64_t run_hash(const unsigned char* p, Py_ssize_t n) noexcept nogil:
-    cdef uint64_t h = 0x9E3779B97F4A7C15ULL ^ <uint64_t>n, w
+cdef inline uint64_t run_hash(const unsigned char* p, Py_ssize_t n, uint64_t seed) noexcept nogil:
+    cdef uint64_t h = (0x9E3779B97F4A7C15ULL ^ seed ^ <uint64_t>n) * 0xC4CEB9FE1A85EC53ULL, w
     cdef Py_ssize_t i = 0
     while i + 8 <= n:
         memcpy(&w, p + i, 8)
@@ -46,8 +47,9 @@ cdef inline uint64_t run_hash(const unsigned char* p, Py_ssize_t n) noexcept nog
     return h ^ (h >> 29)
 
 
-cdef inline int table_init(Table* t) noexcept nogil:
+cdef inline int table_init(Table* t, uint64_t seed) noexcept nogil:
     cdef Py_ssize_t i
+    t.seed = seed
     t.bytes = NULL
     t.used = t.room = 0
     t.entries = NULL
@@ -94,7 +96,7 @@ cdef inline int table_reindex(Table* t, Py_ssize_t slots) noexcept nogil:
 cdef inline int table_note(Table* t, const unsigned char* p, Py_ssize_t n,
                            uint64_t when) noexcept nogil:
     """The run seen `when`: 1 if it was held, 0 if new (now held), -1 out of memory."""
-    cdef uint64_t h = run_hash(p, n)
+    cdef uint64_t h = run_hash(p, n, t.seed)
     cdef Py_ssize_t s = <Py_ssize_t>(h & <uint64_t>t.mask), room
     cdef void* grown
     cdef Entry* e

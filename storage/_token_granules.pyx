@@ -6,10 +6,11 @@
 # out: the content only makes the log smaller, never different. The runs are kept in C, in a
 # table of their own (storage/_run_table.pxd), and a transaction's batches are noted with the
 # GIL let go: the writer thread's noting then runs beside the ingest thread, not in turn.
+import os
+
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy
 
 from kvscope.collector._msgpack cimport MAX_DEPTH, Reader, read_array, read_map, read_uint64, skip
 from kvscope.storage._run_table cimport (
@@ -92,7 +93,7 @@ cdef class RunTable:
         if granule < 1:
             raise ValueError("granule must be at least 1")
         self.granule = granule
-        if table_init(&self.t) < 0:
+        if table_init(&self.t, int.from_bytes(os.urandom(8), "little")) < 0:
             raise MemoryError()
 
     def __dealloc__(self):
