@@ -20,7 +20,8 @@ COUNTED = "deque_init"
 """The function whose calls are counted (and nothing outside them)."""
 GIL_FREE = re.compile(
     r"\s([\d,]+) \(.*?:(compress_from_datasources|ZstdCompressor_compress"
-    r"|__pyx_pw_\w+_log_columns_\d+(?:split|join)|sqlite3_step) "
+    r"|__pyx_pw_\w+_(?:log_columns_\d+(?:split|join|joins_back)|log_planes_\d+token_planes"
+    r"|token_granules_\d+RunTable_\d+note)|sqlite3_step) "
 )
 """callgrind_annotate's inclusive lines of the calls that let go of the GIL around their work
 (their setup, holding it, is counted in: a little more than the GIL-free part)."""
@@ -94,14 +95,14 @@ def count(report: str, name: str) -> int:
 
 def gil_free(out_file: str) -> dict[str, int]:
     """Instructions inside each call that lets go of the GIL, in callgrind's `out_file`: zstd,
-    the log's split and join walks, sqlite."""
+    the log's split, join and join-back walks, token planes, content noting, sqlite."""
     each: dict[str, int] = {}
     for n, function in GIL_FREE.findall(annotated(out_file)):
         # A function's line with its whole inclusive count is its largest (others are parts).
         each[function] = max(each.get(function, 0), int(n.replace(",", "")))
     named: dict[str, int] = {}
     for function, n in each.items():
-        name = "zstd" if "ompress" in function else function.rsplit("_", 1)[-1].lstrip("0123456789")
-        name = "sqlite" if name == "step" else name
+        name = "zstd" if "ompress" in function else re.sub(r".*_\d+", "", function)
+        name = "sqlite" if "sqlite" in function else name
         named[name] = named.get(name, 0) + n
     return named

@@ -9,8 +9,7 @@ def split(
 def join(count: int, *columns: bytes, granules: GranuleIndex | None = None) -> list[bytes]:
     """`split`'s columns, in its order."""
 
-def xor_planes(data: bytes, inverse: bool = False) -> bytes: ...
-def token_planes(toks: bytes) -> tuple[bytes, bytes] | None:
-    """(low bytes, width and the planes above), or None where the ids do not fit."""
-
-def tokens_of_planes(low: bytes, rest: bytes) -> bytes: ...
+def joins_back(
+    payloads: list[bytes], *columns: bytes, granules: GranuleIndex | None = None
+) -> bool:
+    """Whether `join` gives `payloads` back from `split`'s columns, exactly."""

@@ -1,14 +1,24 @@
+# cython: boundscheck=False, wraparound=False, cdivision=True
 # The token ids a batch carries, cut into runs of `granule` ids as they lie in its msgpack bytes,
 # and noted in a stream's content (storage/log_dictionary.py): every array of at least `granule`
 # ints that fit 32 bits (token ids; hashes are 64-bit) is cut, each other value walked into or
 # stepped over, so vLLM's map and array layouts alike are read. What it cannot read is left
-# out: the content only makes the log smaller, never different. In C, since the writer thread
-# holds the GIL meanwhile, and the ingest thread waits for it.
+# out: the content only makes the log smaller, never different. The runs are kept in C, in a
+# table of their own (storage/_run_table.pxd), and a transaction's batches are noted with the
+# GIL let go: the writer thread's noting then runs beside the ingest thread, not in turn.
+import os
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport uint8_t, uint64_t
-from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.dict cimport PyDict_Contains
+from libc.stdlib cimport free, malloc
 
 from kvscope.collector._msgpack cimport MAX_DEPTH, Reader, read_array, read_map, read_uint64, skip
+from kvscope.storage._run_table cimport (
+    Table, table_clear, table_init, table_keep_sorted, table_note, table_sort
+)
+
+cdef enum:
+    NO_MEMORY = -3
 
 
 cdef bint all_tokens(Reader* r, Py_ssize_t n) noexcept nogil:
@@ -21,25 +31,28 @@ cdef bint all_tokens(Reader* r, Py_ssize_t n) noexcept nogil:
     return True
 
 
-cdef int note_runs(Reader* r, Py_ssize_t n, Py_ssize_t granule, dict seen, object when,
-                   Py_ssize_t* counts) except -1:
+cdef int note_runs(Reader* r, Py_ssize_t n, Py_ssize_t granule, Table* seen, uint64_t when,
+                   Py_ssize_t* counts) noexcept nogil:
     cdef uint64_t v
     cdef Py_ssize_t k, cut = r.pos
-    cdef bytes run
+    cdef int held
     for k in range(n):
         read_uint64(r, &v)  # read once already: cannot fail
         if (k + 1) % granule == 0:
-            run = PyBytes_FromStringAndSize(<const char*>r.p + cut, r.pos - cut)
-            counts[PyDict_Contains(seen, run)] += r.pos - cut
-            seen[run] = when  # a value replaced: the dict keeps its order and size
+            held = table_note(seen, r.p + cut, r.pos - cut, when)
+            if held < 0:
+                return NO_MEMORY
+            counts[held] += r.pos - cut
             cut = r.pos
     return 0
 
 
-cdef int walk(Reader* r, int depth, Py_ssize_t granule, dict seen, object when,
-              Py_ssize_t* counts) except -2:
+cdef int walk(Reader* r, int depth, Py_ssize_t granule, Table* seen, uint64_t when,
+              Py_ssize_t* counts) noexcept nogil:
+    """0, or -1 where the payload stops reading (what was noted stays), or NO_MEMORY."""
     cdef Py_ssize_t n, k, start
     cdef uint8_t b
+    cdef int done
     if depth > MAX_DEPTH or r.pos >= r.end:
         return -1
     b = r.p[r.pos]
@@ -52,30 +65,122 @@ cdef int walk(Reader* r, int depth, Py_ssize_t granule, dict seen, object when,
             return note_runs(r, n, granule, seen, when, counts)
         r.pos = start
         for k in range(n):
-            if walk(r, depth + 1, granule, seen, when, counts) < 0:
-                return -1
+            done = walk(r, depth + 1, granule, seen, when, counts)
+            if done < 0:
+                return done
         return 0
     if (0x80 <= b <= 0x8F) or b == 0xDE or b == 0xDF:
         if read_map(r, &n) < 0:
             return -1
         for k in range(2 * n):
-            if walk(r, depth + 1, granule, seen, when, counts) < 0:
-                return -1
+            done = walk(r, depth + 1, granule, seen, when, counts)
+            if done < 0:
+                return done
         return 0
     return skip(r, depth)
 
 
-def note_token_runs(bytes payload, Py_ssize_t granule, dict seen, object when) -> tuple[int, int]:
-    """Note in `seen` (run -> when last seen) the payload's runs of `granule` token ids (the
-    ints' msgpack encodings, no array header; a run shorter than `granule` is left out) as seen
-    `when`: (bytes of runs new to it, bytes of runs it held already)."""
-    cdef Reader r
-    cdef Py_ssize_t counts[2]
-    if granule < 1:
-        raise ValueError("granule must be at least 1")
-    r.p = <const uint8_t*>payload
-    r.pos = 0
-    r.end = len(payload)
-    counts[0] = counts[1] = 0
-    walk(&r, 0, granule, seen, when, counts)
-    return counts[0], counts[1]
+cdef class RunTable:
+    """A stream's distinct runs of `granule` token ids (their msgpack bytes), each with when it
+    was last seen (a count the caller keeps), the least recently seen first; of those seen
+    together, the first seen first (as a dict's insertion order kept them). One thread's."""
+
+    cdef Table t
+    cdef readonly Py_ssize_t granule
+    cdef bint busy
+
+    def __cinit__(self, Py_ssize_t granule):
+        if granule < 1:
+            raise ValueError("granule must be at least 1")
+        self.granule = granule
+        if table_init(&self.t, int.from_bytes(os.urandom(8), "little")) < 0:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        table_clear(&self.t)
+
+    def __len__(self):
+        return self.t.count
+
+    def note(self, list payloads, Py_ssize_t step, uint64_t when):
+        """Note the runs of every `step`th of `payloads` (from the first) as seen `when`, the
+        GIL let go meanwhile: (bytes of runs new to the table, bytes of runs it held)."""
+        if step < 1:
+            raise ValueError("step must be at least 1")
+        if self.busy:
+            raise RuntimeError("a RunTable is one thread's")
+        cdef Py_ssize_t n = (len(payloads) + step - 1) // step, i, k = 0
+        cdef Py_ssize_t counts[2]
+        cdef int done = 0
+        cdef Reader* readers = <Reader*>malloc(max(n, 1) * sizeof(Reader))
+        if readers == NULL:
+            raise MemoryError()
+        for i in range(0, len(payloads), step):
+            payload = payloads[i]
+            if type(payload) is not bytes:
+                free(readers)
+                raise TypeError("payloads are bytes")
+            # The list holds each payload, and bytes do not change: their buffers stay put.
+            readers[k].p = <const uint8_t*>PyBytes_AS_STRING(payload)
+            readers[k].pos = 0
+            readers[k].end = PyBytes_GET_SIZE(payload)
+            k += 1
+        counts[0] = counts[1] = 0
+        self.busy = True
+        with nogil:
+            for i in range(n):
+                if walk(&readers[i], 0, self.granule, &self.t, when, counts) == NO_MEMORY:
+                    done = NO_MEMORY
+                    break
+        self.busy = False
+        free(readers)
+        if done == NO_MEMORY:
+            raise MemoryError()
+        return counts[0], counts[1]
+
+    def evict(self, Py_ssize_t held, double down_to):
+        """Drop the least recently seen runs, one at least, until `held` (the bytes held, less
+        those dropped) is `down_to` or under: what is held then."""
+        if self.busy:
+            raise RuntimeError("a RunTable is one thread's")
+        cdef Py_ssize_t drop = 0
+        cdef int done
+        self.busy = True
+        with nogil:
+            table_sort(&self.t)
+            while drop < self.t.count:
+                held -= self.t.entries[drop].length
+                drop += 1
+                if held <= down_to:
+                    break
+            done = table_keep_sorted(&self.t, drop)
+        self.busy = False
+        if done < 0:
+            raise MemoryError()
+        return held
+
+    def runs(self):
+        """The runs held, least recently seen first."""
+        self._sorted()
+        cdef const char* base = <const char*>self.t.bytes
+        return [
+            PyBytes_FromStringAndSize(base + self.t.entries[i].offset, self.t.entries[i].length)
+            for i in range(self.t.count)
+        ]
+
+    def content(self):
+        """The runs held, least recently seen first, joined."""
+        self._sorted()
+        return PyBytes_FromStringAndSize(<const char*>self.t.bytes, self.t.used)
+
+    def seen(self):
+        """{run: when last seen}, least recently seen first."""
+        runs = self.runs()
+        return {run: self.t.entries[i].when for i, run in enumerate(runs)}
+
+    cdef _sorted(self):
+        if self.busy:
+            raise RuntimeError("a RunTable is one thread's")
+        table_sort(&self.t)
+        if table_keep_sorted(&self.t, 0) < 0:
+            raise MemoryError()

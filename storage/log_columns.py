@@ -35,13 +35,8 @@ from collections.abc import Sequence
 import zstandard
 
 from kvscope.storage._granules import GranuleIndex
-from kvscope.storage._log_columns import (
-    join,
-    split,
-    token_planes,
-    tokens_of_planes,
-    xor_planes,
-)
+from kvscope.storage._log_columns import join, joins_back, split
+from kvscope.storage._log_planes import token_planes, tokens_of_planes, xor_planes
 
 FORMAT_3_MAGIC = b"KVL3"
 FORMAT_4_MAGIC = b"KVL4"
@@ -70,11 +65,9 @@ def columns(
     stamps = b"".join(xor_planes(a.tobytes()) for a in (seqs, ts, recv_ts))
     listed = list(payloads)
     parts, verbatim = split(listed, False, granules)
-    try:
-        exact = join(len(listed), *parts, granules=granules) == listed
-    except ValueError:
-        exact = False
-    if not exact:  # never seen: then the chunk is only as small as its skeleton compresses
+    if not joins_back(
+        listed, *parts, granules=granules
+    ):  # never seen: then the chunk is only as small as its skeleton compresses
         parts, verbatim = split(listed, True, granules)
     frames = [stamps, *parts]
     split_ids = token_planes(frames[TOKENS]) if planes and granules is not None else None

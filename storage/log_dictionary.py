@@ -13,8 +13,8 @@ it is new.
 A dictionary is stored once, as its own row under its content's digest, which each chunk
 compressed with it names (idempotent: a retried transaction writes the same row, and a chunk
 decodes from its row and its dictionary's row alone). Memory per stream: the content kept (up
-to `cap` bytes, with a Python object and a dict entry per run), the current dictionary's copy
-of it and zstd's tables for compressing against it.
+to `cap` bytes, and per run a 40-byte entry and its index's slots, in C), the current
+dictionary's copy of it and zstd's tables for compressing against it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import zstandard
 
 from kvscope.storage._granules import GranuleIndex
-from kvscope.storage._token_granules import note_token_runs
+from kvscope.storage._token_granules import RunTable
 
 GRANULE = 16
 """Token ids per run kept: vLLM's usual block size (a larger one is a multiple of it)."""
@@ -136,7 +136,7 @@ class StreamContent:
     def __init__(self, cap: int = DEFAULT_CAP, ratio: float = DEFAULT_RATIO) -> None:
         self.cap = cap
         self.ratio = ratio
-        self._seen: dict[bytes, int] = {}
+        self._seen = RunTable(GRANULE)
         """Distinct runs, and when each was last seen (a count of `see` calls)."""
         self._now = 0
         self._held = 0
@@ -153,16 +153,13 @@ class StreamContent:
     def see(self, payloads: Sequence[bytes]) -> None:
         """Note the runs of `payloads` (a transaction's) as seen now: all of them while the
         content is short of the cap or changing, one batch in `SAMPLE` once it holds steady
-        (the writer holds the GIL meanwhile; a change still shows in the sample)."""
+        (less to walk; a change still shows in the sample). The walk lets go of the GIL."""
         if not self.cap:
             return
         self._now += 1
         step = SAMPLE if self._steady else 1
-        seen, now, fresh, recurred = self._seen, self._now, 0, 0
-        for payload in payloads[::step]:
-            new, again = note_token_runs(payload, GRANULE, seen, now)
-            fresh += new
-            recurred += again
+        listed = payloads if type(payloads) is list else list(payloads)
+        fresh, recurred = self._seen.note(listed, step, self._now)
         self._steady = self._held >= EVICT_TO * self.cap and fresh < FRESH_SHARE * recurred
         self._held += fresh
         self._fresh += fresh
@@ -170,15 +167,11 @@ class StreamContent:
         if self._held > self.cap:
             # The least recently seen go, down to EVICT_TO of the cap: a sort per eviction,
             # not a move per run seen.
-            for run in self.runs():
-                del seen[run]
-                self._held -= len(run)
-                if self._held <= EVICT_TO * self.cap:
-                    break
+            self._held = self._seen.evict(self._held, EVICT_TO * self.cap)
 
     def runs(self) -> list[bytes]:
         """The runs held, least recently seen first (of those seen together, first seen first)."""
-        return sorted(self._seen, key=self._seen.__getitem__)
+        return self._seen.runs()
 
     def stored(self, log_bytes: int) -> None:
         self._since += log_bytes
@@ -193,6 +186,6 @@ class StreamContent:
             return None
         if self._recurred < size or self._fresh < FRESH_SHARE * size:
             return None
-        self.current = Dictionary(b"".join(self.runs()))  # the most recent last: nearest
+        self.current = Dictionary(self._seen.content())  # the most recent last: nearest
         self._since = self._fresh = self._recurred = 0
         return self.current

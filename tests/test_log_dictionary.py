@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from kvscope.collector.types import StreamId
-from kvscope.storage._token_granules import note_token_runs
+from kvscope.storage._token_granules import RunTable
 from kvscope.storage.log_chunks import Chunk, ChunkError, named_dictionary, pack
 from kvscope.storage.log_dictionary import (
     GRANULE,
@@ -77,27 +77,30 @@ def test_token_runs_are_read_from_either_layout_and_hashes_are_not(layout: str) 
         stored(other, hashes[3:4], layout),
     ]
     runs = runs_of(tokens) + runs_of(other)
-    seen: dict[bytes, int] = {}
+    seen = RunTable(GRANULE)
     size = sum(map(len, runs))
-    assert note_token_runs(payload(events), GRANULE, seen, 1) == (size, 0)
-    assert seen == dict.fromkeys(runs, 1)
-    # Seen again: nothing new, all of it recurred, and noted as seen then.
-    assert note_token_runs(payload(events[:1]), GRANULE, seen, 2) == (0, sum(map(len, runs[:3])))
-    assert seen == {**dict.fromkeys(runs, 1), **dict.fromkeys(runs[:3], 2)}
+    assert seen.note([payload(events)], 1, 1) == (size, 0)
+    assert seen.seen() == dict.fromkeys(runs, 1)
+    # Seen again: nothing new, all of it recurred, and noted as seen then (the most recent
+    # last, of those seen together the first seen first).
+    assert seen.note([payload(events[:1])], 1, 2) == (0, sum(map(len, runs[:3])))
+    assert list(seen.seen().items()) == [(run, 1) for run in runs[3:]] + [
+        (run, 2) for run in runs[:3]
+    ]
 
 
 def test_token_runs_of_what_is_no_batch_are_none_or_some_and_never_fail() -> None:
     rng = random.Random(5)
     for n in range(300):
-        seen: dict[bytes, int] = {}
-        new, _ = note_token_runs(rng.randbytes(n), GRANULE, seen, 1)
-        assert new == sum(map(len, seen)) and all(type(run) is bytes for run in seen)
-    cut: dict[bytes, int] = {}
+        seen = RunTable(GRANULE)
+        new, _ = seen.note([rng.randbytes(n)], 1, 1)
+        assert new == sum(map(len, seen.runs())) == len(seen.content())
+    cut = RunTable(GRANULE)
     first = stored(list(range(GRANULE)), [1])
     tokens_last = ["BlockStored", [2], None, list(range(GRANULE, 3 * GRANULE))]
     whole = msgspec.msgpack.encode([1.0, [first, tokens_last]])
-    note_token_runs(whole[:-5], GRANULE, cut, 1)  # an array cut short is no token ids
-    assert list(cut) == runs_of(list(range(GRANULE)))
+    cut.note([whole[:-5]], 1, 1)  # an array cut short is no token ids
+    assert cut.runs() == runs_of(list(range(GRANULE)))
 
 
 def block_log(

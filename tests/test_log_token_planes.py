@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvscope.collector.capture import read_capture
-from kvscope.storage._log_columns import token_planes, tokens_of_planes
+from kvscope.storage._log_planes import token_planes, tokens_of_planes
 from kvscope.storage.log_chunks import Chunk, pack
 from kvscope.storage.log_columns import FORMAT_4_MAGIC, FORMAT_5_MAGIC
 from kvscope.storage.log_dictionary import Dictionary
