@@ -26,7 +26,7 @@ from kvscope.storage.sql_writer import RowWriter
 from tests.conftest import capture_path
 from tests.migration_support import downgrade, store_at
 from tests.test_log_columns import ANY_MSGPACK, SETTINGS, rows_of
-from tests.test_log_dictionary import A, block_log, token_pool
+from tests.test_log_dictionary import A, B, block_log, token_pool
 from tests.test_log_dictionary_store import stored_dictionaries, write
 from tests.wire_fast_strategies import batch, encoded
 
@@ -117,13 +117,15 @@ def test_vllm_shaped_batches_come_back(data: st.DataObject) -> None:
 
 
 def test_0018_down_rewrites_format_5_chunks_in_format_4_and_up_again(store_url: str) -> None:
-    """A stream's chunks before its first dictionary are format 5, after it format 4's."""
+    """A stream's chunks without a dictionary are format 5 (stream b's: it has none yet; a's
+    before its first are packed again against it), with one format 4's."""
     engine, sid = store_at(store_url, "0018")
     pool = token_pool(random.Random(6), 40)
     rows = [(A, 0, *r[2:]) for r in block_log(random.Random(6), 400, pool)]
     writer = RowWriter(None, packer=LogPacker(ratio=0.5, fmt=5))
     for start in range(0, len(rows), 100):
         write(engine, writer, rows[start : start + 100])
+    write(engine, writer, [(B, 0, *r[2:]) for r in block_log(random.Random(7), 100, pool)])
     query = sa.text("SELECT data FROM log_chunks")
     with engine.connect() as conn:
         before = stored_dictionaries(conn)
