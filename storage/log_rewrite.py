@@ -7,6 +7,8 @@ packs a stream's chunks stored before its first dictionary formed against it
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 from kvscope.storage.log_chunks import pack
@@ -36,12 +38,17 @@ def rewrite_chunk(
 ) -> bool:
     """The chunk at `key` (stream id, epoch, first seq) re-written in format `fmt` against
     `against` (None: no dictionary; it must be stored, and stay so while the chunk names it);
-    False, the chunk left as it was, where its batches would not fit one chunk again."""
+    False, the chunk left as it was, where its batches would not fit one chunk again (or it is
+    gone)."""
     where = _key(chunks, *key)
-    data = conn.execute(sa.select(chunks.c.data).where(where)).scalar_one()
+    data = conn.execute(sa.select(chunks.c.data).where(where)).scalar_one_or_none()
+    if data is None:
+        return False  # retention took it meanwhile (PostgreSQL: between two statements)
     sid = key[0]
     chunk = open_chunk(conn, sid, bytes(data))
-    rows = [(sid, key[1], *chunk.batch(i)) for i in range(len(chunk))]
+    # The stream's id stands for the stream: `pack` only groups rows and finds the dictionary
+    # by it.
+    rows: list[Any] = [(sid, key[1], *chunk.batch(i)) for i in range(len(chunk))]
     again = pack(rows, fmt, {} if against is None else {sid: against})
     if len(again) != 1:
         return False

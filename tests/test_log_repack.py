@@ -17,6 +17,7 @@ from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.log_chunks import SETTABLE_FORMATS
 from kvscope.storage.log_repack import CHUNKS_PER_TRANSACTION
+from kvscope.storage.log_rewrite import rewrite_chunk
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
@@ -107,4 +108,16 @@ def test_repacked_chunks_rebuild_every_instant_exactly(store_url: str) -> None:
         sid = stream_id(conn, STREAM.replica)
         for seq, live in samples.items():
             assert rebuild(conn, position_at_seq(conn, sid, seq), STREAM).map.counts() == live
+    engine.dispose()
+
+
+def test_a_chunk_gone_meanwhile_is_left_alone(store_url: str) -> None:
+    """Retention may take a chunk between the writer's statements (PostgreSQL)."""
+    engine = open_store(store_url)
+    rows = block_log(random.Random(6), 20, token_pool(random.Random(6), 40))
+    write(engine, row_writer(), rows)
+    with engine.begin() as conn:
+        sid = conn.execute(sa.select(schema.streams.c.id)).scalar_one()
+        assert not rewrite_chunk(conn, schema.log_chunks, (sid, 0, len(rows) + 5), 5, None)
+        assert chunk_dictionaries(conn) == [None]
     engine.dispose()
