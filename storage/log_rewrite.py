@@ -1,13 +1,19 @@
-"""A migration's way down past a log chunk format: each chunk of that format re-written in an
-older one against the same dictionary (the same batches, exactly), one at a time so that a
-large log need not fit in memory."""
+"""Log chunks re-written in place: the same batches, exactly, in another format or against
+another dictionary, a chunk at a time (one UPDATE: a reader sees its old bytes or its new ones,
+never neither), so that a large log need not fit in memory. A migration's way down past a chunk
+format takes each chunk of that format to an older one against the same dictionary; the writer
+packs a stream's chunks stored before its first dictionary formed against it
+(storage/log_repack.py)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import sqlalchemy as sa
 
 from kvscope.storage.log_chunks import pack
 from kvscope.storage.log_dictionaries_sql import dictionary, open_chunk
+from kvscope.storage.log_dictionary import Dictionary
 
 
 def rewrite_chunks(conn: sa.Connection, magic: bytes, fmt: int) -> None:
@@ -16,14 +22,45 @@ def rewrite_chunks(conn: sa.Connection, magic: bytes, fmt: int) -> None:
     keys = (chunks.c.stream_id, chunks.c.epoch, chunks.c.first_seq)
     found = conn.execute(sa.select(*keys).where(sa.func.substr(chunks.c.data, 1, 4) == magic))
     for sid, epoch, first_seq in found.all():
-        where = sa.and_(*(c == v for c, v in zip(keys, (sid, epoch, first_seq), strict=True)))
-        data, digest = conn.execute(
-            sa.select(chunks.c.data, chunks.c.dictionary).where(where)
-        ).one()
-        chunk = open_chunk(conn, sid, bytes(data))
-        named = {} if digest is None else {sid: dictionary(conn, sid, bytes(digest))}
-        rows = [(sid, epoch, *chunk.batch(i)) for i in range(len(chunk))]
-        (again,) = pack(rows, fmt, named)  # one run: it was one chunk
-        conn.execute(
-            sa.update(chunks).where(where).values(data=again.data, raw_bytes=again.raw_bytes)
-        )
+        digest = conn.execute(
+            sa.select(chunks.c.dictionary).where(_key(chunks, sid, epoch, first_seq))
+        ).scalar_one()
+        against = None if digest is None else dictionary(conn, sid, bytes(digest))
+        rewrite_chunk(conn, chunks, (sid, epoch, first_seq), fmt, against)
+
+
+def rewrite_chunk(
+    conn: sa.Connection,
+    chunks: sa.Table,
+    key: tuple[int, int, int],
+    fmt: int,
+    against: Dictionary | None,
+) -> bool:
+    """The chunk at `key` (stream id, epoch, first seq) re-written in format `fmt` against
+    `against` (None: no dictionary; it must be stored, and stay so while the chunk names it);
+    False, the chunk left as it was, where its batches would not fit one chunk again (or it is
+    gone)."""
+    where = _key(chunks, *key)
+    data = conn.execute(sa.select(chunks.c.data).where(where)).scalar_one_or_none()
+    if data is None:
+        return False  # retention took it meanwhile (PostgreSQL: between two statements)
+    sid = key[0]
+    chunk = open_chunk(conn, sid, bytes(data))
+    # The stream's id stands for the stream: `pack` only groups rows and finds the dictionary
+    # by it.
+    rows: list[Any] = [(sid, key[1], *chunk.batch(i)) for i in range(len(chunk))]
+    again = pack(rows, fmt, {} if against is None else {sid: against})
+    if len(again) != 1:
+        return False
+    conn.execute(
+        sa.update(chunks)
+        .where(where)
+        .values(data=again[0].data, raw_bytes=again[0].raw_bytes, dictionary=again[0].dictionary)
+    )
+    return True
+
+
+def _key(chunks: sa.Table, sid: int, epoch: int, first_seq: int) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        chunks.c.stream_id == sid, chunks.c.epoch == epoch, chunks.c.first_seq == first_seq
+    )

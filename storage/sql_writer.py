@@ -20,6 +20,7 @@ from kvscope.storage.log_chunks import ChunkRow
 from kvscope.storage.log_dictionaries_sql import insert_dictionaries
 from kvscope.storage.log_dictionary import DictionaryRow
 from kvscope.storage.log_packer import LogPacker
+from kvscope.storage.log_repack import PreDictionaryRepack
 from kvscope.storage.prefix_followers import PrefixFollowers
 from kvscope.storage.prefix_groups_store import store_prefix_groups
 from kvscope.storage.rows import (
@@ -95,6 +96,7 @@ class RowWriter:
         self.followers = followers or PrefixFollowers()
         self.packer = packer or LogPacker()
         self.checkpoints = checkpoints or CheckpointEncoder(0.0)
+        self.repack = PreDictionaryRepack(self.packer.fmt)
         self.streams_written = 0
         """The streams whose log the last transaction prepared held: how many the next may
         take rows for (`writer_state.rows_per_take`)."""
@@ -107,6 +109,7 @@ class RowWriter:
         self.followers.forget()
         # A key in it may be refused for good: deltas are made on keys known to be written.
         self.checkpoints.forget()
+        self.repack.forget()
 
     def forget_stream(self, stream: StreamId) -> None:
         """`stream` is written no more (its lease moved away): its reset's follower, its
@@ -114,6 +117,7 @@ class RowWriter:
         self.followers.drop(stream)
         self.packer.forget(stream)
         self.checkpoints.forget(stream)
+        self.repack.forget(stream)
         self._stream_ids.pop(stream, None)
         for key in [k for k in self._reset_ids if k[0] == stream]:
             del self._reset_ids[key]
@@ -179,6 +183,7 @@ class RowWriter:
                 self.fence.refused(stream, rows)
                 self.packer.forget(stream)
                 self.checkpoints.forget(stream)
+                self.repack.forget(stream)
         # Epochs, resets and recoveries keep their order (a recovery needs its reset's id).
         for row in prepared.ordered:
             self._write_one(conn, row)
@@ -187,6 +192,7 @@ class RowWriter:
             insert_dictionaries(conn, prepared.dictionaries, stream_id)
         if prepared.chunks:
             insert_chunks(conn, prepared.chunks, stream_id)
+            self.repack.repack(conn, prepared.chunks, self.packer.current().get, stream_id)
         if prepared.rollups:
             upsert_rollups(conn, prepared.rollups, stream_id)
         # After the log: the groups follow it (the batches up to an offset came before the

@@ -17,7 +17,7 @@ from kvscope.storage.log_columns import FORMAT_3_MAGIC, FORMAT_4_MAGIC, FORMAT_5
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.rows import LogRow, Row
 from kvscope.storage.sql_writer import RowWriter
-from tests.test_log_dictionary import A, block_log, token_pool
+from tests.test_log_dictionary import A, B, block_log, token_pool
 
 MAGICS = (FORMAT_2_MAGIC, FORMAT_3_MAGIC, FORMAT_4_MAGIC, FORMAT_5_MAGIC)
 """What a stored chunk of format 2 and on begins with (format 1's begins with none of them)."""
@@ -86,18 +86,23 @@ def log_down_and_up(
     magics: set[bytes | None],
     down_magics: set[bytes | None],
     dictionaries_go: bool = False,
+    second_stream: bool = False,
 ) -> None:
     """A log written in chunk format `fmt` at revision `at`, as a kvscope at `at` writes it (its
     dictionaries formed as it goes), comes back the same batches one revision down and up again.
     Its chunks begin with `magics` before, `down_magics` after (None: format 1's, which have
     none). The dictionaries stay, named by the same chunks; with `dictionaries_go`, they go with
-    their table and the chunks' column that names them."""
+    their table and the chunks' column that names them. With `second_stream`, a stream with no
+    dictionary yet is written too (the writer packs a stream's first chunks again once its first
+    dictionary forms, so only such a stream keeps dictionary-less chunks)."""
     engine, sid = store_at(store_url, at)
     pool = token_pool(random.Random(6), 40)
     rows = [(A, 0, *r[2:]) for r in block_log(random.Random(6), 400, pool)]
     writer = RowWriter(None, packer=LogPacker(ratio=0.5, fmt=fmt))
     for start in range(0, len(rows), 100):
         write(engine, writer, rows[start : start + 100])
+    if second_stream:
+        write(engine, writer, [(B, 0, *r[2:]) for r in block_log(random.Random(7), 100, pool)])
     with engine.connect() as conn:
         before = stored_dictionaries(conn)
         assert _magics(_chunks(conn)) == magics

@@ -111,5 +111,8 @@ def test_vllm_shaped_batches_come_back(data: st.DataObject) -> None:
 
 
 def test_0018_down_rewrites_format_5_chunks_in_format_4_and_up_again(store_url: str) -> None:
-    """A stream's chunks before its first dictionary are format 5, after it format 4's."""
-    log_down_and_up(store_url, "0018", 5, {FORMAT_4_MAGIC, FORMAT_5_MAGIC}, {FORMAT_4_MAGIC})
+    """A stream's chunks without a dictionary are format 5 (stream b's: it has none yet; a's
+    before its first are packed again against it), with one format 4's."""
+    log_down_and_up(
+        store_url, "0018", 5, {FORMAT_4_MAGIC, FORMAT_5_MAGIC}, {FORMAT_4_MAGIC}, second_stream=True
+    )

@@ -1,0 +1,87 @@
+"""A stream's chunks stored before its first log dictionary formed, packed again against it.
+
+A stream's writer has no dictionary until its content has recurred enough
+(storage/log_dictionary.py): on a busy stream that is tens of seconds of log, whose chunks pack
+about twice as large as those after. Once a transaction's chunks name the stream's current
+dictionary, that transaction also re-writes up to `CHUNKS_PER_TRANSACTION` of the stream's
+chunks that name none (storage/log_rewrite.py: the same batches, exactly, in the writer's
+format; one UPDATE each, so a reader sees a chunk's old bytes or its new ones, and a failed
+transaction leaves the old), until none is left. The dictionary is safe to name: the
+transaction stores it if it is not stored yet, and its own chunks name it, so retention keeps
+it. Every dictionary-less chunk of the stream is taken, whichever epoch or writer stored it (a
+restarted writer has none until its content recurs again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import sqlalchemy as sa
+
+from kvscope.collector.types import StreamId
+from kvscope.storage import schema
+from kvscope.storage.log_chunks import ChunkRow
+from kvscope.storage.log_dictionary import Dictionary
+from kvscope.storage.log_rewrite import rewrite_chunk
+
+CHUNKS_PER_TRANSACTION = 2
+"""Chunks re-written per transaction, at most: bounded work in the writer's transaction (a chunk
+holds up to `MAX_CHUNK_BATCHES` batches), the rest left to the next ones."""
+
+
+class PreDictionaryRepack:
+    """The writer thread's: which streams may still have chunks that name no dictionary."""
+
+    def __init__(self, fmt: int, per_transaction: int = CHUNKS_PER_TRANSACTION) -> None:
+        self.fmt = fmt
+        self.per_transaction = per_transaction
+        self._done: set[StreamId] = set()
+        """Streams with none left, as of a transaction committed (or one under way)."""
+        self._after: dict[StreamId, tuple[int, int]] = {}
+        """Per stream, the last chunk looked at: one that could not be re-written (its batches
+        no longer fit one chunk) is passed by, not taken again and again."""
+
+    def repack(
+        self,
+        conn: sa.Connection,
+        chunks: Sequence[ChunkRow],
+        current: Callable[[StreamId], Dictionary | None],
+        stream_id: Callable[[StreamId], int],
+    ) -> int:
+        """Within the transaction writing `chunks`: re-write, for each stream whose chunks
+        there name its `current` dictionary, some of its chunks that name none; how many."""
+        named = {c.stream for c in chunks if c.dictionary is not None}
+        done = 0
+        for stream in named - self._done:
+            found = current(stream)
+            if found is None or not any(
+                c.stream == stream and c.dictionary == found.digest for c in chunks
+            ):
+                continue
+            sid = stream_id(stream)
+            c = schema.log_chunks
+            query = sa.select(c.c.epoch, c.c.first_seq).where(
+                c.c.stream_id == sid, c.c.dictionary.is_(None)
+            )
+            after = self._after.get(stream)
+            if after is not None:
+                query = query.where(sa.tuple_(c.c.epoch, c.c.first_seq) > after)
+            keys = conn.execute(
+                query.order_by(c.c.epoch, c.c.first_seq).limit(self.per_transaction + 1)
+            ).all()
+            for epoch, first_seq in keys[: self.per_transaction]:
+                done += rewrite_chunk(conn, c, (sid, epoch, first_seq), self.fmt, found)
+                self._after[stream] = (epoch, first_seq)
+            if len(keys) <= self.per_transaction:
+                self._done.add(stream)
+        return done
+
+    def forget(self, stream: StreamId | None = None) -> None:
+        """A failed transaction (None: every stream's re-writes rolled back with it), or a
+        stream another writer may have written meanwhile: look again."""
+        if stream is None:
+            self._done.clear()
+            self._after.clear()
+        else:
+            self._done.discard(stream)
+            self._after.pop(stream, None)

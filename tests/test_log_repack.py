@@ -1,0 +1,123 @@
+"""The chunks a stream's writer stored before its first log dictionary formed, packed again
+against it (storage/log_repack.py): the same batches, exactly, in fewer bytes; a transaction at
+a time, rolled back with one that fails."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import sqlalchemy as sa
+
+from kvscope.collector.capture import read_capture
+from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.sink import AppliedBatch, FanOut, NullSink
+from kvscope.storage import batch_log, schema
+from kvscope.storage.engine import open_store
+from kvscope.storage.history import position_at_seq, rebuild, stream_id
+from kvscope.storage.log_chunks import SETTABLE_FORMATS
+from kvscope.storage.log_repack import CHUNKS_PER_TRANSACTION
+from kvscope.storage.log_rewrite import rewrite_chunk
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
+from tests.conftest import capture_path
+from tests.test_log_dictionary import block_log, token_pool
+from tests.test_log_dictionary_store import retokened, row_writer, write
+from tests.test_store import STREAM
+
+
+def chunk_dictionaries(conn: sa.Connection) -> list[bytes | None]:
+    """Each chunk's dictionary digest (None: none), in log order."""
+    c = schema.log_chunks
+    found = conn.execute(sa.select(c.c.dictionary).order_by(c.c.epoch, c.c.first_seq))
+    return [None if d is None else bytes(d) for d in found.scalars()]
+
+
+@pytest.mark.parametrize("fmt", SETTABLE_FORMATS)
+def test_after_the_first_dictionary_no_chunk_is_in_the_pre_dictionary_layout(
+    store_url: str, fmt: int
+) -> None:
+    engine = open_store(store_url)
+    rows = block_log(random.Random(4), 1200, token_pool(random.Random(4), 40))
+    writer = row_writer(fmt=fmt)
+    sizes = []
+    for start in range(0, len(rows), 10):
+        write(engine, writer, rows[start : start + 10])
+        with engine.connect() as conn:
+            sizes.append(chunk_dictionaries(conn))
+    first = next(i for i, named in enumerate(sizes) if any(named))
+    # Chunks stored before it, more than one transaction re-writes.
+    assert len(sizes[first - 1]) > CHUNKS_PER_TRANSACTION
+    with engine.connect() as conn:
+        assert None not in chunk_dictionaries(conn)
+        sid = conn.execute(sa.select(schema.streams.c.id)).scalar_one()
+        got = [(b.batch.seq, b.batch.ts, b.batch.payload) for b in batch_log.all_batches(conn, sid)]
+        assert got == [(r[2], r[3], r[5]) for r in rows]
+    engine.dispose()
+
+
+def test_a_repack_fails_with_its_transaction_and_is_done_again(store_url: str) -> None:
+    engine = open_store(store_url)
+    rows = block_log(random.Random(5), 1200, token_pool(random.Random(5), 40))
+    writer = row_writer()
+    start, lost = 0, False
+    while start < len(rows):
+        with engine.connect() as conn:
+            named = chunk_dictionaries(conn)
+        # The first transaction after a dictionary named by a chunk: the one that repacks.
+        fail = not lost and any(named) and None in named
+        write(engine, writer, rows[start : start + 10], lost=fail)
+        if fail:
+            with engine.connect() as conn:
+                assert chunk_dictionaries(conn) == named  # old bytes, never neither
+            lost = True
+            continue  # the same rows again, as the writer retries them
+        start += 10
+    assert lost
+    with engine.connect() as conn:
+        assert None not in chunk_dictionaries(conn)
+        sid = conn.execute(sa.select(schema.streams.c.id)).scalar_one()
+        got = [(b.batch.seq, b.batch.payload) for b in batch_log.all_batches(conn, sid)]
+        assert got == [(r[2], r[5]) for r in rows]
+    engine.dispose()
+
+
+def test_repacked_chunks_rebuild_every_instant_exactly(store_url: str) -> None:
+    pool = token_pool(random.Random(1), 200)
+    settings = StoreSettings(
+        checkpoint_every_batches=700, rows_per_transaction=300, log_dictionary_ratio=0.5
+    )
+    writer = StoreWriter(open_store(store_url), settings)
+    samples: dict[int, dict[tuple[int, int], int]] = {}
+    rng = random.Random(3)
+
+    class Sample(NullSink):
+        def applied(self, batch: AppliedBatch) -> None:
+            if rng.randrange(40) == 0:
+                samples[batch.seq] = ingest.map.counts()
+
+    ingest = StreamIngest(STREAM, can_replay=False, sink=FanOut(writer, Sample()))
+    for record in read_capture(capture_path("lab_10rps_300s.msgpack.gz")):
+        ingest.live_frames(retokened(record.frames, pool), record.recv_ts)
+    writer.close()
+    assert writer.stats.batches_dropped == 0 and len(samples) > 50
+    engine = open_store(store_url)
+    with engine.connect() as conn:
+        named = chunk_dictionaries(conn)
+        assert len(named) > CHUNKS_PER_TRANSACTION and None not in named
+        sid = stream_id(conn, STREAM.replica)
+        for seq, live in samples.items():
+            assert rebuild(conn, position_at_seq(conn, sid, seq), STREAM).map.counts() == live
+    engine.dispose()
+
+
+def test_a_chunk_gone_meanwhile_is_left_alone(store_url: str) -> None:
+    """Retention may take a chunk between the writer's statements (PostgreSQL)."""
+    engine = open_store(store_url)
+    rows = block_log(random.Random(6), 20, token_pool(random.Random(6), 40))
+    write(engine, row_writer(), rows)
+    with engine.begin() as conn:
+        sid = conn.execute(sa.select(schema.streams.c.id)).scalar_one()
+        assert not rewrite_chunk(conn, schema.log_chunks, (sid, 0, len(rows) + 5), 5, None)
+        assert chunk_dictionaries(conn) == [None]
+    engine.dispose()
