@@ -12,8 +12,9 @@ import pytest
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.storage import batch_log
+from kvscope.storage.log_dictionaries_sql import open_chunk
 from kvscope.storage.reset_follower import ResetFollower
-from tests import test_reset_groups_follow as follow_tests
+from kvscope.storage.reset_prefixes import reset_prefixes
 from tests.conftest import capture_path
 from tests.test_reset_groups_follow import STREAM, Checked, _writer
 
@@ -23,8 +24,8 @@ def advance_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Per follower advance, the log chunks it opened (its rebuild from the store aside)."""
     reads: list[int] = []
     inside, observing = [False], [False]
-    open_chunk, advance = batch_log.open_chunk, ResetFollower.advance
-    fresh = follow_tests.reset_prefixes
+    advance = ResetFollower.advance
+    fresh = reset_prefixes
 
     def counted_open(*args: Any) -> Any:
         if inside[0]:
@@ -49,9 +50,9 @@ def advance_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
         finally:
             observing[0] = False
 
-    monkeypatch.setattr(batch_log, "open_chunk", counted_open)
+    monkeypatch.setattr(batch_log, "open_chunk", counted_open, raising=True)
     monkeypatch.setattr(ResetFollower, "advance", counted_advance)
-    monkeypatch.setattr(follow_tests, "reset_prefixes", observed)
+    monkeypatch.setattr("tests.test_reset_groups_follow.reset_prefixes", observed)
     yield reads
 
 
