@@ -5,6 +5,7 @@ shared machine.
     python benchmarks/fleet_store_instructions.py [--publishers 10] [--fleet 200] [--seed 1]
                                   [--windows start:0:5,steady:30:35] [--store sqlite]
                                   [--parts] [--native] [--annotate DIR]
+                                  [--reset-every 40] [--per-reset]
 
 The stream is benchmarks/fleet.py's (one replica's batches at an H200's rate, a reset every 40 s
 of it), played by `--publishers` publishers with llm-d topics, round-robin, each from seq 0, each
@@ -30,6 +31,13 @@ Each window (`name:from:to`, seconds of the stream) is counted, in runs of its o
 - with `--parts`, parts of `writer`: `prepare` (packing, checkpoint encoding), `pack` (the log
   into chunks, and its dictionaries), `chunks` (the packing alone), `dictionary` (new
   dictionaries made), `checkpoints` (their encoding), `sql` (the transaction's statements).
+- with `--parts`, the reset's parts of `writer` too: `groups` (the prefix groups followed at
+  each recovery row, `PrefixFollowers.groups`), `reads` (the log chunks opened for them and
+  for the rebuilds they start from, `batch_log.open_chunk`), `before` (the reset's `before`
+  map encoded).
+`--reset-every` sets the stream's reset interval (seconds of a replica's stream): the default
+windows hold none at 40 s. `--per-reset` plays each window twice more, without resets, and
+prints the writer's count per reset (the difference over the resets the window holds).
 It prints instructions per replica-second of each. `--native` runs each once without valgrind
 and prints seconds (noisy; for a quick look). `--annotate DIR` keeps callgrind's files there.
 Needs valgrind.
@@ -58,6 +66,9 @@ RESET_EVERY_S = 40.0
 CLOCK_START = 1_796_051_000.0
 KINDS = ("memory", "ingest", "writer")
 PARTS = ("prepare", "pack", "chunks", "dictionary", "checkpoints", "sql")
+RESET_PARTS = ("groups", "reads", "before")
+NO_RESETS_S = 1e9
+"""`--per-reset`'s baseline: the same stream's batches with no reset in reach."""
 
 _counting = False
 _seconds = 0.0
@@ -82,9 +93,10 @@ def _counted(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _patch(part: str) -> None:
     """The writer with `part` counted (a class's method or a module's function)."""
-    from kvscope.storage import log_packer
+    from kvscope.storage import batch_log, log_packer, sql_writer
     from kvscope.storage.checkpoint_deltas import CheckpointEncoder
     from kvscope.storage.log_dictionary import StreamContent
+    from kvscope.storage.prefix_followers import PrefixFollowers
     from kvscope.storage.sql_writer import RowWriter
 
     target: Any = {
@@ -94,6 +106,9 @@ def _patch(part: str) -> None:
         "dictionary": (StreamContent, "refresh"),
         "checkpoints": (CheckpointEncoder, "encode"),
         "sql": (RowWriter, "write"),
+        "groups": (PrefixFollowers, "groups"),
+        "reads": (batch_log, "open_chunk"),
+        "before": (sql_writer, "encode_copy"),
     }[part]
     owner, name = target
     setattr(owner, name, _counted(getattr(owner, name)))
@@ -137,7 +152,7 @@ def child(
     say_source(prefix_map.__file__)
     payloads, cum = msgspec.msgpack.decode(Path(data_file).read_bytes())
     write_loop.WriteLoop._run = lambda self: None  # type: ignore[method-assign]
-    if kind in PARTS:
+    if kind in PARTS or kind in RESET_PARTS:
         _patch(kind)
     defaults = StoreSettings()
     rows_per_take = max(1, round(_fleet_take(defaults, fleet) * publishers / fleet))
@@ -177,6 +192,7 @@ def child(
         if queue is None:
             continue
         counts["messages"] += _counting
+
         pending = len(queue._rows)
         if pending and oldest is None:
             oldest = at
@@ -233,6 +249,12 @@ def main() -> None:
     parser.add_argument("--kinds", help="only these runs (comma-separated)")
     parser.add_argument("--native", action="store_true", help="seconds, without valgrind")
     parser.add_argument("--annotate", help="keep callgrind's files in this folder")
+    parser.add_argument(
+        "--reset-every", type=float, default=RESET_EVERY_S, help="seconds between resets"
+    )
+    parser.add_argument(
+        "--per-reset", action="store_true", help="also the writer without resets: per reset"
+    )
     parser.add_argument("--child", nargs=7, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -242,6 +264,7 @@ def main() -> None:
     if not args.native:
         need_valgrind("fleet_store_instructions.py")
     sys.path.insert(0, str(HERE))
+    from _ingest_stream import VllmAllBlocksCleared, VllmEventBatch
     from fleet import fleet_stream
 
     windows = []
@@ -249,9 +272,16 @@ def main() -> None:
         name, a, b = spec.split(":")
         windows.append((name, float(a), float(b)))
     seconds = max(b for _, _, b in windows) + 1
-    stream = fleet_stream(RATE, seconds, args.seed, RESET_EVERY_S)
+    stream = fleet_stream(RATE, seconds, args.seed, args.reset_every)
+    quiet = fleet_stream(RATE, seconds, args.seed, NO_RESETS_S) if args.per_reset else None
+    decode = msgspec.msgpack.Decoder(VllmEventBatch).decode
+    clears = [
+        c / RATE
+        for c, payload in zip(stream.cum_events, stream.payloads, strict=True)
+        if any(isinstance(e, VllmAllBlocksCleared) for e in decode(payload).events)
+    ]
     p = args.publishers
-    kinds = (*KINDS, *PARTS) if args.parts else KINDS
+    kinds = (*KINDS, *PARTS, *RESET_PARTS) if args.parts else KINDS
     if args.kinds:
         kinds = tuple(args.kinds.split(","))
     unit = "s" if args.native else "instructions"
@@ -264,6 +294,9 @@ def main() -> None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         data_file = str(Path(tmp) / "stream.msgpack")
         Path(data_file).write_bytes(msgspec.msgpack.encode([stream.payloads, stream.cum_events]))
+        quiet_file = str(Path(tmp) / "quiet.msgpack")
+        if quiet is not None:
+            Path(quiet_file).write_bytes(msgspec.msgpack.encode([quiet.payloads, quiet.cum_events]))
         n = 0
         for name, a, b in windows:
             replica_s = p * (b - a)
@@ -276,7 +309,15 @@ def main() -> None:
                 figures[kind], counts = counted_child(kind, child_args, out_dir, args.native)
                 if kind == "writer":
                     txs = counts["transactions"]
-            print(f"{name} ({a:g}-{b:g} s of the stream, {txs:g} transactions):")
+            resets = p * sum(1 for at in clears if a <= at < b)
+            quiet_txs = 0.0
+            if quiet is not None:
+                n += 1
+                url = _store_url(args.store, stack, tmp, n)
+                child_args = [quiet_file, url, str(p), str(args.fleet), str(a), str(b)]
+                quiet_writer, counts = run_child("writer", child_args, out_dir, args.native)
+                quiet_txs = counts["transactions"]
+            print(f"{name} ({a:g}-{b:g} s of the stream, {txs:g} transactions, {resets} resets):")
             per = {k: v / replica_s for k, v in figures.items()}
             scale = 1e3 if args.native else 1
             what = "ms" if args.native else "instructions"
@@ -292,6 +333,16 @@ def main() -> None:
                     print(f"    {part:<10} {per[part] * scale:12,.1f}")
             if txs:
                 print(f"  ({unit} per transaction: {figures['writer'] / txs:,.4g})")
+            if quiet is not None and resets and "writer" in figures:
+                extra = figures["writer"] - quiet_writer
+                print(
+                    f"  without resets: writer {quiet_writer / replica_s * scale:,.1f} per "
+                    f"replica-second, {quiet_txs:g} transactions; per reset: "
+                    f"{extra / resets:,.4g} {unit}"
+                )
+                for part in RESET_PARTS:
+                    if part in figures:
+                        print(f"    {part:<10} {figures[part] / resets:12,.4g} {unit} per reset")
 
 
 if __name__ == "__main__":

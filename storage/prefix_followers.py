@@ -2,6 +2,13 @@
 stream, fed at each recovery offset only the batches logged since the last, instead of rebuilding
 the map after the clear and replaying the window again at every offset.
 
+Fed from memory: the writer hands over each transaction's rows as it writes them (`logged`), and
+the batches of a stream with a follower (or a reset not answered yet) are held until a follower
+has applied them (storage/held_log.py), so that the chunks just written are not read back. The
+store is read only where they are not held: a follower started anew, past the cap, after a
+restart of the collector or a failed transaction, or past `hold_bytes`; the batches read then
+are held from there on.
+
 Bounded: a follower is dropped once its recovery is complete, replaced when the stream's next
 reset is followed, dropped when the stream's lease moves to another collector, and at most
 `cap` are held; past the cap (and after a restart of the collector or a failed transaction,
@@ -11,40 +18,82 @@ again from there while there is room. Writer thread only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sqlalchemy import Connection, select
 
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
+from kvscope.storage.held_log import HeldLog
 from kvscope.storage.history import NotInStore
-from kvscope.storage.reset_follower import ResetFollower
+from kvscope.storage.reset_follower import ResetFollower, follow_start
 from kvscope.storage.reset_prefix_types import ResetPrefixes
 from kvscope.storage.reset_prefixes import offsets_reached
+from kvscope.storage.rows import LogRow, ResetRow, Row
 from kvscope.storage.store_settings import StoreSettings
+
+HOLD_BYTES = 256 << 20
+"""The most payload bytes held for all followers: past it the largest logs are let go (their
+followers read the store)."""
 
 
 class PrefixFollowers:
-    def __init__(self, cap: int = StoreSettings.prefix_followers) -> None:
+    def __init__(
+        self, cap: int = StoreSettings.prefix_followers, hold_bytes: int = HOLD_BYTES
+    ) -> None:
         self.cap = cap
+        self.hold_bytes = hold_bytes
         self._held: dict[StreamId, ResetFollower] = {}
+        self._logs: dict[StreamId, HeldLog] = {}
         self.replayed = 0
         """Batches applied to followers' maps, all resets and offsets together."""
         self.rebuilt = 0
         """Followers started from the store (a reset's first offset, or a fallback)."""
+        self.read_back = 0
+        """Advances fed from the store (the batches were not held)."""
         self.observe: Callable[[Connection, ResetPrefixes], None] | None = None
         """Told each answer, within the writer's transaction (for tests)."""
 
     def held(self) -> int:
         return len(self._held)
 
+    def held_bytes(self) -> int:
+        return sum(log.nbytes for log in self._logs.values())
+
     def forget(self) -> None:
         """A failed transaction may have rolled back batches the followers were fed."""
         self._held.clear()
+        self._logs.clear()
 
     def drop(self, stream: StreamId) -> None:
         """`stream` is followed no more here (its lease moved away)."""
         self._held.pop(stream, None)
+        self._logs.pop(stream, None)
+
+    def logged(self, ordered: Sequence[Row], log: Sequence[LogRow]) -> None:
+        """A transaction's rows as it writes them (`ordered`: its rare rows, `log`: its
+        batches), before it asks for any groups: a reset's stream is held from its clear on."""
+        logs = self._logs
+        if self.cap > 0:
+            for row in ordered:
+                if type(row) is not ResetRow:
+                    continue
+                epoch, after = follow_start(*row.key)
+                have = logs.get(row.stream)
+                # A log held from before covers the new reset (and the older one's last row).
+                if have is None or have.epoch != epoch or have.after > after:
+                    logs[row.stream] = HeldLog(epoch, after)
+        if not logs:
+            return
+        for row in log:
+            held = logs.get(row[0])
+            if held is not None and row[1] == held.epoch and not held.add(row):
+                del logs[row[0]]  # not known any more: read from the store
+        if len(logs) and self.held_bytes() > self.hold_bytes:
+            for stream in sorted(logs, key=lambda s: logs[s].nbytes, reverse=True):
+                del logs[stream]
+                if self.held_bytes() <= self.hold_bytes:
+                    break
 
     def groups(self, conn: Connection, stream: StreamId, reset_id: int) -> ResetPrefixes:
         """The reset's answer as of the offsets stored for it now (NotInStore: as
@@ -57,15 +106,29 @@ class PrefixFollowers:
         held = self._held.pop(stream, None)
         follower = held
         if follower is None or follower.reset_id != reset_id or not follower.follows(offsets):
-            follower = ResetFollower(conn, reset_id)
+            try:
+                follower = ResetFollower(conn, reset_id)
+            except NotInStore:
+                self._logs.pop(stream, None)  # never followed: its batches need not be held
+                raise
             self.rebuilt += 1
+        log = self._logs.get(stream)
+        batches = None if log is None else log.since(follower.epoch, follower.after)
+        self.read_back += batches is None and bool(offsets)
         done = follower.replayed
-        follower.advance(conn, offsets)
+        left = follower.advance(conn, offsets, batches)
         self.replayed += follower.replayed - done
         # A stream recovers from its newest reset only: an older one's last row is not kept.
         newest = held if held is not None and held.reset_id > reset_id else follower
         if (newest is not follower or not complete[0]) and len(self._held) < self.cap:
             self._held[stream] = newest
+        if newest is follower and stream in self._held:
+            if log is not None and batches is not None:
+                log.trim(follower.after)
+            else:  # what was read back past the last offset is the log from here on
+                self._logs[stream] = HeldLog.read_back(stream, follower.epoch, follower.after, left)
+        elif stream not in self._held:
+            self._logs.pop(stream, None)
         found = follower.result(bool(complete[0]))
         if self.observe is not None:
             self.observe(conn, found)

@@ -7,7 +7,9 @@ one per recovering stream and feeds it only the batches logged since (storage/pr
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
+from itertools import chain
 
 from sqlalchemy import Connection, select
 
@@ -20,6 +22,7 @@ from kvscope.collector.types import StreamId, TableKey
 from kvscope.collector.wire import BatchDecoder
 from kvscope.storage import batch_log, schema
 from kvscope.storage.history import NotInStore, Position, rebuild
+from kvscope.storage.log_chunks import LoggedBatch
 from kvscope.storage.reset_orphans import Orphans
 from kvscope.storage.reset_prefix_types import (
     BACK_SHARE,
@@ -90,12 +93,10 @@ class ResetFollower:
             # The batch that cleared the map (a restart's first) is where following starts:
             # without it (pruned, or dropped in an outage) the map after the clear is unknown.
             raise NotInStore(f"reset {reset_id}: its clear's batch (seq {row.seq}) is not stored")
+        self.epoch, self.after = follow_start(row.epoch, row.seq, row.reason)
         if restart:
-            # A new epoch from an empty map; its first batch (`seq`) is the first one followed.
-            self.epoch, self.after = row.epoch + 1, row.seq - 1
             self.view, self.unknown = PrefixMap(stream), []
         else:
-            self.epoch, self.after = row.epoch, row.seq
             rebuilt = rebuild(conn, Position(row.stream_id, self.epoch, self.after, row.ts), stream)
             self.view, self.unknown = rebuilt.map, rebuilt.unknown_because
         self.orphans = Orphans(self._root_before)
@@ -133,27 +134,37 @@ class ResetFollower:
         """Whether `offsets` extend those fed so far (else only a fresh follower is exact)."""
         return offsets[: len(self.offsets)] == self.offsets
 
-    def advance(self, conn: Connection, offsets: tuple[float, ...]) -> None:
-        """Feeds the batches logged since the last call, up to the last offset of `offsets`."""
+    def advance(
+        self,
+        conn: Connection,
+        offsets: tuple[float, ...],
+        held: Iterator[LoggedBatch] | None = None,
+    ) -> Iterator[LoggedBatch]:
+        """Feeds the batches logged since the last call, up to the last offset of `offsets`:
+        `held` (every batch of the epoch logged past `after`, as the writer wrote them), else
+        those read back from the store. Returns the batches left (past the last offset)."""
         assert self.follows(offsets)
         self.offsets = offsets
         if not offsets:
-            return
+            return iter(())
         last_instant = self.ts + offsets[-1]
         view, epoch = self.view, self.epoch
-        batches = batch_log.batches_between(conn, self.stream_id, epoch, self.after, 2**63 - 1)
+        batches = held
+        if batches is None:
+            batches = batch_log.batches_between(conn, self.stream_id, epoch, self.after, 2**63 - 1)
         for batch in batches:
             while (
                 len(self.states) < len(offsets) and batch.ts > self.ts + offsets[len(self.states)]
             ):
                 self.states.append(self._state())
             if batch.ts > last_instant:
-                break  # not applied: read again once a later offset is reached
+                return chain((batch,), batches)  # not applied: fed once a later offset is
             decoded = self._decoder.decode(batch.payload, batch.seq)
             view.apply(decoded, epoch)
             self.orphans.after(view, decoded.events, batch.ts)
             self.last_ts, self.after = batch.ts, batch.seq
             self.replayed += 1
+        return iter(())
 
     def _state(self) -> _State:
         return _state_of(self.view, self.members, self.shared)
@@ -215,6 +226,14 @@ class ResetFollower:
             status=status_of(back),
             orphans_left=orphans_left,
         )
+
+
+def follow_start(epoch: int, seq: int, reason: str) -> tuple[int, int]:
+    """(epoch, seq) of the last batch not followed: a reset's clear's batch, or, a restart's
+    (a new epoch from an empty map), the one before it (its first batch is followed)."""
+    if reason == ClearReason.RESTART.value:
+        return epoch + 1, seq - 1
+    return epoch, seq
 
 
 def _head(table: BlockTable, key: TableKey, root: int) -> PrefixGroup:

@@ -64,6 +64,10 @@ class RowQueue(Generic[Row]):
         """The spill's row number of the last rare row put there."""
         self._closing = threading.Event()
         self._hurry = threading.Event()
+        self._hurry_to = 0
+        """`put_total` when last hurried: the hurry ends with the take that reaches that row."""
+        self._taken_total = 0
+        """Rows ever taken (from memory or the spill), in the order they were put."""
         self._droppable_in = 0
         self._droppable_out = 0
         self._taken = 0
@@ -145,8 +149,19 @@ class RowQueue(Generic[Row]):
         self._hurry.set()
 
     def hurry(self) -> None:
-        """Take what is queued without lingering, until the queue is next found empty."""
+        """Take what is queued now without lingering. Only as far as the last row queued: in a
+        fleet the queue is never found empty, and a hurry that lasted until then made every
+        later transaction small (a recovery row's, each a few seconds per stream)."""
+        self._hurry_to = self.put_total
         self._hurry.set()
+
+    def _took(self, n: int) -> None:
+        self._taken_total += n
+        if self._taken_total < self._hurry_to or self._closing.is_set():
+            return
+        self._hurry.clear()
+        if self._hurry_to > self._taken_total:  # hurried again meanwhile (another thread)
+            self._hurry.set()
 
     def take(self, max_rows: int) -> list[Row] | None:
         """Up to `max_rows` rows, waiting for one; None once closed and drained."""
@@ -164,6 +179,7 @@ class RowQueue(Generic[Row]):
                     self._hurry.wait(min(self.poll_s, left))
                 n = self._taken = min(max_rows, len(rows))
                 self._taken_bytes = sum(islice(iter(self._sizes.popleft, None), n))
+                self._took(n)
                 return list(islice(iter(rows.popleft, None), n))  # popleft n times, in C
             if self._closing.is_set():
                 if rows or self.spill_active:  # put just before the close
@@ -183,6 +199,7 @@ class RowQueue(Generic[Row]):
         spilled = self.spill.take(max_rows - n, self.take_spilled_bytes)
         self._taken = n + len(spilled)
         self._taken_spilled = len(spilled)
+        self._took(self._taken)
         return taken + spilled
 
     def done(self, droppable: int) -> None:

@@ -42,6 +42,8 @@ class Prepared:
     and a retry redoes neither)."""
 
     ordered: list[Row] = field(default_factory=list)
+    log: list[LogRow] = field(default_factory=list)
+    """The batches the chunks hold (for the prefix followers: storage/prefix_followers.py)."""
     chunks: list[ChunkRow] = field(default_factory=list)
     dictionaries: list[DictionaryRow] = field(default_factory=list)
     """Those the chunks name that may not be stored yet."""
@@ -60,6 +62,7 @@ class Prepared:
             if (stream := _stream(r)) not in streams:
                 left[stream] = left.get(stream, 0) + (r.batches if type(r) is ChunkRow else 1)
         self.ordered = [r for r in self.ordered if _stream(r) in streams]
+        self.log = [r for r in self.log if r[0] in streams]
         self.chunks = [r for r in self.chunks if r.stream in streams]
         self.dictionaries = [r for r in self.dictionaries if r.stream in streams]
         self.rollups = [r for r in self.rollups if r.stream in streams]
@@ -163,6 +166,7 @@ class RowWriter:
                     # Outside the transaction: a 1M-block map takes a good part of a second.
                     row.packed_before = encode_copy(row.before)
                 prepared.ordered.append(row)
+        prepared.log = log
         prepared.chunks, prepared.dictionaries = self.packer.pack(log)
         self.streams_written = len({chunk.stream for chunk in prepared.chunks})
         if named:
@@ -196,7 +200,8 @@ class RowWriter:
         if prepared.rollups:
             upsert_rollups(conn, prepared.rollups, stream_id)
         # After the log: the groups follow it (the batches up to an offset came before the
-        # recovery row that says it was reached).
+        # recovery row that says it was reached), fed what this transaction wrote.
+        self.followers.logged(prepared.ordered, prepared.log)
         followed = {(r.stream, r.key) for r in prepared.ordered if type(r) is RecoveryRow}
         for stream, key in sorted(followed, key=str):
             reset_id = self._reset_id(conn, stream, key)

@@ -1,0 +1,84 @@
+"""The prefix followers fed the batches the writer holds (storage/prefix_followers.py): the log
+chunks a transaction just wrote are not read back to follow a recovery, and every answer is the
+one read back from the store (`reset_prefixes`, in the same transaction)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kvscope.collector.capture import read_capture
+from kvscope.collector.ingest import StreamIngest
+from kvscope.storage import batch_log
+from kvscope.storage.log_dictionaries_sql import open_chunk
+from kvscope.storage.reset_follower import ResetFollower
+from kvscope.storage.reset_prefixes import reset_prefixes
+from tests.conftest import capture_path
+from tests.test_reset_groups_follow import STREAM, Checked, _writer
+
+
+@pytest.fixture
+def advance_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Per follower advance, the log chunks it opened (its rebuild from the store aside)."""
+    reads: list[int] = []
+    inside, observing = [False], [False]
+    advance = ResetFollower.advance
+    fresh = reset_prefixes
+
+    def counted_open(*args: Any) -> Any:
+        if inside[0]:
+            reads[-1] += 1
+        return open_chunk(*args)
+
+    def counted_advance(self: ResetFollower, *args: Any) -> Any:
+        if observing[0]:
+            return advance(self, *args)
+        reads.append(0)
+        inside[0] = True
+        try:
+            return advance(self, *args)
+        finally:
+            inside[0] = False
+
+    def observed(*args: Any) -> Any:
+        # The test's own answer, read back from the store: not the followers'.
+        observing[0] = True
+        try:
+            return fresh(*args)
+        finally:
+            observing[0] = False
+
+    monkeypatch.setattr(batch_log, "open_chunk", counted_open, raising=True)
+    monkeypatch.setattr(ResetFollower, "advance", counted_advance)
+    monkeypatch.setattr("tests.test_reset_groups_follow.reset_prefixes", observed)
+    yield reads
+
+
+def _play(url: str, **kw: Any) -> Checked:
+    writer, checked = _writer(url, **kw)
+    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
+    for record in read_capture(capture_path("lab_3rps_180s.msgpack.gz")):
+        ingest.live_frames(record.frames, record.recv_ts)
+    writer.close()
+    assert writer.failure is None
+    return checked
+
+
+def test_a_followed_recovery_reads_no_chunk_back(store_url: str, advance_reads: list[int]) -> None:
+    checked = _play(store_url)
+    assert checked.wrong == [] and len(checked.answers) >= 10
+    # Every answer followed from the batches held: none read back from the store.
+    assert len(advance_reads) >= len(checked.answers)
+    assert sum(advance_reads) == 0
+
+
+def test_without_the_batches_held_the_store_is_read_once_and_answers_agree(
+    store_url: str, advance_reads: list[int]
+) -> None:
+    """Forgotten (as after a failed transaction), a follower reads the store again, once, and
+    is fed the batches held from there on."""
+    checked = _play(store_url, forget_at=3)
+    assert checked.wrong == [] and len(checked.answers) >= 10
+    assert sum(1 for n in advance_reads if n) == 1
