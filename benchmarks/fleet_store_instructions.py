@@ -315,7 +315,7 @@ def main() -> None:
                 n += 1
                 url = _store_url(args.store, stack, tmp, n)
                 child_args = [quiet_file, url, str(p), str(args.fleet), str(a), str(b)]
-                quiet_writer, counts = run_child("writer", child_args, out_dir, args.native)
+                quiet_writer, counts = counted_child("writer", child_args, out_dir, args.native)
                 quiet_txs = counts["transactions"]
             print(f"{name} ({a:g}-{b:g} s of the stream, {txs:g} transactions, {resets} resets):")
             per = {k: v / replica_s for k, v in figures.items()}

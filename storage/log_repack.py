@@ -14,15 +14,19 @@ restarted writer has none until its content recurs again).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 
+from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.log_chunks import ChunkRow
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.log_rewrite import rewrite_chunk
+
+logger = logging.getLogger(__name__)
 
 CHUNKS_PER_TRANSACTION = 2
 """Chunks re-written per transaction, at most: bounded work in the writer's transaction (a chunk
@@ -37,6 +41,9 @@ class PreDictionaryRepack:
         self.per_transaction = per_transaction
         self._done: set[StreamId] = set()
         """Streams with none left, as of a transaction committed (or one under way)."""
+        self.unreadable = 0
+        """Chunks passed by because they could not be read or packed again (damaged bytes)."""
+        self._log = RateLimitedLog(logger)
         self._after: dict[StreamId, tuple[int, int]] = {}
         """Per stream, the last chunk looked at: one that could not be re-written (its batches
         no longer fit one chunk) is passed by, not taken again and again."""
@@ -70,8 +77,16 @@ class PreDictionaryRepack:
                 query.order_by(c.c.epoch, c.c.first_seq).limit(self.per_transaction + 1)
             ).all()
             for epoch, first_seq in keys[: self.per_transaction]:
-                done += rewrite_chunk(conn, c, (sid, epoch, first_seq), self.fmt, found)
                 self._after[stream] = (epoch, first_seq)
+                try:
+                    done += rewrite_chunk(conn, c, (sid, epoch, first_seq), self.fmt, found)
+                except sa.exc.SQLAlchemyError:
+                    raise  # the transaction's own failure: retried as a whole
+                except Exception as exc:  # a damaged chunk must not cost the rows beside it
+                    self.unreadable += 1
+                    self._log.warning(
+                        "unreadable", "log chunk %s of %s left as it is: %s", first_seq, stream, exc
+                    )
             if len(keys) <= self.per_transaction:
                 self._done.add(stream)
         return done

@@ -125,8 +125,10 @@ class PrefixFollowers:
         if newest is follower and stream in self._held:
             if log is not None and batches is not None:
                 log.trim(follower.after)
-            else:  # what was read back past the last offset is the log from here on
+            elif offsets:  # what was read back past the last offset is the log from here on
                 self._logs[stream] = HeldLog.read_back(stream, follower.epoch, follower.after, left)
+            else:  # nothing was read: what the store holds past `after` is not known here
+                self._logs.pop(stream, None)
         elif stream not in self._held:
             self._logs.pop(stream, None)
         found = follower.result(bool(complete[0]))

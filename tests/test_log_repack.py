@@ -21,8 +21,9 @@ from kvscope.storage.log_rewrite import rewrite_chunk
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
+from tests.migration_support import write
 from tests.test_log_dictionary import block_log, token_pool
-from tests.test_log_dictionary_store import retokened, row_writer, write
+from tests.test_log_dictionary_store import retokened, row_writer
 from tests.test_store import STREAM
 
 
@@ -120,4 +121,23 @@ def test_a_chunk_gone_meanwhile_is_left_alone(store_url: str) -> None:
         sid = conn.execute(sa.select(schema.streams.c.id)).scalar_one()
         assert not rewrite_chunk(conn, schema.log_chunks, (sid, 0, len(rows) + 5), 5, None)
         assert chunk_dictionaries(conn) == [None]
+    engine.dispose()
+
+
+def test_a_chunk_that_cannot_be_read_costs_no_other_row(tmp_path: object) -> None:
+    """A damaged pre-dictionary chunk is passed by (and counted): the stream's new rows are
+    written all the same, where each transaction failed on it before."""
+    engine = open_store(f"sqlite:///{tmp_path}/k.sqlite")
+    rows = block_log(random.Random(4), 1200, token_pool(random.Random(4), 40))
+    writer = row_writer()
+    write(engine, writer, rows[:10])
+    with engine.begin() as conn:
+        conn.execute(sa.update(schema.log_chunks).values(data=b"\x28\xb5\x2f\xfdgarbage"))
+    for start in range(10, len(rows), 10):
+        write(engine, writer, rows[start : start + 10])
+    with engine.connect() as conn:
+        assert None in chunk_dictionaries(conn)  # the damaged one, left as it was
+        later = batch_log.batches_between(conn, 1, rows[10][1], rows[9][2], 2**63 - 1)
+        assert [b.seq for b in later] == [r[2] for r in rows[10:]]
+    assert writer.repack.unreadable == 1
     engine.dispose()

@@ -8,10 +8,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
-from kvscope.storage import batch_log
+from kvscope.storage import batch_log, prefix_followers, schema
+from kvscope.storage.engine import open_store
 from kvscope.storage.log_dictionaries_sql import open_chunk
 from kvscope.storage.reset_follower import ResetFollower
 from kvscope.storage.reset_prefixes import reset_prefixes
@@ -82,3 +84,29 @@ def test_without_the_batches_held_the_store_is_read_once_and_answers_agree(
     checked = _play(store_url, forget_at=3)
     assert checked.wrong == [] and len(checked.answers) >= 10
     assert sum(1 for n in advance_reads if n) == 1
+
+
+def test_no_log_is_held_from_an_answer_that_read_nothing(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked before any recovery offset is reached, with nothing held (after a restart or a
+    failed transaction), a follower reads nothing: what the store holds past its start is not
+    known, so no log may be held from there (a later answer would skip those batches)."""
+    writer, checked = _writer(store_url)
+    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
+    for record in read_capture(capture_path("lab_3rps_180s.msgpack.gz")):
+        ingest.live_frames(record.frames, record.recv_ts)
+    writer.close()
+    followers = checked.followers
+    followers.forget()
+    monkeypatch.setattr(prefix_followers, "offsets_reached", lambda conn, reset_id: ())
+    engine = open_store(store_url)
+    resets = schema.resets
+    with engine.begin() as conn:
+        reset_id = conn.execute(sa.select(sa.func.min(resets.c.id))).scalar_one()
+        conn.execute(
+            sa.update(resets).where(resets.c.id == reset_id).values(recovery_complete=False)
+        )
+        followers.groups(conn, STREAM, reset_id)
+    assert STREAM not in followers._logs
+    engine.dispose()
