@@ -5,6 +5,7 @@ a time, rolled back with one that fails."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -12,6 +13,7 @@ import sqlalchemy as sa
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import AppliedBatch, FanOut, NullSink
+from kvscope.collector.types import StreamId
 from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
@@ -140,4 +142,37 @@ def test_a_chunk_that_cannot_be_read_costs_no_other_row(tmp_path: object) -> Non
         later = batch_log.batches_between(conn, 1, rows[10][1], rows[9][2], 2**63 - 1)
         assert [b.seq for b in later] == [r[2] for r in rows[10:]]
     assert writer.repack.unreadable == 1
+    engine.dispose()
+
+
+def test_a_fleet_re_packs_a_bounded_number_a_transaction_and_every_stream_finishes(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an upgrade every stream has old chunks: a transaction re-packs at most
+    `CHUNKS_PER_TRANSACTION` of them in all, not that many per stream, and taking turns, each
+    stream's are all re-packed in the end."""
+    engine = open_store(f"sqlite:///{tmp_path}/k.sqlite")
+    streams = [StreamId(f"r{i}", 0) for i in range(12)]
+    logs = [
+        block_log(random.Random(i), 400, token_pool(random.Random(i), 40), s)
+        for i, s in enumerate(streams)
+    ]
+    writer = row_writer()
+    per_transaction: list[int] = []
+    repack = writer.repack.repack
+
+    def counted(*args: Any) -> int:
+        per_transaction.append(repack(*args))
+        return per_transaction[-1]
+
+    monkeypatch.setattr(writer.repack, "repack", counted)
+    for start in range(0, 400, 10):
+        write(engine, writer, [r for log in logs for r in log[start : start + 10]])
+    assert 0 < max(per_transaction) <= CHUNKS_PER_TRANSACTION
+    with engine.connect() as conn:
+        assert None not in chunk_dictionaries(conn)
+        for s, log in zip(streams, logs, strict=True):
+            sid = stream_id(conn, s.replica)
+            got = [(b.batch.seq, b.batch.payload) for b in batch_log.all_batches(conn, sid)]
+            assert got == [(r[2], r[5]) for r in log]
     engine.dispose()
