@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import random
 import struct
+from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 import zstandard
 
-from kvscope.storage import log_columns
+from kvscope.storage import log_columns, log_dictionaries_sql, schema
+from kvscope.storage.engine import open_store
+from kvscope.storage.history import NotInStore, Position, position_at_seq, rebuild, stream_id
 from kvscope.storage.log_chunks import Chunk, ChunkError, pack
-from tests.test_log_dictionary import block_log, token_pool
+from tests.migration_support import write
+from tests.test_log_dictionary import A, block_log, token_pool
+from tests.test_log_dictionary_store import row_writer
 
 HUGE = 1 << 50
 
@@ -57,3 +63,21 @@ def test_a_frame_within_bounds_is_read_as_before() -> None:
     for fmt in (1, 2, 3, 4, 5):
         (chunk,) = pack(rows, fmt)
         assert list(Chunk(chunk.data).payloads) == [r[5] for r in rows]
+
+
+def test_a_rebuild_past_a_deleted_dictionary_says_the_map_is_unknown(tmp_path: Path) -> None:
+    engine = open_store(f"sqlite:///{tmp_path}/k.sqlite")
+    rows = block_log(random.Random(4), 600, token_pool(random.Random(4), 40))
+    writer = row_writer()
+    for start in range(0, len(rows), 10):
+        write(engine, writer, rows[start : start + 10])
+    with engine.begin() as conn:
+        assert conn.execute(sa.delete(schema.log_dictionaries)).rowcount
+    log_dictionaries_sql._kept.clear()  # as a process started since would find it
+    with engine.connect() as conn:
+        sid = stream_id(conn, A.replica)
+        with pytest.raises(NotInStore, match="not in the store"):
+            rebuild(conn, position_at_seq(conn, sid, len(rows) - 1), A)
+        with pytest.raises(NotInStore, match="not in the store"):
+            rebuild(conn, Position(sid, 0, len(rows) - 1, rows[-1][3]), A)
+    engine.dispose()
