@@ -13,6 +13,8 @@ from kvscope.cli import app
 from kvscope.collector.endpoints import StreamEndpoint
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits
+from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.sink import ResumePoint
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.config import ConfigError, load_file
 from kvscope.limit_options import with_limit_flags
@@ -66,3 +68,6 @@ def test_every_stream_of_a_collector_has_its_limits() -> None:
     ingest.live_frames(frames(1, [stored(3, parent=2)]), 1.0)
     assert ingest.counters.malformed == {"limit_exceeded": 1}
     assert StreamIngest(STREAM, can_replay=False).map.limits == DEFAULT_LIMITS
+    # A map resumed from the store (read back with the defaults) takes the stream's too.
+    ingest.resume(ResumePoint(STREAM, PrefixMap(STREAM), 0, 1, frames(1, [])[2]))
+    assert ingest.map.limits == limits
