@@ -261,8 +261,10 @@ cdef class FusedApply(BatchRead):
 
     def apply_prepared(self, seq, dict changes):
         """Apply the batch `prepare` held, filling `changes` with its `[stored, removed]`
-        blocks per table: what `live` returns."""
+        blocks per table: what `live` returns. With none held, a RuntimeError, and whatever
+        was held given up (as `release`): the reader is shared, and must not stay busy."""
         if not self.busy or self.read_payload is None:
+            self.release()
             raise RuntimeError("no batch prepared")
         try:
             self.read_payload = None  # applied once

@@ -25,6 +25,7 @@ from kvscope.collector.degraded import Degradation, DegradedInterval
 from kvscope.collector.engine_kind import Engine, engine_of
 from kvscope.collector.errors import MalformedKind, MalformedPayload
 from kvscope.collector.ingest_errors import IngestErrors
+from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.recent import RecentBatches
@@ -80,6 +81,7 @@ class StreamIngest(ReplayRules):
         tail_check_after_s: float = DEFAULT_TAIL_CHECK_AFTER_S,
         sink: EventSink | None = None,
         engine: Engine | None = None,
+        limits: IngestLimits = DEFAULT_LIMITS,
     ) -> None:
         """`engine`: the publisher's engine as configured; None: told by its batches (again
         after each restart, which may be another engine under the same name)."""
@@ -90,7 +92,8 @@ class StreamIngest(ReplayRules):
         self.max_message_bytes = max_message_bytes
         self.tail_check_after_s = tail_check_after_s
         self.map = PrefixMap(stream, self._on_clear)
-        self.decoder = BatchDecoder()
+        self.map.limits = limits
+        self.decoder = BatchDecoder(limits)
         self.counters = StreamCounters()
         self.epoch = 0
         self.expected: int | None = None
@@ -141,6 +144,7 @@ class StreamIngest(ReplayRules):
         `last_seq` is fetched.
         """
         point.map.on_clear = self._on_clear
+        point.map.limits = self.map.limits
         self.map = point.map
         self.epoch = point.epoch
         self.last_seq = point.last_seq

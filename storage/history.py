@@ -21,10 +21,7 @@ from kvscope.collector.snapshot_delta import decode_delta_map
 from kvscope.collector.types import StreamId
 from kvscope.storage import batch_log, schema
 from kvscope.storage.checkpoint_blocks import stored_blocks
-
-
-class NotInStore(LookupError):
-    """The stream, seq or instant is not in the store (or outside what it retains)."""
+from kvscope.storage.not_in_store import NotInStore as NotInStore
 
 
 @dataclass(frozen=True)

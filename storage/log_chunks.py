@@ -140,7 +140,7 @@ class Chunk:
         try:
             decompressor = zstandard.ZstdDecompressor(dict_data=zdict)
             version, seqs, ts, recv_ts, payloads = msgspec.msgpack.decode(
-                decompressor.decompress(frame)
+                log_columns.unpack(decompressor, frame)
             )
         except (zstandard.ZstdError, msgspec.DecodeError, ValueError, TypeError) as exc:
             raise ChunkError(f"not a log chunk: {exc}") from exc

@@ -49,6 +49,10 @@ TOKENS = 6
 """The frame compressed against the dictionary."""
 NO_GRANULES = GranuleIndex(b"")
 """Format 4's index of a chunk without a dictionary."""
+MAX_FRAME_BYTES = 1 << 30
+"""The most a chunk's frame may hold, unpacked: a chunk holds 2 MiB of batches, or one larger
+batch (64 MiB at most by default, `--max-message-bytes`). A frame whose header says more is
+damaged: zstd would allocate what it says before finding out."""
 
 
 def columns(
@@ -107,9 +111,9 @@ def open_columns(
             raise ValueError("log chunk cut short")
         pos += n
         if i == TOKENS and zdict is not None:
-            frames.append(zstandard.ZstdDecompressor(dict_data=zdict).decompress(frame))
+            frames.append(unpack(zstandard.ZstdDecompressor(dict_data=zdict), frame))
         else:
-            frames.append(plain.decompress(frame))
+            frames.append(unpack(plain, frame, 24 * count if i == 0 else None))
     if pos != len(data) or len(frames[0]) != 24 * count:
         raise ValueError("log chunk's frames do not match its count")
     stamps = frames[0]
@@ -124,6 +128,18 @@ def open_columns(
         index = NO_GRANULES if granules is None else granules  # not `or`: an empty one is falsy
         return seqs, ts, recv_ts, join(count, *frames[1:], granules=index)
     return seqs, ts, recv_ts, join(count, *frames[1:])
+
+
+def unpack(
+    decompressor: zstandard.ZstdDecompressor, frame: bytes, exactly: int | None = None
+) -> bytes:
+    """A zstd frame of a chunk unpacked, if its header says a size a frame may hold (`exactly`,
+    where the chunk's header tells it; -1: it says none); ValueError if not, before anything is
+    allocated."""
+    says = zstandard.frame_content_size(frame)
+    if says > MAX_FRAME_BYTES or (exactly is not None and says not in (exactly, -1)):
+        raise ValueError(f"log chunk frame says it holds {says} bytes")
+    return decompressor.decompress(frame)
 
 
 def _put_varint(out: bytearray, n: int) -> None:
