@@ -25,6 +25,7 @@ from kvscope.collector.degraded import Degradation, DegradedInterval
 from kvscope.collector.engine_kind import Engine, engine_of
 from kvscope.collector.errors import MalformedKind, MalformedPayload
 from kvscope.collector.ingest_errors import IngestErrors
+from kvscope.collector.ingest_fused import FusedIngest
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.recent import RecentBatches
@@ -38,7 +39,6 @@ from kvscope.collector.replay import (
 from kvscope.collector.replay_rules import ReplayRules
 from kvscope.collector.sink import (
     EVERY_BATCH,
-    AppliedBatch,
     ClearedMap,
     ClearReason,
     EventSink,
@@ -46,7 +46,7 @@ from kvscope.collector.sink import (
     Span,
 )
 from kvscope.collector.stream_counters import StreamCounters
-from kvscope.collector.types import AllCleared, Batch, StreamId, TableKey
+from kvscope.collector.types import AllCleared, Batch, StreamId
 from kvscope.collector.wire import BatchDecoder
 
 logger = logging.getLogger(__name__)
@@ -62,13 +62,8 @@ DEFAULT_TAIL_CHECK_AFTER_S = 5.0
 """Silence after which the publisher's replay socket is asked for any lost tail."""
 
 
-class StreamIngest(ReplayRules):
+class StreamIngest(ReplayRules, FusedIngest):
     """Follows one publisher's sequence and keeps its `PrefixMap` exact, or says it is not."""
-
-    fused: FusedApply | None = FusedApply()
-    """Applies the usual batch straight from its bytes, for every stream (a class attribute:
-    one more instance attribute, past CPython 3.11's 30 shared keys, slows each attribute read
-    of the ingest); None on a stream: its every batch decoded."""
 
     def __init__(
         self,
@@ -112,9 +107,7 @@ class StreamIngest(ReplayRules):
         self._malformed = self.errors.malformed
         self._degradation = Degradation(stream, self._log, sink)
         self._quiet: Span = EVERY_BATCH
-        """Stamps before which the sink needs no `instant` call (what its last one returned)."""
         self._gaps_told = 0
-        """`counters.gaps` as the sink was last told it."""
         self._tail_checked: tuple[int, int] | None = None
         self._messages = 0
         """Live messages received (the clock that spaces restarts: data, not time)."""
@@ -333,79 +326,7 @@ class StreamIngest(ReplayRules):
         if degraded and any(type(e) is AllCleared for e in batch.events):
             self._degradation.known_again(seq, now)
         if sink is not None:
-            gaps = self.counters.gaps
-            sink.applied(
-                AppliedBatch(
-                    self.stream,
-                    self.epoch,
-                    seq,
-                    ts,
-                    now,
-                    payload,
-                    batch,
-                    changes,
-                    gaps - self._gaps_told,
-                    self.map,
-                )
-            )
-            self._gaps_told = gaps
-
-    def _apply_fused(self, seq: int, payload: bytes, now: float, read: FusedApply | None) -> bool:
-        """`_apply`'s decode and apply in one, for a batch of a stream whose engine is told
-        already: True, or False (nothing done, nothing told) to leave the batch to decode +
-        apply. `read`: the batch as the fleet's router read it. A sink is told as `_apply`
-        tells it: `instant` before the map changes, when due, and `applied` after, with the
-        changes counted during the apply and no `Batch` (`AppliedBatch.batch` decodes one for
-        a sink that reads it)."""
-        fused, degraded = self.fused, bool(self._degradation.open)
-        if fused is None:
-            return False
-        sink, max_block_size = self.sink, self.decoder.max_block_size
-        if sink is None:
-            told = read.apply_read if read is not None else fused.live
-            applied = told(self.map, payload, seq, self.epoch, degraded, now, max_block_size)
-            if applied < 0:
-                return False
-        else:
-            reader = read if read is not None else fused
-            read_ts = reader.prepare(self.map, payload, self.epoch, degraded, now, max_block_size)
-            if read_ts is None:
-                return False
-            ts = read_ts
-            try:
-                quiet = self._quiet
-                if not quiet[0] <= ts < quiet[1]:
-                    self._quiet = sink.instant(self.stream, ts, self.map)
-            except BaseException:
-                reader.release()
-                raise
-            changes: dict[TableKey, list[int]] = {}
-            applied = reader.apply_prepared(seq, changes)
-        self.decoder.took_map_layout()
-        rank = (applied >> 1) - 1  # -1: none
-        if rank >= 0 and rank != self.stream.rank:
-            self.counters.rank_mismatches += 1
-        self.counters.batches_applied += 1
-        if degraded and applied & 1:
-            self._degradation.known_again(seq, now)
-        if sink is not None:
-            gaps = self.counters.gaps
-            sink.applied(
-                AppliedBatch(
-                    self.stream,
-                    self.epoch,
-                    seq,
-                    ts,
-                    now,
-                    payload,
-                    None,
-                    changes,
-                    gaps - self._gaps_told,
-                    self.map,
-                )
-            )
-            self._gaps_told = gaps
-        return True
+            self._tell_applied(sink, seq, ts, now, payload, batch, changes)
 
     def _on_clear(self, cleared: ClearedMap) -> None:
         self._quiet = EVERY_BATCH  # the sink may want to see the map sooner after a clear
