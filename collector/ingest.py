@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import cast
+from typing import TYPE_CHECKING
 
 from kvscope.collector._replay import FusedApply
 from kvscope.collector.degraded import Degradation, DegradedInterval
@@ -172,13 +172,20 @@ class StreamIngest(ReplayRules, FusedIngest):
                 self._malformed(MalformedKind.FRAME_COUNT, None, f"{len(frames)} frames")
                 return None
             _topic, seq_frame, payload = frames
-            if type(decoded) is Batch and decoded.seq <= MAX_SEQ:
-                seq = decoded.seq  # the router read it from this frame
+            # The seq as the router read it from this frame (-1: it did not), else as
+            # `_seq_of` reads it, without its call when the frame is good.
+            if isinstance(decoded, FusedApply):  # (a plain class: no metaclass to ask)
+                seq = decoded.seq_read(payload)
             else:
-                read = self._seq_of(seq_frame)
-                if read is None:
-                    return None
-                seq = read
+                seq = decoded.seq if decoded is not None and decoded.seq <= MAX_SEQ else -1
+            if seq < 0:
+                if len(seq_frame) == SEQ_BYTES and seq_frame[0] < 0x80:  # <= MAX_SEQ
+                    seq = int.from_bytes(seq_frame, "big")
+                else:
+                    read = self._seq_of(seq_frame)
+                    if read is None:
+                        return None
+                    seq = read
             if self._replay is not None:
                 if can_hold(self._replay, payload):
                     hold(self._replay, [(seq, payload)])
@@ -193,6 +200,8 @@ class StreamIngest(ReplayRules, FusedIngest):
                 self._accept(seq, payload, now)
         except Exception as exc:  # one batch must not stop the stream
             self._failed("live", exc, frames, now)
+        if self._outbox is None:  # (`take_replay_request`, without its call)
+            return None
         return self.take_replay_request()
 
     def replay_frames(self, frames: list[bytes], now: float) -> bool:
@@ -289,7 +298,8 @@ class StreamIngest(ReplayRules, FusedIngest):
             self._degrade("oversize batch dropped", seq, seq, now)
             return
         if type(decoded) is not Batch:  # (isinstance asks msgspec's metaclass: it costs more)
-            decoded = cast("FusedApply | None", decoded)
+            if TYPE_CHECKING:  # (`cast` is a call on every batch)
+                assert not isinstance(decoded, Batch)
             if self.engine is not None and self._apply_fused(seq, payload, now, decoded):
                 return
             # What the router read, as a `Batch` (for the sink, or the engine to be told).
