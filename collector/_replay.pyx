@@ -144,9 +144,7 @@ cdef class FusedApply(BatchRead):
                 if counts is not None:
                     _commit(counts, &run_stored, &run_removed)
                 counted = key
-                counts = changes.get(key)
-                if counts is None:
-                    counts = changes[key] = [0, 0]
+                counts = changes.setdefault(key, [0, 0])  # the key hashed once, not twice
             if op.kind == STORED:
                 table._store(
                     &self.hashes[op.hashes], op.n_hashes, op.has_parent, op.parent,
