@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -65,11 +64,14 @@ def received(frames: list[list[bytes]]) -> Callable[[], list[bytes] | None]:
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     sub.bind("inproc://fleet")
     pub.connect("inproc://fleet")
-    time.sleep(0.2)  # the subscription reaches the PUB
-    for message in frames:
+    while True:  # until the subscription has reached the PUB: a probe gets through
+        pub.send(b"probe")
+        if sub.poll(100):
+            break
+    while sub.poll(0):
+        sub.recv()
+    for message in frames:  # inproc: each is on the SUB's queue when this returns
         pub.send_multipart(message)
-    while sub.poll(0) == 0:
-        time.sleep(0.05)
     return message_reader(sub)
 
 
