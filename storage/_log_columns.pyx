@@ -9,14 +9,25 @@
 # msgpack never uses). A payload the walk cannot read whole is kept verbatim. The join walks
 # the skeleton the same way, so every byte comes back from where it went.
 from libc.stdint cimport uint8_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memcmp, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
-from kvscope.storage._log_buf cimport Buf, reserve, taken
+from kvscope.storage._log_buf cimport Buf, grow_nogil, reserve, taken
 from kvscope.storage._log_split cimport Hashes, hashes_free, hashes_init
 from kvscope.storage._log_walk cimport join_all, split_all
 from kvscope.storage._granules cimport GranuleIndex, Granules
+from kvscope.storage._token_planes cimport plane_count, put_planes
+
+
+cdef Py_ssize_t _walks_let_go = 0
+"""How many times the split and the packing let go of the GIL: `walks_let_go`."""
+
+
+def walks_let_go():
+    """How many times `split`, `joins_back` and `pack_runs` have let go of the GIL (a test's
+    count: the writer packs a transaction's chunks letting it go once)."""
+    return _walks_let_go
 
 
 cdef int gathered(tuple held, const uint8_t** cols, Py_ssize_t* lens, Buf* out) except -1:
@@ -34,57 +45,182 @@ cdef int gathered(tuple held, const uint8_t** cols, Py_ssize_t* lens, Buf* out) 
     return 0
 
 
+cdef struct Run:
+    # One chunk's payloads (held by the caller meanwhile) and what the packing makes of them.
+    const uint8_t** ptrs
+    Py_ssize_t* lens
+    Py_ssize_t count
+    const Granules* g
+    Hashes h
+    Buf cols[7]  # sizes, skeleton, references, literals, floats, tokens, granules' numbers
+    Py_ssize_t kept
+    bint planes  # format 5: the token ids as byte planes where they fit
+    Py_ssize_t plane_ids  # -1: they do not fit
+    Buf low, rest
+
+
+cdef int run_open(Run* r, tuple payloads, GranuleIndex granules) except -1:
+    """`r` (zeroed) set to split `payloads`, which the caller holds until `run_close`."""
+    cdef Py_ssize_t k, total = 0
+    cdef bytes payload
+    r.count = len(payloads)
+    r.g = NULL if granules is None else &granules.g
+    r.plane_ids = -1
+    r.ptrs = <const uint8_t**>malloc((r.count + 1) * sizeof(uint8_t*))
+    r.lens = <Py_ssize_t*>malloc((r.count + 1) * sizeof(Py_ssize_t))
+    if r.ptrs == NULL or r.lens == NULL:
+        raise MemoryError()
+    for k in range(r.count):
+        payload = payloads[k]
+        r.ptrs[k] = <const uint8_t*>payload
+        r.lens[k] = len(payload)
+        total += r.lens[k]
+    hashes_init(&r.h, total // 9)
+    return 0
+
+
+cdef void run_close(Run* r) noexcept:
+    cdef int i
+    hashes_free(&r.h)
+    for i in range(7):
+        free(r.cols[i].p)
+    free(r.low.p)
+    free(r.rest.p)
+    free(r.ptrs)
+    free(r.lens)
+
+
+cdef int run_split(Run* r, bint verbatim) noexcept nogil:
+    """The payloads into the columns, from empty ones (all verbatim if `verbatim`, which
+    leaves the hash table alone); -1 if memory ran out."""
+    cdef Buf* bufs[6]
+    cdef int i
+    for i in range(7):
+        r.cols[i].n = 0
+    for i in range(6):
+        bufs[i] = &r.cols[i + 1]
+    r.kept = 0
+    return split_all(r.ptrs, r.lens, r.count, verbatim, &r.cols[0], bufs, &r.h, &r.kept, r.g)
+
+
+cdef int same_back(Py_ssize_t count, const uint8_t** cols, const Py_ssize_t* lens,
+                   const Granules* g, const uint8_t** ptrs, const Py_ssize_t* plens) noexcept nogil:
+    """`joins_back`'s answer: 1 if the columns join into the `count` payloads exactly, 0 if
+    not, -1 if memory ran out."""
+    cdef Buf out
+    cdef Py_ssize_t k
+    cdef Py_ssize_t* starts = <Py_ssize_t*>malloc((count + 1) * sizeof(Py_ssize_t))
+    cdef int failed, same = 1
+    memset(&out, 0, sizeof(Buf))
+    if starts == NULL or grow_nogil(&out, 4 * lens[1] + lens[5] + lens[3] + lens[4]) < 0:
+        free(starts)
+        free(out.p)
+        return -1
+    failed = join_all(count, cols, lens, g, &out, starts)
+    if failed == 0:
+        for k in range(count):
+            if (starts[k + 1] - starts[k] != plens[k]
+                    or memcmp(out.p + starts[k], ptrs[k], plens[k]) != 0):
+                same = 0
+                break
+    free(out.p)
+    free(starts)
+    return -1 if failed == -2 else same if failed == 0 else 0
+
+
+cdef int run_pack(Run* r) noexcept nogil:
+    """`log_columns.columns`' work on one chunk: the split, its check that the columns give
+    the payloads back (else all verbatim) and format 5's planes; -1 if memory ran out."""
+    cdef const uint8_t* cols[7]
+    cdef Py_ssize_t lens[7]
+    cdef Py_ssize_t width = 0
+    cdef int i, same
+    if run_split(r, False) < 0:
+        return -1
+    for i in range(7):
+        cols[i] = <const uint8_t*>b""  # an empty column's, never NULL
+        if r.cols[i].p != NULL:
+            cols[i] = r.cols[i].p
+        lens[i] = r.cols[i].n
+    same = 0 if r.count > lens[0] + 1 else same_back(r.count, cols, lens, r.g, r.ptrs, r.lens)
+    if same < 0 or (same == 0 and run_split(r, True) < 0):
+        return -1
+    if not r.planes:
+        return 0
+    r.plane_ids = plane_count(r.cols[5].p, r.cols[5].n, &width)
+    if r.plane_ids < 0:
+        return 0
+    if (grow_nogil(&r.low, r.plane_ids) < 0
+            or grow_nogil(&r.rest, 1 + (width - 1) * r.plane_ids) < 0):
+        return -1
+    put_planes(r.cols[5].p, r.plane_ids, width, r.low.p, r.rest.p)
+    r.low.n = r.plane_ids
+    r.rest.n = 1 + (width - 1) * r.plane_ids
+    return 0
+
+
+cdef tuple run_parts(Run* r):
+    """The run's columns as `split` gives them (with format 5's planes, where made, in place
+    of the tokens, their upper planes last), and the count kept verbatim."""
+    cdef list parts = [taken(&r.cols[i]) for i in range(6 if r.g == NULL else 7)]
+    if r.plane_ids >= 0:
+        parts[5] = taken(&r.low)
+        parts.append(taken(&r.rest))
+    return parts, r.kept
+
+
 def split(list payloads, bint verbatim=False, GranuleIndex granules=None):
     """`payloads` as (sizes, skeleton, references, literals, floats, tokens), and the
     granules' numbers with `granules` (format 4), and the count kept verbatim; all verbatim if
     `verbatim`. The walk runs without the GIL (`payloads` holds the bytes meanwhile)."""
-    cdef Buf sizes, skel, refs, lits, floats, toks, grefs
-    cdef const Granules* g = NULL if granules is None else &granules.g
-    cdef Hashes h
-    cdef Py_ssize_t total = 0, kept = 0, count = len(payloads), k
-    cdef bytes payload
-    cdef Buf* all_bufs[6]
-    cdef int i, failed
-    cdef const uint8_t** ptrs = <const uint8_t**>malloc((count + 1) * sizeof(uint8_t*))
-    cdef Py_ssize_t* lens = <Py_ssize_t*>malloc((count + 1) * sizeof(Py_ssize_t))
+    cdef Run r
+    cdef int failed
     cdef tuple held = tuple(payloads)  # the bytes stay alive whatever becomes of the list
-    memset(&sizes, 0, sizeof(Buf))
-    memset(&skel, 0, sizeof(Buf))
-    memset(&refs, 0, sizeof(Buf))
-    memset(&lits, 0, sizeof(Buf))
-    memset(&floats, 0, sizeof(Buf))
-    memset(&toks, 0, sizeof(Buf))
-    memset(&grefs, 0, sizeof(Buf))
-    memset(&h, 0, sizeof(Hashes))
-    all_bufs[0] = &skel
-    all_bufs[1] = &refs
-    all_bufs[2] = &lits
-    all_bufs[3] = &floats
-    all_bufs[4] = &toks
-    all_bufs[5] = &grefs
+    memset(&r, 0, sizeof(Run))
     try:
-        if ptrs == NULL or lens == NULL:
-            raise MemoryError()
-        for k in range(count):
-            payload = held[k]
-            ptrs[k] = <const uint8_t*>payload
-            lens[k] = len(payload)
-            total += lens[k]
-        hashes_init(&h, total // 9)
+        run_open(&r, held, granules)
+        global _walks_let_go
+        _walks_let_go += 1
         with nogil:
-            failed = split_all(ptrs, lens, count, verbatim, &sizes, all_bufs, &h, &kept, g)
+            failed = run_split(&r, verbatim)
         if failed:
             raise MemoryError()
-        parts = (taken(&sizes), taken(&skel), taken(&refs), taken(&lits), taken(&floats),
-                 taken(&toks))
-        return (parts if g == NULL else parts + (taken(&grefs),)), kept
+        parts, kept = run_parts(&r)
+        return tuple(parts), kept
     finally:
-        hashes_free(&h)
-        for i in range(6):
-            free(all_bufs[i].p)
-        free(sizes.p)
-        free(ptrs)
-        free(lens)
+        run_close(&r)
+
+
+def pack_runs(list runs, list indexes, list planes):
+    """Each run's payloads (a list of bytes) as `split`'s columns, checked as `joins_back`
+    checks them (all verbatim where they do not join back), with format 5's token planes where
+    `planes` says and the ids fit; as (columns, count kept verbatim) per run. The work of a
+    transaction's chunks lets go of the GIL once: taking it back from a busy ingest thread can
+    cost a switch interval (and under load, the holder's wait for a CPU)."""
+    cdef Py_ssize_t n = len(runs), i
+    cdef Run* work = <Run*>calloc(n + 1, sizeof(Run))
+    cdef list held = [tuple(run) for run in runs]  # their bytes stay alive meanwhile
+    cdef int failed = 0
+    if work == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            run_open(&work[i], held[i], indexes[i])
+            work[i].planes = planes[i] and indexes[i] is not None
+        global _walks_let_go
+        _walks_let_go += 1
+        with nogil:
+            for i in range(n):
+                if run_pack(&work[i]) < 0:
+                    failed = 1
+                    break
+        if failed:
+            raise MemoryError()
+        return [run_parts(&work[i]) for i in range(n)]
+    finally:
+        for i in range(n):
+            run_close(&work[i])
+        free(work)
 
 
 def join(Py_ssize_t count, bytes sizes, bytes skel, bytes refs, bytes lits, bytes floats,
@@ -132,15 +268,13 @@ def joins_back(list payloads, bytes sizes, bytes skel, bytes refs, bytes lits, b
     cdef Py_ssize_t lens[7]
     cdef tuple held = (sizes, skel, refs, lits, floats, toks, grefs)
     cdef Py_ssize_t k, count = len(payloads)
-    cdef Py_ssize_t* starts = <Py_ssize_t*>malloc((count + 1) * sizeof(Py_ssize_t))
     cdef const uint8_t** ptrs = <const uint8_t**>malloc((count + 1) * sizeof(uint8_t*))
     cdef Py_ssize_t* plens = <Py_ssize_t*>malloc((count + 1) * sizeof(Py_ssize_t))
-    cdef int failed
-    cdef bint same = True
+    cdef int same
     cdef bytes col
     memset(&out, 0, sizeof(Buf))
     try:
-        if starts == NULL or ptrs == NULL or plens == NULL:
+        if ptrs == NULL or plens == NULL:
             raise MemoryError()
         if count > len(sizes) + 1:  # each payload takes a byte of the sizes at least
             return False
@@ -149,19 +283,14 @@ def joins_back(list payloads, bytes sizes, bytes skel, bytes refs, bytes lits, b
             col = payloads[k]  # the list holds each: their buffers stay put
             ptrs[k] = <const uint8_t*>col
             plens[k] = len(col)
+        global _walks_let_go
+        _walks_let_go += 1
         with nogil:
-            failed = join_all(count, cols, lens, g, &out, starts)
-            if failed == 0:
-                for k in range(count):
-                    if (starts[k + 1] - starts[k] != plens[k]
-                            or memcmp(out.p + starts[k], ptrs[k], plens[k]) != 0):
-                        same = False
-                        break
-        if failed == -2:
+            same = same_back(count, cols, lens, g, ptrs, plens)
+        if same < 0:
             raise MemoryError()
-        return failed == 0 and same
+        return same == 1
     finally:
         free(out.p)
-        free(starts)
         free(ptrs)
         free(plens)
