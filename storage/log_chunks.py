@@ -190,16 +190,16 @@ def pack(
 
     The writer thread holds the GIL for all of this but the compression, and the ingest thread
     waits meanwhile: rows are handled as columns (`zip`, `array`, `accumulate`, `bisect` run in
-    C), and the chunks are compressed in one call per dictionary, which lets the GIL go once
-    rather than once per chunk (taking it back from a busy ingest thread can cost a whole switch
-    interval).
+    C), the columnar chunks are walked in one call and compressed in one call per dictionary,
+    which lets the GIL go once each rather than per chunk (taking it back from a busy ingest
+    thread can cost a whole switch interval).
     """
     if fmt not in WRITABLE_FORMATS:
         raise ValueError(f"log chunk format {fmt} is not one this version writes")
     if not rows:
         return []
     streams, epochs, seqs, ts, recv_ts, payloads = _columns(_by_stream(rows))
-    made, frames = [], []
+    made, runs = [], []
     for start, end in _bounds(streams, epochs, ts, payloads):
         run_seqs, run_ts = array("q", seqs[start:end]), array("d", ts[start:end])
         run_recv = array("d", recv_ts[start:end])
@@ -207,10 +207,8 @@ def pack(
             dictionary = (dictionaries or {}).get(streams[start])
             granules = _granules(fmt, dictionary)
             planes = fmt == 5 and dictionary is None
-            frames.append(
-                log_columns.columns(
-                    run_seqs, run_ts, run_recv, payloads[start:end], granules, planes
-                )[0]
+            runs.append(
+                log_columns.Run(run_seqs, run_ts, run_recv, payloads[start:end], granules, planes)
             )
             raw = b""
         else:
@@ -226,7 +224,7 @@ def pack(
                 min(run_ts),
                 max(run_ts),
                 end - start,
-                sum(map(len, frames[-1])) if fmt >= 3 else len(raw),
+                len(raw),  # formats 3 to 5: their frames' below
                 raw,
                 min(run_recv),
                 max(run_recv),
@@ -239,6 +237,8 @@ def pack(
         )
         return [chunk._replace(data=packed[i].tobytes()) for i, chunk in enumerate(made)]
     if fmt >= 3:
+        frames = [parts for parts, _ in log_columns.columns_all(runs)]
+        made = [c._replace(raw_bytes=sum(map(len, f))) for c, f in zip(made, frames, strict=True)]
         return _pack_columns(made, frames, dictionaries or {})
     return _pack_format_2(made, dictionaries or {})
 

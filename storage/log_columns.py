@@ -31,12 +31,13 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import zstandard
 
 from kvscope.storage._granules import GranuleIndex
-from kvscope.storage._log_columns import join, joins_back, split
-from kvscope.storage._log_planes import token_planes, tokens_of_planes, xor_planes
+from kvscope.storage._log_columns import join, pack_runs
+from kvscope.storage._log_planes import tokens_of_planes, xor_planes
 
 FORMAT_3_MAGIC = b"KVL3"
 FORMAT_4_MAGIC = b"KVL4"
@@ -66,19 +67,33 @@ def columns(
     """A chunk's frames, uncompressed, and how many payloads they keep verbatim; format 4's
     with `granules`; with `planes` too, format 5's where the token ids fit in planes (else
     format 4's)."""
-    stamps = b"".join(xor_planes(a.tobytes()) for a in (seqs, ts, recv_ts))
-    listed = list(payloads)
-    parts, verbatim = split(listed, False, granules)
-    if not joins_back(
-        listed, *parts, granules=granules
-    ):  # never seen: then the chunk is only as small as its skeleton compresses
-        parts, verbatim = split(listed, True, granules)
-    frames = [stamps, *parts]
-    split_ids = token_planes(frames[TOKENS]) if planes and granules is not None else None
-    if split_ids is not None:
-        frames[TOKENS], rest = split_ids
-        frames.append(rest)
-    return frames, verbatim
+    return columns_all([Run(seqs, ts, recv_ts, payloads, granules, planes)])[0]
+
+
+class Run(NamedTuple):
+    """A chunk's batches, and what `columns` is given with them."""
+
+    seqs: array[int]
+    ts: array[float]
+    recv_ts: array[float]
+    payloads: Sequence[bytes]
+    granules: GranuleIndex | None
+    planes: bool
+
+
+def columns_all(runs: Sequence[Run]) -> list[tuple[list[bytes], int]]:
+    """`columns` of each run: the walks of them all (the split, its check that the columns
+    give the payloads back, else all verbatim, and the planes) let go of the GIL once."""
+    packed = pack_runs(
+        [list(run.payloads) for run in runs],
+        [run.granules for run in runs],
+        [run.planes for run in runs],
+    )
+    out = []
+    for run, (parts, verbatim) in zip(runs, packed, strict=True):
+        stamps = b"".join(xor_planes(a.tobytes()) for a in (run.seqs, run.ts, run.recv_ts))
+        out.append(([stamps, *parts], verbatim))
+    return out
 
 
 def assemble(digest: bytes, count: int, frames: Sequence[bytes]) -> bytes:
