@@ -25,7 +25,7 @@ def test_apply_prepared_with_none_prepared_leaves_the_reader_free() -> None:
     assert reader.prepare(prefix_map, batch(1), 0, False, 1.0, max_block_size) is not None
     # The held batch's read overwritten (a route_read between prepare and apply_prepared):
     # nothing is prepared any more.
-    assert reader.route_read(b"not a batch", max_block_size) == -1
+    assert reader.route_read((5).to_bytes(8, "big"), b"not a batch", max_block_size) == -1
     with pytest.raises(RuntimeError, match="no batch prepared"):
         reader.apply_prepared(1, {})
     with pytest.raises(RuntimeError, match="no batch prepared"):
