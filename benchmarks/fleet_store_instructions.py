@@ -34,7 +34,11 @@ Each window (`name:from:to`, seconds of the stream) is counted, in runs of its o
 - with `--parts`, the reset's parts of `writer` too: `groups` (the prefix groups followed at
   each recovery row, `PrefixFollowers.groups`), `reads` (the log chunks opened for them and
   for the rebuilds they start from, `batch_log.open_chunk`), `before` (the reset's `before`
-  map encoded).
+  map encoded), and the steps of `groups`: `start` (a follower made, `ResetFollower()`), within
+  it `after_clear` (the map just after the clear) and `chains` (the `before` map grouped);
+  `advance` (the batches fed), within it `orphans` (`Orphans.after`) and `states` (the
+  groups counted at an offset); `result` (an answer made), `offsets` (the offsets read); and
+  `store` (an answer written to `reset_prefix_groups`).
 `--reset-every` sets the stream's reset interval (seconds of a replica's stream): the default
 windows hold none at 40 s. `--per-reset` plays each window twice more, without resets, and
 prints the writer's count per reset (the difference over the resets the window holds).
@@ -66,10 +70,25 @@ RESET_EVERY_S = 40.0
 CLOCK_START = 1_796_051_000.0
 KINDS = ("memory", "ingest", "writer")
 PARTS = ("prepare", "pack", "chunks", "dictionary", "checkpoints", "sql")
-RESET_PARTS = ("groups", "reads", "before")
+RESET_PARTS = (
+    "groups",
+    "reads",
+    "before",
+    "start",
+    "after_clear",
+    "chains",
+    "advance",
+    "orphans",
+    "states",
+    "result",
+    "offsets",
+    "store",
+)
 NO_RESETS_S = 1e9
 """`--per-reset`'s baseline: the same stream's batches with no reset in reach."""
 
+_sources: set[str] = set()
+"""Where the children's kvscope came from (printed: a baseline run through a shim says so)."""
 _counting = False
 _seconds = 0.0
 """The time spent in counted calls (what `--native` prints)."""
@@ -92,25 +111,46 @@ def _counted(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _patch(part: str) -> None:
-    """The writer with `part` counted (a class's method or a module's function)."""
-    from kvscope.storage import batch_log, log_packer, sql_writer
+    """The writer with `part` counted (a class's method or a module's function; of a reset's
+    steps, the first of the candidates the code has: they moved between versions)."""
+    from kvscope.storage import (
+        batch_log,
+        log_packer,
+        prefix_followers,
+        reset_follower,
+        reset_orphans,
+        sql_writer,
+    )
     from kvscope.storage.checkpoint_deltas import CheckpointEncoder
     from kvscope.storage.log_dictionary import StreamContent
     from kvscope.storage.prefix_followers import PrefixFollowers
+    from kvscope.storage.reset_follower import ResetFollower
     from kvscope.storage.sql_writer import RowWriter
 
-    target: Any = {
-        "prepare": (RowWriter, "prepare"),
-        "pack": (log_packer.LogPacker, "pack"),
-        "chunks": (log_packer, "pack"),
-        "dictionary": (StreamContent, "refresh"),
-        "checkpoints": (CheckpointEncoder, "encode"),
-        "sql": (RowWriter, "write"),
-        "groups": (PrefixFollowers, "groups"),
-        "reads": (batch_log, "open_chunk"),
-        "before": (sql_writer, "encode_copy"),
-    }[part]
-    owner, name = target
+    targets: dict[str, tuple[tuple[Any, str], ...]] = {
+        "prepare": ((RowWriter, "prepare"),),
+        "pack": ((log_packer.LogPacker, "pack"),),
+        "chunks": ((log_packer, "pack"),),
+        "dictionary": ((StreamContent, "refresh"),),
+        "checkpoints": ((CheckpointEncoder, "encode"),),
+        "sql": ((RowWriter, "write"),),
+        "groups": ((PrefixFollowers, "groups"),),
+        "reads": ((batch_log, "open_chunk"),),
+        "before": ((sql_writer, "encode_copy"),),
+        "start": ((ResetFollower, "__init__"),),
+        "after_clear": ((reset_follower, "map_after_clear"), (reset_follower, "rebuild")),
+        "chains": ((reset_follower, "chain_groups"),),
+        "advance": ((ResetFollower, "advance"),),
+        "orphans": ((reset_orphans.Orphans, "after"),),
+        "states": ((ResetFollower, "_state"),),
+        "result": ((ResetFollower, "result"),),
+        "offsets": ((prefix_followers, "offsets_reached"),),
+        "store": (
+            (prefix_followers, "write_prefix_groups"),
+            (sql_writer, "store_prefix_groups"),
+        ),
+    }
+    owner, name = next((o, n) for o, n in targets[part] if hasattr(o, n))
     setattr(owner, name, _counted(getattr(owner, name)))
 
 
@@ -218,9 +258,10 @@ def counted_child(
     kind: str, args: list[str], out_dir: str, native: bool
 ) -> tuple[float, dict[str, float]]:
     """(instructions, or seconds with `native`; the child's counts)."""
-    out_file = None if native else f"{out_dir}/{kind}-{args[-1]}.out"
+    name = "quiet" if args[0].endswith("quiet.msgpack") else kind
+    out_file = None if native else f"{out_dir}/{name}-{args[-1]}.out"
     stderr = run_child([sys.executable, __file__, "--child", kind, *args], out_file)
-    source(stderr)
+    _sources.add(source(stderr))
     counted = re.search(r"counts (\{.*\})", stderr)
     assert counted, stderr
     counts: dict[str, float] = msgspec.json.decode(counted.group(1))
@@ -343,6 +384,7 @@ def main() -> None:
                 for part in RESET_PARTS:
                     if part in figures:
                         print(f"    {part:<10} {figures[part] / resets:12,.4g} {unit} per reset")
+    print(f"kvscope from {', '.join(sorted(_sources))}")
 
 
 if __name__ == "__main__":

@@ -155,7 +155,7 @@ def rebuild(conn: Connection, position: Position, stream: StreamId) -> RebuiltMa
         position=position,
         from_checkpoint_seq=None if checkpoint is None else checkpoint.seq,
         batches_replayed=replayed,
-        unknown_because=_unknown_because(conn, position),
+        unknown_because=unknown_because(conn, position),
     )
 
 
@@ -179,7 +179,7 @@ def _checkpoint_map(conn: Connection, position: Position, row: Any, stream: Stre
     return decode_delta_map(row.snapshot, key, stream)
 
 
-def _unknown_because(conn: Connection, position: Position) -> list[str]:
+def unknown_because(conn: Connection, position: Position) -> list[str]:
     """Intervals of this epoch during which the map at `position` was not known to be whole.
 
     A degraded interval runs from its first missing seq until the clear that ends it (`to_seq`,

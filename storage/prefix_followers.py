@@ -5,15 +5,21 @@ the map after the clear and replaying the window again at every offset.
 Fed from memory: the writer hands over each transaction's rows as it writes them (`logged`), and
 the batches of a stream with a follower (or a reset not answered yet) are held until a follower
 has applied them (storage/held_log.py), so that the chunks just written are not read back. The
-store is read only where they are not held: a follower started anew, past the cap, after a
+store is read only where they are not held: a follower started anew, past the bound, after a
 restart of the collector or a failed transaction, or past `hold_bytes`; the batches read then
 are held from there on.
 
-Bounded: a follower is dropped once its recovery is complete, replaced when the stream's next
-reset is followed, dropped when the stream's lease moves to another collector, and at most
-`cap` are held; past the cap (and after a restart of the collector or a failed transaction,
-which forget them all) an offset is computed in full, as `reset_prefixes` does, and followed
-again from there while there is room. Writer thread only.
+Bounded by memory, not by count: a fleet's resets in flight are as many as its replicas that
+reset within a recovery window, and each follower costs about its `before` map and the map it
+follows (`ResetFollower.nbytes`). A follower is dropped once its recovery is complete, replaced
+when the stream's next reset is followed, dropped when the stream's lease moves to another
+collector, and held only while all held fit in `follow_bytes` (and, if set, number at most
+`cap`); past that (counted: `turned_away`), and after a restart of the collector or a failed
+transaction, which forget them all, an offset is computed in full, as `reset_prefixes` does,
+and followed again from there while there is room.
+
+Each answer is written (`store`) as what changed since the last one this stream's follower
+wrote, once that one is known committed (storage/prefix_groups_store.py). Writer thread only.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.held_log import HeldLog
 from kvscope.storage.history import NotInStore
+from kvscope.storage.prefix_groups_store import StoredGroups, write_prefix_groups
 from kvscope.storage.reset_follower import ResetFollower, follow_start
 from kvscope.storage.reset_prefix_types import ResetPrefixes
 from kvscope.storage.reset_prefixes import offsets_reached
@@ -39,12 +46,23 @@ followers read the store)."""
 
 class PrefixFollowers:
     def __init__(
-        self, cap: int = StoreSettings.prefix_followers, hold_bytes: int = HOLD_BYTES
+        self,
+        cap: int | None = StoreSettings.prefix_followers,
+        hold_bytes: int = HOLD_BYTES,
+        follow_bytes: int = StoreSettings.prefix_follower_bytes,
     ) -> None:
         self.cap = cap
         self.hold_bytes = hold_bytes
+        self.follow_bytes = follow_bytes
         self._held: dict[StreamId, ResetFollower] = {}
         self._logs: dict[StreamId, HeldLog] = {}
+        self._stored: dict[StreamId, StoredGroups] = {}
+        """What the held follower's reset has in `reset_prefix_groups`, committed."""
+        self._writing: dict[StreamId, StoredGroups] = {}
+        """What this transaction wrote (`committed` makes it `_stored`)."""
+        self.turned_away = 0
+        """Answers whose follower was not held for want of room (the next is computed in
+        full): a fleet's resets in flight past `follow_bytes` or `cap`."""
         self.replayed = 0
         """Batches applied to followers' maps, all resets and offsets together."""
         self.rebuilt = 0
@@ -60,21 +78,48 @@ class PrefixFollowers:
     def held_bytes(self) -> int:
         return sum(log.nbytes for log in self._logs.values())
 
+    def follower_bytes(self) -> int:
+        """About what the held followers take (their logs aside)."""
+        return sum(follower.nbytes() for follower in self._held.values())
+
     def forget(self) -> None:
-        """A failed transaction may have rolled back batches the followers were fed."""
+        """A failed transaction may have rolled back batches the followers were fed, and the
+        groups they wrote."""
         self._held.clear()
         self._logs.clear()
+        self._stored.clear()
+        self._writing.clear()
 
     def drop(self, stream: StreamId) -> None:
         """`stream` is followed no more here (its lease moved away)."""
         self._held.pop(stream, None)
         self._logs.pop(stream, None)
+        self._stored.pop(stream, None)
+        self._writing.pop(stream, None)
+
+    def store(self, conn: Connection, stream: StreamId, reset_id: int) -> ResetPrefixes:
+        """`groups`, written to `reset_prefix_groups` (and its figures to `resets`): only what
+        differs from the last answer this stream's follower wrote, when that one committed."""
+        found = self.groups(conn, stream, reset_id)
+        written = write_prefix_groups(conn, reset_id, found, self._stored.get(stream))
+        held = self._held.get(stream)
+        if held is not None and held.reset_id == reset_id:
+            self._writing[stream] = written
+        else:
+            self._stored.pop(stream, None)
+        return found
+
+    def committed(self) -> None:
+        """The transaction that wrote the last answers landed."""
+        self._stored.update(self._writing)
+        self._writing.clear()
 
     def logged(self, ordered: Sequence[Row], log: Sequence[LogRow]) -> None:
         """A transaction's rows as it writes them (`ordered`: its rare rows, `log`: its
         batches), before it asks for any groups: a reset's stream is held from its clear on."""
+        self._writing.clear()  # a transaction begins: what one that failed wrote is not stored
         logs = self._logs
-        if self.cap > 0:
+        if self.cap != 0:
             for row in ordered:
                 if type(row) is not ResetRow:
                     continue
@@ -120,8 +165,11 @@ class PrefixFollowers:
         self.replayed += follower.replayed - done
         # A stream recovers from its newest reset only: an older one's last row is not kept.
         newest = held if held is not None and held.reset_id > reset_id else follower
-        if (newest is not follower or not complete[0]) and len(self._held) < self.cap:
-            self._held[stream] = newest
+        if newest is not follower or not complete[0]:
+            if self._room_for(newest):
+                self._held[stream] = newest
+            else:
+                self.turned_away += 1
         if newest is follower and stream in self._held:
             if log is not None and batches is not None:
                 log.trim(follower.after)
@@ -135,3 +183,9 @@ class PrefixFollowers:
         if self.observe is not None:
             self.observe(conn, found)
         return found
+
+    def _room_for(self, follower: ResetFollower) -> bool:
+        """Whether `follower` may be held beside the others (the stream's own is out now)."""
+        if self.cap is not None and len(self._held) >= self.cap:
+            return False
+        return self.follower_bytes() + follower.nbytes() <= self.follow_bytes

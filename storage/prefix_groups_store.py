@@ -1,46 +1,117 @@
 """A reset's prefix groups written to `reset_prefix_groups`, and its tokens recomputed and
 orphans left to `resets` (storage/reset_prefixes.py decides them), so that SQL (the Grafana
-panels) can read what the API computes."""
+panels) can read what the API computes.
+
+The store's writer answers a recovering reset at every offset it reaches, and from one answer
+to the next few groups change (a group's order and sizes come from the `before` map alone; its
+`back_at_s` and status move as blocks come back): given what it wrote last (`StoredGroups`),
+`write_prefix_groups` writes only the rows that differ, and the table ends as a full rewrite
+would leave it."""
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, delete, insert, update
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, bindparam, delete, insert, update
 
 from kvscope.storage import schema
-from kvscope.storage.reset_prefix_types import ResetPrefixes, tokens_recomputed
+from kvscope.storage.reset_prefix_types import PrefixGroup, ResetPrefixes, tokens_recomputed
 from kvscope.storage.reset_prefixes import reset_prefixes
+
+GroupRow = tuple[str, int, str, int, int, int, float | None, str, str | None]
+"""A group's `reset_prefix_groups` row, from `medium` on (its position is its index)."""
+_COLUMNS = (
+    "medium",
+    "kv_group",
+    "root",
+    "blocks",
+    "tokens",
+    "shared_blocks",
+    "back_at_s",
+    "status",
+    "first_tokens",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredGroups:
+    """What a reset's rows are in the store (as one transaction wrote them)."""
+
+    reset_id: int
+    figures: tuple[int, int]
+    """(tokens_recomputed, orphans_left) of the `resets` row."""
+    rows: tuple[GroupRow, ...]
 
 
 def store_prefix_groups(conn: Connection, reset_id: int, found: ResetPrefixes | None = None) -> int:
     """Replace the reset's stored groups and figures with `found` (default: computed now from
     the store); returns how many groups."""
-    t, r = schema.reset_prefix_groups, schema.resets
     if found is None:
         found = reset_prefixes(conn, reset_id)
-    groups = found.groups
-    figures = {"tokens_recomputed": tokens_recomputed(groups), "orphans_left": len(found.orphans)}
-    conn.execute(update(r).where(r.c.id == reset_id).values(**figures))
-    conn.execute(delete(t).where(t.c.reset_id == reset_id))
-    if groups:
+    return len(write_prefix_groups(conn, reset_id, found, None).rows)
+
+
+def write_prefix_groups(
+    conn: Connection, reset_id: int, found: ResetPrefixes, stored: StoredGroups | None
+) -> StoredGroups:
+    """Make the reset's stored groups and figures `found`'s, writing only what differs from
+    `stored` (what they are in the store now, as this connection sees them; None: not known,
+    all are replaced). Returns what they are now."""
+    r = schema.resets
+    figures = (tokens_recomputed(found.groups), len(found.orphans))
+    rows = tuple(_row(g) for g in found.groups)
+    if stored is not None and stored.reset_id != reset_id:
+        stored = None
+    if stored is None or figures != stored.figures:
+        conn.execute(
+            update(r)
+            .where(r.c.id == reset_id)
+            .values(tokens_recomputed=figures[0], orphans_left=figures[1])
+        )
+    if stored is None or len(stored.rows) != len(rows):
+        _replace(conn, reset_id, rows, None)
+    else:
+        pairs = zip(stored.rows, rows, strict=True)
+        changed = [i for i, (old, new) in enumerate(pairs) if old != new]
+        if changed:
+            _replace(conn, reset_id, rows, changed)
+    return StoredGroups(reset_id, figures, rows)
+
+
+def _replace(
+    conn: Connection, reset_id: int, rows: tuple[GroupRow, ...], positions: list[int] | None
+) -> None:
+    """The rows at `positions` (None: every row, and none past them) written anew."""
+    t = schema.reset_prefix_groups
+    if positions is None:
+        conn.execute(delete(t).where(t.c.reset_id == reset_id))
+        positions = list(range(len(rows)))
+    else:
+        conn.execute(
+            delete(t).where(
+                t.c.reset_id == reset_id, t.c.position.in_(bindparam("at", expanding=True))
+            ),
+            {"at": positions},
+        )
+    if positions:
         conn.execute(
             insert(t),
             [
-                {
-                    "reset_id": reset_id,
-                    "position": i,
-                    "medium": g.table.medium,
-                    "kv_group": g.table.group,
-                    "root": f"{g.root & (2**64 - 1):016x}",
-                    "blocks": g.blocks,
-                    "tokens": g.tokens,
-                    "shared_blocks": g.shared_blocks,
-                    "back_at_s": g.back_at_s,
-                    "status": g.status,
-                    "first_tokens": None
-                    if g.first_tokens is None
-                    else " ".join(map(str, g.first_tokens)),
-                }
-                for i, g in enumerate(groups)
+                {"reset_id": reset_id, "position": i, **dict(zip(_COLUMNS, rows[i], strict=True))}
+                for i in positions
             ],
         )
-    return len(groups)
+
+
+def _row(g: PrefixGroup) -> GroupRow:
+    return (
+        g.table.medium,
+        g.table.group,
+        f"{g.root & (2**64 - 1):016x}",
+        g.blocks,
+        g.tokens,
+        g.shared_blocks,
+        g.back_at_s,
+        g.status,
+        None if g.first_tokens is None else " ".join(map(str, g.first_tokens)),
+    )

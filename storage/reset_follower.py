@@ -8,11 +8,11 @@ one per recovering stream and feeds it only the batches logged since (storage/pr
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from itertools import chain
 
 from sqlalchemy import Connection, select
 
+from kvscope.collector._replay import replay
 from kvscope.collector._table_chains import chain_groups
 from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
@@ -21,7 +21,7 @@ from kvscope.collector.snapshot import decode_tables
 from kvscope.collector.types import StreamId, TableKey
 from kvscope.collector.wire import BatchDecoder
 from kvscope.storage import batch_log, schema
-from kvscope.storage.history import NotInStore, Position, rebuild
+from kvscope.storage.history import NotInStore, Position, unknown_because
 from kvscope.storage.log_chunks import LoggedBatch
 from kvscope.storage.reset_orphans import Orphans
 from kvscope.storage.reset_prefix_types import (
@@ -34,6 +34,12 @@ from kvscope.storage.reset_prefix_types import (
 )
 
 _State = dict[int, list[int]]
+BEFORE_BLOCK_BYTES = 80
+"""What a follower holds per block of the `before` map: its group, shared mark and head
+(tracemalloc, a fleet replica's 20k-block map)."""
+FOLLOWED_BLOCK_BYTES = 450
+"""What it holds per block of the map it follows: the table, the orphans' record of what was
+stored under what, the counts at each offset (measured as above, over its recovery)."""
 
 
 def _state_of(
@@ -89,7 +95,8 @@ class ResetFollower:
         self._block_size = {key: table.block_size for key, table in before.items()}
         stream = StreamId(row.replica, row.rank)
         restart = row.reason == ClearReason.RESTART.value
-        if batch_log.batch_at(conn, row.stream_id, row.epoch + restart, row.seq) is None:
+        clear = batch_log.batch_at(conn, row.stream_id, row.epoch + restart, row.seq)
+        if clear is None:
             # The batch that cleared the map (a restart's first) is where following starts:
             # without it (pruned, or dropped in an outage) the map after the clear is unknown.
             raise NotInStore(f"reset {reset_id}: its clear's batch (seq {row.seq}) is not stored")
@@ -97,8 +104,9 @@ class ResetFollower:
         if restart:
             self.view, self.unknown = PrefixMap(stream), []
         else:
-            rebuilt = rebuild(conn, Position(row.stream_id, self.epoch, self.after, row.ts), stream)
-            self.view, self.unknown = rebuilt.map, rebuilt.unknown_because
+            self.view = map_after_clear(stream, self.epoch, clear)
+            position = Position(row.stream_id, self.epoch, self.after, row.ts)
+            self.unknown = unknown_because(conn, position)
         self.orphans = Orphans(self._root_before)
         self.orphans.start(self.view, row.ts)
         self.offsets: tuple[float, ...] = ()
@@ -116,14 +124,23 @@ class ResetFollower:
         self.sizes: list[int] = []
         self.shared: dict[TableKey, set[int]] = {}
         self.shared_sizes: list[int] = []
+        self.before_blocks = 0
         for key in sorted(before, key=lambda k: (k.medium, k.group)):
             members, self.shared[key], roots, sizes, shared_sizes = chain_groups(
                 before[key], len(self.roots)
             )
             self.members[key] = members
+            self.before_blocks += len(members)
             self.roots += [(key, root) for root in roots]
             self.sizes += sizes
             self.shared_sizes += shared_sizes
+
+    def nbytes(self) -> int:
+        """About the memory it holds: its groups' members per block of the `before` map, and
+        the map it follows (with the orphans' record of what was stored under what) per block
+        of it now."""
+        followed = sum(len(table) for table in self.view.tables.values())
+        return BEFORE_BLOCK_BYTES * self.before_blocks + FOLLOWED_BLOCK_BYTES * followed
 
     def _root_before(self, key: TableKey, block: int) -> int | None:
         """The root of `block`'s group in the before map (None: it was not cached)."""
@@ -202,30 +219,46 @@ class ResetFollower:
     ) -> PrefixGroup:
         size, shared_size = self.sizes[i], self.shared_sizes[i]
         points = tuple(
-            GroupPoint(offset, *state.get(i, (0, 0, 0)))
+            GroupPoint(offset, *state.get(i, _NONE_BACK))
             for offset, state in zip(self.offsets, states, strict=True)
         )
         # One chain (nothing shared): the whole chain is what must come back.
         trunk = shared_size or size
-        trunk_back = [p.shared_back if shared_size else p.hittable_back for p in points]
-        back = next(
-            (
-                p.offset_s
-                for p, n in zip(points, trunk_back, strict=True)
-                if n >= BACK_SHARE * trunk
-            ),
-            None,
+        at_least = BACK_SHARE * trunk
+        back = None
+        for p in points:
+            if (p.shared_back if shared_size else p.hittable_back) >= at_least:
+                back = p.offset_s
+                break
+        head = self._heads[i]
+        # Built whole (not `dataclasses.replace`): an answer makes one per group.
+        return PrefixGroup(
+            head.table,
+            head.root,
+            head.raw_root,
+            head.orphan_root,
+            head.first_tokens,
+            size,
+            size * self._block_size[key],
+            shared_size,
+            points,
+            back,
+            status_of(back),
+            orphans_left,
         )
-        return replace(
-            self._heads[i],
-            blocks=size,
-            tokens=size * self._block_size[key],
-            shared_blocks=shared_size,
-            points=points,
-            back_at_s=back,
-            status=status_of(back),
-            orphans_left=orphans_left,
-        )
+
+
+_NONE_BACK = (0, 0, 0)
+
+
+def map_after_clear(stream: StreamId, epoch: int, clear: LoggedBatch) -> PrefixMap:
+    """The map just after an `all_blocks_cleared`'s batch: that batch alone applied to an
+    empty map. The clear empties every table, so what came before it (a checkpoint and the
+    batches since, which `rebuild` would restore and replay) leaves nothing behind; only the
+    events after the clear in its batch do."""
+    view = PrefixMap(stream)
+    replay(view, iter(((clear.seq, clear.payload),)), epoch)
+    return view
 
 
 def follow_start(epoch: int, seq: int, reason: str) -> tuple[int, int]:

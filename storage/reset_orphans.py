@@ -77,20 +77,31 @@ class Orphans:
         stored: list[BlocksStored] = []
         cleared = False
         for event in events:
-            if isinstance(event, BlocksRemoved):
+            # By exact type, as the map applies them (collector/_map_apply.pyx).
+            if type(event) is BlocksRemoved:
                 removed.setdefault(event.table, set()).update(event.hashes)
-            elif isinstance(event, BlocksStored):
+            elif type(event) is BlocksStored:
                 stored.append(event)
             else:
                 cleared = True
         self._rejoined_or_removed(view, removed, stored, cleared, ts)
         opened = self._open.keys()
+        tables = view.tables
         for event in stored:
+            # Each block under its parent (`_child`, inline: every block stored comes here).
             parent: int | None = event.parent
+            under = self._children.get(event.table)
+            if under is None:
+                under = self._children[event.table] = {}
             for h in event.hashes:
-                self._child(event.table, parent, h)
+                if parent is not None:
+                    siblings = under.get(parent)
+                    if siblings is None:
+                        under[parent] = {h}
+                    else:
+                        siblings.add(h)
                 parent = h
-            table = view.tables.get(event.table)
+            table = tables.get(event.table)
             head, named = event.hashes[0] if event.hashes else None, event.parent
             if table is None or head is None or named is None or head not in table:
                 continue

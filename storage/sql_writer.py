@@ -22,7 +22,6 @@ from kvscope.storage.log_dictionary import DictionaryRow
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.log_repack import PreDictionaryRepack
 from kvscope.storage.prefix_followers import PrefixFollowers
-from kvscope.storage.prefix_groups_store import store_prefix_groups
 from kvscope.storage.rows import (
     CheckpointRow,
     EpochRow,
@@ -175,8 +174,9 @@ class RowWriter:
         return prepared
 
     def committed(self, prepared: Prepared) -> None:
-        """`prepared` landed: its dictionaries are stored."""
+        """`prepared` landed: its dictionaries are stored, and the prefix groups written."""
         self.packer.committed(prepared.dictionaries)
+        self.followers.committed()
 
     def write(self, conn: Connection, prepared: Prepared) -> None:
         if self.fence is not None:
@@ -206,10 +206,9 @@ class RowWriter:
         for stream, key in sorted(followed, key=str):
             reset_id = self._reset_id(conn, stream, key)
             try:
-                found = self.followers.groups(conn, stream, reset_id)
+                self.followers.store(conn, stream, reset_id)
             except NotInStore:
                 continue  # its clear's batch was dropped (an outage): no groups, none made up
-            store_prefix_groups(conn, reset_id, found)
 
     def _write_one(self, conn: Connection, row: Row) -> None:
         if type(row) is EpochRow:

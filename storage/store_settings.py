@@ -86,6 +86,12 @@ class StoreSettings:
     retry_max_s: float = 5.0
     recovery_offsets_s: tuple[float, ...] = DEFAULT_OFFSETS_S
     shard: str | None = None
-    prefix_followers: int = 64
-    """Recovering streams whose prefix groups the writer follows batch by batch
-    (storage/prefix_followers.py); past it, a reset's groups are rebuilt at each offset."""
+    prefix_follower_bytes: int = 2 << 30
+    """About the memory the writer spends following recovering streams' prefix groups batch by
+    batch (storage/prefix_followers.py): a follower holds about 80 bytes per block of its
+    reset's `before` map and 450 per block of the map it follows (a replica of 20k blocks,
+    12k back: 7 MB; a fleet of 200 all in recovery at once: 1.4 GB). Past it (counted) a
+    reset's groups are computed in full at each offset: the resets in flight are followed as
+    long as they fit, however many."""
+    prefix_followers: int | None = None
+    """At most this many followers besides (None: as many as `prefix_follower_bytes` holds)."""

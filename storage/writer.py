@@ -85,7 +85,9 @@ class StoreWriter:
         self.fence = fence  # with leases: the streams held, and the lease counters
         self._sql = RowWriter(
             self.settings.shard,
-            PrefixFollowers(self.settings.prefix_followers),
+            PrefixFollowers(
+                self.settings.prefix_followers, follow_bytes=self.settings.prefix_follower_bytes
+            ),
             fence,
             LogPacker(
                 self.settings.log_dictionary_bytes,
