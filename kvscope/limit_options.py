@@ -17,7 +17,8 @@ def _limit(name: str, what: str) -> Any:  # typer's OptionInfo
         envvar=f"KVSCOPE_{name.upper()}",
         min=1,
         help=f"{what}: a batch that would take a stream past it is refused "
-        f"(limit_exceeded). Default: [collector] {name}, else {getattr(DEFAULT_LIMITS, name)}.",
+        f"(limit_exceeded). Default: [collector] {name}, else {getattr(DEFAULT_LIMITS, name)}; "
+        "another only with --store none (the store rebuilds under the defaults).",
         show_default=False,
     )
 

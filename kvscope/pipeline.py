@@ -12,6 +12,7 @@ from typing import NamedTuple
 import typer
 
 from kvscope.collector.fleet import NotNow
+from kvscope.collector.limits import DEFAULT_LIMITS
 from kvscope.collector.sink import ResumePoint
 from kvscope.collector.subscriber import Collector
 from kvscope.collector.types import StreamId
@@ -92,6 +93,13 @@ def running_pipeline(config: Config) -> Iterator[Pipeline]:
         streams = [s for r in config.replicas for s in r.streams()]
     except ConfigError as exc:
         raise fail(str(exc)) from exc
+    if config.store.url != NO_STORE and config.collector.limits != DEFAULT_LIMITS:
+        # The store's rebuilds (history, resume, reset followers) replay the log under the
+        # default limits, which decide what each batch did: other limits would rebuild another map.
+        raise fail(
+            "a stream's limits other than the defaults are not recorded in the store, whose "
+            "rebuilds would then differ from the maps collected: give them with --store none"
+        )
     fence = leased(config.store)
     writer = open_writer(config.store, [] if fence else [s.stream for s in streams], fence)
     leasing = config.store.lease_settings

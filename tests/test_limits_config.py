@@ -71,3 +71,17 @@ def test_every_stream_of_a_collector_has_its_limits() -> None:
     # A map resumed from the store (read back with the defaults) takes the stream's too.
     ingest.resume(ResumePoint(STREAM, PrefixMap(STREAM), 0, 1, frames(1, [])[2]))
     assert ingest.map.limits == limits
+
+
+def test_a_store_refuses_limits_it_cannot_rebuild_with(tmp_path: Path) -> None:
+    # The store's rebuilds (history, resume, reset followers) replay the log under the default
+    # limits, which decide what a batch did: a stream collected under others would rebuild to
+    # another map. Until the store records each epoch's limits, a store takes the defaults only.
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    args = ["collect", "--replica", "a=tcp://127.0.0.1:1", "--no-live", "--duration", "0.1"]
+    refused = CliRunner().invoke(app, [*args, "--store", url, "--max-tables-per-stream", "100"])
+    assert refused.exit_code == 2, refused.output
+    assert "limits" in refused.output and "store" in refused.output, refused.output
+    assert not (tmp_path / "s.sqlite").exists()
+    kept = CliRunner().invoke(app, [*args, "--store", "none", "--max-tables-per-stream", "100"])
+    assert kept.exit_code == 0, kept.output
