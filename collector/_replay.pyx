@@ -273,6 +273,7 @@ cdef class FusedApply(BatchRead):
         cdef double ts
         if payload is not self.read_payload or max_block_size != self.read_max_block_size:
             self.read_payload, self.max_block_size = None, max_block_size
+            self.read_seq = -1  # the seq route_read read is not this batch's
             if type(payload) is not bytes or self.read(payload, &ts) < 0:
                 return False
             self.read_payload, self.read_max_block_size, self.read_ts = (

@@ -198,6 +198,8 @@ def pack_runs(list runs, list indexes, list planes):
     transaction's chunks lets go of the GIL once: taking it back from a busy ingest thread can
     cost a switch interval (and under load, the holder's wait for a CPU)."""
     cdef Py_ssize_t n = len(runs), i
+    if len(indexes) != n or len(planes) != n:  # read below without bounds checks
+        raise ValueError(f"{n} runs, {len(indexes)} indexes, {len(planes)} plane flags")
     cdef Run* work = <Run*>calloc(n + 1, sizeof(Run))
     cdef list held = [tuple(run) for run in runs]  # their bytes stay alive meanwhile
     cdef int failed = 0

@@ -14,7 +14,10 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.fleet import FleetSettings
 from kvscope.collector.fleet_router import MAX_BLOCK_SIZE, FleetRouter
 from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.types import StreamId
 from tests.conftest import capture_path
+from tests.test_fused_apply_misuse import batch
 
 TOPIC = b"kv@10.0.0.5:7000@m"
 PAYLOAD = next(islice(read_capture(capture_path("lab_10rps_300s.msgpack.gz")), 1)).payload
@@ -56,3 +59,18 @@ def test_a_frame_that_is_not_a_seq_is_refused_by_the_stream(seq_frame: bytes, ki
     assert routed.counters.malformed == {kind: 1}
     assert routed.counters == alone.counters
     assert routed.counters.batches_applied == 1
+
+
+def test_a_batch_prepared_after_a_route_read_has_no_seq_read() -> None:
+    # prepare() reads its own batch over the one route_read read: the seq read with that one
+    # is not this batch's.
+    reader, prefix_map = FusedApply(), PrefixMap(StreamId("a", 0))
+    max_block_size = prefix_map.limits.max_block_size
+    routed, prepared = batch(1), batch(2)
+    assert reader.route_read((7).to_bytes(8, "big"), routed, max_block_size) >= 0
+    assert reader.prepare(prefix_map, prepared, 0, False, 1.0, max_block_size) is not None
+    try:
+        assert reader.seq_read(prepared) == -1
+        assert reader.seq_read(routed) == -1
+    finally:
+        reader.release()

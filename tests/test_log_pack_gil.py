@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import random
 
-from kvscope.storage._log_columns import walks_let_go
+import pytest
+
+from kvscope.storage._log_columns import pack_runs, walks_let_go
 from kvscope.storage.log_chunks import pack
 from kvscope.storage.log_dictionary import Dictionary
 from tests.test_log_dictionary import A, B, block_log, runs_of, token_pool
@@ -22,3 +24,12 @@ def test_a_transaction_s_chunks_let_go_of_the_gil_once() -> None:
     chunks = pack(rows, 5, {A: dictionary})
     assert len(chunks) >= 4 and {chunk.stream for chunk in chunks} == {A, B}
     assert walks_let_go() - before == 1
+
+
+def test_runs_without_an_index_and_a_plane_flag_each_are_refused() -> None:
+    # The walks index the three lists without bounds checks: short ones must not be read past.
+    payloads = [b"\x90", b"\x90"]
+    with pytest.raises(ValueError, match="runs"):
+        pack_runs([payloads, payloads], [None], [False, False])
+    with pytest.raises(ValueError, match="runs"):
+        pack_runs([payloads], [None], [])
