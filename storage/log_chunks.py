@@ -16,7 +16,8 @@ Format 1 is a bare zstd frame, read as before. Format 3 (storage/log_columns.py)
 batches into columns that compress apart, the token ids against the same dictionary; format 4
 also names the token blocks that dictionary holds by their number there; format 5 also splits a
 chunk's token ids into byte planes where it has no dictionary (before a stream's first one forms,
-and in a recording too short for one).
+and in a recording too short for one). Format 6 (storage/log_known.py) also stores the hash
+literals found among a checkpoint's hashes as their position there, and names the checkpoint.
 """
 
 from __future__ import annotations
@@ -34,16 +35,24 @@ import zstandard
 
 from kvscope.storage import log_columns
 from kvscope.storage._granules import GranuleIndex
-from kvscope.storage.log_columns import FORMAT_3_MAGIC, FORMAT_4_MAGIC, FORMAT_5_MAGIC
+from kvscope.storage._log_known import KnownHashes
+from kvscope.storage.log_columns import (
+    FORMAT_3_MAGIC,
+    FORMAT_4_MAGIC,
+    FORMAT_5_MAGIC,
+    FORMAT_6_MAGIC,
+    known_named,
+)
 from kvscope.storage.log_dictionary import Dictionary
+from kvscope.storage.log_known import Known, digest_of, parse_name
 from kvscope.storage.rows import LogRow
 
 CHUNK_FORMAT = 5
 """The format written unless a store is set to another (`StoreSettings.log_chunk_format`): the
 smallest on disk. Checkpoints are paced by the stream's events, so a smaller log does not mean
 longer replays (benchmarks/rebuild_instructions.py compares the formats' replays)."""
-WRITABLE_FORMATS = (1, 2, 3, 4, 5)
-SETTABLE_FORMATS = (2, 3, 4, 5)
+WRITABLE_FORMATS = (1, 2, 3, 4, 5, 6)
+SETTABLE_FORMATS = (2, 3, 4, 5, 6)
 """The formats a store may be set to write: 1 has no dictionary, and is left to migrations."""
 MAX_CHUNK_BATCHES = 2000
 MAX_CHUNK_RAW_BYTES = 2 << 20
@@ -101,9 +110,9 @@ class ChunkRow(NamedTuple):
 
 
 COLUMNS = ("stream_id", *ChunkRow._fields[1:])
-_NAMING = (FORMAT_2_MAGIC, FORMAT_3_MAGIC, FORMAT_4_MAGIC, FORMAT_5_MAGIC)
+_NAMING = (FORMAT_2_MAGIC, FORMAT_3_MAGIC, FORMAT_4_MAGIC, FORMAT_5_MAGIC, FORMAT_6_MAGIC)
 """The formats whose chunks name a dictionary."""
-_COLUMNAR = {FORMAT_3_MAGIC: 3, FORMAT_4_MAGIC: 4, FORMAT_5_MAGIC: 5}
+_COLUMNAR = {FORMAT_3_MAGIC: 3, FORMAT_4_MAGIC: 4, FORMAT_5_MAGIC: 5, FORMAT_6_MAGIC: 6}
 
 
 def named_dictionary(data: bytes) -> bytes | None:
@@ -118,8 +127,11 @@ class Chunk:
 
     __slots__ = ("seqs", "ts", "recv_ts", "payloads")
 
-    def __init__(self, data: bytes, dictionary: Dictionary | None = None) -> None:
-        """`dictionary`: the one the chunk names (`named_dictionary`), if it names one."""
+    def __init__(
+        self, data: bytes, dictionary: Dictionary | None = None, known: Known | None = None
+    ) -> None:
+        """`dictionary`: the one the chunk names (`named_dictionary`), if it names one;
+        `known`: the checkpoint's hashes a chunk of format 6 names (`known_name_of`)."""
         expected, frame, zdict = 1, data, None
         named = named_dictionary(data)
         if named is not None:
@@ -129,8 +141,11 @@ class Chunk:
         fmt = _COLUMNAR.get(bytes(data[:4]), 0)
         if fmt and len(data) >= 5:
             granules = _granules(fmt, None if named is None else dictionary)
+            hashes = None if fmt != 6 else _known_hashes(data, known)
             try:
-                seqs, ts, recv_ts, payloads = log_columns.open_columns(data, zdict, granules)
+                seqs, ts, recv_ts, payloads = log_columns.open_columns(
+                    data, zdict, granules, hashes
+                )
             except (zstandard.ZstdError, ValueError, IndexError) as exc:
                 raise ChunkError(f"not a log chunk: {exc}") from exc
             self._columns(seqs, ts, recv_ts, payloads)
@@ -180,13 +195,40 @@ class Chunk:
         return bisect_right(self.seqs, after), bisect_right(self.seqs, upto)
 
 
+def known_name_of(data: bytes) -> tuple[int, int, bytes] | None:
+    """(epoch, seq, digest) of the checkpoint whose hashes a chunk of format 6 names; None for
+    a chunk of another format. ChunkError if the name is damaged."""
+    try:
+        name = known_named(data)
+        return None if name is None else parse_name(name)
+    except ValueError as exc:
+        raise ChunkError(f"not a log chunk: {exc}") from exc
+
+
+def _known_hashes(data: bytes, known: Known | None) -> KnownHashes:
+    """The hashes a format 6 chunk was packed against, checked against its name."""
+    named = known_name_of(data)
+    if named is None or known is None:
+        raise ChunkError("log chunk of format 6 needs its checkpoint's hashes, not given")
+    epoch, seq, digest = named
+    if (known.epoch, known.seq) != (epoch, seq) or digest_of(known.hashes) != digest:
+        raise ChunkError(
+            f"log chunk names the hashes of checkpoint {epoch}/{seq} ({digest.hex()}), "
+            f"given those of {known.epoch}/{known.seq}"
+        )
+    return known.hashes
+
+
 def pack(
     rows: Sequence[LogRow],
     fmt: int = CHUNK_FORMAT,
     dictionaries: Mapping[Any, Dictionary] | None = None,
+    known: Mapping[Any, Known] | None = None,
 ) -> list[ChunkRow]:
     """`rows` (in the order applied) as chunks of format `fmt`, compressed; in formats 2 and 3,
-    each stream's against its dictionary in `dictionaries`, if it has one.
+    each stream's against its dictionary in `dictionaries`, if it has one; in format 6, each
+    chunk of a stream in `known` that lies after its checkpoint (same epoch) against its hashes
+    (the caller cuts `rows` at its checkpoints: a chunk never spans one).
 
     The writer thread holds the GIL for all of this but the compression, and the ingest thread
     waits meanwhile: rows are handled as columns (`zip`, `array`, `accumulate`, `bisect` run in
@@ -199,19 +241,27 @@ def pack(
     if not rows:
         return []
     streams, epochs, seqs, ts, recv_ts, payloads = _columns(_by_stream(rows))
-    made, frames = [], []
+    made, frames, names = [], [], []
     for start, end in _bounds(streams, epochs, ts, payloads):
         run_seqs, run_ts = array("q", seqs[start:end]), array("d", ts[start:end])
         run_recv = array("d", recv_ts[start:end])
         if fmt >= 3:
             dictionary = (dictionaries or {}).get(streams[start])
             granules = _granules(fmt, dictionary)
-            planes = fmt == 5 and dictionary is None
+            planes = fmt >= 5 and dictionary is None
+            after = _known_before(fmt, known, streams[start], epochs[start], run_seqs[0])
             frames.append(
                 log_columns.columns(
-                    run_seqs, run_ts, run_recv, payloads[start:end], granules, planes
+                    run_seqs,
+                    run_ts,
+                    run_recv,
+                    payloads[start:end],
+                    granules,
+                    planes,
+                    None if after is None else after.hashes,
                 )[0]
             )
+            names.append(None if after is None else after.name)
             raw = b""
         else:
             raw = msgspec.msgpack.encode(
@@ -239,8 +289,20 @@ def pack(
         )
         return [chunk._replace(data=packed[i].tobytes()) for i, chunk in enumerate(made)]
     if fmt >= 3:
-        return _pack_columns(made, frames, dictionaries or {})
+        return _pack_columns(made, frames, dictionaries or {}, names)
     return _pack_format_2(made, dictionaries or {})
+
+
+def _known_before(
+    fmt: int, known: Mapping[Any, Known] | None, stream: Any, epoch: int, first_seq: int
+) -> Known | None:
+    """The known hashes a chunk of `stream` from `first_seq` is packed against, if any."""
+    if fmt < 6 or not known:
+        return None
+    found = known.get(stream)
+    if found is None or found.epoch != epoch or found.seq >= first_seq:
+        return None
+    return found
 
 
 def _by_dictionary(
@@ -278,9 +340,13 @@ def _granules(fmt: int, dictionary: Dictionary | None) -> GranuleIndex | None:
 
 
 def _pack_columns(
-    made: list[ChunkRow], frames: list[list[bytes]], dictionaries: Mapping[Any, Dictionary]
+    made: list[ChunkRow],
+    frames: list[list[bytes]],
+    dictionaries: Mapping[Any, Dictionary],
+    names: Sequence[bytes | None],
 ) -> list[ChunkRow]:
-    """Formats 3 to 5: the token frame against the dictionary, the others without."""
+    """Formats 3 to 6: the token frame against the dictionary, the others without (`names`:
+    each chunk's known hashes' name in format 6)."""
     # One call per compressor over all the chunks' frames: the GIL goes once per call.
     # Format 5 writes some chunks with a frame more than others: each chunk's own count.
     tokens = log_columns.TOKENS
@@ -295,7 +361,7 @@ def _pack_columns(
         digest = b"" if dictionary is None else dictionary.digest
         for k, i in enumerate(where):
             ordered = [*packed[i][:tokens], done[k], *packed[i][tokens:]]
-            data = log_columns.assemble(digest, made[i].batches, ordered)
+            data = log_columns.assemble(digest, made[i].batches, ordered, names[i])
             out[i] = made[i]._replace(data=data, dictionary=digest or None)
     return out
 
