@@ -1,0 +1,65 @@
+"""The checkpoint hashes a stored log chunk of format 6 names (storage/log_known.py), read from
+the store: the checkpoint's map decoded, its hashes sorted. Kept by name (its digest included,
+so the same hashes wherever read) for the next chunks: a rebuild or a reader of the log reads
+many chunks after one checkpoint."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from kvscope.collector.snapshot import decode_tables
+from kvscope.collector.snapshot_delta import decode_delta
+from kvscope.storage import schema
+from kvscope.storage.checkpoint_blocks import stored_blocks
+from kvscope.storage.log_chunks import ChunkError
+from kvscope.storage.log_known import Known, hashes_of
+
+_KEPT = 4
+_kept: OrderedDict[tuple[int, int, int, bytes], Known] = OrderedDict()
+_lock = threading.Lock()
+
+
+def known_hashes(conn: Connection, sid: int, named: tuple[int, int, bytes]) -> Known:
+    """The hashes of checkpoint (epoch, seq) of stream `sid` (ChunkError if it is not stored:
+    the chunk naming it cannot be read, rather than read wrong)."""
+    epoch, seq, digest = named
+    key = (sid, epoch, seq, digest)
+    with _lock:
+        found = _kept.get(key)
+        if found is not None:
+            _kept.move_to_end(key)
+            return found
+    c = schema.checkpoints
+    row = conn.execute(
+        select(c.c.snapshot, c.c.key_seq).where(
+            c.c.stream_id == sid, c.c.epoch == epoch, c.c.seq == seq
+        )
+    ).first()
+    if row is None:
+        raise ChunkError(f"log chunk names checkpoint {epoch}/{seq} of stream {sid}: not stored")
+    found = Known(epoch, seq, hashes_of(_hash_arrays(conn, sid, epoch, row)))
+    with _lock:
+        _kept[key] = found
+        while len(_kept) > _KEPT:
+            _kept.popitem(last=False)
+    return found
+
+
+def _hash_arrays(conn: Connection, sid: int, epoch: int, row: Any) -> list[memoryview]:
+    if row.key_seq is None:
+        tables, _ = decode_tables(bytes(row.snapshot), stored_blocks(conn, sid))
+    else:
+        c = schema.checkpoints
+        key = conn.execute(
+            select(c.c.snapshot).where(
+                c.c.stream_id == sid, c.c.epoch == epoch, c.c.seq == row.key_seq
+            )
+        ).scalar_one_or_none()
+        if key is None:
+            raise ChunkError(f"log chunk names a delta checkpoint of stream {sid} without its key")
+        tables, _ = decode_delta(bytes(row.snapshot), bytes(key))
+    return [table.to_state()["hashes"] for table in tables.values()]
