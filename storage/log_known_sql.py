@@ -1,12 +1,16 @@
 """The checkpoint hashes a stored log chunk of format 6 names (storage/log_known.py), read from
 the store: the checkpoint's map decoded, its hashes sorted. Kept by name (its digest included,
 so the same hashes wherever read) for the next chunks: a rebuild or a reader of the log reads
-many chunks after one checkpoint."""
+many chunks after one checkpoint. A rebuild, which has just decoded the checkpoint its chunks
+name, offers its map (`offered`): its hashes are taken from there, not decoded again, where
+their digest is the one named (else, the map changed meanwhile, from the store)."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, select
@@ -16,11 +20,27 @@ from kvscope.collector.snapshot_delta import decode_delta
 from kvscope.storage import schema
 from kvscope.storage.checkpoint_blocks import stored_blocks
 from kvscope.storage.log_chunks import ChunkError
-from kvscope.storage.log_known import Known, hashes_of
+from kvscope.storage.log_known import Known, digest_of, hashes_of
 
 _KEPT = 4
 _kept: OrderedDict[tuple[int, int, int, bytes], Known] = OrderedDict()
+_offered: dict[tuple[int, int, int], Mapping[Any, Any]] = {}
 _lock = threading.Lock()
+
+
+@contextmanager
+def offered(sid: int, epoch: int, seq: int, tables: Mapping[Any, Any]) -> Iterator[None]:
+    """While in the block, a chunk naming checkpoint (epoch, seq) of stream `sid` may take its
+    hashes from `tables` (the checkpoint's map, decoded: block tables)."""
+    key = (sid, epoch, seq)
+    with _lock:
+        _offered[key] = tables
+    try:
+        yield
+    finally:
+        with _lock:
+            if _offered.get(key) is tables:
+                del _offered[key]
 
 
 def known_hashes(conn: Connection, sid: int, named: tuple[int, int, bytes]) -> Known:
@@ -33,6 +53,12 @@ def known_hashes(conn: Connection, sid: int, named: tuple[int, int, bytes]) -> K
         if found is not None:
             _kept.move_to_end(key)
             return found
+    with _lock:
+        tables = _offered.get((sid, epoch, seq))
+    if tables is not None:
+        found = Known(epoch, seq, hashes_of(t.to_state()["hashes"] for t in tables.values()))
+        if digest_of(found.hashes) == digest:
+            return _keep(key, found)
     c = schema.checkpoints
     row = conn.execute(
         select(c.c.snapshot, c.c.key_seq).where(
@@ -41,7 +67,10 @@ def known_hashes(conn: Connection, sid: int, named: tuple[int, int, bytes]) -> K
     ).first()
     if row is None:
         raise ChunkError(f"log chunk names checkpoint {epoch}/{seq} of stream {sid}: not stored")
-    found = Known(epoch, seq, hashes_of(_hash_arrays(conn, sid, epoch, row)))
+    return _keep(key, Known(epoch, seq, hashes_of(_hash_arrays(conn, sid, epoch, row))))
+
+
+def _keep(key: tuple[int, int, int, bytes], found: Known) -> Known:
     with _lock:
         _kept[key] = found
         while len(_kept) > _KEPT:

@@ -14,12 +14,15 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import AppliedBatch, FanOut, NullSink
 from kvscope.storage import batch_log, schema
-from kvscope.storage.engine import open_store
+from kvscope.storage.engine import open_store, upgrade
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.log_chunks import ChunkError, known_name_of
+from kvscope.storage.log_columns import FORMAT_6_MAGIC
+from kvscope.storage.log_rewrite import rewrite_chunk
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
+from tests.migration_support import downgrade
 from tests.test_store import STREAM
 
 SETTINGS = StoreSettings(checkpoint_every_batches=700, rows_per_transaction=300, log_chunk_format=6)
@@ -91,4 +94,41 @@ def test_a_chunk_whose_checkpoint_is_gone_is_refused(store_url: str) -> None:
         conn.execute(sa.delete(k).where(k.c.stream_id == sid, k.c.seq == name[1]))
     with engine.connect() as conn, pytest.raises(ChunkError, match="not stored"):
         batch_log.batch_at(conn, sid, 0, first)
+    engine.dispose()
+
+
+def test_0019_down_rewrites_format_6_chunks_in_format_5_and_up_again(store_url: str) -> None:
+    stored_with_samples(store_url)
+    engine = open_store(store_url)
+
+    def stored() -> tuple[set[bytes], list[tuple[Any, ...]]]:
+        with engine.connect() as conn:
+            sid = stream_id(conn, STREAM.replica)
+            batches = [tuple(b.batch) for b in batch_log.all_batches(conn, sid)]
+            return {data[:4] for _, _, data in chunks(conn)}, batches
+
+    magics, before = stored()
+    assert FORMAT_6_MAGIC in magics and len(before) == 7724
+    downgrade(engine, "0018")
+    magics, down = stored()
+    assert FORMAT_6_MAGIC not in magics and down == before
+    upgrade(engine)
+    assert stored()[1] == before
+    engine.dispose()
+
+
+def test_a_chunk_packed_again_keeps_its_checkpoint_hashes(store_url: str) -> None:
+    """As the writer packs a stream's first chunks again against its first dictionary."""
+    stored_with_samples(store_url)
+    engine = open_store(store_url)
+    with engine.begin() as conn:
+        sid = stream_id(conn, STREAM.replica)
+        epoch, first, data = next(c for c in chunks(conn) if known_name_of(c[2]) is not None)
+        before = [tuple(b) for b in batch_log.batches_between(conn, sid, epoch, first - 1, 10**9)]
+        table = sa.Table("log_chunks", sa.MetaData(), autoload_with=conn)
+        assert rewrite_chunk(conn, table, (sid, epoch, first), 6, None)
+        again = next(c[2] for c in chunks(conn) if c[1] == first)
+        assert known_name_of(again) == known_name_of(data)
+        after = [tuple(b) for b in batch_log.batches_between(conn, sid, epoch, first - 1, 10**9)]
+        assert after == before
     engine.dispose()
