@@ -8,6 +8,7 @@ their digest is the one named (else, the map changed meanwhile, from the store).
 from __future__ import annotations
 
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -24,22 +25,24 @@ from kvscope.storage.log_known import Known, digest_of, hashes_of
 
 _KEPT = 4
 _kept: OrderedDict[tuple[int, int, int, bytes], Known] = OrderedDict()
-_offered: dict[tuple[int, int, int], Mapping[Any, Any]] = {}
+_offered: dict[tuple[int, int, int], list[Any]] = {}
 _lock = threading.Lock()
 
 
 @contextmanager
 def offered(sid: int, epoch: int, seq: int, tables: Mapping[Any, Any]) -> Iterator[None]:
     """While in the block, a chunk naming checkpoint (epoch, seq) of stream `sid` may take its
-    hashes from `tables` (the checkpoint's map, decoded: block tables)."""
+    hashes from `tables` (the checkpoint's map, decoded: block tables), copied now (cheap: the
+    replay changes the tables) and sorted only if a chunk asks."""
     key = (sid, epoch, seq)
+    arrays = [table.hash_array() for table in tables.values()]
     with _lock:
-        _offered[key] = tables
+        _offered[key] = arrays
     try:
         yield
     finally:
         with _lock:
-            if _offered.get(key) is tables:
+            if _offered.get(key) is arrays:
                 del _offered[key]
 
 
@@ -54,9 +57,9 @@ def known_hashes(conn: Connection, sid: int, named: tuple[int, int, bytes]) -> K
             _kept.move_to_end(key)
             return found
     with _lock:
-        tables = _offered.get((sid, epoch, seq))
-    if tables is not None:
-        found = Known(epoch, seq, hashes_of(t.to_state()["hashes"] for t in tables.values()))
+        arrays = _offered.get((sid, epoch, seq))
+    if arrays is not None:
+        found = Known(epoch, seq, hashes_of(arrays))
         if digest_of(found.hashes) == digest:
             return _keep(key, found)
     c = schema.checkpoints
@@ -78,7 +81,7 @@ def _keep(key: tuple[int, int, int, bytes], found: Known) -> Known:
     return found
 
 
-def _hash_arrays(conn: Connection, sid: int, epoch: int, row: Any) -> list[memoryview]:
+def _hash_arrays(conn: Connection, sid: int, epoch: int, row: Any) -> list[array[int]]:
     if row.key_seq is None:
         tables, _ = decode_tables(bytes(row.snapshot), stored_blocks(conn, sid))
     else:
@@ -91,4 +94,4 @@ def _hash_arrays(conn: Connection, sid: int, epoch: int, row: Any) -> list[memor
         if key is None:
             raise ChunkError(f"log chunk names a delta checkpoint of stream {sid} without its key")
         tables, _ = decode_delta(bytes(row.snapshot), bytes(key))
-    return [table.to_state()["hashes"] for table in tables.values()]
+    return [table.hash_array() for table in tables.values()]
