@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate
 from typing import Any, NamedTuple
 
@@ -40,10 +40,15 @@ from kvscope.storage.log_columns import (
     FORMAT_4_MAGIC,
     FORMAT_5_MAGIC,
     FORMAT_6_MAGIC,
-    known_named,
 )
 from kvscope.storage.log_dictionary import Dictionary
-from kvscope.storage.log_known import Known, digest_of, parse_name
+from kvscope.storage.log_known import (
+    ChunkError,
+    Known,
+    checked_hashes,
+    known_before,
+    known_name_of,
+)
 from kvscope.storage.log_runs import (
     MAX_CHUNK_BATCHES,
     MAX_CHUNK_RAW_BYTES,
@@ -71,10 +76,6 @@ TOKENS_ZSTD_LEVEL = 4
 to 8 far fewer (benchmarks/_store_disk.py's stream)."""
 FORMAT_2_MAGIC = b"KVL2"
 """Never the start of a zstd frame (28 b5 2f fd), which a format 1 chunk is."""
-
-
-class ChunkError(ValueError):
-    """Bytes that are not a log chunk this version can read."""
 
 
 class LoggedBatch(NamedTuple):
@@ -126,13 +127,20 @@ def named_dictionary(data: bytes) -> bytes | None:
 class Chunk:
     """An unpacked chunk: its batches by seq (ascending, as they were applied)."""
 
-    __slots__ = ("seqs", "ts", "recv_ts", "payloads")
+    __slots__ = ("seqs", "ts", "recv_ts", "_payloads", "_later")
+    _payloads: list[bytes] | None
+    _later: Callable[[], list[bytes]] | None
 
     def __init__(
-        self, data: bytes, dictionary: Dictionary | None = None, known: Known | None = None
+        self,
+        data: bytes,
+        dictionary: Dictionary | None = None,
+        known: Known | Callable[[], Known] | None = None,
     ) -> None:
         """`dictionary`: the one the chunk names (`named_dictionary`), if it names one;
-        `known`: the checkpoint's hashes a chunk of format 6 names (`known_name_of`)."""
+        `known`: the checkpoint's hashes a chunk of format 6 names (`known_name_of`), or how to
+        get them when its payloads are first asked for (its stamps need none)."""
+        self._later = None
         expected, frame, zdict = 1, data, None
         named = named_dictionary(data)
         if named is not None:
@@ -142,14 +150,19 @@ class Chunk:
         fmt = _COLUMNAR.get(bytes(data[:4]), 0)
         if fmt and len(data) >= 5:
             granules = _granules(fmt, None if named is None else dictionary)
-            hashes = None if fmt != 6 else _known_hashes(data, known)
             try:
-                seqs, ts, recv_ts, payloads = log_columns.open_columns(
-                    data, zdict, granules, hashes
-                )
+                seqs, ts, recv_ts, payloads_of = log_columns.open_stamps(data, zdict, granules)
             except (zstandard.ZstdError, ValueError, IndexError) as exc:
                 raise ChunkError(f"not a log chunk: {exc}") from exc
-            self._columns(seqs, ts, recv_ts, payloads)
+            if fmt == 6 and callable(known):
+                given = known
+                self.seqs, self.ts, self.recv_ts, self._payloads = seqs, ts, recv_ts, None
+                self._later = lambda: _joined(payloads_of, checked_hashes(data, given()))
+                if not len(seqs) == len(ts) == len(recv_ts):
+                    raise ChunkError("log chunk columns differ in length")
+                return
+            hashes = None if fmt != 6 or callable(known) else checked_hashes(data, known)
+            self._columns(seqs, ts, recv_ts, _joined(payloads_of, hashes))
             return
         if data[:4] == FORMAT_2_MAGIC and len(data) >= 5:
             expected, frame = 2, data[5 + data[4] :]
@@ -167,9 +180,21 @@ class Chunk:
     def _columns(
         self, seqs: array[int], ts: array[float], recv_ts: array[float], payloads: list[bytes]
     ) -> None:
-        self.seqs, self.ts, self.recv_ts, self.payloads = seqs, ts, recv_ts, payloads
+        self.seqs, self.ts, self.recv_ts, self._payloads = seqs, ts, recv_ts, payloads
         if not len(seqs) == len(ts) == len(recv_ts) == len(payloads):
             raise ChunkError("log chunk columns differ in length")
+
+    @property
+    def payloads(self) -> list[bytes]:
+        """ChunkError, in format 6, if the hashes it names cannot be had (or are others)."""
+        found = self._payloads
+        if found is None:
+            assert self._later is not None
+            found = self._later()
+            if len(found) != len(self.seqs):
+                raise ChunkError("log chunk columns differ in length")
+            self._payloads, self._later = found, None
+        return found
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -196,28 +221,13 @@ class Chunk:
         return bisect_right(self.seqs, after), bisect_right(self.seqs, upto)
 
 
-def known_name_of(data: bytes) -> tuple[int, int, bytes] | None:
-    """(epoch, seq, digest) of the checkpoint whose hashes a chunk of format 6 names; None for
-    a chunk of another format. ChunkError if the name is damaged."""
+def _joined(
+    payloads_of: Callable[[KnownHashes | None], list[bytes]], hashes: KnownHashes | None
+) -> list[bytes]:
     try:
-        name = known_named(data)
-        return None if name is None else parse_name(name)
-    except ValueError as exc:
+        return payloads_of(hashes)
+    except (zstandard.ZstdError, ValueError, IndexError) as exc:
         raise ChunkError(f"not a log chunk: {exc}") from exc
-
-
-def _known_hashes(data: bytes, known: Known | None) -> KnownHashes:
-    """The hashes a format 6 chunk was packed against, checked against its name."""
-    named = known_name_of(data)
-    if named is None or known is None:
-        raise ChunkError("log chunk of format 6 needs its checkpoint's hashes, not given")
-    epoch, seq, digest = named
-    if (known.epoch, known.seq) != (epoch, seq) or digest_of(known.hashes) != digest:
-        raise ChunkError(
-            f"log chunk names the hashes of checkpoint {epoch}/{seq} ({digest.hex()}), "
-            f"given those of {known.epoch}/{known.seq}"
-        )
-    return known.hashes
 
 
 def pack(
@@ -250,7 +260,7 @@ def pack(
             dictionary = (dictionaries or {}).get(streams[start])
             granules = _granules(fmt, dictionary)
             planes = fmt >= 5 and dictionary is None
-            after = _known_before(fmt, known, streams[start], epochs[start], run_seqs[0])
+            after = known_before(fmt, known, streams[start], epochs[start], run_seqs[0])
             frames.append(
                 log_columns.columns(
                     run_seqs,
@@ -292,18 +302,6 @@ def pack(
     if fmt >= 3:
         return _pack_columns(made, frames, dictionaries or {}, names)
     return _pack_format_2(made, dictionaries or {})
-
-
-def _known_before(
-    fmt: int, known: Mapping[Any, Known] | None, stream: Any, epoch: int, first_seq: int
-) -> Known | None:
-    """The known hashes a chunk of `stream` from `first_seq` is packed against, if any."""
-    if fmt < 6 or not known:
-        return None
-    found = known.get(stream)
-    if found is None or found.epoch != epoch or found.seq >= first_seq:
-        return None
-    return found
 
 
 def _by_dictionary(
@@ -392,4 +390,11 @@ def _plain_compressor(level: int) -> zstandard.ZstdCompressor:
     return found
 
 
-__all__ = ["MAX_CHUNK_BATCHES", "MAX_CHUNK_RAW_BYTES", "MAX_CHUNK_SPAN_S", "split"]
+__all__ = [
+    "MAX_CHUNK_BATCHES",
+    "MAX_CHUNK_RAW_BYTES",
+    "MAX_CHUNK_SPAN_S",
+    "ChunkError",
+    "known_name_of",
+    "split",
+]

@@ -30,7 +30,7 @@ byte planes), then `split`'s columns.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import zstandard
 
@@ -125,11 +125,18 @@ def open_columns(
     """seqs, ts, receive times and payloads of a format 3 to 6 chunk (`granules`: the index
     of its dictionary, in formats 4 to 6; `known`: the hashes a format 6 chunk names, checked
     by its caller); ValueError if damaged."""
+    seqs, ts, recv_ts, payloads_of = open_stamps(data, zdict, granules)
+    return seqs, ts, recv_ts, payloads_of(known)
+
+
+def open_stamps(
+    data: bytes, zdict: zstandard.ZstdCompressionDict | None, granules: GranuleIndex | None
+) -> tuple[array[int], array[float], array[float], Callable[[KnownHashes | None], list[bytes]]]:
+    """`open_columns`, the payloads left to join when asked (with the known hashes then): a
+    reader of a format 6 chunk's stamps alone (where is seq s?) needs no checkpoint."""
     magic = bytes(data[:4])
     pos = 5 + data[4]
     if magic == FORMAT_6_MAGIC:
-        if known is None:
-            raise ValueError("log chunk of format 6 read without its known hashes")
         pos += 1 + data[pos]
         n_frames, pos = _get_varint(data, pos)
         if n_frames - KNOWN_FRAMES not in (FRAMES[FORMAT_4_MAGIC], FRAMES[FORMAT_5_MAGIC]):
@@ -161,17 +168,23 @@ def open_columns(
     seqs.frombytes(plain_stamps[0])
     ts.frombytes(plain_stamps[1])
     recv_ts.frombytes(plain_stamps[2])
-    if magic == FORMAT_6_MAGIC:
-        assert known is not None
-        where = frames.pop()
-        found = frames.pop()
-        frames[LITERALS] = join_known(found, where, frames[LITERALS], known)
-    if layout == FORMAT_5_MAGIC:
-        frames[TOKENS] = tokens_of_planes(frames[TOKENS], frames.pop())
-    if layout != FORMAT_3_MAGIC:
-        index = NO_GRANULES if granules is None else granules  # not `or`: an empty one is falsy
-        return seqs, ts, recv_ts, join(count, *frames[1:], granules=index)
-    return seqs, ts, recv_ts, join(count, *frames[1:])
+
+    def payloads(known: KnownHashes | None) -> list[bytes]:
+        columns = frames[1:]
+        if magic == FORMAT_6_MAGIC:
+            if known is None:
+                raise ValueError("log chunk of format 6 read without its known hashes")
+            *columns, found, where = columns
+            columns[LITERALS - 1] = join_known(found, where, columns[LITERALS - 1], known)
+        if layout == FORMAT_5_MAGIC:
+            *columns, rest = columns
+            columns[TOKENS - 1] = tokens_of_planes(columns[TOKENS - 1], rest)
+        if layout != FORMAT_3_MAGIC:
+            index = NO_GRANULES if granules is None else granules  # not `or`: an empty is falsy
+            return join(count, *columns, granules=index)
+        return join(count, *columns)
+
+    return seqs, ts, recv_ts, payloads
 
 
 def _put_varint(out: bytearray, n: int) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 
 from sqlalchemy import Connection, and_, delete, exists, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -78,7 +79,8 @@ def open_chunk(conn: Connection, sid: int, data: bytes) -> Chunk:
         # Not at the top: it reads checkpoints, whose known blocks are read with this module.
         from kvscope.storage.log_known_sql import known_hashes
 
-        known = known_hashes(conn, sid, named)
+        # Read when the payloads are first asked for: a reader of stamps alone needs none.
+        known = partial(known_hashes, conn, sid, named)
     return Chunk(data, None if digest is None else dictionary(conn, sid, digest), known)
 
 

@@ -20,10 +20,16 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 from kvscope.storage._log_known import KnownHashes, sorted_hashes
+from kvscope.storage.log_columns import known_named
+
+
+class ChunkError(ValueError):
+    """Bytes that are not a log chunk this version can read."""
+
 
 NAME_BYTES = 24
 """Epoch, seq (signed big-endian 8 bytes each) and the hashes' digest (8 bytes)."""
@@ -67,3 +73,39 @@ def parse_name(name: bytes) -> tuple[int, int, bytes]:
 def hashes_of(arrays: Iterable[bytes | memoryview | array[int]]) -> KnownHashes:
     """The known hashes of a map whose tables hold these hash arrays (native uint64)."""
     return KnownHashes(sorted_hashes(list(arrays)))
+
+
+def known_name_of(data: bytes) -> tuple[int, int, bytes] | None:
+    """(epoch, seq, digest) of the checkpoint whose hashes a chunk of format 6 names; None for
+    a chunk of another format. ChunkError if the name is damaged."""
+    try:
+        name = known_named(data)
+        return None if name is None else parse_name(name)
+    except ValueError as exc:
+        raise ChunkError(f"not a log chunk: {exc}") from exc
+
+
+def checked_hashes(data: bytes, known: Known | None) -> KnownHashes:
+    """The hashes a format 6 chunk was packed against, checked against its name."""
+    named = known_name_of(data)
+    if named is None or known is None:
+        raise ChunkError("log chunk of format 6 needs its checkpoint's hashes, not given")
+    epoch, seq, digest = named
+    if (known.epoch, known.seq) != (epoch, seq) or digest_of(known.hashes) != digest:
+        raise ChunkError(
+            f"log chunk names the hashes of checkpoint {epoch}/{seq} ({digest.hex()}), "
+            f"given those of {known.epoch}/{known.seq}"
+        )
+    return known.hashes
+
+
+def known_before(
+    fmt: int, known: Mapping[Any, Known] | None, stream: Any, epoch: int, first_seq: int
+) -> Known | None:
+    """The known hashes a chunk of `stream` from `first_seq` is packed against, if any."""
+    if fmt < 6 or not known:
+        return None
+    found = known.get(stream)
+    if found is None or found.epoch != epoch or found.seq >= first_seq:
+        return None
+    return found
