@@ -9,6 +9,8 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
+import hashlib
+
 
 cdef inline uint64_t slot_of(uint64_t v, uint64_t mask) noexcept nogil:
     return ((v * <uint64_t>0x9E3779B97F4A7C15) >> 20) & mask
@@ -23,6 +25,8 @@ cdef class KnownHashes:
     cdef uint64_t mask
     cdef readonly bytes values
     cdef readonly Py_ssize_t count
+    cdef readonly bytes digest
+    """The values' digest (8 bytes of blake2b), made once: a reader checks it per chunk."""
 
     def __cinit__(self, bytes values):
         cdef Py_ssize_t size = 16, i
@@ -34,6 +38,7 @@ cdef class KnownHashes:
             raise ValueError("known hashes: too many")
         self.values = values
         self.count = len(values) // 8
+        self.digest = hashlib.blake2b(values, digest_size=8).digest()
         while size < 2 * self.count + 16:
             size <<= 1
         self.mask = size - 1

@@ -18,7 +18,6 @@ after it, keeps every checkpoint a kept chunk names.
 
 from __future__ import annotations
 
-import hashlib
 from array import array
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
@@ -48,7 +47,7 @@ class Known(NamedTuple):
 
 
 def digest_of(hashes: KnownHashes) -> bytes:
-    return hashlib.blake2b(hashes.values, digest_size=8).digest()
+    return hashes.digest
 
 
 def known_name(epoch: int, seq: int, hashes: KnownHashes) -> bytes:
