@@ -17,9 +17,9 @@ collector/_byte_planes.pyx lays snapshot columns out as byte planes, and
 collector/_checkpoint_columns.pyx drops what they repeat, _checkpoint_rows.pyx keeps a delta
 checkpoint's changed rows; storage/_token_granules.pyx cuts a batch's token ids into the log
 dictionary's content, and storage/_log_columns.pyx splits a log chunk's batches into columns and
-back (its buffer in _log_buf.pxd, the split's hash table and writes without the GIL in
-_log_split.pxd), _log_planes.pyx lays its stamps and token ids out as byte planes,
-_log_known.pyx its hash literals against a checkpoint's hashes (format 6), and
+back (its walks in _log_walk.pxd, its buffer in _log_buf.pxd, the split's hash table and writes
+without the GIL in _log_split.pxd), _log_planes.pyx lays its stamps and token ids out as byte
+planes, _log_known.pyx its hash literals against a checkpoint's hashes (format 6), and
 storage/_checkpoint_pacing.pyx counts each batch's block-events toward
 the next checkpoint (all Cython).
 Installing kvscope therefore needs a C compiler and the Python headers, as any package with an

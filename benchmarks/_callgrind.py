@@ -20,7 +20,7 @@ COUNTED = "deque_init"
 """The function whose calls are counted (and nothing outside them)."""
 GIL_FREE = re.compile(
     r"\s([\d,]+) \(.*?:(compress_from_datasources|ZstdCompressor_compress"
-    r"|__pyx_pw_\w+_(?:log_columns_\d+(?:split|join|joins_back)|log_planes_\d+token_planes"
+    r"|__pyx_pw_\w+_(?:log_columns_\d+(?:split|join|joins_back|pack_runs)|log_planes_\d+token_planes"
     r"|token_granules_\d+RunTable_\d+note)|sqlite3_step) "
 )
 """callgrind_annotate's inclusive lines of the calls that let go of the GIL around their work

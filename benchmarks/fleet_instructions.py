@@ -2,7 +2,7 @@
 routing and ingest without the socket, a figure that holds still on a shared machine.
 
     python benchmarks/fleet_instructions.py [--publishers 10] [--messages 1000] [--seed 1]
-                                            [--sink memory|calls] [--annotate DIR]
+                                            [--sink memory|calls] [--receive] [--annotate DIR]
 
 The stream is benchmarks/fleet.py's (one replica's batches at an H200's rate, a reset every 40 s
 of it), played by `--publishers` publishers with llm-d topics, round-robin, each from seq 0.
@@ -10,7 +10,9 @@ Each message goes through `FleetRouter.route_batch` and its stream's `StreamInge
 as the collector's fleet drain does (collector/fleet_drain.py, `FleetDrain.drain`), memory-only (no
 sink), or with `--sink calls` a sink that does nothing with what it is told (a stream with a
 sink, as a stored fleet's, applies each batch from its bytes as the router read it, and tells
-its sink of it without a `Batch`). Two windows of `--messages`
+its sink of it without a `Batch`). With `--receive`, each message is also received as the
+drain receives it (`sockets.message_reader`) from a SUB socket, every message published to it
+beforehand over inproc (libzmq's I/O thread is not counted). Two windows of `--messages`
 messages are counted, each after the messages before it ran uncounted:
 - `fill`: the messages just before the first that evicts, while the tables grow largest;
 - `eviction`: from the first batch that evicts (a BlockRemoved: the cache is full) on.
@@ -24,6 +26,7 @@ import argparse
 import sys
 import tempfile
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -48,7 +51,33 @@ def messages(payloads: list[bytes], publishers: int) -> list[list[bytes]]:
     ]
 
 
-def child(payloads_file: str, publishers: int, start: int, count: int, sink: str) -> None:
+def received(frames: list[list[bytes]]) -> Callable[[], list[bytes] | None]:
+    """A `MessageReader` of a SUB socket to which `frames` were all published (over inproc)."""
+    import zmq
+
+    from kvscope.collector.sockets import message_reader
+
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sub, pub = ctx.socket(zmq.SUB), ctx.socket(zmq.PUB)
+    sub.setsockopt(zmq.RCVHWM, 0)
+    pub.setsockopt(zmq.SNDHWM, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.bind("inproc://fleet")
+    pub.connect("inproc://fleet")
+    while True:  # until the subscription has reached the PUB: a probe gets through
+        pub.send(b"probe")
+        if sub.poll(100):
+            break
+    while sub.poll(0):
+        sub.recv()
+    for message in frames:  # inproc: each is on the SUB's queue when this returns
+        pub.send_multipart(message)
+    return message_reader(sub)
+
+
+def child(
+    payloads_file: str, publishers: int, start: int, count: int, sink: str, receive: bool
+) -> None:
     """Messages [0, start) uncounted, then [start, start + count) counted (callgrind counts
     inside `deque_init`)."""
     from kvscope.collector import prefix_map
@@ -73,8 +102,12 @@ def child(payloads_file: str, publishers: int, start: int, count: int, sink: str
     ingests: dict[StreamId, StreamIngest] = {}
     clock = iter([CLOCK_START + 0.0004 * i for i in range(len(frames))])
 
-    def step(message: list[bytes]) -> None:
-        # FleetDrain.drain, without the socket
+    read = received(frames) if receive else None
+
+    def step(sent: list[bytes]) -> None:
+        # FleetDrain.drain, with or without the socket
+        message = sent if read is None else read()  # (PUB to SUB keeps the order)
+        assert message is not None
         to, batch = router.route_batch(message)
         assert to is not None
         if to.new:
@@ -114,12 +147,13 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1000, help="messages counted a window")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--sink", choices=("memory", "calls"), default="memory")
+    parser.add_argument("--receive", action="store_true", help="also receive each message")
     parser.add_argument("--annotate", help="keep callgrind's files in this folder")
-    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        payloads_file, publishers, start, count, sink = args.child
-        child(payloads_file, int(publishers), int(start), int(count), sink)
+        payloads_file, publishers, start, count, sink, receive = args.child
+        child(payloads_file, int(publishers), int(start), int(count), sink, receive == "1")
         return
     need_valgrind("fleet_instructions.py")
     sys.path.insert(0, str(HERE))
@@ -131,7 +165,7 @@ def main() -> None:
     starts = {"fill": max(p, evicts - n), "eviction": evicts}
     print(
         f"stream: {len(payloads):,} batches a publisher, {p} publishers, {n:,} messages a window,"
-        f" sink: {args.sink}"
+        f" sink: {args.sink}, received: {'yes' if args.receive else 'no'}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = args.annotate or tmp
@@ -140,7 +174,9 @@ def main() -> None:
         Path(payloads_file).write_bytes(msgspec.msgpack.encode(payloads))
         counts = {
             window: instructions(
-                window, [payloads_file, str(p), str(starts[window]), str(n), args.sink], out_dir
+                window,
+                [payloads_file, str(p), str(starts[window]), str(n), args.sink, str(+args.receive)],
+                out_dir,
             )
             for window in WINDOWS
         }

@@ -16,7 +16,9 @@ under valgrind's callgrind, counting only the ingest loop's instructions:
   them): the other thread's work, which the `store` count leaves out. Of it, what runs inside the
   calls that let go of the GIL (zstd, the log's split and join walks, sqlite3_step: callgrind's
   inclusive counts) is apart; the rest holds the GIL, and with two threads on two cores only
-  that part cannot overlap the ingest thread.
+  that part cannot overlap the ingest thread. It also counts how many times the writer run let
+  go of the GIL (calls of PyEval_SaveThread: each takes it back after, and taking it from a
+  busy ingest thread is a wait), per transaction.
 It prints instructions per batch of each, and the sink's and the writer's share; with `--parts`,
 also each part of the writer's share: the store run again with that part left out (the row put
 on the queue, the rollup's count, the checkpoint pacer's, the `instant` calls). Needs valgrind.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import gc
 import math
+import re
 import sys
 import tempfile
 from collections import deque
@@ -108,6 +111,7 @@ def child(kind: str, payloads_file: str) -> None:
     writer.close(0)
     deque(map(run_writer, [writer._loop]), maxlen=0)
     assert writer.stats.rows_written >= len(frames) and writer.failure is None
+    print(f"transactions {writer.stats.transactions}", file=sys.stderr)
 
 
 def _leave_out(part: str, calls: type[NullSink]) -> None:
@@ -130,7 +134,27 @@ def _leave_out(part: str, calls: type[NullSink]) -> None:
 
 def instructions(kind: str, payloads_file: str, out_dir: str) -> int:
     command = [sys.executable, __file__, "--child", kind, payloads_file]
-    return collected(run_child(command, f"{out_dir}/{kind}.out"))
+    stderr = run_child(command, f"{out_dir}/{kind}.out")
+    Path(f"{out_dir}/{kind}.stderr").write_text(stderr)
+    return collected(stderr)
+
+
+def hand_backs(out_dir: str) -> tuple[int, int]:
+    """The writer run's calls of PyEval_SaveThread (each lets go of the GIL, and each return
+    takes it back: from a busy ingest thread, a wait), and its transactions."""
+    calls, ids, pending = 0, set(), False
+    for line in Path(f"{out_dir}/writer.out").read_text().splitlines():
+        if line.startswith("cfn="):
+            ref, _, name = line[4:].partition(" ")
+            if name == "PyEval_SaveThread":
+                ids.add(ref)
+            pending = ref in ids
+        elif pending and line.startswith("calls="):
+            calls += int(line[6:].split()[0])
+            pending = False
+    found = re.search(r"transactions (\d+)", Path(f"{out_dir}/writer.stderr").read_text())
+    assert found
+    return calls, int(found.group(1))
 
 
 def main() -> None:
@@ -157,6 +181,7 @@ def main() -> None:
         kinds = (*KINDS, *PARTS) if args.parts else KINDS
         counts = {kind: instructions(kind, payloads_file, tmp) for kind in kinds}
         each_free = gil_free(f"{tmp}/writer.out")
+        released, transactions = hand_backs(tmp)
     free = sum(each_free.values()) / batches
     per_batch = {kind: count / batches for kind, count in counts.items()}
     for kind in KINDS:
@@ -167,6 +192,10 @@ def main() -> None:
         f"{writer - free:,.0f} holding it"
     )
     print("  " + ", ".join(f"{name} {n / batches:,.0f}" for name, n in sorted(each_free.items())))
+    print(
+        f"  it let go of the GIL {released:,} times in {transactions} transactions: "
+        f"{released / transactions:,.1f} a transaction"
+    )
     print(
         f"store on, all threads: {(per_batch['store'] + writer) / memory:.2f}x memory-only; "
         f"holding the GIL (what two threads cannot overlap): "

@@ -29,8 +29,12 @@ class FusedApply:
         added: 2 * (the batch's rank + 1, 0 for None) + 1 if it holds an `AllBlocksCleared`;
         -1 (nothing done) to leave the batch to decode + apply."""
 
-    def route_read(self, payload: bytes, max_block_size: int) -> int:
-        """A fleet's batch read for its router: its rank (or 0), or -1 to decode it."""
+    def route_read(self, seq_frame: bytes, payload: bytes, max_block_size: int) -> int:
+        """A fleet's message read for its router: its batch's rank (or 0), or -1 to decode
+        it (its batch not the compiled decoder's, or its seq frame not a seq)."""
+
+    def seq_read(self, payload: bytes) -> int:
+        """The seq `route_read` read last, if `payload` is its batch; else -1."""
 
     def apply_read(
         self,

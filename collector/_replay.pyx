@@ -17,8 +17,8 @@ where it raises.
 """
 
 cimport cython
-from cpython.bytes cimport PyBytes_GET_SIZE
-from libc.stdint cimport int64_t
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.stdint cimport int64_t, uint64_t
 
 from kvscope.collector._admit cimport roomy
 from kvscope.collector._fused_read cimport BatchRead, Op
@@ -57,6 +57,7 @@ cdef class FusedApply(BatchRead):
     cdef object read_payload
     cdef int64_t read_max_block_size
     cdef double read_ts
+    cdef int64_t read_seq
     # The table of the last batch's last key, while the map's tables are that dict (an entry of
     # it is never replaced: a clear replaces the dict).
     cdef dict last_tables
@@ -82,13 +83,19 @@ cdef class FusedApply(BatchRead):
     cdef int flush(self) except -1:
         if not self.pending:
             return 0
+        # Each add is a Python attribute read and write: a count that did not move is skipped
+        # (as _map_apply.pyx's `_flush`); a live batch is flushed on its own.
         c = self.prefix_map.counters
-        c.batches += self.batches
-        c.stored_events += self.stored_events
-        c.removed_events += self.removed_events
-        c.cleared_events += self.cleared_events
-        c.stored_blocks += self.stored_blocks
-        c.removed_blocks += self.removed_blocks
+        if self.batches:
+            c.batches += self.batches
+        if self.stored_events:
+            c.stored_events += self.stored_events
+            c.stored_blocks += self.stored_blocks
+        if self.removed_events:
+            c.removed_events += self.removed_events
+            c.removed_blocks += self.removed_blocks
+        if self.cleared_events:
+            c.cleared_events += self.cleared_events
         c.last_ts = self.last_ts
         self.batches = self.stored_events = self.removed_events = self.cleared_events = 0
         self.stored_blocks = self.removed_blocks = 0
@@ -137,9 +144,7 @@ cdef class FusedApply(BatchRead):
                 if counts is not None:
                     _commit(counts, &run_stored, &run_removed)
                 counted = key
-                counts = changes.get(key)
-                if counts is None:
-                    counts = changes[key] = [0, 0]
+                counts = changes.setdefault(key, [0, 0])  # the key hashed once, not twice
             if op.kind == STORED:
                 table._store(
                     &self.hashes[op.hashes], op.n_hashes, op.has_parent, op.parent,
@@ -194,15 +199,32 @@ cdef class FusedApply(BatchRead):
         holds an `AllBlocksCleared`."""
         return 2 * (0 if self.rank_nil else self.rank_value + 1) + self.has_clear
 
-    def route_read(self, payload, int64_t max_block_size):
-        """The first pass over a fleet's batch, for its router: the rank it names (its `rank`
-        or 0, as the decoder reads it), or -1 when it is not the compiled decoder's (or has a
-        LoRA name) and must be decoded. The batch is kept for `apply_read`."""
+    def route_read(self, seq_frame, payload, int64_t max_block_size):
+        """The first pass over a fleet's message, for its router: the rank its batch names (its
+        `rank` or 0, as the decoder reads it), or -1 when the batch is not the compiled
+        decoder's (or has a LoRA name), or `seq_frame` is not a seq (8 bytes, big-endian,
+        <= 2**63 - 1), and it must be decoded. The batch and its seq are kept for `apply_read`
+        and `seq_read`."""
+        cdef const unsigned char* frame
+        cdef uint64_t seq = 0
+        cdef Py_ssize_t i
         self.read_payload, self.max_block_size = None, max_block_size
+        if type(seq_frame) is not bytes or PyBytes_GET_SIZE(seq_frame) != 8:
+            return -1
+        frame = <const unsigned char*>PyBytes_AS_STRING(seq_frame)
+        for i in range(8):
+            seq = (seq << 8) | frame[i]
+        if seq >> 63:
+            return -1
+        self.read_seq = <int64_t>seq
         if type(payload) is not bytes or self.read(payload, &self.read_ts) < 0:
             return -1
         self.read_payload, self.read_max_block_size = payload, max_block_size
         return 0 if self.rank_nil else self.rank_value
+
+    def seq_read(self, payload):
+        """The seq of the message `route_read` read last, if `payload` is its batch; else -1."""
+        return self.read_seq if payload is self.read_payload else -1
 
     def apply_read(self, prefix_map, payload, seq, epoch, bint degraded, recv_ts,
                    int64_t max_block_size):
@@ -261,8 +283,10 @@ cdef class FusedApply(BatchRead):
 
     def apply_prepared(self, seq, dict changes):
         """Apply the batch `prepare` held, filling `changes` with its `[stored, removed]`
-        blocks per table: what `live` returns."""
+        blocks per table: what `live` returns. With none held, a RuntimeError, and whatever
+        was held given up (as `release`): the reader is shared, and must not stay busy."""
         if not self.busy or self.read_payload is None:
+            self.release()
             raise RuntimeError("no batch prepared")
         try:
             self.read_payload = None  # applied once

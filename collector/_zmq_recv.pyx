@@ -40,6 +40,7 @@ cdef int ZMQ_DONTWAIT = 1
 # A message of more frames than a live one (three) is refused whole: the frames past the fourth
 # are received and dropped without a copy, so a message of thousands of frames costs nothing.
 MAX_FRAMES_KEPT = 4
+cdef Py_ssize_t _FRAMES_KEPT = MAX_FRAMES_KEPT  # compared in C, not as Python ints
 
 cdef msg_init_t _msg_init = NULL
 cdef msg_recv_t _msg_recv = NULL
@@ -110,7 +111,9 @@ cdef class MessageReceiver:
 
     def __call__(self):
         """The next message's frames as bytes, or None when no message is waiting."""
-        if self._socket.closed:
+        # pyzmq's own recv checks this flag (`_check_closed`); its `closed` property also asks
+        # libzmq (a getsockopt through its attribute hook): most of this call's cost.
+        if self._socket._closed:
             raise zmq.ZMQError(zmq.ENOTSOCK)
         cdef zmq_msg_t msg
         cdef list frames = []
@@ -128,7 +131,7 @@ cdef class MessageReceiver:
                     return None
                 raise zmq.ZMQError(err)
             try:
-                if len(frames) < MAX_FRAMES_KEPT:
+                if len(frames) < _FRAMES_KEPT:
                     frames.append(
                         PyBytes_FromStringAndSize(<char*>_msg_data(&msg), _msg_size(&msg))
                     )

@@ -91,12 +91,12 @@ class FleetRouter:
         # A topic not yet followed (unmatched, or a publisher's first message, which its
         # stream decodes itself) costs a scan, not a read; a wrong seq frame the stream
         # refuses before reading.
-        if topic in self._publishers and len(seq) == SEQ_BYTES:
+        if topic in self._publishers:
             if self._reader is not None:
-                rank = self._reader.route_read(payload, MAX_BLOCK_SIZE)
+                rank = self._reader.route_read(seq, payload, MAX_BLOCK_SIZE)
                 if rank >= 0:
-                    read = self._reader
-            else:
+                    read = self._reader  # its batch and seq, read
+            elif len(seq) == SEQ_BYTES:
                 read = decode_map_batch(payload, int.from_bytes(seq, "big"), MAX_BLOCK_SIZE)
                 if read is not None:
                     rank = read.rank or 0

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import cast
+from typing import TYPE_CHECKING
 
 from kvscope.collector._replay import FusedApply
 from kvscope.collector.degraded import Degradation, DegradedInterval
 from kvscope.collector.engine_kind import Engine, engine_of
 from kvscope.collector.errors import MalformedKind, MalformedPayload
 from kvscope.collector.ingest_errors import IngestErrors
+from kvscope.collector.ingest_fused import FusedIngest
+from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.recent import RecentBatches
@@ -38,7 +40,6 @@ from kvscope.collector.replay import (
 from kvscope.collector.replay_rules import ReplayRules
 from kvscope.collector.sink import (
     EVERY_BATCH,
-    AppliedBatch,
     ClearedMap,
     ClearReason,
     EventSink,
@@ -46,7 +47,7 @@ from kvscope.collector.sink import (
     Span,
 )
 from kvscope.collector.stream_counters import StreamCounters
-from kvscope.collector.types import AllCleared, Batch, StreamId, TableKey
+from kvscope.collector.types import AllCleared, Batch, StreamId
 from kvscope.collector.wire import BatchDecoder
 
 logger = logging.getLogger(__name__)
@@ -62,13 +63,8 @@ DEFAULT_TAIL_CHECK_AFTER_S = 5.0
 """Silence after which the publisher's replay socket is asked for any lost tail."""
 
 
-class StreamIngest(ReplayRules):
+class StreamIngest(ReplayRules, FusedIngest):
     """Follows one publisher's sequence and keeps its `PrefixMap` exact, or says it is not."""
-
-    fused: FusedApply | None = FusedApply()
-    """Applies the usual batch straight from its bytes, for every stream (a class attribute:
-    one more instance attribute, past CPython 3.11's 30 shared keys, slows each attribute read
-    of the ingest); None on a stream: its every batch decoded."""
 
     def __init__(
         self,
@@ -80,6 +76,7 @@ class StreamIngest(ReplayRules):
         tail_check_after_s: float = DEFAULT_TAIL_CHECK_AFTER_S,
         sink: EventSink | None = None,
         engine: Engine | None = None,
+        limits: IngestLimits = DEFAULT_LIMITS,
     ) -> None:
         """`engine`: the publisher's engine as configured; None: told by its batches (again
         after each restart, which may be another engine under the same name)."""
@@ -90,7 +87,8 @@ class StreamIngest(ReplayRules):
         self.max_message_bytes = max_message_bytes
         self.tail_check_after_s = tail_check_after_s
         self.map = PrefixMap(stream, self._on_clear)
-        self.decoder = BatchDecoder()
+        self.map.limits = limits
+        self.decoder = BatchDecoder(limits)
         self.counters = StreamCounters()
         self.epoch = 0
         self.expected: int | None = None
@@ -112,9 +110,7 @@ class StreamIngest(ReplayRules):
         self._malformed = self.errors.malformed
         self._degradation = Degradation(stream, self._log, sink)
         self._quiet: Span = EVERY_BATCH
-        """Stamps before which the sink needs no `instant` call (what its last one returned)."""
         self._gaps_told = 0
-        """`counters.gaps` as the sink was last told it."""
         self._tail_checked: tuple[int, int] | None = None
         self._messages = 0
         """Live messages received (the clock that spaces restarts: data, not time)."""
@@ -141,6 +137,7 @@ class StreamIngest(ReplayRules):
         `last_seq` is fetched.
         """
         point.map.on_clear = self._on_clear
+        point.map.limits = self.map.limits
         self.map = point.map
         self.epoch = point.epoch
         self.last_seq = point.last_seq
@@ -179,13 +176,20 @@ class StreamIngest(ReplayRules):
                 self._malformed(MalformedKind.FRAME_COUNT, None, f"{len(frames)} frames")
                 return None
             _topic, seq_frame, payload = frames
-            if type(decoded) is Batch and decoded.seq <= MAX_SEQ:
-                seq = decoded.seq  # the router read it from this frame
+            # The seq as the router read it from this frame (-1: it did not), else as
+            # `_seq_of` reads it, without its call when the frame is good.
+            if isinstance(decoded, FusedApply):  # (a plain class: no metaclass to ask)
+                seq = decoded.seq_read(payload)
             else:
-                read = self._seq_of(seq_frame)
-                if read is None:
-                    return None
-                seq = read
+                seq = decoded.seq if decoded is not None and decoded.seq <= MAX_SEQ else -1
+            if seq < 0:
+                if len(seq_frame) == SEQ_BYTES and seq_frame[0] < 0x80:  # <= MAX_SEQ
+                    seq = int.from_bytes(seq_frame, "big")
+                else:
+                    read = self._seq_of(seq_frame)
+                    if read is None:
+                        return None
+                    seq = read
             if self._replay is not None:
                 if can_hold(self._replay, payload):
                     hold(self._replay, [(seq, payload)])
@@ -200,6 +204,8 @@ class StreamIngest(ReplayRules):
                 self._accept(seq, payload, now)
         except Exception as exc:  # one batch must not stop the stream
             self._failed("live", exc, frames, now)
+        if self._outbox is None:  # (`take_replay_request`, without its call)
+            return None
         return self.take_replay_request()
 
     def replay_frames(self, frames: list[bytes], now: float) -> bool:
@@ -296,7 +302,8 @@ class StreamIngest(ReplayRules):
             self._degrade("oversize batch dropped", seq, seq, now)
             return
         if type(decoded) is not Batch:  # (isinstance asks msgspec's metaclass: it costs more)
-            decoded = cast("FusedApply | None", decoded)
+            if TYPE_CHECKING:  # (`cast` is a call on every batch)
+                assert not isinstance(decoded, Batch)
             if self.engine is not None and self._apply_fused(seq, payload, now, decoded):
                 return
             # What the router read, as a `Batch` (for the sink, or the engine to be told).
@@ -333,79 +340,7 @@ class StreamIngest(ReplayRules):
         if degraded and any(type(e) is AllCleared for e in batch.events):
             self._degradation.known_again(seq, now)
         if sink is not None:
-            gaps = self.counters.gaps
-            sink.applied(
-                AppliedBatch(
-                    self.stream,
-                    self.epoch,
-                    seq,
-                    ts,
-                    now,
-                    payload,
-                    batch,
-                    changes,
-                    gaps - self._gaps_told,
-                    self.map,
-                )
-            )
-            self._gaps_told = gaps
-
-    def _apply_fused(self, seq: int, payload: bytes, now: float, read: FusedApply | None) -> bool:
-        """`_apply`'s decode and apply in one, for a batch of a stream whose engine is told
-        already: True, or False (nothing done, nothing told) to leave the batch to decode +
-        apply. `read`: the batch as the fleet's router read it. A sink is told as `_apply`
-        tells it: `instant` before the map changes, when due, and `applied` after, with the
-        changes counted during the apply and no `Batch` (`AppliedBatch.batch` decodes one for
-        a sink that reads it)."""
-        fused, degraded = self.fused, bool(self._degradation.open)
-        if fused is None:
-            return False
-        sink, max_block_size = self.sink, self.decoder.max_block_size
-        if sink is None:
-            told = read.apply_read if read is not None else fused.live
-            applied = told(self.map, payload, seq, self.epoch, degraded, now, max_block_size)
-            if applied < 0:
-                return False
-        else:
-            reader = read if read is not None else fused
-            read_ts = reader.prepare(self.map, payload, self.epoch, degraded, now, max_block_size)
-            if read_ts is None:
-                return False
-            ts = read_ts
-            try:
-                quiet = self._quiet
-                if not quiet[0] <= ts < quiet[1]:
-                    self._quiet = sink.instant(self.stream, ts, self.map)
-            except BaseException:
-                reader.release()
-                raise
-            changes: dict[TableKey, list[int]] = {}
-            applied = reader.apply_prepared(seq, changes)
-        self.decoder.took_map_layout()
-        rank = (applied >> 1) - 1  # -1: none
-        if rank >= 0 and rank != self.stream.rank:
-            self.counters.rank_mismatches += 1
-        self.counters.batches_applied += 1
-        if degraded and applied & 1:
-            self._degradation.known_again(seq, now)
-        if sink is not None:
-            gaps = self.counters.gaps
-            sink.applied(
-                AppliedBatch(
-                    self.stream,
-                    self.epoch,
-                    seq,
-                    ts,
-                    now,
-                    payload,
-                    None,
-                    changes,
-                    gaps - self._gaps_told,
-                    self.map,
-                )
-            )
-            self._gaps_told = gaps
-        return True
+            self._tell_applied(sink, seq, ts, now, payload, batch, changes)
 
     def _on_clear(self, cleared: ClearedMap) -> None:
         self._quiet = EVERY_BATCH  # the sink may want to see the map sooner after a clear

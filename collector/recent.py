@@ -26,7 +26,8 @@ class RecentBatches:
         """(seq, payload size, payload or its digest): the size tells which."""
 
     def add(self, seq: int, payload: bytes) -> None:
-        self._batches.append((seq, len(payload), _key(payload)))
+        size = len(payload)  # `_key` inlined: called for every batch
+        self._batches.append((seq, size, payload if size <= KEPT_BYTES else _key(payload)))
 
     def holds(self, seq: int, payload: bytes) -> bool:
         """Whether `payload` is a batch applied as `seq`, byte for byte."""

@@ -20,6 +20,7 @@ from kvscope.collector.ingest import (
     DEFAULT_TAIL_CHECK_AFTER_S,
     StreamIngest,
 )
+from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits
 from kvscope.collector.replay import ReplayRequest
 
 logger = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ class CollectorSettings:
     rcvhwm: int = 100_000
     """SUB receive high-water mark, in messages: what a stalled collector holds of a
     publisher's backlog. Past it libzmq drops, and the seq gap that leaves is replayed."""
+    limits: IngestLimits = DEFAULT_LIMITS
+    """Each stream's (collector/limits.py): `[collector]` keys named as its fields."""
 
 
 class SocketChanges:

@@ -96,6 +96,7 @@ class Collector:
             tail_check_after_s=self.settings.tail_check_after_s,
             sink=self._sink,
             engine=spec.engine,
+            limits=self.settings.limits,
         )
         return ingest
 

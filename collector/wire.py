@@ -17,7 +17,7 @@ vLLM's) is counted and skipped; unknown fields are skipped.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -296,7 +296,8 @@ class BatchDecoder:
     def __init__(self, limits: IngestLimits = DEFAULT_LIMITS) -> None:
         self._order = list(_TYPED_DECODERS)
         self._convert = _Converter(limits)
-        self._max_block_size = limits.max_block_size
+        self.max_block_size: Final = limits.max_block_size
+        """Read for every live batch: an attribute, not a property (a call each time)."""
 
     def decode(
         self,
@@ -308,19 +309,15 @@ class BatchDecoder:
         """`decoded`: what `decode_map_batch` made of this payload and seq with the default
         limits, if it took it (a fleet's router decodes each batch to read its rank); a decoder
         with other limits decodes the payload itself."""
-        if decoded is not None and self._max_block_size == DEFAULT_LIMITS.max_block_size:
+        if decoded is not None and self.max_block_size == DEFAULT_LIMITS.max_block_size:
             batch: Batch | None = decoded
         else:
-            batch = decode_map_batch(payload, seq, self._max_block_size)
+            batch = decode_map_batch(payload, seq, self.max_block_size)
         if batch is None:
             return self._decode_slow(payload, seq, errors)
         if self._order[0] is not _MAP_DECODER:  # (`took_map_layout`, without its call)
             self.took_map_layout()
         return batch
-
-    @property
-    def max_block_size(self) -> int:
-        return self._max_block_size
 
     def took_map_layout(self) -> None:
         """A batch the compiled decoder takes came (decoded here, or applied from its bytes by

@@ -27,6 +27,13 @@ from kvscope.fleet_config import (
     TopicPatternOpt,
 )
 from kvscope.lab.cli import register_lab
+from kvscope.limit_options import (
+    MaxBlockSizeOpt,
+    MaxBlocksOpt,
+    MaxTablesOpt,
+    MaxTokenBytesOpt,
+    with_limit_flags,
+)
 from kvscope.options import (
     ConfigOpt,
     DpRanksOpt,
@@ -123,6 +130,10 @@ def collect(
     replica_format: ReplicaFormatOpt = None,
     replay_template: ReplayTemplateOpt = None,
     gone_after: GoneAfterOpt = None,
+    max_block_size: MaxBlockSizeOpt = None,
+    max_tables_per_stream: MaxTablesOpt = None,
+    max_blocks_per_stream: MaxBlocksOpt = None,
+    max_token_bytes_per_stream: MaxTokenBytesOpt = None,
 ) -> None:
     """Subscribe to replicas' KV event streams and keep each one's prefix-cache map."""
     config = load_config(
@@ -134,6 +145,13 @@ def collect(
     config = with_lease_flags(config, lease_ttl, lease_renew)
     config = with_fleet_flags(
         config, bind, topic_pattern, replica_format, replay_template, gone_after
+    )
+    config = with_limit_flags(
+        config,
+        max_block_size,
+        max_tables_per_stream,
+        max_blocks_per_stream,
+        max_token_bytes_per_stream,
     )
     deadline = None if duration is None else time.monotonic() + duration
     pipeline = running_pipeline(config)

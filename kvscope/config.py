@@ -6,6 +6,10 @@ The file lists replicas and collector settings:
     replay_timeout_s = 5.0
     max_message_bytes = 67108864
     silent_after_s = 30.0
+    max_blocks_per_stream = 16777216        # a stream's limits (collector/limits.py):
+    max_block_size = 16384                  # --max-blocks-per-stream, --max-block-size,
+    max_tables_per_stream = 64              # --max-tables-per-stream,
+    max_token_bytes_per_stream = 2147483648 # --max-token-bytes-per-stream
 
     [[replica]]
     name = "a"
@@ -46,6 +50,7 @@ from kvscope.collector.discovery import DiscoveryError, discover
 from kvscope.collector.endpoints import StreamEndpoint, replica_streams
 from kvscope.collector.engine_kind import ENGINES, Engine
 from kvscope.collector.fleet import FleetError, FleetSettings
+from kvscope.collector.limits import IngestLimits
 from kvscope.collector.subscriber import CollectorSettings
 from kvscope.fleet_config import fleet_section
 from kvscope.storage.engine import DEFAULT_STORE
@@ -219,14 +224,22 @@ def _replica(entry: Any, index: int) -> ReplicaConfig:
 
 
 def _collector(section: Any) -> CollectorSettings:
-    known = {f.name: f.type for f in fields(CollectorSettings)}
-    unknown = set(section) - set(known)
+    limit_keys = {f.name for f in fields(IngestLimits)}
+    known = {f.name for f in fields(CollectorSettings)} - {"limits"} | limit_keys
+    unknown = set(section) - known
     if unknown:
         raise ConfigError(f"[collector]: unknown keys {sorted(unknown)}")
+    limits = {}
     for key, value in section.items():
-        if not isinstance(value, int | float) or value < 0:
+        if key in limit_keys:
+            # bool is an int to Python, not to a reader of the file.
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"[collector] {key} has value {value!r}, not a count >= 1")
+            limits[key] = value
+        elif not isinstance(value, int | float) or value < 0:
             raise ConfigError(f"[collector] {key} has value {value!r}, not a number >= 0")
-    return CollectorSettings(**section)
+    settings = {k: v for k, v in section.items() if k not in limit_keys}
+    return CollectorSettings(**settings, limits=IngestLimits(**limits))
 
 
 def _store(section: Any) -> StoreConfig:

@@ -25,6 +25,13 @@ from kvscope.fleet_config import (
     ReplicaFormatOpt,
     TopicPatternOpt,
 )
+from kvscope.limit_options import (
+    MaxBlockSizeOpt,
+    MaxBlocksOpt,
+    MaxTablesOpt,
+    MaxTokenBytesOpt,
+    with_limit_flags,
+)
 from kvscope.options import (
     ApiUrlOpt,
     ConfigOpt,
@@ -137,6 +144,10 @@ def serve(
     replica_format: ReplicaFormatOpt = None,
     replay_template: ReplayTemplateOpt = None,
     gone_after: GoneAfterOpt = None,
+    max_block_size: MaxBlockSizeOpt = None,
+    max_tables_per_stream: MaxTablesOpt = None,
+    max_blocks_per_stream: MaxBlocksOpt = None,
+    max_token_bytes_per_stream: MaxTokenBytesOpt = None,
     host: HostOpt = "127.0.0.1",
     port: PortOpt = DEFAULT_PORT,
     api_token: TokenOpt = None,
@@ -162,6 +173,13 @@ def serve(
     config = with_lease_flags(config, lease_ttl, lease_renew)
     config = with_fleet_flags(
         config, bind, topic_pattern, replica_format, replay_template, gone_after
+    )
+    config = with_limit_flags(
+        config,
+        max_block_size,
+        max_tables_per_stream,
+        max_blocks_per_stream,
+        max_token_bytes_per_stream,
     )
     with running_pipeline(config) as (collector, writer, leases):
         data = ApiData(

@@ -13,3 +13,12 @@ def joins_back(
     payloads: list[bytes], *columns: bytes, granules: GranuleIndex | None = None
 ) -> bool:
     """Whether `join` gives `payloads` back from `split`'s columns, exactly."""
+
+def pack_runs(
+    runs: list[list[bytes]], indexes: list[GranuleIndex | None], planes: list[bool]
+) -> list[tuple[list[bytes], int]]:
+    """Each run's columns as `split` gives them, checked as `joins_back` checks them, with
+    format 5's token planes where `planes` says; and the count kept verbatim."""
+
+def walks_let_go() -> int:
+    """How many times `split`, `joins_back` and `pack_runs` have let go of the GIL."""

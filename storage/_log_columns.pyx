@@ -8,319 +8,219 @@
 # bytes (what the stream's dictionary holds), the skeleton marking them with 0xC1 (a byte
 # msgpack never uses). A payload the walk cannot read whole is kept verbatim. The join walks
 # the skeleton the same way, so every byte comes back from where it went.
-from libc.stdint cimport uint8_t, uint64_t
-from libc.stdlib cimport malloc, realloc, free
-from libc.string cimport memcmp, memcpy, memset
+from libc.stdint cimport uint8_t
+from libc.stdlib cimport calloc, malloc, free
+from libc.string cimport memcmp, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
-from kvscope.storage._log_buf cimport (
-    Buf, get_varint, grow_nogil, put, put_nogil, put_varint, put_varint_nogil, reserve, taken
-)
-from kvscope.storage._log_split cimport Hashes, hashes_free, hashes_init, hashes_note
-from kvscope.storage._granules cimport (
-    GranuleIndex, Granules, granules_join, granules_put, ids_bytes
-)
+from kvscope.storage._log_buf cimport Buf, grow_nogil, reserve, taken
+from kvscope.storage._log_split cimport Hashes, hashes_free, hashes_init
+from kvscope.storage._log_walk cimport join_all, split_all
+from kvscope.storage._granules cimport GranuleIndex, Granules
+from kvscope.storage._token_planes cimport plane_count, put_planes
 
 
-cdef enum:
-    MARK = 0xC1
+cdef Py_ssize_t _walks_let_go = 0
+"""How many times the split and the packing let go of the GIL: `walks_let_go`."""
 
 
-cdef inline Py_ssize_t be(const uint8_t* p, int width) noexcept nogil:
-    cdef Py_ssize_t v = 0
+def walks_let_go():
+    """How many times `split`, `joins_back` and `pack_runs` have let go of the GIL (a test's
+    count: the writer packs a transaction's chunks letting it go once)."""
+    return _walks_let_go
+
+
+cdef int gathered(tuple held, const uint8_t** cols, Py_ssize_t* lens, Buf* out) except -1:
+    """`join`'s seven columns (`held`, which keeps them alive) as pointers and lengths, and
+    room made in `out` for what they join into."""
+    cdef bytes col
+    cdef int k
+    for k in range(7):
+        col = held[k]
+        if col is None:
+            raise TypeError("log columns: a column is None, not bytes")
+        cols[k] = <const uint8_t*>col
+        lens[k] = len(col)
+    reserve(out, 4 * lens[1] + lens[5] + lens[3] + lens[4])
+    return 0
+
+
+cdef struct Run:
+    # One chunk's payloads (held by the caller meanwhile) and what the packing makes of them.
+    const uint8_t** ptrs
+    Py_ssize_t* lens
+    Py_ssize_t count
+    const Granules* g
+    Hashes h
+    Buf cols[7]  # sizes, skeleton, references, literals, floats, tokens, granules' numbers
+    Py_ssize_t kept
+    bint planes  # format 5: the token ids as byte planes where they fit
+    Py_ssize_t plane_ids  # -1: they do not fit
+    Buf low, rest
+
+
+cdef int run_open(Run* r, tuple payloads, GranuleIndex granules) except -1:
+    """`r` (zeroed) set to split `payloads`, which the caller holds until `run_close`."""
+    cdef Py_ssize_t k, total = 0
+    cdef bytes payload
+    r.count = len(payloads)
+    r.g = NULL if granules is None else &granules.g
+    r.plane_ids = -1
+    r.ptrs = <const uint8_t**>malloc((r.count + 1) * sizeof(uint8_t*))
+    r.lens = <Py_ssize_t*>malloc((r.count + 1) * sizeof(Py_ssize_t))
+    if r.ptrs == NULL or r.lens == NULL:
+        raise MemoryError()
+    for k in range(r.count):
+        payload = payloads[k]
+        r.ptrs[k] = <const uint8_t*>payload
+        r.lens[k] = len(payload)
+        total += r.lens[k]
+    hashes_init(&r.h, total // 9)
+    return 0
+
+
+cdef void run_close(Run* r) noexcept:
     cdef int i
-    for i in range(width):
-        v = (v << 8) | p[i]
-    return v
+    hashes_free(&r.h)
+    for i in range(7):
+        free(r.cols[i].p)
+    free(r.low.p)
+    free(r.rest.p)
+    free(r.ptrs)
+    free(r.lens)
 
 
-cdef inline Py_ssize_t token(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
-                      Py_ssize_t* items) noexcept nogil:
-    """Bytes of the token at `pos` that stay together (a scalar whole, a container's header);
-    `items`: an array's length, else -1. -1 if cut short or not msgpack."""
-    cdef uint8_t b = p[pos]
-    cdef Py_ssize_t n, w
-    items[0] = -1
-    if b <= 0x8F or b >= 0xE0 or b == 0xC0 or b == 0xC2 or b == 0xC3:
-        n = 1
-    elif b <= 0x9F:
-        items[0] = b & 0x0F
-        n = 1
-    elif b <= 0xBF:
-        n = 1 + (b & 0x1F)
-    elif b == 0xC1:
+cdef int run_split(Run* r, bint verbatim) noexcept nogil:
+    """The payloads into the columns, from empty ones (all verbatim if `verbatim`, which
+    leaves the hash table alone); -1 if memory ran out."""
+    cdef Buf* bufs[6]
+    cdef int i
+    for i in range(7):
+        r.cols[i].n = 0
+    for i in range(6):
+        bufs[i] = &r.cols[i + 1]
+    r.kept = 0
+    return split_all(r.ptrs, r.lens, r.count, verbatim, &r.cols[0], bufs, &r.h, &r.kept, r.g)
+
+
+cdef int same_back(Py_ssize_t count, const uint8_t** cols, const Py_ssize_t* lens,
+                   const Granules* g, const uint8_t** ptrs, const Py_ssize_t* plens) noexcept nogil:
+    """`joins_back`'s answer: 1 if the columns join into the `count` payloads exactly, 0 if
+    not, -1 if memory ran out."""
+    cdef Buf out
+    cdef Py_ssize_t k
+    cdef Py_ssize_t* starts = <Py_ssize_t*>malloc((count + 1) * sizeof(Py_ssize_t))
+    cdef int failed, same = 1
+    memset(&out, 0, sizeof(Buf))
+    if starts == NULL or grow_nogil(&out, 4 * lens[1] + lens[5] + lens[3] + lens[4]) < 0:
+        free(starts)
+        free(out.p)
         return -1
-    elif b <= 0xC9 or 0xD9 <= b <= 0xDB:  # bin, ext, str: a length, then the body
-        w = 1 << ((b - 0xC4) if b <= 0xC6 else (b - 0xC7) if b <= 0xC9 else (b - 0xD9))
-        if end - pos < 1 + w:
-            return -1
-        n = 1 + w + be(p + pos + 1, <int>w) + (1 if 0xC7 <= b <= 0xC9 else 0)
-    elif b == 0xCA:
-        n = 5
-    elif b <= 0xD3:
-        n = 1 + (1 << ((b - 0xCC) & 3))
-    elif b <= 0xD8:
-        n = 2 + (1 << (b - 0xD4))
-    else:  # array16/32, map16/32
-        w = 2 if b == 0xDC or b == 0xDE else 4
-        if end - pos < 1 + w:
-            return -1
-        if b <= 0xDD:
-            items[0] = be(p + pos + 1, <int>w)
-        n = 1 + w
-    if n > end - pos:
+    failed = join_all(count, cols, lens, g, &out, starts)
+    if failed == 0:
+        for k in range(count):
+            if (starts[k + 1] - starts[k] != plens[k]
+                    or memcmp(out.p + starts[k], ptrs[k], plens[k]) != 0):
+                same = 0
+                break
+    free(out.p)
+    free(starts)
+    return -1 if failed == -2 else same if failed == 0 else 0
+
+
+cdef int run_pack(Run* r) noexcept nogil:
+    """`log_columns.columns`' work on one chunk: the split, its check that the columns give
+    the payloads back (else all verbatim) and format 5's planes; -1 if memory ran out."""
+    cdef const uint8_t* cols[7]
+    cdef Py_ssize_t lens[7]
+    cdef Py_ssize_t width = 0
+    cdef int i, same
+    if run_split(r, False) < 0:
         return -1
-    return n
-
-
-cdef int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs, Buf* lits,
-                   Buf* floats, Buf* toks, Hashes* h, uint8_t* prev_float, const Granules* g,
-                   Buf* grefs) noexcept nogil:
-    """One payload into the columns (a token run's granules into `grefs` where `g` is
-    given: format 4): 0, -1 if it is not msgpack the walk reads whole, -2 if memory ran out."""
-    cdef Py_ssize_t pos = 0, n, items, k
-    cdef uint64_t v
-    cdef uint8_t b
-    cdef uint8_t x[8]
-    while pos < end:
-        b = p[pos]
-        if b == 0xCF or b == 0xD3 or b == 0xCB:
-            if end - pos < 9:
-                return -1
-            if put_nogil(skel, &b, 1) < 0:
-                return -2
-            if b == 0xCB:
-                for k in range(8):
-                    x[k] = p[pos + 1 + k] ^ prev_float[k]
-                    prev_float[k] = p[pos + 1 + k]
-                if put_nogil(floats, x, 8) < 0:
-                    return -2
-            else:
-                memcpy(&v, p + pos + 1, 8)
-                k = hashes_note(h, v)
-                if k < 0 or put_varint_nogil(refs, <uint64_t>k) < 0:
-                    return -2
-                if k == 0 and put_nogil(lits, p + pos + 1, 8) < 0:
-                    return -2
-            pos += 9
-            continue
-        n = token(p, pos, end, &items)
-        if n < 0:
-            return -1
-        if put_nogil(skel, p + pos, n) < 0:
-            return -2
-        pos += n
-        if items > 0:
-            n = ids_bytes(p + pos, end - pos, items)
-            if n > 0:
-                b = MARK
-                if put_nogil(skel, &b, 1) < 0:
-                    return -2
-                if g != NULL:
-                    if granules_put(g, p + pos, n, items, toks, grefs) < 0:
-                        return -2
-                elif put_nogil(toks, p + pos, n) < 0:
-                    return -2
-                pos += n
+    for i in range(7):
+        cols[i] = <const uint8_t*>b""  # an empty column's, never NULL
+        if r.cols[i].p != NULL:
+            cols[i] = r.cols[i].p
+        lens[i] = r.cols[i].n
+    same = 0 if r.count > lens[0] + 1 else same_back(r.count, cols, lens, r.g, r.ptrs, r.lens)
+    if same < 0 or (same == 0 and run_split(r, True) < 0):
+        return -1
+    if not r.planes:
+        return 0
+    r.plane_ids = plane_count(r.cols[5].p, r.cols[5].n, &width)
+    if r.plane_ids < 0:
+        return 0
+    if (grow_nogil(&r.low, r.plane_ids) < 0
+            or grow_nogil(&r.rest, 1 + (width - 1) * r.plane_ids) < 0):
+        return -1
+    put_planes(r.cols[5].p, r.plane_ids, width, r.low.p, r.rest.p)
+    r.low.n = r.plane_ids
+    r.rest.n = 1 + (width - 1) * r.plane_ids
     return 0
 
 
-cdef int split_all(const uint8_t** ptrs, Py_ssize_t* lens, Py_ssize_t count, bint verbatim,
-                   Buf* sizes, Buf** bufs, Hashes* h, Py_ssize_t* kept,
-                   const Granules* g) noexcept nogil:
-    """Every payload into the columns (`bufs`: skeleton, references, literals, floats,
-    tokens, granules); -1 if memory ran out."""
-    cdef uint8_t prev_float[8]
-    cdef uint8_t saved[8]
-    cdef Py_ssize_t marks[6]
-    cdef Py_ssize_t hn, k, n
-    cdef int i, done
-    memset(prev_float, 0, 8)
-    for k in range(count):
-        n = lens[k]
-        for i in range(6):
-            marks[i] = bufs[i].n
-        hn = h.n
-        memcpy(saved, prev_float, 8)
-        done = -1 if verbatim else split_one(ptrs[k], n, bufs[0], bufs[1], bufs[2], bufs[3],
-                                             bufs[4], h, prev_float, g, bufs[5])
-        if done == -2:
-            return -1
-        if done < 0:
-            for i in range(6):
-                bufs[i].n = marks[i]
-            h.n = hn
-            memcpy(prev_float, saved, 8)
-            if put_nogil(bufs[0], ptrs[k], n) < 0:
-                return -1
-            if put_varint_nogil(sizes, (<uint64_t>n << 1) | 1) < 0:
-                return -1
-            kept[0] += 1
-        elif put_varint_nogil(sizes, <uint64_t>(bufs[0].n - marks[0]) << 1) < 0:
-            return -1
-    return 0
+cdef tuple run_parts(Run* r):
+    """The run's columns as `split` gives them (with format 5's planes, where made, in place
+    of the tokens, their upper planes last), and the count kept verbatim."""
+    cdef list parts = [taken(&r.cols[i]) for i in range(6 if r.g == NULL else 7)]
+    if r.plane_ids >= 0:
+        parts[5] = taken(&r.low)
+        parts.append(taken(&r.rest))
+    return parts, r.kept
 
 
 def split(list payloads, bint verbatim=False, GranuleIndex granules=None):
     """`payloads` as (sizes, skeleton, references, literals, floats, tokens), and the
     granules' numbers with `granules` (format 4), and the count kept verbatim; all verbatim if
     `verbatim`. The walk runs without the GIL (`payloads` holds the bytes meanwhile)."""
-    cdef Buf sizes, skel, refs, lits, floats, toks, grefs
-    cdef const Granules* g = NULL if granules is None else &granules.g
-    cdef Hashes h
-    cdef Py_ssize_t total = 0, kept = 0, count = len(payloads), k
-    cdef bytes payload
-    cdef Buf* all_bufs[6]
-    cdef int i, failed
-    cdef const uint8_t** ptrs = <const uint8_t**>malloc((count + 1) * sizeof(uint8_t*))
-    cdef Py_ssize_t* lens = <Py_ssize_t*>malloc((count + 1) * sizeof(Py_ssize_t))
+    cdef Run r
+    cdef int failed
     cdef tuple held = tuple(payloads)  # the bytes stay alive whatever becomes of the list
-    memset(&sizes, 0, sizeof(Buf))
-    memset(&skel, 0, sizeof(Buf))
-    memset(&refs, 0, sizeof(Buf))
-    memset(&lits, 0, sizeof(Buf))
-    memset(&floats, 0, sizeof(Buf))
-    memset(&toks, 0, sizeof(Buf))
-    memset(&grefs, 0, sizeof(Buf))
-    memset(&h, 0, sizeof(Hashes))
-    all_bufs[0] = &skel
-    all_bufs[1] = &refs
-    all_bufs[2] = &lits
-    all_bufs[3] = &floats
-    all_bufs[4] = &toks
-    all_bufs[5] = &grefs
+    memset(&r, 0, sizeof(Run))
     try:
-        if ptrs == NULL or lens == NULL:
-            raise MemoryError()
-        for k in range(count):
-            payload = held[k]
-            ptrs[k] = <const uint8_t*>payload
-            lens[k] = len(payload)
-            total += lens[k]
-        hashes_init(&h, total // 9)
+        run_open(&r, held, granules)
+        global _walks_let_go
+        _walks_let_go += 1
         with nogil:
-            failed = split_all(ptrs, lens, count, verbatim, &sizes, all_bufs, &h, &kept, g)
+            failed = run_split(&r, verbatim)
         if failed:
             raise MemoryError()
-        parts = (taken(&sizes), taken(&skel), taken(&refs), taken(&lits), taken(&floats),
-                 taken(&toks))
-        return (parts if g == NULL else parts + (taken(&grefs),)), kept
+        parts, kept = run_parts(&r)
+        return tuple(parts), kept
     finally:
-        hashes_free(&h)
-        for i in range(6):
-            free(all_bufs[i].p)
-        free(sizes.p)
-        free(ptrs)
-        free(lens)
+        run_close(&r)
 
 
-cdef int join_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, Buf* out,
-                  const uint8_t* refs, Py_ssize_t* rp, Py_ssize_t re,
-                  const uint8_t* lits, Py_ssize_t* lp, Py_ssize_t le,
-                  const uint8_t* floats, Py_ssize_t* fp, Py_ssize_t fe,
-                  const uint8_t* toks, Py_ssize_t* tp, Py_ssize_t te,
-                  Buf* seen, uint8_t* prev_float, const Granules* g,
-                  const uint8_t* grefs, Py_ssize_t* gp, Py_ssize_t ge) noexcept nogil:
-    # -1: the columns do not hold the payload; -2: memory ran out.
-    # The skeleton's bytes that come back as they are go out a run at a time, from `run`.
-    cdef Py_ssize_t n, items, k, run = pos
-    cdef uint64_t back, v
-    cdef uint8_t b
-    cdef int w
-    while pos < end:
-        b = s[pos]
-        if b == 0xCF or b == 0xD3 or b == 0xCB:
-            if put_nogil(out, s + run, pos - run) < 0 or grow_nogil(out, 9) < 0:
-                return -2
-            out.p[out.n] = b
-            pos += 1
-            run = pos
-            if b == 0xCB:
-                if fe - fp[0] < 8:
-                    return -1
-                for k in range(8):
-                    prev_float[k] ^= floats[fp[0] + k]
-                fp[0] += 8
-                memcpy(out.p + out.n + 1, prev_float, 8)
-            else:
-                if get_varint(refs, rp, re, &back) < 0:
-                    return -1
-                if back == 0:
-                    if le - lp[0] < 8:
-                        return -1
-                    memcpy(&v, lits + lp[0], 8)
-                    lp[0] += 8
-                elif back <= <uint64_t>(seen.n // 8):
-                    memcpy(&v, seen.p + seen.n - 8 * <Py_ssize_t>back, 8)
-                else:
-                    return -1
-                if put_nogil(seen, <uint8_t*>&v, 8) < 0:
-                    return -2
-                memcpy(out.p + out.n + 1, &v, 8)
-            out.n += 9
-            continue
-        n = token(s, pos, end, &items)
-        if n < 0:
-            return -1
-        pos += n
-        if items > 0 and pos < end and s[pos] == MARK:
-            if put_nogil(out, s + run, pos - run) < 0:
-                return -2
-            pos += 1
-            run = pos
-            if g != NULL:
-                n = granules_join(g, items, toks, tp, te, grefs, gp, ge, out)
-                if n < 0:
-                    return n
-                continue
-            n = ids_bytes(toks + tp[0], te - tp[0], items)
-            if n <= 0:
-                return -1
-            if put_nogil(out, toks + tp[0], n) < 0:
-                return -2
-            tp[0] += n
-    return -2 if put_nogil(out, s + run, pos - run) < 0 else 0
-
-
-cdef int join_all(Py_ssize_t count, const uint8_t** cols, const Py_ssize_t* lens,
-                  const Granules* g, Buf* out, Py_ssize_t* starts) noexcept nogil:
-    """`join`'s walk over the columns `cols` (of `lens` bytes: sizes, skeleton, references,
-    literals, floats, tokens, granules' numbers) into `out`, payload k at `starts[k]` to
-    `starts[k + 1]`: 0, -1 if the sizes are cut short, -2 if memory ran out, -3 if a payload
-    does not come back whole, -4 if bytes are left over."""
-    cdef Buf seen
-    cdef Py_ssize_t sp = 0, zp = 0, rp = 0, lp = 0, fp = 0, tp = 0, gp = 0, k, n
-    cdef uint64_t size
-    cdef uint8_t prev_float[8]
-    cdef int r = 0
-    memset(&seen, 0, sizeof(Buf))
-    memset(prev_float, 0, 8)
-    for k in range(count):
-        if get_varint(cols[0], &zp, lens[0], &size) < 0 or (size >> 1) > <uint64_t>(
-            lens[1] - sp
-        ):
-            r = -1
-            break
-        n = <Py_ssize_t>(size >> 1)
-        starts[k] = out.n
-        if size & 1:
-            if put_nogil(out, cols[1] + sp, n) < 0:
-                r = -2
-                break
-        else:
-            r = join_one(cols[1], sp, sp + n, out, cols[2], &rp, lens[2], cols[3], &lp, lens[3],
-                         cols[4], &fp, lens[4], cols[5], &tp, lens[5], &seen, prev_float, g,
-                         cols[6], &gp, lens[6])
-            if r < 0:
-                r = -3 if r == -1 else r
-                break
-        sp += n
-    free(seen.p)
-    if r == 0 and (sp != lens[1] or zp != lens[0] or rp != lens[2] or lp != lens[3]
-                   or fp != lens[4] or tp != lens[5] or gp != lens[6]):
-        r = -4
-    starts[count] = out.n
-    return r
+def pack_runs(list runs, list indexes, list planes):
+    """Each run's payloads (a list of bytes) as `split`'s columns, checked as `joins_back`
+    checks them (all verbatim where they do not join back), with format 5's token planes where
+    `planes` says and the ids fit; as (columns, count kept verbatim) per run. The work of a
+    transaction's chunks lets go of the GIL once: taking it back from a busy ingest thread can
+    cost a switch interval (and under load, the holder's wait for a CPU)."""
+    cdef Py_ssize_t n = len(runs), i
+    cdef Run* work = <Run*>calloc(n + 1, sizeof(Run))
+    cdef list held = [tuple(run) for run in runs]  # their bytes stay alive meanwhile
+    cdef int failed = 0
+    if work == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            run_open(&work[i], held[i], indexes[i])
+            work[i].planes = planes[i] and indexes[i] is not None
+        global _walks_let_go
+        _walks_let_go += 1
+        with nogil:
+            for i in range(n):
+                if run_pack(&work[i]) < 0:
+                    failed = 1
+                    break
+        if failed:
+            raise MemoryError()
+        return [run_parts(&work[i]) for i in range(n)]
+    finally:
+        for i in range(n):
+            run_close(&work[i])
+        free(work)
 
 
 def join(Py_ssize_t count, bytes sizes, bytes skel, bytes refs, bytes lits, bytes floats,
@@ -338,18 +238,11 @@ def join(Py_ssize_t count, bytes sizes, bytes skel, bytes refs, bytes lits, byte
     cdef Py_ssize_t k, n = min(max(count, 0), len(sizes) + 1)
     cdef Py_ssize_t* starts = <Py_ssize_t*>malloc((n + 1) * sizeof(Py_ssize_t))
     cdef int failed
-    cdef bytes col
     memset(&out, 0, sizeof(Buf))
     try:
         if starts == NULL:
             raise MemoryError()
-        for k in range(7):
-            col = held[k]
-            if col is None:
-                raise TypeError("log columns: a column is None, not bytes")
-            cols[k] = <const uint8_t*>col
-            lens[k] = len(col)
-        reserve(&out, 4 * len(skel) + len(toks) + len(lits) + len(floats))
+        gathered(held, cols, lens, &out)
         with nogil:
             failed = join_all(n, cols, lens, g, &out, starts)
         if failed == -2:
@@ -375,42 +268,29 @@ def joins_back(list payloads, bytes sizes, bytes skel, bytes refs, bytes lits, b
     cdef Py_ssize_t lens[7]
     cdef tuple held = (sizes, skel, refs, lits, floats, toks, grefs)
     cdef Py_ssize_t k, count = len(payloads)
-    cdef Py_ssize_t* starts = <Py_ssize_t*>malloc((count + 1) * sizeof(Py_ssize_t))
     cdef const uint8_t** ptrs = <const uint8_t**>malloc((count + 1) * sizeof(uint8_t*))
     cdef Py_ssize_t* plens = <Py_ssize_t*>malloc((count + 1) * sizeof(Py_ssize_t))
-    cdef int failed
-    cdef bint same = True
+    cdef int same
     cdef bytes col
     memset(&out, 0, sizeof(Buf))
     try:
-        if starts == NULL or ptrs == NULL or plens == NULL:
+        if ptrs == NULL or plens == NULL:
             raise MemoryError()
         if count > len(sizes) + 1:  # each payload takes a byte of the sizes at least
             return False
-        for k in range(7):
-            col = held[k]
-            if col is None:
-                raise TypeError("log columns: a column is None, not bytes")
-            cols[k] = <const uint8_t*>col
-            lens[k] = len(col)
+        gathered(held, cols, lens, &out)
         for k in range(count):
             col = payloads[k]  # the list holds each: their buffers stay put
             ptrs[k] = <const uint8_t*>col
             plens[k] = len(col)
-        reserve(&out, 4 * len(skel) + len(toks) + len(lits) + len(floats))
+        global _walks_let_go
+        _walks_let_go += 1
         with nogil:
-            failed = join_all(count, cols, lens, g, &out, starts)
-            if failed == 0:
-                for k in range(count):
-                    if (starts[k + 1] - starts[k] != plens[k]
-                            or memcmp(out.p + starts[k], ptrs[k], plens[k]) != 0):
-                        same = False
-                        break
-        if failed == -2:
+            same = same_back(count, cols, lens, g, ptrs, plens)
+        if same < 0:
             raise MemoryError()
-        return failed == 0 and same
+        return same == 1
     finally:
         free(out.p)
-        free(starts)
         free(ptrs)
         free(plens)

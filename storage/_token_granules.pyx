@@ -89,11 +89,11 @@ cdef class RunTable:
     cdef readonly Py_ssize_t granule
     cdef bint busy
 
-    def __cinit__(self, Py_ssize_t granule):
+    def __cinit__(self, Py_ssize_t granule, Py_ssize_t cap=0):
         if granule < 1:
             raise ValueError("granule must be at least 1")
         self.granule = granule
-        if table_init(&self.t, int.from_bytes(os.urandom(8), "little")) < 0:
+        if table_init(&self.t, int.from_bytes(os.urandom(8), "little"), max(cap, 0)) < 0:
             raise MemoryError()
 
     def __dealloc__(self):
@@ -101,6 +101,19 @@ cdef class RunTable:
 
     def __len__(self):
         return self.t.count
+
+    @property
+    def reserved(self):
+        """Bytes its buffer of runs takes (what they use, and room to grow)."""
+        return self.t.room
+
+    @property
+    def index_slots(self):
+        return self.t.mask + 1
+
+    def fail_allocations_after(self, Py_ssize_t n):
+        """For tests: the allocation after the next `n` fails, as out of memory (-1: none)."""
+        self.t.fail_after = n
 
     def note(self, list payloads, Py_ssize_t step, uint64_t when):
         """Note the runs of every `step`th of `payloads` (from the first) as seen `when`, the

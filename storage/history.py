@@ -22,10 +22,7 @@ from kvscope.collector.types import StreamId
 from kvscope.storage import batch_log, schema
 from kvscope.storage.checkpoint_blocks import stored_blocks
 from kvscope.storage.log_known_sql import offered
-
-
-class NotInStore(LookupError):
-    """The stream, seq or instant is not in the store (or outside what it retains)."""
+from kvscope.storage.not_in_store import NotInStore as NotInStore
 
 
 @dataclass(frozen=True)

@@ -42,22 +42,14 @@ from kvscope.storage.log_columns import (
     FORMAT_6_MAGIC,
 )
 from kvscope.storage.log_dictionary import Dictionary
-from kvscope.storage.log_known import (
-    ChunkError,
-    Known,
-    checked_hashes,
-    known_before,
-    known_name_of,
-)
-from kvscope.storage.log_runs import (
-    MAX_CHUNK_BATCHES,
-    MAX_CHUNK_RAW_BYTES,
-    MAX_CHUNK_SPAN_S,
-    _bounds,
-    _by_stream,
-    _columns,
-    split,
-)
+from kvscope.storage.log_known import ChunkError as ChunkError
+from kvscope.storage.log_known import Known, checked_hashes, known_before
+from kvscope.storage.log_known import known_name_of as known_name_of
+from kvscope.storage.log_runs import MAX_CHUNK_BATCHES as MAX_CHUNK_BATCHES
+from kvscope.storage.log_runs import MAX_CHUNK_RAW_BYTES as MAX_CHUNK_RAW_BYTES
+from kvscope.storage.log_runs import MAX_CHUNK_SPAN_S as MAX_CHUNK_SPAN_S
+from kvscope.storage.log_runs import _bounds, _by_stream, _columns
+from kvscope.storage.log_runs import split as split
 from kvscope.storage.rows import LogRow
 
 CHUNK_FORMAT = 6
@@ -169,7 +161,7 @@ class Chunk:
         try:
             decompressor = zstandard.ZstdDecompressor(dict_data=zdict)
             version, seqs, ts, recv_ts, payloads = msgspec.msgpack.decode(
-                decompressor.decompress(frame)
+                log_columns.unpack(decompressor, frame)
             )
         except (zstandard.ZstdError, msgspec.DecodeError, ValueError, TypeError) as exc:
             raise ChunkError(f"not a log chunk: {exc}") from exc
@@ -243,16 +235,16 @@ def pack(
 
     The writer thread holds the GIL for all of this but the compression, and the ingest thread
     waits meanwhile: rows are handled as columns (`zip`, `array`, `accumulate`, `bisect` run in
-    C), and the chunks are compressed in one call per dictionary, which lets the GIL go once
-    rather than once per chunk (taking it back from a busy ingest thread can cost a whole switch
-    interval).
+    C), the columnar chunks are walked in one call and compressed in one call per dictionary,
+    which lets the GIL go once each rather than per chunk (taking it back from a busy ingest
+    thread can cost a whole switch interval).
     """
     if fmt not in WRITABLE_FORMATS:
         raise ValueError(f"log chunk format {fmt} is not one this version writes")
     if not rows:
         return []
     streams, epochs, seqs, ts, recv_ts, payloads = _columns(_by_stream(rows))
-    made, frames, names = [], [], []
+    made, runs, names = [], [], []
     for start, end in _bounds(streams, epochs, ts, payloads):
         run_seqs, run_ts = array("q", seqs[start:end]), array("d", ts[start:end])
         run_recv = array("d", recv_ts[start:end])
@@ -261,8 +253,8 @@ def pack(
             granules = _granules(fmt, dictionary)
             planes = fmt >= 5 and dictionary is None
             after = known_before(fmt, known, streams[start], epochs[start], run_seqs[0])
-            frames.append(
-                log_columns.columns(
+            runs.append(
+                log_columns.Run(
                     run_seqs,
                     run_ts,
                     run_recv,
@@ -270,7 +262,7 @@ def pack(
                     granules,
                     planes,
                     None if after is None else after.hashes,
-                )[0]
+                )
             )
             names.append(None if after is None else after.name)
             raw = b""
@@ -287,7 +279,7 @@ def pack(
                 min(run_ts),
                 max(run_ts),
                 end - start,
-                sum(map(len, frames[-1])) if fmt >= 3 else len(raw),
+                len(raw),  # formats 3 to 5: their frames' below
                 raw,
                 min(run_recv),
                 max(run_recv),
@@ -300,6 +292,8 @@ def pack(
         )
         return [chunk._replace(data=packed[i].tobytes()) for i, chunk in enumerate(made)]
     if fmt >= 3:
+        frames = [parts for parts, _ in log_columns.columns_all(runs)]
+        made = [c._replace(raw_bytes=sum(map(len, f))) for c, f in zip(made, frames, strict=True)]
         return _pack_columns(made, frames, dictionaries or {}, names)
     return _pack_format_2(made, dictionaries or {})
 
@@ -388,13 +382,3 @@ def _plain_compressor(level: int) -> zstandard.ZstdCompressor:
     if found is None:
         found = kept[level] = zstandard.ZstdCompressor(level=level)
     return found
-
-
-__all__ = [
-    "MAX_CHUNK_BATCHES",
-    "MAX_CHUNK_RAW_BYTES",
-    "MAX_CHUNK_SPAN_S",
-    "ChunkError",
-    "known_name_of",
-    "split",
-]

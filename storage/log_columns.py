@@ -31,13 +31,14 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import zstandard
 
 from kvscope.storage._granules import GranuleIndex
-from kvscope.storage._log_columns import join, joins_back, split
+from kvscope.storage._log_columns import join, pack_runs
 from kvscope.storage._log_known import KnownHashes, join_known, split_known
-from kvscope.storage._log_planes import token_planes, tokens_of_planes, xor_planes
+from kvscope.storage._log_planes import tokens_of_planes, xor_planes
 
 FORMAT_3_MAGIC = b"KVL3"
 FORMAT_4_MAGIC = b"KVL4"
@@ -56,6 +57,10 @@ KNOWN_FRAMES = 2
 """Format 6's last frames: which literals were found among the known hashes, and where."""
 NO_GRANULES = GranuleIndex(b"")
 """Format 4's index of a chunk without a dictionary."""
+MAX_FRAME_BYTES = 1 << 30
+"""The most a chunk's frame may hold, unpacked: a chunk holds 2 MiB of batches, or one larger
+batch (64 MiB at most by default, `--max-message-bytes`). A frame whose header says more is
+damaged: zstd would allocate what it says before finding out."""
 
 
 def columns(
@@ -71,22 +76,38 @@ def columns(
     with `granules`; with `planes` too, format 5's where the token ids fit in planes (else
     format 4's); with `known` too, format 6's (format 4's or 5's, the literals found among
     `known` taken out into two more frames)."""
-    stamps = b"".join(xor_planes(a.tobytes()) for a in (seqs, ts, recv_ts))
-    listed = list(payloads)
-    parts, verbatim = split(listed, False, granules)
-    if not joins_back(
-        listed, *parts, granules=granules
-    ):  # never seen: then the chunk is only as small as its skeleton compresses
-        parts, verbatim = split(listed, True, granules)
-    frames = [stamps, *parts]
-    split_ids = token_planes(frames[TOKENS]) if planes and granules is not None else None
-    if split_ids is not None:
-        frames[TOKENS], rest = split_ids
-        frames.append(rest)
-    if known is not None and granules is not None:
-        found, where, frames[LITERALS] = split_known(frames[LITERALS], known)
-        frames += [found, where]
-    return frames, verbatim
+    return columns_all([Run(seqs, ts, recv_ts, payloads, granules, planes, known)])[0]
+
+
+class Run(NamedTuple):
+    """A chunk's batches, and what `columns` is given with them."""
+
+    seqs: array[int]
+    ts: array[float]
+    recv_ts: array[float]
+    payloads: Sequence[bytes]
+    granules: GranuleIndex | None
+    planes: bool
+    known: KnownHashes | None = None
+
+
+def columns_all(runs: Sequence[Run]) -> list[tuple[list[bytes], int]]:
+    """`columns` of each run: the walks of them all (the split, its check that the columns
+    give the payloads back, else all verbatim, and the planes) let go of the GIL once."""
+    packed = pack_runs(
+        [list(run.payloads) for run in runs],
+        [run.granules for run in runs],
+        [run.planes for run in runs],
+    )
+    out = []
+    for run, (parts, verbatim) in zip(runs, packed, strict=True):
+        stamps = b"".join(xor_planes(a.tobytes()) for a in (run.seqs, run.ts, run.recv_ts))
+        frames = [stamps, *parts]
+        if run.known is not None and run.granules is not None:
+            found, where, frames[LITERALS] = split_known(frames[LITERALS], run.known)
+            frames += [found, where]
+        out.append((frames, verbatim))
+    return out
 
 
 def assemble(
@@ -157,9 +178,9 @@ def open_stamps(
             raise ValueError("log chunk cut short")
         pos += n
         if i == TOKENS and zdict is not None:
-            frames.append(zstandard.ZstdDecompressor(dict_data=zdict).decompress(frame))
+            frames.append(unpack(zstandard.ZstdDecompressor(dict_data=zdict), frame))
         else:
-            frames.append(plain.decompress(frame))
+            frames.append(unpack(plain, frame, 24 * count if i == 0 else None))
     if pos != len(data) or len(frames[0]) != 24 * count:
         raise ValueError("log chunk's frames do not match its count")
     stamps = frames[0]
@@ -185,6 +206,18 @@ def open_stamps(
         return join(count, *columns)
 
     return seqs, ts, recv_ts, payloads
+
+
+def unpack(
+    decompressor: zstandard.ZstdDecompressor, frame: bytes, exactly: int | None = None
+) -> bytes:
+    """A zstd frame of a chunk unpacked, if its header says a size a frame may hold (`exactly`,
+    where the chunk's header tells it; -1: it says none); ValueError if not, before anything is
+    allocated."""
+    says = zstandard.frame_content_size(frame)
+    if says > MAX_FRAME_BYTES or (exactly is not None and says not in (exactly, -1)):
+        raise ValueError(f"log chunk frame says it holds {says} bytes")
+    return decompressor.decompress(frame)
 
 
 def _put_varint(out: bytearray, n: int) -> None:

@@ -16,6 +16,7 @@ from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.log_chunks import Chunk, ChunkError, known_name_of, named_dictionary
 from kvscope.storage.log_dictionary import Dictionary, DictionaryRow, from_stored
+from kvscope.storage.not_in_store import NotInStore
 
 _t = schema.log_dictionaries
 DIGEST_BYTES = 16
@@ -48,8 +49,16 @@ def insert_dictionaries(
         )
 
 
+class DictionaryUnreadable(ChunkError, NotInStore):
+    """A dictionary the log names, gone or damaged: the log packed against it cannot be read,
+    and a map rebuilt through it is unknown (NotInStore), as past any other unreadable log."""
+
+    def __init__(self, what: str, why: str) -> None:
+        super().__init__(f"{what} is {why}: the log packed against it cannot be read")
+
+
 def dictionary(conn: Connection, sid: int, digest: bytes) -> Dictionary:
-    """The stream's dictionary `digest`; ChunkError if the store lacks it."""
+    """The stream's dictionary `digest`; DictionaryUnreadable if the store lacks it."""
     with _lock:
         found = _kept.get(digest)
         if found is not None:
@@ -59,10 +68,12 @@ def dictionary(conn: Connection, sid: int, digest: bytes) -> Dictionary:
         select(_t.c.data).where(_t.c.stream_id == sid, _t.c.digest == digest)
     ).scalar_one_or_none()
     if data is None:
-        raise ChunkError(f"log dictionary {digest.hex()} of stream {sid} is not in the store")
+        raise DictionaryUnreadable(
+            f"log dictionary {digest.hex()} of stream {sid}", "not in the store"
+        )
     found = from_stored(bytes(data))
     if found.digest != digest:
-        raise ChunkError(f"log dictionary {digest.hex()} of stream {sid} is damaged")
+        raise DictionaryUnreadable(f"log dictionary {digest.hex()} of stream {sid}", "damaged")
     with _lock:
         _kept[digest] = found  # by digest: the same content wherever it was read
         while len(_kept) > _KEPT:

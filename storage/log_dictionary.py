@@ -136,7 +136,7 @@ class StreamContent:
     def __init__(self, cap: int = DEFAULT_CAP, ratio: float = DEFAULT_RATIO) -> None:
         self.cap = cap
         self.ratio = ratio
-        self._seen = RunTable(GRANULE)
+        self._seen = RunTable(GRANULE, cap)
         """Distinct runs, and when each was last seen (a count of `see` calls)."""
         self._now = 0
         self._held = 0

@@ -120,6 +120,9 @@ class WriteLoop:
             return prepared.droppable
         except Exception as exc:
             if len(rows) > 1:
+                # What the rolled-back transaction recorded (ids, re-packs, fed followers)
+                # is not in the store: the rows written again must not count on it.
+                self.sql.forget_ids()
                 return sum(self._write_rows([row]) for row in rows)
             self._row_refused(rows[0], exc)
             return int(droppable(rows[0]))

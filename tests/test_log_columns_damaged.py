@@ -4,39 +4,13 @@ index, a token run cut short, a count that does not match. Never a read past the
 
 from __future__ import annotations
 
-import random
-from array import array
-
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
-from kvscope.storage import log_columns
 from kvscope.storage._granules import GranuleIndex
 from kvscope.storage._log_columns import join
-from kvscope.storage.log_dictionary import Dictionary
+from tests.log_columns_support import FORMAT_4, GREFS, Damaged, damaged_columns
 from tests.test_log_columns import SETTINGS
-from tests.test_log_dictionary import block_log, runs_of, token_pool
-
-SKELETON, TOKENS, GREFS = 1, 5, 6
-"""Indexes of `join`'s columns (after the count): skeleton, token ids, granule numbers."""
-
-
-def made(fmt: int) -> tuple[list[bytes], list[bytes], GranuleIndex | None]:
-    """Payloads of blocks from a pool, their columns, and the index they were split with."""
-    rng = random.Random(11)
-    pool = token_pool(rng, 200)
-    payloads = [row[5] for row in block_log(rng, 40, pool)]
-    content = b"".join(run for block in pool for run in runs_of(block))
-    granules = Dictionary(content).granules if fmt == 4 else None
-    n = len(payloads)
-    stamps = array("q", range(n)), array("d", [0.0] * n), array("d", [0.0] * n)
-    frames, verbatim = log_columns.columns(*stamps, payloads, granules)
-    assert verbatim == 0
-    return payloads, frames[1:], granules
-
-
-FORMAT_3, FORMAT_4 = made(3), made(4)
 
 
 def varint(v: int) -> bytes:
@@ -74,24 +48,9 @@ def test_another_dictionarys_granules_raise_or_give_other_bytes() -> None:
 
 
 @SETTINGS
-@given(
-    st.sampled_from([3, 4]),
-    st.sampled_from([0, SKELETON, TOKENS, GREFS]),
-    st.integers(0, 1 << 20),
-    st.binary(min_size=1, max_size=12),
-    st.booleans(),
-    st.integers(-2, 2),
-)
-def test_damaged_columns_raise_or_give_payloads(
-    fmt: int, which: int, at: int, junk: bytes, cut: bool, count_off: int
-) -> None:
-    payloads, columns, granules = FORMAT_4 if fmt == 4 else FORMAT_3
-    if fmt == 3 and which == GREFS:
-        which = TOKENS
-    damaged = [*columns]
-    column = damaged[which]
-    at %= len(column) + 1
-    damaged[which] = column[:at] + (b"" if cut else junk + column[at + len(junk) :])
+@given(damaged_columns())
+def test_damaged_columns_raise_or_give_payloads(chunk: Damaged) -> None:
+    payloads, _, damaged, granules, count_off = chunk
     try:
         out = join(len(payloads) + count_off, *damaged, granules=granules)
     except ValueError:

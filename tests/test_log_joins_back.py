@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from kvscope.storage._granules import GranuleIndex
 from kvscope.storage._log_columns import join, joins_back
+from tests.log_columns_support import FORMAT_3, FORMAT_4, Damaged, damaged_columns
 from tests.test_log_columns import SETTINGS
-from tests.test_log_columns_damaged import FORMAT_3, FORMAT_4, GREFS, SKELETON, TOKENS
 
 
 def joined_equal(
@@ -35,25 +35,9 @@ def test_whole_columns_join_back_and_others_do_not() -> None:
 
 
 @SETTINGS
-@given(
-    st.sampled_from([3, 4]),
-    st.sampled_from([0, SKELETON, TOKENS, GREFS]),
-    st.integers(0, 1 << 20),
-    st.binary(min_size=1, max_size=12),
-    st.booleans(),
-    st.integers(-2, 2),
-    st.integers(0, 1 << 20),
-)
-def test_joins_back_answers_as_join_does(
-    fmt: int, which: int, at: int, junk: bytes, cut: bool, count_off: int, changed: int
-) -> None:
-    payloads, columns, granules = FORMAT_4 if fmt == 4 else FORMAT_3
-    if fmt == 3 and which == GREFS:
-        which = TOKENS
-    damaged = [*columns]
-    column = damaged[which]
-    at %= len(column) + 1
-    damaged[which] = column[:at] + (b"" if cut else junk + column[at + len(junk) :])
+@given(damaged_columns(), st.integers(0, 1 << 20))
+def test_joins_back_answers_as_join_does(chunk: Damaged, changed: int) -> None:
+    payloads, columns, damaged, granules, count_off = chunk
     expected = payloads[: len(payloads) + count_off] if count_off < 0 else [*payloads]
     expected += payloads[:count_off] if count_off > 0 else []
     for candidate in (columns, damaged):

@@ -5,6 +5,9 @@ a time, rolled back with one that fails."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -12,14 +15,19 @@ import sqlalchemy as sa
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import AppliedBatch, FanOut, NullSink
+from kvscope.collector.types import StreamId
 from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.log_chunks import SETTABLE_FORMATS
 from kvscope.storage.log_repack import CHUNKS_PER_TRANSACTION
 from kvscope.storage.log_rewrite import rewrite_chunk
+from kvscope.storage.rowqueue import RowQueue
+from kvscope.storage.rows import Row
 from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.write_loop import WriteLoop
 from kvscope.storage.writer import StoreWriter
+from kvscope.storage.writer_state import WriterStats
 from tests.conftest import capture_path
 from tests.migration_support import write
 from tests.test_log_dictionary import block_log, token_pool
@@ -140,4 +148,86 @@ def test_a_chunk_that_cannot_be_read_costs_no_other_row(tmp_path: object) -> Non
         later = batch_log.batches_between(conn, 1, rows[10][1], rows[9][2], 2**63 - 1)
         assert [b.seq for b in later] == [r[2] for r in rows[10:]]
     assert writer.repack.unreadable == 1
+    engine.dispose()
+
+
+def test_a_fleet_re_packs_a_bounded_number_a_transaction_and_every_stream_finishes(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an upgrade every stream has old chunks: a transaction re-packs at most
+    `CHUNKS_PER_TRANSACTION` of them in all, not that many per stream, and taking turns, each
+    stream's are all re-packed in the end."""
+    engine = open_store(f"sqlite:///{tmp_path}/k.sqlite")
+    streams = [StreamId(f"r{i}", 0) for i in range(12)]
+    logs = [
+        block_log(random.Random(i), 400, token_pool(random.Random(i), 40), s)
+        for i, s in enumerate(streams)
+    ]
+    writer = row_writer()
+    per_transaction: list[int] = []
+    repack = writer.repack.repack
+
+    def counted(*args: Any) -> int:
+        per_transaction.append(repack(*args))
+        return per_transaction[-1]
+
+    monkeypatch.setattr(writer.repack, "repack", counted)
+    for start in range(0, 400, 10):
+        write(engine, writer, [r for log in logs for r in log[start : start + 10]])
+    assert 0 < max(per_transaction) <= CHUNKS_PER_TRANSACTION
+    with engine.connect() as conn:
+        assert None not in chunk_dictionaries(conn)
+        for s, log in zip(streams, logs, strict=True):
+            sid = stream_id(conn, s.replica)
+            got = [(b.batch.seq, b.batch.payload) for b in batch_log.all_batches(conn, sid)]
+            assert got == [(r[2], r[5]) for r in log]
+    engine.dispose()
+
+
+class RefusesOnce:
+    """An engine whose transaction fails for good (a value the store cannot hold, not a store
+    that is down) once `refuse` says so, after the writer's statements ran: all rolled back."""
+
+    def __init__(self, engine: sa.Engine, refuse: Callable[[], bool]) -> None:
+        self.engine, self.refuse, self.refused = engine, refuse, False
+
+    @contextmanager
+    def begin(self) -> Iterator[sa.Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+            if not self.refused and self.refuse():
+                self.refused = True
+                raise ValueError("a value the store cannot hold")
+
+
+def test_a_refused_transaction_split_row_by_row_re_packs_what_it_rolled_back(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The re-packs of a transaction the store refused are rolled back with it: the rows
+    written again one by one must not take them for done."""
+    engine = open_store(f"sqlite:///{tmp_path}/k.sqlite")
+    rows = block_log(random.Random(5), 1200, token_pool(random.Random(5), 40))
+    writer = row_writer()
+    taken: list[int] = []
+    repack = writer.repack.repack
+
+    def counted(*args: Any) -> int:
+        taken.append(repack(*args))
+        return taken[-1]
+
+    monkeypatch.setattr(writer.repack, "repack", counted)
+    queue: RowQueue[Row] = RowQueue(1 << 20)
+    queue.close()  # no thread of its own: the test hands it each transaction's rows
+    loop = WriteLoop(engine, queue, writer, StoreSettings(), WriterStats())
+    loop.thread.join()
+    failing = RefusesOnce(engine, lambda: len(taken) > 0 and taken[-1] > 0)
+    loop.engine = failing  # type: ignore[assignment]  # duck-typed stand-in
+    for start in range(0, len(rows), 10):
+        loop._write_rows(list[Row](rows[start : start + 10]))
+    assert failing.refused and loop.stats.rows_refused == 0
+    with engine.connect() as conn:
+        assert None not in chunk_dictionaries(conn)
+        sid = conn.execute(sa.select(schema.streams.c.id)).scalar_one()
+        got = [(b.batch.seq, b.batch.payload) for b in batch_log.all_batches(conn, sid)]
+        assert got == [(r[2], r[5]) for r in rows]
     engine.dispose()

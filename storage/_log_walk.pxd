@@ -1,0 +1,258 @@
+# The walks of the log's format 3 columns (storage/_log_columns.pyx): a chunk's payloads into
+# the columns and back, without the GIL. All inline: they compile into the module that cimports
+# them.
+from libc.stdint cimport uint8_t, uint64_t
+from libc.stdlib cimport free
+from libc.string cimport memcpy, memset
+
+from kvscope.storage._log_buf cimport Buf, get_varint, grow_nogil, put_nogil, put_varint_nogil
+from kvscope.storage._log_split cimport Hashes, hashes_note
+from kvscope.storage._granules cimport Granules, granules_join, granules_put, ids_bytes
+
+
+cdef enum:
+    MARK = 0xC1
+
+
+cdef inline Py_ssize_t be(const uint8_t* p, int width) noexcept nogil:
+    cdef Py_ssize_t v = 0
+    cdef int i
+    for i in range(width):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef inline Py_ssize_t token(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
+                      Py_ssize_t* items) noexcept nogil:
+    """Bytes of the token at `pos` that stay together (a scalar whole, a container's header);
+    `items`: an array's length, else -1. -1 if cut short or not msgpack."""
+    cdef uint8_t b = p[pos]
+    cdef Py_ssize_t n, w
+    items[0] = -1
+    if b <= 0x8F or b >= 0xE0 or b == 0xC0 or b == 0xC2 or b == 0xC3:
+        n = 1
+    elif b <= 0x9F:
+        items[0] = b & 0x0F
+        n = 1
+    elif b <= 0xBF:
+        n = 1 + (b & 0x1F)
+    elif b == 0xC1:
+        return -1
+    elif b <= 0xC9 or 0xD9 <= b <= 0xDB:  # bin, ext, str: a length, then the body
+        w = 1 << ((b - 0xC4) if b <= 0xC6 else (b - 0xC7) if b <= 0xC9 else (b - 0xD9))
+        if end - pos < 1 + w:
+            return -1
+        n = 1 + w + be(p + pos + 1, <int>w) + (1 if 0xC7 <= b <= 0xC9 else 0)
+    elif b == 0xCA:
+        n = 5
+    elif b <= 0xD3:
+        n = 1 + (1 << ((b - 0xCC) & 3))
+    elif b <= 0xD8:
+        n = 2 + (1 << (b - 0xD4))
+    else:  # array16/32, map16/32
+        w = 2 if b == 0xDC or b == 0xDE else 4
+        if end - pos < 1 + w:
+            return -1
+        if b <= 0xDD:
+            items[0] = be(p + pos + 1, <int>w)
+        n = 1 + w
+    if n > end - pos:
+        return -1
+    return n
+
+
+cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs, Buf* lits,
+                   Buf* floats, Buf* toks, Hashes* h, uint8_t* prev_float, const Granules* g,
+                   Buf* grefs) noexcept nogil:
+    """One payload into the columns (a token run's granules into `grefs` where `g` is
+    given: format 4): 0, -1 if it is not msgpack the walk reads whole, -2 if memory ran out."""
+    cdef Py_ssize_t pos = 0, n, items, k
+    cdef uint64_t v
+    cdef uint8_t b
+    cdef uint8_t x[8]
+    while pos < end:
+        b = p[pos]
+        if b == 0xCF or b == 0xD3 or b == 0xCB:
+            if end - pos < 9:
+                return -1
+            if put_nogil(skel, &b, 1) < 0:
+                return -2
+            if b == 0xCB:
+                for k in range(8):
+                    x[k] = p[pos + 1 + k] ^ prev_float[k]
+                    prev_float[k] = p[pos + 1 + k]
+                if put_nogil(floats, x, 8) < 0:
+                    return -2
+            else:
+                memcpy(&v, p + pos + 1, 8)
+                k = hashes_note(h, v)
+                if k < 0 or put_varint_nogil(refs, <uint64_t>k) < 0:
+                    return -2
+                if k == 0 and put_nogil(lits, p + pos + 1, 8) < 0:
+                    return -2
+            pos += 9
+            continue
+        n = token(p, pos, end, &items)
+        if n < 0:
+            return -1
+        if put_nogil(skel, p + pos, n) < 0:
+            return -2
+        pos += n
+        if items > 0:
+            n = ids_bytes(p + pos, end - pos, items)
+            if n > 0:
+                b = MARK
+                if put_nogil(skel, &b, 1) < 0:
+                    return -2
+                if g != NULL:
+                    if granules_put(g, p + pos, n, items, toks, grefs) < 0:
+                        return -2
+                elif put_nogil(toks, p + pos, n) < 0:
+                    return -2
+                pos += n
+    return 0
+
+
+cdef inline int split_all(const uint8_t** ptrs, Py_ssize_t* lens, Py_ssize_t count, bint verbatim,
+                   Buf* sizes, Buf** bufs, Hashes* h, Py_ssize_t* kept,
+                   const Granules* g) noexcept nogil:
+    """Every payload into the columns (`bufs`: skeleton, references, literals, floats,
+    tokens, granules); -1 if memory ran out."""
+    cdef uint8_t prev_float[8]
+    cdef uint8_t saved[8]
+    cdef Py_ssize_t marks[6]
+    cdef Py_ssize_t hn, k, n
+    cdef int i, done
+    memset(prev_float, 0, 8)
+    for k in range(count):
+        n = lens[k]
+        for i in range(6):
+            marks[i] = bufs[i].n
+        hn = h.n
+        memcpy(saved, prev_float, 8)
+        done = -1 if verbatim else split_one(ptrs[k], n, bufs[0], bufs[1], bufs[2], bufs[3],
+                                             bufs[4], h, prev_float, g, bufs[5])
+        if done == -2:
+            return -1
+        if done < 0:
+            for i in range(6):
+                bufs[i].n = marks[i]
+            h.n = hn
+            memcpy(prev_float, saved, 8)
+            if put_nogil(bufs[0], ptrs[k], n) < 0:
+                return -1
+            if put_varint_nogil(sizes, (<uint64_t>n << 1) | 1) < 0:
+                return -1
+            kept[0] += 1
+        elif put_varint_nogil(sizes, <uint64_t>(bufs[0].n - marks[0]) << 1) < 0:
+            return -1
+    return 0
+
+
+cdef inline int join_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, Buf* out,
+                  const uint8_t* refs, Py_ssize_t* rp, Py_ssize_t re,
+                  const uint8_t* lits, Py_ssize_t* lp, Py_ssize_t le,
+                  const uint8_t* floats, Py_ssize_t* fp, Py_ssize_t fe,
+                  const uint8_t* toks, Py_ssize_t* tp, Py_ssize_t te,
+                  Buf* seen, uint8_t* prev_float, const Granules* g,
+                  const uint8_t* grefs, Py_ssize_t* gp, Py_ssize_t ge) noexcept nogil:
+    # -1: the columns do not hold the payload; -2: memory ran out.
+    # The skeleton's bytes that come back as they are go out a run at a time, from `run`.
+    cdef Py_ssize_t n, items, k, run = pos
+    cdef uint64_t back, v
+    cdef uint8_t b
+    cdef int w
+    while pos < end:
+        b = s[pos]
+        if b == 0xCF or b == 0xD3 or b == 0xCB:
+            if put_nogil(out, s + run, pos - run) < 0 or grow_nogil(out, 9) < 0:
+                return -2
+            out.p[out.n] = b
+            pos += 1
+            run = pos
+            if b == 0xCB:
+                if fe - fp[0] < 8:
+                    return -1
+                for k in range(8):
+                    prev_float[k] ^= floats[fp[0] + k]
+                fp[0] += 8
+                memcpy(out.p + out.n + 1, prev_float, 8)
+            else:
+                if get_varint(refs, rp, re, &back) < 0:
+                    return -1
+                if back == 0:
+                    if le - lp[0] < 8:
+                        return -1
+                    memcpy(&v, lits + lp[0], 8)
+                    lp[0] += 8
+                elif back <= <uint64_t>(seen.n // 8):
+                    memcpy(&v, seen.p + seen.n - 8 * <Py_ssize_t>back, 8)
+                else:
+                    return -1
+                if put_nogil(seen, <uint8_t*>&v, 8) < 0:
+                    return -2
+                memcpy(out.p + out.n + 1, &v, 8)
+            out.n += 9
+            continue
+        n = token(s, pos, end, &items)
+        if n < 0:
+            return -1
+        pos += n
+        if items > 0 and pos < end and s[pos] == MARK:
+            if put_nogil(out, s + run, pos - run) < 0:
+                return -2
+            pos += 1
+            run = pos
+            if g != NULL:
+                n = granules_join(g, items, toks, tp, te, grefs, gp, ge, out)
+                if n < 0:
+                    return n
+                continue
+            n = ids_bytes(toks + tp[0], te - tp[0], items)
+            if n <= 0:
+                return -1
+            if put_nogil(out, toks + tp[0], n) < 0:
+                return -2
+            tp[0] += n
+    return -2 if put_nogil(out, s + run, pos - run) < 0 else 0
+
+
+cdef inline int join_all(Py_ssize_t count, const uint8_t** cols, const Py_ssize_t* lens,
+                  const Granules* g, Buf* out, Py_ssize_t* starts) noexcept nogil:
+    """`join`'s walk over the columns `cols` (of `lens` bytes: sizes, skeleton, references,
+    literals, floats, tokens, granules' numbers) into `out`, payload k at `starts[k]` to
+    `starts[k + 1]`: 0, -1 if the sizes are cut short, -2 if memory ran out, -3 if a payload
+    does not come back whole, -4 if bytes are left over."""
+    cdef Buf seen
+    cdef Py_ssize_t sp = 0, zp = 0, rp = 0, lp = 0, fp = 0, tp = 0, gp = 0, k, n
+    cdef uint64_t size
+    cdef uint8_t prev_float[8]
+    cdef int r = 0
+    memset(&seen, 0, sizeof(Buf))
+    memset(prev_float, 0, 8)
+    for k in range(count):
+        if get_varint(cols[0], &zp, lens[0], &size) < 0 or (size >> 1) > <uint64_t>(
+            lens[1] - sp
+        ):
+            r = -1
+            break
+        n = <Py_ssize_t>(size >> 1)
+        starts[k] = out.n
+        if size & 1:
+            if put_nogil(out, cols[1] + sp, n) < 0:
+                r = -2
+                break
+        else:
+            r = join_one(cols[1], sp, sp + n, out, cols[2], &rp, lens[2], cols[3], &lp, lens[3],
+                         cols[4], &fp, lens[4], cols[5], &tp, lens[5], &seen, prev_float, g,
+                         cols[6], &gp, lens[6])
+            if r < 0:
+                r = -3 if r == -1 else r
+                break
+        sp += n
+    free(seen.p)
+    if r == 0 and (sp != lens[1] or zp != lens[0] or rp != lens[2] or lp != lens[3]
+                   or fp != lens[4] or tp != lens[5] or gp != lens[6]):
+        r = -4
+    starts[count] = out.n
+    return r
