@@ -19,7 +19,8 @@ checkpoint's changed rows; storage/_token_granules.pyx cuts a batch's token ids 
 dictionary's content, and storage/_log_columns.pyx splits a log chunk's batches into columns and
 back (its walks in _log_walk.pxd, its buffer in _log_buf.pxd, the split's hash table and writes
 without the GIL in _log_split.pxd), _log_planes.pyx lays its stamps and token ids out as byte
-planes, and storage/_checkpoint_pacing.pyx counts each batch's block-events toward
+planes, _log_known.pyx its hash literals against a checkpoint's hashes (format 6), and
+storage/_checkpoint_pacing.pyx counts each batch's block-events toward
 the next checkpoint (all Cython).
 Installing kvscope therefore needs a C compiler and the Python headers, as any package with an
 extension built from source does.
@@ -71,6 +72,7 @@ setup(
             Extension("kvscope.storage._content_ids", ["storage/_content_ids.pyx"]),
             Extension("kvscope.storage._log_columns", ["storage/_log_columns.pyx"]),
             Extension("kvscope.storage._log_planes", ["storage/_log_planes.pyx"]),
+            Extension("kvscope.storage._log_known", ["storage/_log_known.pyx"]),
             Extension("kvscope.storage._checkpoint_pacing", ["storage/_checkpoint_pacing.pyx"]),
             # dlopen/dlsym: libdl before glibc 2.34, an empty stub after.
             Extension("kvscope.collector._zmq_recv", ["collector/_zmq_recv.pyx"], libraries=["dl"]),

@@ -27,7 +27,7 @@ from kvscope.collector.types import StreamId
 from kvscope.storage.checkpoint_blocks import stored_blocks
 from kvscope.storage.engine import open_store
 from kvscope.storage.log_chunks import WRITABLE_FORMATS, pack
-from kvscope.storage.log_columns import FRAMES, _get_varint
+from kvscope.storage.log_columns import FORMAT_6_MAGIC, FRAMES, KNOWN_FRAMES, _get_varint
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.rows import LogRow
 from kvscope.storage.store_settings import StoreSettings
@@ -171,6 +171,7 @@ FRAME_NAMES = (
     "granules",
     "token planes",
 )
+KNOWN_FRAME_NAMES = ("checkpoint hashes found", "their positions")
 
 
 def _pages(conn: Connection) -> dict[str, int]:
@@ -196,15 +197,22 @@ def _pages(conn: Connection) -> dict[str, int]:
 
 
 def _log_frames(chunks: Iterable[bytes]) -> dict[str, int]:
-    """Compressed bytes by frame of the columnar chunks (formats 3 to 5), their headers apart."""
-    out = dict.fromkeys((*FRAME_NAMES, "headers"), 0)
+    """Compressed bytes by frame of the columnar chunks (formats 3 to 6), their headers apart
+    (format 6's two frames of literals found among a checkpoint's hashes last)."""
+    out = dict.fromkeys((*FRAME_NAMES, *KNOWN_FRAME_NAMES, "headers"), 0)
     for data in chunks:
-        if data[:4] not in FRAMES:
-            continue
         pos = 5 + data[4]
+        if data[:4] == FORMAT_6_MAGIC:
+            pos += 1 + data[pos]
+            count, pos = _get_varint(data, pos)
+            names = [*FRAME_NAMES[: count - KNOWN_FRAMES], *KNOWN_FRAME_NAMES]
+        elif data[:4] in FRAMES:
+            names = list(FRAME_NAMES[: FRAMES[data[:4]]])
+        else:
+            continue
         _, pos = _get_varint(data, pos)
         total = 0
-        for name in FRAME_NAMES[: FRAMES[data[:4]]]:
+        for name in names:
             n, pos = _get_varint(data, pos)
             out[name] += n
             total += n

@@ -209,6 +209,10 @@ class BlockTable(TableCore):
         """The cached hashes (`counts()`'s keys, without building the counts)."""
         return frozenset(self._slot_of)
 
+    def hash_array(self) -> array[int]:
+        """The cached hashes as a new `array("Q")`, in no set order: a copy made in C."""
+        return self._slot_of.to_arrays()[0]
+
     def hittable_hashes(self) -> list[int]:
         """The hittable hashes, in `counts()`'s order, read from the flags in one pass."""
         flags = self._flags

@@ -21,6 +21,7 @@ from kvscope.collector.snapshot_delta import decode_delta_map
 from kvscope.collector.types import StreamId
 from kvscope.storage import batch_log, schema
 from kvscope.storage.checkpoint_blocks import stored_blocks
+from kvscope.storage.log_known_sql import offered
 from kvscope.storage.not_in_store import NotInStore as NotInStore
 
 
@@ -145,11 +146,15 @@ def rebuild(conn: Connection, position: Position, stream: StreamId) -> RebuiltMa
         prefix_map = PrefixMap(stream)
         after = -1
     # As decode + apply of each batch, without the objects between (collector/_replay.pyx).
-    replayed = replay(
-        prefix_map,
-        batch_log.payloads_between(conn, position.stream_id, position.epoch, after, position.seq),
-        position.epoch,
-    )
+    # The chunks after the checkpoint may name its hashes (log chunk format 6): offered here.
+    with offered(position.stream_id, position.epoch, after, prefix_map.tables):
+        replayed = replay(
+            prefix_map,
+            batch_log.payloads_between(
+                conn, position.stream_id, position.epoch, after, position.seq
+            ),
+            position.epoch,
+        )
     return RebuiltMap(
         map=prefix_map,
         position=position,

@@ -16,7 +16,8 @@ Format 1 is a bare zstd frame, read as before. Format 3 (storage/log_columns.py)
 batches into columns that compress apart, the token ids against the same dictionary; format 4
 also names the token blocks that dictionary holds by their number there; format 5 also splits a
 chunk's token ids into byte planes where it has no dictionary (before a stream's first one forms,
-and in a recording too short for one).
+and in a recording too short for one). Format 6 (storage/log_known.py) also stores the hash
+literals found among a checkpoint's hashes as their position there, and names the checkpoint.
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ from __future__ import annotations
 import threading
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping, Sequence
-from itertools import accumulate, groupby
-from operator import itemgetter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import accumulate
 from typing import Any, NamedTuple
 
 import msgspec
@@ -34,22 +34,31 @@ import zstandard
 
 from kvscope.storage import log_columns
 from kvscope.storage._granules import GranuleIndex
-from kvscope.storage.log_columns import FORMAT_3_MAGIC, FORMAT_4_MAGIC, FORMAT_5_MAGIC
+from kvscope.storage._log_known import KnownHashes
+from kvscope.storage.log_columns import (
+    FORMAT_3_MAGIC,
+    FORMAT_4_MAGIC,
+    FORMAT_5_MAGIC,
+    FORMAT_6_MAGIC,
+)
 from kvscope.storage.log_dictionary import Dictionary
+from kvscope.storage.log_known import ChunkError as ChunkError
+from kvscope.storage.log_known import Known, checked_hashes, known_before
+from kvscope.storage.log_known import known_name_of as known_name_of
+from kvscope.storage.log_runs import MAX_CHUNK_BATCHES as MAX_CHUNK_BATCHES
+from kvscope.storage.log_runs import MAX_CHUNK_RAW_BYTES as MAX_CHUNK_RAW_BYTES
+from kvscope.storage.log_runs import MAX_CHUNK_SPAN_S as MAX_CHUNK_SPAN_S
+from kvscope.storage.log_runs import _bounds, _by_stream, _columns
+from kvscope.storage.log_runs import split as split
 from kvscope.storage.rows import LogRow
 
-CHUNK_FORMAT = 5
+CHUNK_FORMAT = 6
 """The format written unless a store is set to another (`StoreSettings.log_chunk_format`): the
 smallest on disk. Checkpoints are paced by the stream's events, so a smaller log does not mean
 longer replays (benchmarks/rebuild_instructions.py compares the formats' replays)."""
-WRITABLE_FORMATS = (1, 2, 3, 4, 5)
-SETTABLE_FORMATS = (2, 3, 4, 5)
+WRITABLE_FORMATS = (1, 2, 3, 4, 5, 6)
+SETTABLE_FORMATS = (2, 3, 4, 5, 6)
 """The formats a store may be set to write: 1 has no dictionary, and is left to migrations."""
-MAX_CHUNK_BATCHES = 2000
-MAX_CHUNK_RAW_BYTES = 2 << 20
-"""Bounds on a chunk: reading one batch (`kvscope dump --seq`, resume) unpacks its chunk."""
-MAX_CHUNK_SPAN_S = 10.0
-"""Engine seconds between a chunk's earliest and latest batch, at most."""
 ZSTD_LEVEL = 1
 """Format 1's level: higher ones pack it hardly smaller at a much lower speed."""
 DICTIONARY_ZSTD_LEVEL = 3
@@ -57,14 +66,8 @@ DICTIONARY_ZSTD_LEVEL = 3
 TOKENS_ZSTD_LEVEL = 4
 """Formats 3 to 5's token ids: level 4 finds more of the dictionary's matches than 3, and 5
 to 8 far fewer (benchmarks/_store_disk.py's stream)."""
-_LOG_FIELDS = 6
-"""A `LogRow`'s: stream, epoch, seq, ts, receive time, payload."""
 FORMAT_2_MAGIC = b"KVL2"
 """Never the start of a zstd frame (28 b5 2f fd), which a format 1 chunk is."""
-
-
-class ChunkError(ValueError):
-    """Bytes that are not a log chunk this version can read."""
 
 
 class LoggedBatch(NamedTuple):
@@ -101,9 +104,9 @@ class ChunkRow(NamedTuple):
 
 
 COLUMNS = ("stream_id", *ChunkRow._fields[1:])
-_NAMING = (FORMAT_2_MAGIC, FORMAT_3_MAGIC, FORMAT_4_MAGIC, FORMAT_5_MAGIC)
+_NAMING = (FORMAT_2_MAGIC, FORMAT_3_MAGIC, FORMAT_4_MAGIC, FORMAT_5_MAGIC, FORMAT_6_MAGIC)
 """The formats whose chunks name a dictionary."""
-_COLUMNAR = {FORMAT_3_MAGIC: 3, FORMAT_4_MAGIC: 4, FORMAT_5_MAGIC: 5}
+_COLUMNAR = {FORMAT_3_MAGIC: 3, FORMAT_4_MAGIC: 4, FORMAT_5_MAGIC: 5, FORMAT_6_MAGIC: 6}
 
 
 def named_dictionary(data: bytes) -> bytes | None:
@@ -116,10 +119,20 @@ def named_dictionary(data: bytes) -> bytes | None:
 class Chunk:
     """An unpacked chunk: its batches by seq (ascending, as they were applied)."""
 
-    __slots__ = ("seqs", "ts", "recv_ts", "payloads")
+    __slots__ = ("seqs", "ts", "recv_ts", "_payloads", "_later")
+    _payloads: list[bytes] | None
+    _later: Callable[[], list[bytes]] | None
 
-    def __init__(self, data: bytes, dictionary: Dictionary | None = None) -> None:
-        """`dictionary`: the one the chunk names (`named_dictionary`), if it names one."""
+    def __init__(
+        self,
+        data: bytes,
+        dictionary: Dictionary | None = None,
+        known: Known | Callable[[], Known] | None = None,
+    ) -> None:
+        """`dictionary`: the one the chunk names (`named_dictionary`), if it names one;
+        `known`: the checkpoint's hashes a chunk of format 6 names (`known_name_of`), or how to
+        get them when its payloads are first asked for (its stamps need none)."""
+        self._later = None
         expected, frame, zdict = 1, data, None
         named = named_dictionary(data)
         if named is not None:
@@ -130,10 +143,18 @@ class Chunk:
         if fmt and len(data) >= 5:
             granules = _granules(fmt, None if named is None else dictionary)
             try:
-                seqs, ts, recv_ts, payloads = log_columns.open_columns(data, zdict, granules)
+                seqs, ts, recv_ts, payloads_of = log_columns.open_stamps(data, zdict, granules)
             except (zstandard.ZstdError, ValueError, IndexError) as exc:
                 raise ChunkError(f"not a log chunk: {exc}") from exc
-            self._columns(seqs, ts, recv_ts, payloads)
+            if fmt == 6 and callable(known):
+                given = known
+                self.seqs, self.ts, self.recv_ts, self._payloads = seqs, ts, recv_ts, None
+                self._later = lambda: _joined(payloads_of, checked_hashes(data, given()))
+                if not len(seqs) == len(ts) == len(recv_ts):
+                    raise ChunkError("log chunk columns differ in length")
+                return
+            hashes = None if fmt != 6 or callable(known) else checked_hashes(data, known)
+            self._columns(seqs, ts, recv_ts, _joined(payloads_of, hashes))
             return
         if data[:4] == FORMAT_2_MAGIC and len(data) >= 5:
             expected, frame = 2, data[5 + data[4] :]
@@ -151,9 +172,21 @@ class Chunk:
     def _columns(
         self, seqs: array[int], ts: array[float], recv_ts: array[float], payloads: list[bytes]
     ) -> None:
-        self.seqs, self.ts, self.recv_ts, self.payloads = seqs, ts, recv_ts, payloads
+        self.seqs, self.ts, self.recv_ts, self._payloads = seqs, ts, recv_ts, payloads
         if not len(seqs) == len(ts) == len(recv_ts) == len(payloads):
             raise ChunkError("log chunk columns differ in length")
+
+    @property
+    def payloads(self) -> list[bytes]:
+        """ChunkError, in format 6, if the hashes it names cannot be had (or are others)."""
+        found = self._payloads
+        if found is None:
+            assert self._later is not None
+            found = self._later()
+            if len(found) != len(self.seqs):
+                raise ChunkError("log chunk columns differ in length")
+            self._payloads, self._later = found, None
+        return found
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -180,13 +213,25 @@ class Chunk:
         return bisect_right(self.seqs, after), bisect_right(self.seqs, upto)
 
 
+def _joined(
+    payloads_of: Callable[[KnownHashes | None], list[bytes]], hashes: KnownHashes | None
+) -> list[bytes]:
+    try:
+        return payloads_of(hashes)
+    except (zstandard.ZstdError, ValueError, IndexError) as exc:
+        raise ChunkError(f"not a log chunk: {exc}") from exc
+
+
 def pack(
     rows: Sequence[LogRow],
     fmt: int = CHUNK_FORMAT,
     dictionaries: Mapping[Any, Dictionary] | None = None,
+    known: Mapping[Any, Known] | None = None,
 ) -> list[ChunkRow]:
     """`rows` (in the order applied) as chunks of format `fmt`, compressed; in formats 2 and 3,
-    each stream's against its dictionary in `dictionaries`, if it has one.
+    each stream's against its dictionary in `dictionaries`, if it has one; in format 6, each
+    chunk of a stream in `known` that lies after its checkpoint (same epoch) against its hashes
+    (the caller cuts `rows` at its checkpoints: a chunk never spans one).
 
     The writer thread holds the GIL for all of this but the compression, and the ingest thread
     waits meanwhile: rows are handled as columns (`zip`, `array`, `accumulate`, `bisect` run in
@@ -199,17 +244,27 @@ def pack(
     if not rows:
         return []
     streams, epochs, seqs, ts, recv_ts, payloads = _columns(_by_stream(rows))
-    made, runs = [], []
+    made, runs, names = [], [], []
     for start, end in _bounds(streams, epochs, ts, payloads):
         run_seqs, run_ts = array("q", seqs[start:end]), array("d", ts[start:end])
         run_recv = array("d", recv_ts[start:end])
         if fmt >= 3:
             dictionary = (dictionaries or {}).get(streams[start])
             granules = _granules(fmt, dictionary)
-            planes = fmt == 5 and dictionary is None
+            planes = fmt >= 5 and dictionary is None
+            after = known_before(fmt, known, streams[start], epochs[start], run_seqs[0])
             runs.append(
-                log_columns.Run(run_seqs, run_ts, run_recv, payloads[start:end], granules, planes)
+                log_columns.Run(
+                    run_seqs,
+                    run_ts,
+                    run_recv,
+                    payloads[start:end],
+                    granules,
+                    planes,
+                    None if after is None else after.hashes,
+                )
             )
+            names.append(None if after is None else after.name)
             raw = b""
         else:
             raw = msgspec.msgpack.encode(
@@ -239,7 +294,7 @@ def pack(
     if fmt >= 3:
         frames = [parts for parts, _ in log_columns.columns_all(runs)]
         made = [c._replace(raw_bytes=sum(map(len, f))) for c, f in zip(made, frames, strict=True)]
-        return _pack_columns(made, frames, dictionaries or {})
+        return _pack_columns(made, frames, dictionaries or {}, names)
     return _pack_format_2(made, dictionaries or {})
 
 
@@ -278,9 +333,13 @@ def _granules(fmt: int, dictionary: Dictionary | None) -> GranuleIndex | None:
 
 
 def _pack_columns(
-    made: list[ChunkRow], frames: list[list[bytes]], dictionaries: Mapping[Any, Dictionary]
+    made: list[ChunkRow],
+    frames: list[list[bytes]],
+    dictionaries: Mapping[Any, Dictionary],
+    names: Sequence[bytes | None],
 ) -> list[ChunkRow]:
-    """Formats 3 to 5: the token frame against the dictionary, the others without."""
+    """Formats 3 to 6: the token frame against the dictionary, the others without (`names`:
+    each chunk's known hashes' name in format 6)."""
     # One call per compressor over all the chunks' frames: the GIL goes once per call.
     # Format 5 writes some chunks with a frame more than others: each chunk's own count.
     tokens = log_columns.TOKENS
@@ -295,7 +354,7 @@ def _pack_columns(
         digest = b"" if dictionary is None else dictionary.digest
         for k, i in enumerate(where):
             ordered = [*packed[i][:tokens], done[k], *packed[i][tokens:]]
-            data = log_columns.assemble(digest, made[i].batches, ordered)
+            data = log_columns.assemble(digest, made[i].batches, ordered, names[i])
             out[i] = made[i]._replace(data=data, dictionary=digest or None)
     return out
 
@@ -323,92 +382,3 @@ def _plain_compressor(level: int) -> zstandard.ZstdCompressor:
     if found is None:
         found = kept[level] = zstandard.ZstdCompressor(level=level)
     return found
-
-
-def split(rows: Sequence[LogRow]) -> list[Sequence[LogRow]]:
-    """The runs of `rows` that `pack` makes chunks of."""
-    if not rows:
-        return []
-    rows = _by_stream(rows)
-    streams, epochs, _, ts, _, payloads = _columns(rows)
-    return [rows[start:end] for start, end in _bounds(streams, epochs, ts, payloads)]
-
-
-def _columns(rows: Sequence[LogRow]) -> list[list[Any]]:
-    """The rows' fields, a list each: `zip(*rows)` would make an iterator per row, and with
-    them collections, while the writer holds the GIL."""
-    return [list(map(itemgetter(k), rows)) for k in range(_LOG_FIELDS)]
-
-
-def _by_stream(rows: Sequence[LogRow]) -> Sequence[LogRow]:
-    """Each stream's rows together, in the order applied. A fleet's transaction interleaves its
-    streams batch by batch, and a chunk holds one stream's run: left interleaved, every batch
-    would be a chunk of its own."""
-    first = rows[0][0]
-    if all(row[0] == first for row in rows):
-        return rows
-    grouped: dict[Any, list[LogRow]] = {}
-    for row in rows:
-        grouped.setdefault(row[0], []).append(row)
-    return [row for group in grouped.values() for row in group]
-
-
-def _bounds(
-    streams: Sequence[Any], epochs: Sequence[int], ts: Sequence[float], payloads: Sequence[bytes]
-) -> list[tuple[int, int]]:
-    """[start, end) of each run: a new one at a stream or epoch change, and before one would
-    grow past its bounds (a run holds at least one batch, however large)."""
-    n = len(ts)
-    before = list(accumulate(map(len, payloads), initial=0))  # bytes before each row
-    stamps = list(ts)
-    if streams.count(streams[0]) == n and epochs.count(epochs[0]) == n:
-        return _bounds_within(0, n, stamps, before)
-    # A fleet's transaction, each stream's rows together (`_by_stream`): each stream and epoch
-    # is cut as if it came alone, not row by row for all.
-    bounds: list[tuple[int, int]] = []
-    start = 0
-    for _, same in groupby(zip(streams, epochs, strict=True)):
-        end = start + len(list(same))
-        bounds += _bounds_within(start, end, stamps, before)
-        start = end
-    return bounds
-
-
-def _bounds_within(
-    start: int, stop: int, stamps: list[float], before: list[int]
-) -> list[tuple[int, int]]:
-    """`_bounds` of rows [start, stop), all of one stream and epoch."""
-    if stamps[start:stop] != sorted(stamps[start:stop]):
-        return _bounds_row_by_row(start, stop, stamps, before)
-    bounds = []
-    while start < stop:  # the usual case, a chunk at a time: a clock ahead
-        end = min(
-            stop,
-            start + MAX_CHUNK_BATCHES,
-            bisect_right(before, before[start] + MAX_CHUNK_RAW_BYTES, start, stop + 1) - 1,
-            bisect_right(stamps, stamps[start] + MAX_CHUNK_SPAN_S, start, stop),
-        )
-        end = max(end, start + 1)
-        bounds.append((start, end))
-        start = end
-    return bounds
-
-
-def _bounds_row_by_row(
-    start: int, stop: int, stamps: list[float], before: list[int]
-) -> list[tuple[int, int]]:
-    bounds = []
-    while start < stop:
-        low = high = stamps[start]
-        end = start + 1
-        while end < min(stop, start + MAX_CHUNK_BATCHES):
-            low, high = min(low, stamps[end]), max(high, stamps[end])
-            if (
-                before[end + 1] - before[start] > MAX_CHUNK_RAW_BYTES
-                or high > low + MAX_CHUNK_SPAN_S
-            ):
-                break
-            end += 1
-        bounds.append((start, end))
-        start = end
-    return bounds

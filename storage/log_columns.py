@@ -30,24 +30,31 @@ byte planes), then `split`'s columns.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import zstandard
 
 from kvscope.storage._granules import GranuleIndex
 from kvscope.storage._log_columns import join, pack_runs
+from kvscope.storage._log_known import KnownHashes, join_known, split_known
 from kvscope.storage._log_planes import tokens_of_planes, xor_planes
 
 FORMAT_3_MAGIC = b"KVL3"
 FORMAT_4_MAGIC = b"KVL4"
 FORMAT_5_MAGIC = b"KVL5"
+FORMAT_6_MAGIC = b"KVL6"
 FRAMES = {FORMAT_3_MAGIC: 7, FORMAT_4_MAGIC: 8, FORMAT_5_MAGIC: 9}
+"""The frames of each format but 6, whose chunk says how many (format 4's or 5's and two)."""
 """The stamps, then the sizes, skeleton, hash references, hash literals, floats and tokens; in
 format 4 then the granules' numbers; in format 5 then the token ids' upper planes."""
 _MAGIC_OF = {n: magic for magic, n in FRAMES.items()}
 TOKENS = 6
 """The frame compressed against the dictionary."""
+LITERALS = 4
+"""The hash literals' frame: in format 6, those not found among the known hashes."""
+KNOWN_FRAMES = 2
+"""Format 6's last frames: which literals were found among the known hashes, and where."""
 NO_GRANULES = GranuleIndex(b"")
 """Format 4's index of a chunk without a dictionary."""
 MAX_FRAME_BYTES = 1 << 30
@@ -63,11 +70,13 @@ def columns(
     payloads: Sequence[bytes],
     granules: GranuleIndex | None = None,
     planes: bool = False,
+    known: KnownHashes | None = None,
 ) -> tuple[list[bytes], int]:
     """A chunk's frames, uncompressed, and how many payloads they keep verbatim; format 4's
     with `granules`; with `planes` too, format 5's where the token ids fit in planes (else
-    format 4's)."""
-    return columns_all([Run(seqs, ts, recv_ts, payloads, granules, planes)])[0]
+    format 4's); with `known` too, format 6's (format 4's or 5's, the literals found among
+    `known` taken out into two more frames)."""
+    return columns_all([Run(seqs, ts, recv_ts, payloads, granules, planes, known)])[0]
 
 
 class Run(NamedTuple):
@@ -79,6 +88,7 @@ class Run(NamedTuple):
     payloads: Sequence[bytes]
     granules: GranuleIndex | None
     planes: bool
+    known: KnownHashes | None = None
 
 
 def columns_all(runs: Sequence[Run]) -> list[tuple[list[bytes], int]]:
@@ -92,30 +102,72 @@ def columns_all(runs: Sequence[Run]) -> list[tuple[list[bytes], int]]:
     out = []
     for run, (parts, verbatim) in zip(runs, packed, strict=True):
         stamps = b"".join(xor_planes(a.tobytes()) for a in (run.seqs, run.ts, run.recv_ts))
-        out.append(([stamps, *parts], verbatim))
+        frames = [stamps, *parts]
+        if run.known is not None and run.granules is not None:
+            found, where, frames[LITERALS] = split_known(frames[LITERALS], run.known)
+            frames += [found, where]
+        out.append((frames, verbatim))
     return out
 
 
-def assemble(digest: bytes, count: int, frames: Sequence[bytes]) -> bytes:
-    """A chunk's bytes, from its compressed frames (their number tells the format)."""
-    head = bytearray(_MAGIC_OF[len(frames)])
+def assemble(
+    digest: bytes, count: int, frames: Sequence[bytes], known_name: bytes | None = None
+) -> bytes:
+    """A chunk's bytes, from its compressed frames (their number tells the format, but 6's:
+    with `known_name`, the name of the known hashes its last two frames were split against)."""
+    head = bytearray(_MAGIC_OF[len(frames)] if known_name is None else FORMAT_6_MAGIC)
     head.append(len(digest))
     head += digest
+    if known_name is not None:
+        head.append(len(known_name))
+        head += known_name
+        _put_varint(head, len(frames))
     for n in (count, *map(len, frames)):
         _put_varint(head, n)
     return bytes(head) + b"".join(frames)
 
 
+def known_named(data: bytes) -> bytes | None:
+    """The name of the known hashes a chunk of format 6 was split against; None in another."""
+    if bytes(data[:4]) != FORMAT_6_MAGIC or len(data) < 6:
+        return None
+    pos = 5 + data[4]
+    if pos >= len(data):
+        raise ValueError("log chunk header cut short")
+    return bytes(data[pos + 1 : pos + 1 + data[pos]])
+
+
 def open_columns(
-    data: bytes, zdict: zstandard.ZstdCompressionDict | None, granules: GranuleIndex | None
+    data: bytes,
+    zdict: zstandard.ZstdCompressionDict | None,
+    granules: GranuleIndex | None,
+    known: KnownHashes | None = None,
 ) -> tuple[array[int], array[float], array[float], list[bytes]]:
-    """seqs, ts, receive times and payloads of a format 3, 4 or 5 chunk (`granules`: the index
-    of its dictionary, in formats 4 and 5); ValueError if damaged."""
+    """seqs, ts, receive times and payloads of a format 3 to 6 chunk (`granules`: the index
+    of its dictionary, in formats 4 to 6; `known`: the hashes a format 6 chunk names, checked
+    by its caller); ValueError if damaged."""
+    seqs, ts, recv_ts, payloads_of = open_stamps(data, zdict, granules)
+    return seqs, ts, recv_ts, payloads_of(known)
+
+
+def open_stamps(
+    data: bytes, zdict: zstandard.ZstdCompressionDict | None, granules: GranuleIndex | None
+) -> tuple[array[int], array[float], array[float], Callable[[KnownHashes | None], list[bytes]]]:
+    """`open_columns`, the payloads left to join when asked (with the known hashes then): a
+    reader of a format 6 chunk's stamps alone (where is seq s?) needs no checkpoint."""
     magic = bytes(data[:4])
     pos = 5 + data[4]
+    if magic == FORMAT_6_MAGIC:
+        pos += 1 + data[pos]
+        n_frames, pos = _get_varint(data, pos)
+        if n_frames - KNOWN_FRAMES not in (FRAMES[FORMAT_4_MAGIC], FRAMES[FORMAT_5_MAGIC]):
+            raise ValueError("log chunk of format 6 with an unknown layout")
+        layout = _MAGIC_OF[n_frames - KNOWN_FRAMES]
+    else:
+        n_frames, layout = FRAMES[magic], magic
     count, pos = _get_varint(data, pos)
     lengths = []
-    for _ in range(FRAMES[magic]):
+    for _ in range(n_frames):
         n, pos = _get_varint(data, pos)
         lengths.append(n)
     plain = zstandard.ZstdDecompressor()
@@ -137,12 +189,23 @@ def open_columns(
     seqs.frombytes(plain_stamps[0])
     ts.frombytes(plain_stamps[1])
     recv_ts.frombytes(plain_stamps[2])
-    if magic == FORMAT_5_MAGIC:
-        frames[TOKENS] = tokens_of_planes(frames[TOKENS], frames.pop())
-    if magic != FORMAT_3_MAGIC:
-        index = NO_GRANULES if granules is None else granules  # not `or`: an empty one is falsy
-        return seqs, ts, recv_ts, join(count, *frames[1:], granules=index)
-    return seqs, ts, recv_ts, join(count, *frames[1:])
+
+    def payloads(known: KnownHashes | None) -> list[bytes]:
+        columns = frames[1:]
+        if magic == FORMAT_6_MAGIC:
+            if known is None:
+                raise ValueError("log chunk of format 6 read without its known hashes")
+            *columns, found, where = columns
+            columns[LITERALS - 1] = join_known(found, where, columns[LITERALS - 1], known)
+        if layout == FORMAT_5_MAGIC:
+            *columns, rest = columns
+            columns[TOKENS - 1] = tokens_of_planes(columns[TOKENS - 1], rest)
+        if layout != FORMAT_3_MAGIC:
+            index = NO_GRANULES if granules is None else granules  # not `or`: an empty is falsy
+            return join(count, *columns, granules=index)
+        return join(count, *columns)
+
+    return seqs, ts, recv_ts, payloads
 
 
 def unpack(

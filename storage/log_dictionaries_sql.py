@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 
 from sqlalchemy import Connection, and_, delete, exists, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -13,7 +14,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from kvscope.collector.snapshot import named_header
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
-from kvscope.storage.log_chunks import Chunk, ChunkError, named_dictionary
+from kvscope.storage.log_chunks import Chunk, ChunkError, known_name_of, named_dictionary
 from kvscope.storage.log_dictionary import Dictionary, DictionaryRow, from_stored
 from kvscope.storage.not_in_store import NotInStore
 
@@ -81,9 +82,17 @@ def dictionary(conn: Connection, sid: int, digest: bytes) -> Dictionary:
 
 
 def open_chunk(conn: Connection, sid: int, data: bytes) -> Chunk:
-    """A stored chunk of stream `sid`, with the dictionary it names."""
+    """A stored chunk of stream `sid`, with the dictionary and checkpoint hashes it names."""
     digest = named_dictionary(data)
-    return Chunk(data, None if digest is None else dictionary(conn, sid, digest))
+    known = None
+    named = known_name_of(data)
+    if named is not None:
+        # Not at the top: it reads checkpoints, whose known blocks are read with this module.
+        from kvscope.storage.log_known_sql import known_hashes
+
+        # Read when the payloads are first asked for: a reader of stamps alone needs none.
+        known = partial(known_hashes, conn, sid, named)
+    return Chunk(data, None if digest is None else dictionary(conn, sid, digest), known)
 
 
 def prune_dictionaries(conn: Connection) -> int:

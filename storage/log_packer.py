@@ -1,6 +1,7 @@
-"""The writer's log packing (storage/log_chunks.py's formats 2 and 3): each stream's chunks
+"""The writer's log packing (storage/log_chunks.py's formats 2 to 6): each stream's chunks
 against its current dictionary (storage/log_dictionary.py), and the dictionaries to store with
-them."""
+them; in format 6 also against the hashes of its latest checkpoint (storage/log_known.py), once
+that one is stored and while no later one is under way."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
+
+import msgspec
 
 from kvscope.storage.log_chunks import CHUNK_FORMAT, ChunkRow, pack
 from kvscope.storage.log_dictionary import (
@@ -18,7 +21,8 @@ from kvscope.storage.log_dictionary import (
     StreamContent,
     row_of,
 )
-from kvscope.storage.rows import LogRow
+from kvscope.storage.log_known import Known, hashes_of
+from kvscope.storage.rows import CheckpointRow, LogRow
 
 
 class LogPacker:
@@ -35,12 +39,18 @@ class LogPacker:
         self._unconfirmed: dict[tuple[Any, bytes], DictionaryRow] = {}
         """Dictionaries made whose transaction has not committed yet: every transaction with a
         chunk that names one writes it too (a failed one may have taken it along)."""
+        self._latest: dict[Any, tuple[int, int]] = {}
+        """Per stream, the (epoch, seq) of the last checkpoint given to the writer."""
+        self._pending: dict[Any, Known] = {}
+        """Per stream, that checkpoint's hashes, until its transaction commits (format 6)."""
+        self._known: dict[Any, Known] = {}
+        """Per stream, the hashes of that checkpoint, stored: its chunks are packed against."""
 
     def pack(self, log: Sequence[LogRow]) -> tuple[list[ChunkRow], list[DictionaryRow]]:
         """`log` in chunks of the format written, each stream's against its current dictionary,
         and the dictionaries they name that may not be stored yet; then what the log showed is kept,
         and a new dictionary made where one is due (for the next transaction's chunks)."""
-        chunks = pack(log, self.fmt, self.current())
+        chunks = pack(log, self.fmt, self.current(), self._known)
         by_stream: dict[Any, list[bytes]] = {}
         if len({chunk.stream for chunk in chunks}) == 1:  # nearly always: no loop in Python
             by_stream[chunks[0].stream] = list(map(itemgetter(5), log))
@@ -71,12 +81,39 @@ class LogPacker:
             if key in self._unconfirmed and key not in held
         ]
 
-    def committed(self, rows: Iterable[DictionaryRow]) -> None:
+    def committed(self, rows: Iterable[DictionaryRow], checkpoints: Iterable[Any] = ()) -> None:
+        """`rows` are stored, and the checkpoints of these streams that the transaction held."""
         for row in rows:
             self._unconfirmed.pop((row.stream, row.digest), None)
+        for stream in checkpoints:
+            pending = self._pending.pop(stream, None)
+            if pending is not None and self._latest.get(stream) == (pending.epoch, pending.seq):
+                self._known[stream] = pending
+
+    def checkpoint(self, row: CheckpointRow) -> None:
+        """A checkpoint goes into the transaction being prepared: no chunk is packed against
+        an earlier one of its stream from now on, nor against this one until it is stored
+        (a chunk after a checkpoint names that one or none: retention keeps it then)."""
+        self._latest[row.stream] = (row.epoch, row.seq)
+        self._known.pop(row.stream, None)
+        self._pending.pop(row.stream, None)
+        if self.fmt >= 6:
+            tables = msgspec.msgpack.decode(row.snapshot)["tables"]
+            hashes = hashes_of(table["hashes"] for table in tables)
+            self._pending[row.stream] = Known(row.epoch, row.seq, hashes)
+
+    def forget_checkpoints(self, stream: Any | None = None) -> None:
+        """A transaction failed (None: every stream's) or the stream moved: no chunk is
+        packed against a checkpoint until one is known stored again."""
+        for held in (self._latest, self._pending, self._known):
+            if stream is None:
+                held.clear()
+            else:
+                held.pop(stream, None)
 
     def forget(self, stream: Any) -> None:
         """Another collector writes the stream now: it starts again from nothing here."""
+        self.forget_checkpoints(stream)
         self._streams.pop(stream, None)
         for key in [key for key in self._unconfirmed if key[0] == stream]:
             del self._unconfirmed[key]

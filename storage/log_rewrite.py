@@ -11,16 +11,20 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kvscope.storage.log_chunks import pack
+from kvscope.storage.log_chunks import known_name_of, pack
 from kvscope.storage.log_dictionaries_sql import dictionary, open_chunk
 from kvscope.storage.log_dictionary import Dictionary
+from kvscope.storage.log_known_sql import known_hashes
 
 
 def rewrite_chunks(conn: sa.Connection, magic: bytes, fmt: int) -> None:
     """Every chunk whose bytes start with `magic`, re-written in format `fmt`."""
     chunks = sa.Table("log_chunks", sa.MetaData(), autoload_with=conn)
     keys = (chunks.c.stream_id, chunks.c.epoch, chunks.c.first_seq)
-    found = conn.execute(sa.select(*keys).where(sa.func.substr(chunks.c.data, 1, 4) == magic))
+    found = conn.execute(
+        # In order: the chunks after one checkpoint, which name its hashes, come together.
+        sa.select(*keys).where(sa.func.substr(chunks.c.data, 1, 4) == magic).order_by(*keys)
+    )
     for sid, epoch, first_seq in found.all():
         digest = conn.execute(
             sa.select(chunks.c.dictionary).where(_key(chunks, sid, epoch, first_seq))
@@ -49,7 +53,10 @@ def rewrite_chunk(
     # The stream's id stands for the stream: `pack` only groups rows and finds the dictionary
     # by it.
     rows: list[Any] = [(sid, key[1], *chunk.batch(i)) for i in range(len(chunk))]
-    again = pack(rows, fmt, {} if against is None else {sid: against})
+    # A chunk packed against its checkpoint's hashes (format 6) stays so in format 6.
+    named = known_name_of(bytes(data))
+    known = {} if named is None else {sid: known_hashes(conn, sid, named)}
+    again = pack(rows, fmt, {} if against is None else {sid: against}, known)
     if len(again) != 1:
         return False
     conn.execute(

@@ -111,6 +111,7 @@ class RowWriter:
         self.followers.forget()
         # A key in it may be refused for good: deltas are made on keys known to be written.
         self.checkpoints.forget()
+        self.packer.forget_checkpoints()
         self.repack.forget()
 
     def forget_stream(self, stream: StreamId) -> None:
@@ -157,6 +158,7 @@ class RowWriter:
                     if not row.packed:  # rows retried one by one come back here
                         current = self.packer.current().get(row.stream)
                         self.checkpoints.encode(row, current)
+                    self.packer.checkpoint(row)
                     digest = blocks_named(row.packed)
                     if digest is not None:  # stored with it, unless stored already
                         named.append((row.stream, digest))
@@ -174,8 +176,12 @@ class RowWriter:
         return prepared
 
     def committed(self, prepared: Prepared) -> None:
-        """`prepared` landed: its dictionaries are stored, and the prefix groups written."""
-        self.packer.committed(prepared.dictionaries)
+        """`prepared` landed: its dictionaries and checkpoints are stored, and the prefix
+        groups written."""
+        self.packer.committed(
+            prepared.dictionaries,
+            [row.stream for row in prepared.ordered if type(row) is CheckpointRow],
+        )
         self.followers.committed()
 
     def write(self, conn: Connection, prepared: Prepared) -> None:

@@ -230,7 +230,7 @@ def test_a_store_can_trade_rebuild_time_for_disk(tmp_path: Path) -> None:
     # Delta checkpoints take less disk and rebuild slower: opt-in. The columnar log is the
     # default (tests/test_log_granules.py); the older formats are settable.
     assert StoreSettings().checkpoint_delta_share == 0.0
-    assert StoreSettings().log_chunk_format == 5
+    assert StoreSettings().log_chunk_format == 6
     # One default: the writer's packer, the migrations' and the settings' agree.
     assert LogPacker().fmt == CHUNK_FORMAT == StoreSettings().log_chunk_format
     path = tmp_path / "c.toml"

@@ -1,0 +1,213 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# Format 6 of the log's chunks (storage/log_columns.py): the hash literals column split against a
+# list of known hashes (a checkpoint's, storage/log_known.py). A removal names a block stored
+# long before, in another chunk: its hash is a literal there, 8 bytes that do not compress, but
+# the block is in the checkpoint the chunk follows, where its position takes about 2 bytes.
+# A literal is compared as the 8 bytes msgpack holds: what comes back is those bytes, exactly.
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy, memset
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
+import hashlib
+
+
+cdef inline uint64_t slot_of(uint64_t v, uint64_t mask) noexcept nogil:
+    return ((v * <uint64_t>0x9E3779B97F4A7C15) >> 20) & mask
+
+
+cdef class KnownHashes:
+    """Hashes by their position in a list (8 bytes each, as msgpack holds them), for finding a
+    literal's position and back. A value listed twice is found at its first position."""
+
+    cdef uint64_t* keys
+    cdef uint32_t* where  # position + 1; 0: an empty slot
+    cdef uint64_t mask
+    cdef readonly bytes values
+    cdef readonly Py_ssize_t count
+    cdef readonly bytes digest
+    """The values' digest (8 bytes of blake2b), made once: a reader checks it per chunk."""
+
+    def __cinit__(self, bytes values):
+        cdef Py_ssize_t size = 16, i
+        cdef uint64_t v, slot
+        cdef const uint8_t* p = values
+        if len(values) % 8:
+            raise ValueError("known hashes: not 8-byte values")
+        if len(values) // 8 >= 0xFFFFFFFF:
+            raise ValueError("known hashes: too many")
+        self.values = values
+        self.count = len(values) // 8
+        self.digest = hashlib.blake2b(values, digest_size=8).digest()
+        while size < 2 * self.count + 16:
+            size <<= 1
+        self.mask = size - 1
+        self.keys = <uint64_t*>malloc(size * sizeof(uint64_t))
+        self.where = <uint32_t*>malloc(size * sizeof(uint32_t))
+        if self.keys == NULL or self.where == NULL:
+            raise MemoryError()
+        memset(self.where, 0, size * sizeof(uint32_t))
+        for i in range(self.count):
+            memcpy(&v, p + 8 * i, 8)
+            slot = slot_of(v, self.mask)
+            while self.where[slot] and self.keys[slot] != v:
+                slot = (slot + 1) & self.mask
+            if not self.where[slot]:
+                self.keys[slot] = v
+                self.where[slot] = <uint32_t>(i + 1)
+
+    def __dealloc__(self):
+        free(self.keys)
+        free(self.where)
+
+    cdef inline Py_ssize_t find(self, uint64_t v) noexcept nogil:
+        cdef uint64_t slot = slot_of(v, self.mask)
+        while self.where[slot]:
+            if self.keys[slot] == v:
+                return <Py_ssize_t>self.where[slot] - 1
+            slot = (slot + 1) & self.mask
+        return -1
+
+
+def split_known(bytes lits, KnownHashes known):
+    """`lits` (8-byte literals) as (a bitmap of those found in `known`, their positions there as
+    four byte planes of 32-bit ints, the literals not found)."""
+    cdef Py_ssize_t n = len(lits) // 8, i, k, found = 0, rest = 0
+    cdef const uint8_t* p = lits
+    cdef uint64_t v
+    cdef Py_ssize_t at
+    if len(lits) % 8:
+        raise ValueError("hash literals: not 8-byte values")
+    cdef uint32_t* positions = <uint32_t*>malloc((n + 1) * sizeof(uint32_t))
+    cdef uint8_t* others = <uint8_t*>malloc(8 * n + 1)
+    bitmap = PyBytes_FromStringAndSize(NULL, (n + 7) // 8)
+    cdef uint8_t* bits = <uint8_t*><char*>bitmap
+    try:
+        if positions == NULL or others == NULL:
+            raise MemoryError()
+        memset(bits, 0, (n + 7) // 8)
+        with nogil:
+            for i in range(n):
+                memcpy(&v, p + 8 * i, 8)
+                at = known.find(v)
+                if at >= 0:
+                    bits[i >> 3] |= <uint8_t>(1 << (i & 7))
+                    positions[found] = <uint32_t>at
+                    found += 1
+                else:
+                    memcpy(others + 8 * rest, p + 8 * i, 8)
+                    rest += 1
+        planes = PyBytes_FromStringAndSize(NULL, 4 * found)
+        out = <uint8_t*><char*>planes
+        for i in range(found):
+            for k in range(4):
+                out[k * found + i] = <uint8_t>(positions[i] >> (8 * k))
+        return bitmap, planes, PyBytes_FromStringAndSize(<char*>others, 8 * rest)
+    finally:
+        free(positions)
+        free(others)
+
+
+def join_known(bytes bitmap, bytes planes, bytes rest, KnownHashes known):
+    """The literals `split_known` split; ValueError if these do not hold them exactly."""
+    cdef Py_ssize_t found = len(planes) // 4, others = len(rest) // 8
+    cdef Py_ssize_t n = found + others, i, k, f = 0, r = 0
+    cdef const uint8_t* bits = bitmap
+    cdef const uint8_t* pl = planes
+    cdef const uint8_t* rp = rest
+    cdef uint32_t at
+    if len(planes) % 4 or len(rest) % 8 or len(bitmap) != (n + 7) // 8:
+        raise ValueError("known hashes: columns do not match")
+    if n % 8 and bits[n >> 3] >> (n & 7):
+        raise ValueError("known hashes: bits past the literals")
+    out = PyBytes_FromStringAndSize(NULL, 8 * n)
+    cdef uint8_t* dst = <uint8_t*><char*>out
+    cdef const uint8_t* values = known.values
+    for i in range(n):
+        if bits[i >> 3] & (1 << (i & 7)):
+            if f == found:
+                raise ValueError("known hashes: more marked than positions")
+            at = 0
+            for k in range(4):
+                at |= <uint32_t>pl[k * found + f] << (8 * k)
+            if at >= known.count:
+                raise ValueError("known hashes: a position past the list")
+            memcpy(dst + 8 * i, values + 8 * <Py_ssize_t>at, 8)
+            f += 1
+        else:
+            if r == others:
+                raise ValueError("known hashes: fewer literals than unmarked")
+            memcpy(dst + 8 * i, rp + 8 * r, 8)
+            r += 1
+    if f != found or r != others:
+        raise ValueError("known hashes: columns left over")
+    return out
+
+
+cdef int radix_sort(uint64_t* values, Py_ssize_t n) noexcept nogil:
+    """`values` ascending: eight passes of a byte each (qsort's comparisons took several times
+    as long on a checkpoint's 100k hashes, which a rebuild sorts); -1 if memory ran out."""
+    cdef uint64_t* other = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
+    cdef uint64_t* src = values
+    cdef uint64_t* dst = other
+    cdef uint64_t* swap
+    cdef Py_ssize_t counts[256]
+    cdef Py_ssize_t i, total, c
+    cdef int shift, b
+    if other == NULL:
+        return -1
+    for shift in range(0, 64, 8):
+        memset(counts, 0, sizeof(counts))
+        for i in range(n):
+            counts[(src[i] >> shift) & 0xFF] += 1
+        total = 0
+        for b in range(256):
+            c = counts[b]
+            counts[b] = total
+            total += c
+        for i in range(n):
+            b = <int>((src[i] >> shift) & 0xFF)
+            dst[counts[b]] = src[i]
+            counts[b] += 1
+        swap = src
+        src = dst
+        dst = swap
+    # Eight passes: the sorted values are back in `values`.
+    free(other)
+    return 0
+
+
+def sorted_hashes(list arrays):
+    """The distinct values of `arrays` (buffers of native uint64), ascending, as the 8 bytes
+    msgpack holds each (big-endian): a list a writer and a reader make alike from one map,
+    however its tables lay their hashes out."""
+    cdef Py_ssize_t total = 0, n = 0, i, k, distinct = 0
+    cdef int failed
+    cdef const uint8_t[:] view
+    for a in arrays:
+        total += len(memoryview(a).cast("B")) // 8
+    cdef uint64_t* values = <uint64_t*>malloc((total + 1) * sizeof(uint64_t))
+    if values == NULL:
+        raise MemoryError()
+    try:
+        for a in arrays:
+            view = memoryview(a).cast("B")
+            k = view.shape[0] // 8
+            if k:
+                memcpy(values + n, &view[0], 8 * k)
+            n += k
+        with nogil:
+            failed = radix_sort(values, n)
+        if failed:
+            raise MemoryError()
+        out = PyBytes_FromStringAndSize(NULL, 8 * n)
+        dst = <uint8_t*><char*>out
+        for i in range(n):
+            if distinct and values[i] == values[i - 1]:
+                continue
+            for k in range(8):
+                dst[8 * distinct + k] = <uint8_t>(values[i] >> (56 - 8 * k))
+            distinct += 1
+        return out[: 8 * distinct]
+    finally:
+        free(values)
