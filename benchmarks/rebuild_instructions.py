@@ -47,7 +47,7 @@ STREAM = StreamId("bench", 0)
 REPLAY = "__pyx_pw_7kvscope_9collector_7_replay_1replay"
 """The compiled `replay`'s entry, whose inclusive cost is the replay's (the log's chunks read
 as it goes included)."""
-FUSED = "__pyx_f_7kvscope_9collector_7_replay_7_Replay_fused"
+FUSED = "__pyx_f_7kvscope_9collector_7_replay_10FusedApply_fused"
 """Its batches' checks and table writes, without reading the log."""
 
 
