@@ -349,6 +349,11 @@ def _backfill(engine: Engine) -> None:
     console.print(
         f"backfilled {done.resets} resets ({done.groups} prefix groups), {done.chunks} log chunks"
         + (f"; {done.log_gone} left without: their batch log was pruned" if done.log_gone else "")
+        + (
+            f"; {done.answered_meanwhile} answered by a live writer meanwhile"
+            if done.answered_meanwhile
+            else ""
+        )
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Connection, Engine, select, update
 
 from kvscope.storage import schema
 from kvscope.storage.history import NotInStore
@@ -30,6 +30,9 @@ class Backfilled:
     """Resets left without: their batch log was pruned."""
     chunks: int = 0
     """Log chunks given their receive-time bounds."""
+    answered_meanwhile: int = 0
+    """Resets left as they are: a live writer gave them their figures after they were listed
+    (it writes only what differs from its own last answer, so a rewrite after it would stay)."""
 
 
 def missing(engine: Engine) -> list[int]:
@@ -42,10 +45,13 @@ def missing(engine: Engine) -> list[int]:
 
 def backfill(engine: Engine, progress: Callable[[int], None] | None = None) -> Backfilled:
     chunks = backfill_chunk_bounds(engine)
-    done = groups = gone = 0
+    done = groups = gone = answered = 0
     for reset_id in missing(engine):
         try:
             with engine.begin() as conn:
+                if not _still_missing(conn, reset_id):
+                    answered += 1
+                    continue
                 groups += store_prefix_groups(conn, reset_id)
         except NotInStore:
             gone += 1
@@ -53,7 +59,20 @@ def backfill(engine: Engine, progress: Callable[[int], None] | None = None) -> B
         done += 1
         if progress is not None:
             progress(done)
-    return Backfilled(done, groups, gone, chunks)
+    return Backfilled(done, groups, gone, chunks, answered)
+
+
+def _still_missing(conn: Connection, reset_id: int) -> bool:
+    """Whether the reset still has no figures, its row held by this transaction until it
+    commits: the writer's first answer updates the row first, so one of the two waits for the
+    other, and the writer's answers are never followed by a rewrite they do not know of."""
+    r = schema.resets
+    claim = (
+        update(r)
+        .where(r.c.id == reset_id, r.c.tokens_recomputed.is_(None))
+        .values(tokens_recomputed=None)
+    )
+    return bool(conn.execute(claim).rowcount)
 
 
 def backfill_chunk_bounds(engine: Engine) -> int:

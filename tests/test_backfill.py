@@ -95,3 +95,25 @@ def test_a_reset_whose_log_was_pruned_is_left_without_and_counted(
     resets, groups = _figures(got)
     assert [(t, o) for _, t, o in resets] == [(None, None), (None, None)] and groups == []
     got.dispose()
+
+
+def test_a_reset_the_writer_answered_meanwhile_is_left_to_the_writer(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # Backfill lists the resets without figures, then rewrites each; a live writer may answer
+    # one in between. The writer then writes only what differs from its own last answer, so a
+    # rewrite landing after it would stay wrong: backfill takes a reset only while its figures
+    # are still missing, claimed in the transaction that writes them.
+    from kvscope.storage import backfill as backfill_module
+
+    engine = open_store(_store(tmp_path))
+    t = schema.reset_prefix_groups
+    with engine.begin() as conn:
+        listed = [int(i) for i in conn.execute(sa.select(schema.resets.c.id)).scalars()]
+        assert listed
+        conn.execute(sa.update(t).values(status="as the writer left it"))
+    monkeypatch.setattr(backfill_module, "missing", lambda engine: listed)
+    done = backfill_module.backfill(engine)
+    assert (done.resets, done.answered_meanwhile) == (0, len(listed))
+    with engine.connect() as conn:
+        assert set(conn.execute(sa.select(t.c.status)).scalars()) == {"as the writer left it"}
