@@ -207,6 +207,19 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "kvscope_store_retries_total", "counter", "Store transactions retried after an error.", ()
     ),
+    MetricSpec(
+        "kvscope_store_reset_followers",
+        "gauge",
+        "Recovering resets the writer follows in memory (storage/prefix_followers.py).",
+        (),
+    ),
+    MetricSpec(
+        "kvscope_store_reset_followers_turned_away_total",
+        "counter",
+        "Answers of recovering resets not followed for want of room (prefix_follower_bytes): "
+        "each computed in full from the store.",
+        (),
+    ),
 )
 
 NAMES = frozenset(spec.name for spec in METRICS)

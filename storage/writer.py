@@ -297,6 +297,13 @@ class StoreWriter:
         return self._queue.rare_spilled_total
 
     @property
+    def reset_followers(self) -> tuple[int, int]:
+        """Recovering resets followed in memory, and answers turned away for want of room
+        (storage/prefix_followers.py); read from another thread, as the other counts."""
+        followers = self._sql.followers
+        return followers.held(), followers.turned_away
+
+    @property
     def spill_bytes(self) -> int:
         """Bytes of rows waiting in the spill file."""
         return 0 if self._spill is None else self._spill.bytes_held

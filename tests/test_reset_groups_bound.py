@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvscope.api.data import ApiData
+from kvscope.api.metrics import make_registry
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
 from kvscope.storage.engine import open_store
@@ -68,6 +70,11 @@ def test_past_the_memory_bound_followers_are_turned_away_and_counted(tmp_path: A
     # came from followers made afresh.
     assert followers.turned_away >= FLEET - room
     assert followers.rebuilt > FLEET
+    # What an operator sees: the followers held, and the answers turned away.
+    registry, _ = make_registry(ApiData(writer=writer))
+    assert registry.get_sample_value("kvscope_store_reset_followers") == room
+    turned = registry.get_sample_value("kvscope_store_reset_followers_turned_away_total")
+    assert turned == followers.turned_away
     writer.close()
 
 
