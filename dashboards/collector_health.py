@@ -240,7 +240,7 @@ def _store() -> list[Json]:
             overrides=[override("busy share", unit="percentunit")],
         ),
         timeseries(
-            "Transactions, retries, spilled rows, dropped batches",
+            "Transactions, retries, spilled rows, dropped batches, resets followed",
             [
                 prom(f"sum({transactions})", "transactions"),
                 prom(f"sum(rate({kv('kvscope_store_retries_total')}[{RATE}]))", "retries", "B"),
@@ -264,10 +264,19 @@ def _store() -> list[Json]:
                     "dropped batches",
                     "C",
                 ),
+                prom(f"sum({kv('kvscope_store_reset_followers')})", "resets followed", "G"),
+                prom(
+                    f"sum(rate({kv('kvscope_store_reset_followers_turned_away_total')}[{RATE}]))",
+                    "reset answers turned away",
+                    "H",
+                ),
             ],
+            description="Resets followed: recovering resets the writer follows in memory; "
+            "answers turned away: past `prefix_follower_bytes`, each computed from the store.",
             unit="ops",
             min_value=0,
             w=8,
+            overrides=[override("resets followed", unit="short")],
         ),
     ]
 
