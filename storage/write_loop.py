@@ -56,6 +56,9 @@ class WriteLoop:
             while (rows := self.queue.take(self._rows_per_take())) is not None:
                 # Before `done`: what was just taken still counts as held.
                 self._held_peak = max(self._held_peak, self.queue.memory_bytes)
+                # A stream forgotten while the writer was idle (its rows all written) and
+                # taken back since: its state goes before its new rows, not after them.
+                self._forget_left()
                 started = time.perf_counter()
                 droppable = self._write_rows(rows)
                 self.stats.write_seconds_total += time.perf_counter() - started
