@@ -16,14 +16,23 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from kvscope.collector.snapshot import decode_tables
+from kvscope.collector.snapshot import SnapshotError, decode_tables
 from kvscope.collector.snapshot_delta import decode_delta
 from kvscope.storage import schema
 from kvscope.storage.checkpoint_blocks import stored_blocks
 from kvscope.storage.log_chunks import ChunkError
 from kvscope.storage.log_known import Known, digest_of, hashes_of
+from kvscope.storage.not_in_store import NotInStore
 
 _KEPT = 4
+
+
+class CheckpointUnreadable(ChunkError, NotInStore):
+    """The checkpoint a format 6 chunk names, gone, damaged or not the one named: the chunk
+    cannot be read, and a map rebuilt through it is unknown (NotInStore), as past a lost
+    dictionary (storage/log_dictionaries_sql.py)."""
+
+
 _kept: OrderedDict[tuple[int, int, int, bytes], Known] = OrderedDict()
 _offered: dict[tuple[int, int, int], list[Any]] = {}
 _lock = threading.Lock()
@@ -47,8 +56,8 @@ def offered(sid: int, epoch: int, seq: int, tables: Mapping[Any, Any]) -> Iterat
 
 
 def known_hashes(conn: Connection, sid: int, named: tuple[int, int, bytes]) -> Known:
-    """The hashes of checkpoint (epoch, seq) of stream `sid` (ChunkError if it is not stored:
-    the chunk naming it cannot be read, rather than read wrong)."""
+    """The hashes of checkpoint (epoch, seq) of stream `sid` (CheckpointUnreadable if it is not
+    stored as named: the chunk naming it cannot be read, rather than read wrong)."""
     epoch, seq, digest = named
     key = (sid, epoch, seq, digest)
     with _lock:
@@ -68,9 +77,16 @@ def known_hashes(conn: Connection, sid: int, named: tuple[int, int, bytes]) -> K
             c.c.stream_id == sid, c.c.epoch == epoch, c.c.seq == seq
         )
     ).first()
+    what = f"log chunk names checkpoint {epoch}/{seq} of stream {sid}"
     if row is None:
-        raise ChunkError(f"log chunk names checkpoint {epoch}/{seq} of stream {sid}: not stored")
-    return _keep(key, Known(epoch, seq, hashes_of(_hash_arrays(conn, sid, epoch, row))))
+        raise CheckpointUnreadable(f"{what}: not stored")
+    try:
+        found = Known(epoch, seq, hashes_of(_hash_arrays(conn, sid, epoch, row)))
+    except SnapshotError as exc:
+        raise CheckpointUnreadable(f"{what}: {exc}") from exc
+    if digest_of(found.hashes) != digest:
+        raise CheckpointUnreadable(f"{what}: the one stored holds other hashes")
+    return _keep(key, found)
 
 
 def _keep(key: tuple[int, int, int, bytes], found: Known) -> Known:
@@ -92,6 +108,8 @@ def _hash_arrays(conn: Connection, sid: int, epoch: int, row: Any) -> list[array
             )
         ).scalar_one_or_none()
         if key is None:
-            raise ChunkError(f"log chunk names a delta checkpoint of stream {sid} without its key")
+            raise CheckpointUnreadable(
+                f"log chunk names a delta checkpoint of stream {sid} without its key"
+            )
         tables, _ = decode_delta(bytes(row.snapshot), bytes(key))
     return [table.hash_array() for table in tables.values()]

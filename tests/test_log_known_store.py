@@ -5,6 +5,7 @@ never read wrong."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import AppliedBatch, FanOut, NullSink
 from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store, upgrade
-from kvscope.storage.history import position_at_seq, rebuild, stream_id
+from kvscope.storage.history import NotInStore, position_at_seq, rebuild, stream_id
 from kvscope.storage.log_chunks import ChunkError, known_name_of
 from kvscope.storage.log_columns import FORMAT_6_MAGIC
 from kvscope.storage.log_rewrite import rewrite_chunk
@@ -131,4 +132,21 @@ def test_a_chunk_packed_again_keeps_its_checkpoint_hashes(store_url: str) -> Non
         assert known_name_of(again) == known_name_of(data)
         after = [tuple(b) for b in batch_log.batches_between(conn, sid, epoch, first - 1, 10**9)]
         assert after == before
+    engine.dispose()
+
+
+def test_a_rebuild_past_a_deleted_named_checkpoint_is_unknown(tmp_path: Path) -> None:
+    # As past a deleted dictionary (tests/test_log_chunk_damage.py): NotInStore, the API's 404
+    # `not_in_store`, and a reset follower's "unknown", not a failed transaction or a 500.
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    stored_with_samples(url)
+    engine = open_store(url)
+    with engine.begin() as conn:
+        sid = stream_id(conn, STREAM.replica)
+        named = [(f, n) for _, f, d in chunks(conn) if (n := known_name_of(d)) is not None]
+        first, name = named[len(named) // 2]
+        k = schema.checkpoints
+        conn.execute(sa.delete(k).where(k.c.stream_id == sid, k.c.seq == name[1]))
+    with engine.connect() as conn, pytest.raises(NotInStore, match="not stored"):
+        rebuild(conn, position_at_seq(conn, sid, first + 1), STREAM)
     engine.dispose()
