@@ -225,7 +225,7 @@ class CaptureDemo:
         seq = reset["published_through_seq_before"]
         with writer.engine.begin() as conn:
             sid = stream_id(conn, name)
-            arrived = max(held.batch.recv_ts for held in batch_log.held_at(conn, sid, seq))
+            arrived = max(held.stamp.recv_ts for held in batch_log.held_at(conn, sid, seq))
             request_id = conn.execute(
                 insert(t)
                 .values(

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 
 from kvscope.storage import schema
-from kvscope.storage.log_chunks import MAX_CHUNK_SPAN_S, Chunk, LoggedBatch
+from kvscope.storage.log_chunks import MAX_CHUNK_SPAN_S, Chunk, LoggedBatch, Stamp
 from kvscope.storage.log_dictionaries_sql import open_chunk
 
 _t = schema.log_chunks
@@ -20,6 +20,12 @@ _t = schema.log_chunks
 class EpochBatch:
     epoch: int
     batch: LoggedBatch
+
+
+@dataclass(frozen=True, slots=True)
+class EpochStamp:
+    epoch: int
+    stamp: Stamp
 
 
 def _chunk_at_or_before(conn: Connection, sid: int, epoch: int, seq: int) -> Chunk | None:
@@ -44,13 +50,19 @@ def batch_at(conn: Connection, sid: int, epoch: int, seq: int) -> LoggedBatch | 
     return found if found is not None and found.seq == seq else None
 
 
-def held_at(conn: Connection, sid: int, seq: int) -> list[EpochBatch]:
-    """Batch `seq` of each epoch whose stored log holds it, latest epoch first."""
+def stamp_at(conn: Connection, sid: int, epoch: int, seq: int) -> Stamp | None:
+    """Batch `seq` of `epoch`'s stamps, if stored (its payload is not read)."""
+    chunk = _chunk_at_or_before(conn, sid, epoch, seq)
+    return None if chunk is None else chunk.stamp_of(seq)
+
+
+def held_at(conn: Connection, sid: int, seq: int) -> list[EpochStamp]:
+    """Batch `seq`'s stamps in each epoch whose stored log holds it, latest epoch first."""
     held = []
     for epoch in reversed(epochs(conn, sid)):
-        batch = batch_at(conn, sid, epoch, seq)
-        if batch is not None:
-            held.append(EpochBatch(epoch, batch))
+        stamp = stamp_at(conn, sid, epoch, seq)
+        if stamp is not None:
+            held.append(EpochStamp(epoch, stamp))
     return held
 
 
@@ -133,7 +145,7 @@ def _chunks_between(
         yield open_chunk(conn, sid, data)
 
 
-def stamped_last_before(conn: Connection, sid: int, at: float) -> EpochBatch | None:
+def stamped_last_before(conn: Connection, sid: int, at: float) -> EpochStamp | None:
     """The batch with the greatest (ts, epoch, seq) among those stamped at or before `at`.
 
     Exact whatever the engine's clock did: the chunks that may hold it are those whose latest
@@ -157,15 +169,15 @@ def stamped_last_before(conn: Connection, sid: int, at: float) -> EpochBatch | N
             _t.c.stream_id == sid, _t.c.max_ts == ends_before
         )
         rows.extend(conn.execute(ending).all())
-    best: EpochBatch | None = None
+    best: EpochStamp | None = None
     for epoch, data in rows:
         chunk = open_chunk(conn, sid, data)
         for i, ts in enumerate(chunk.ts):
             if ts <= at and (
                 best is None
-                or (ts, epoch, chunk.seqs[i]) > (best.batch.ts, best.epoch, best.batch.seq)
+                or (ts, epoch, chunk.seqs[i]) > (best.stamp.ts, best.epoch, best.stamp.seq)
             ):
-                best = EpochBatch(epoch, chunk.batch(i))
+                best = EpochStamp(epoch, chunk.stamp(i))
     return best
 
 

@@ -63,8 +63,8 @@ def position_at_seq(conn: Connection, sid: int, seq: int, epoch: int | None = No
         held = batch_log.held_at(conn, sid, seq)
         if not held:
             raise NotInStore(_not_stored(conn, sid, None, seq))
-        return Position(sid, held[0].epoch, seq, held[0].batch.ts)
-    found = batch_log.batch_at(conn, sid, epoch, seq)
+        return Position(sid, held[0].epoch, seq, held[0].stamp.ts)
+    found = batch_log.stamp_at(conn, sid, epoch, seq)
     if found is not None:
         return Position(sid, epoch, seq, found.ts)
     checkpoint = _checkpoint_at(conn, sid, epoch, seq)
@@ -112,7 +112,7 @@ def position_at_time(conn: Connection, sid: int, at: float) -> Position:
     candidates = []
     logged = batch_log.stamped_last_before(conn, sid, at)
     if logged is not None:
-        candidates.append((logged.batch.ts, logged.epoch, logged.batch.seq))
+        candidates.append((logged.stamp.ts, logged.epoch, logged.stamp.seq))
     c = schema.checkpoints
     checkpoint = conn.execute(
         select(c.c.ts, c.c.epoch, c.c.seq)

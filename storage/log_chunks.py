@@ -79,6 +79,14 @@ class LoggedBatch(NamedTuple):
     payload: bytes
 
 
+class Stamp(NamedTuple):
+    """A logged batch's seq and clocks, read without its payload."""
+
+    seq: int
+    ts: float
+    recv_ts: float
+
+
 class ChunkRow(NamedTuple):
     """A chunk as it is stored: its bounds in columns (in the table's order), its batches packed
     in `data`."""
@@ -193,6 +201,14 @@ class Chunk:
 
     def batch(self, i: int) -> LoggedBatch:
         return LoggedBatch(self.seqs[i], self.ts[i], self.recv_ts[i], self.payloads[i])
+
+    def stamp(self, i: int) -> Stamp:
+        """Batch `i`'s stamps (no payload is read: a format 6 chunk needs no checkpoint)."""
+        return Stamp(self.seqs[i], self.ts[i], self.recv_ts[i])
+
+    def stamp_of(self, seq: int) -> Stamp | None:  # batch `seq`'s, if the chunk holds it
+        i = bisect_right(self.seqs, seq)
+        return self.stamp(i - 1) if i and self.seqs[i - 1] == seq else None
 
     def at_or_before(self, seq: int) -> LoggedBatch | None:
         """The last batch with a seq <= `seq`."""

@@ -121,7 +121,7 @@ def collector_time(conn: Any, engine_ts: float) -> float:
     sid = conn.execute(select(schema.streams.c.id)).scalar_one()  # the one replica
     found = batch_log.stamped_last_before(conn, sid, engine_ts)
     assert found is not None
-    return found.batch.recv_ts
+    return found.stamp.recv_ts
 
 
 # --- the suite's own rules: nothing skipped, nothing written into the checkout ----------------

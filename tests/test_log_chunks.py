@@ -170,7 +170,7 @@ def test_lookups_agree_with_the_plain_log(store_url: str) -> None:
             holding = [e for e, batches in by_epoch.items() if seq in {r[2] for r in batches}]
             held = batch_log.held_at(conn, sid, seq)
             assert [h.epoch for h in held] == sorted(holding, reverse=True)
-            assert all(h.batch.seq == seq for h in held)
+            assert all(h.stamp.seq == seq for h in held)
             after, upto = sorted(rng.sample(range(-1, seqs[-1] + 2), 2))
             between = batch_log.batches_between(conn, sid, epoch, after, upto)
             assert [b.seq for b in between] == [s for s in seqs if after < s <= upto]
@@ -183,7 +183,7 @@ def test_lookups_agree_with_the_plain_log(store_url: str) -> None:
             candidates = [(r[3], r[1], r[2]) for r in rows if r[3] <= at]
             found_at = batch_log.stamped_last_before(conn, sid, at)
             expected = max(candidates) if candidates else None
-            got = found_at and (found_at.batch.ts, found_at.epoch, found_at.batch.seq)
+            got = found_at and (found_at.stamp.ts, found_at.epoch, found_at.stamp.seq)
             assert got == expected, at
 
 

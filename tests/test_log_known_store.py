@@ -16,7 +16,13 @@ from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import AppliedBatch, FanOut, NullSink
 from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store, upgrade
-from kvscope.storage.history import NotInStore, position_at_seq, rebuild, stream_id
+from kvscope.storage.history import (
+    NotInStore,
+    position_at_seq,
+    position_at_time,
+    rebuild,
+    stream_id,
+)
 from kvscope.storage.log_chunks import ChunkError, known_name_of
 from kvscope.storage.log_columns import FORMAT_6_MAGIC
 from kvscope.storage.log_rewrite import rewrite_chunk
@@ -149,4 +155,23 @@ def test_a_rebuild_past_a_deleted_named_checkpoint_is_unknown(tmp_path: Path) ->
         conn.execute(sa.delete(k).where(k.c.stream_id == sid, k.c.seq == name[1]))
     with engine.connect() as conn, pytest.raises(NotInStore, match="not stored"):
         rebuild(conn, position_at_seq(conn, sid, first + 1), STREAM)
+    engine.dispose()
+
+
+def test_finding_a_position_reads_stamps_not_the_named_checkpoint(tmp_path: Path) -> None:
+    # A position (by seq or by time) needs a batch's stamps alone: reading its payload would
+    # decode the checkpoint its chunk names first, and the rebuild after would decode it again.
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    stored_with_samples(url)
+    engine = open_store(url)
+    with engine.begin() as conn:
+        sid = stream_id(conn, STREAM.replica)
+        named = [(f, n) for _, f, d in chunks(conn) if (n := known_name_of(d)) is not None]
+        first, name = named[len(named) // 2]
+        k = schema.checkpoints
+        conn.execute(sa.delete(k).where(k.c.stream_id == sid, k.c.seq == name[1]))
+    with engine.connect() as conn:
+        position = position_at_seq(conn, sid, first + 1)
+        assert position.seq == first + 1
+        assert position_at_time(conn, sid, position.ts).ts == position.ts
     engine.dispose()
