@@ -115,9 +115,10 @@ class StateCollector(PromCollector):
             f["kvscope_store_retries_total"].add_metric([], st.retries)
             f["kvscope_store_rows_refused_total"].add_metric([], st.rows_refused)
             f["kvscope_store_writer_up"].add_metric([], float(writer.up))
-            held, turned_away = writer.reset_followers
+            held, turned_away, unreadable = writer.reset_followers
             f["kvscope_store_reset_followers"].add_metric([], held)
             f["kvscope_store_reset_followers_turned_away_total"].add_metric([], turned_away)
+            f["kvscope_store_reset_groups_unreadable_total"].add_metric([], unreadable)
             # At 0 without leases, as the fleet's: the dashboard's rates have their zero.
             fence = writer.fence
             leases = (0, 0, 0, 0)

@@ -220,6 +220,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "each computed in full from the store.",
         (),
     ),
+    MetricSpec(
+        "kvscope_store_reset_groups_unreadable_total",
+        "counter",
+        "Answers of recovering resets left without prefix groups: their log could not be read "
+        "(a lost dictionary or checkpoint).",
+        (),
+    ),
 )
 
 NAMES = frozenset(spec.name for spec in METRICS)

@@ -270,9 +270,15 @@ def _store() -> list[Json]:
                     "reset answers turned away",
                     "H",
                 ),
+                prom(
+                    f"sum(rate({kv('kvscope_store_reset_groups_unreadable_total')}[{RATE}]))",
+                    "reset groups unreadable",
+                    "I",
+                ),
             ],
             description="Resets followed: recovering resets the writer follows in memory; "
-            "answers turned away: past `prefix_follower_bytes`, each computed from the store.",
+            "answers turned away: past `prefix_follower_bytes`, each computed from the store; "
+            "groups unreadable: answers left without prefix groups, their log unreadable.",
             unit="ops",
             min_value=0,
             w=8,

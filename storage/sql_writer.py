@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
@@ -9,6 +10,7 @@ from functools import lru_cache, partial
 from sqlalchemy import Connection, Insert, Table, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.snapshot import blocks_named, encode_copy
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
@@ -16,7 +18,7 @@ from kvscope.storage.bulk_sql import insert_chunks, upsert_rollups
 from kvscope.storage.checkpoint_deltas import CheckpointEncoder
 from kvscope.storage.history import NotInStore
 from kvscope.storage.leases import Fence
-from kvscope.storage.log_chunks import ChunkRow
+from kvscope.storage.log_chunks import ChunkError, ChunkRow
 from kvscope.storage.log_dictionaries_sql import insert_dictionaries
 from kvscope.storage.log_dictionary import DictionaryRow
 from kvscope.storage.log_packer import LogPacker
@@ -96,6 +98,9 @@ class RowWriter:
         self._stream_ids: dict[StreamId, int] = {}
         self._reset_ids: dict[tuple[StreamId, tuple[int, int, str]], int] = {}
         self.followers = followers or PrefixFollowers()
+        self.groups_unreadable = 0
+        """Answers of recovering resets left without prefix groups: their log cannot be read."""
+        self._unreadable_log = RateLimitedLog(logging.getLogger(__name__))
         self.packer = packer or LogPacker()
         self.checkpoints = checkpoints or CheckpointEncoder(0.0)
         self.repack = PreDictionaryRepack(self.packer.fmt)
@@ -213,8 +218,13 @@ class RowWriter:
             reset_id = self._reset_id(conn, stream, key)
             try:
                 self.followers.store(conn, stream, reset_id)
-            except NotInStore:
-                continue  # its clear's batch was dropped (an outage): no groups, none made up
+            except NotInStore as exc:  # no groups, none made up
+                if isinstance(exc, ChunkError):  # its log cannot be read: said, not hidden
+                    self.groups_unreadable += 1
+                    self._unreadable_log.warning(
+                        "groups", "reset %s of %s: no prefix groups: %s", reset_id, stream, exc
+                    )
+                # else its clear's batch was dropped (an outage)
 
     def _write_one(self, conn: Connection, row: Row) -> None:
         if type(row) is EpochRow:

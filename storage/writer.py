@@ -297,11 +297,12 @@ class StoreWriter:
         return self._queue.rare_spilled_total
 
     @property
-    def reset_followers(self) -> tuple[int, int]:
-        """Recovering resets followed in memory, and answers turned away for want of room
-        (storage/prefix_followers.py); read from another thread, as the other counts."""
+    def reset_followers(self) -> tuple[int, int, int]:
+        """Recovering resets followed in memory, answers turned away for want of room
+        (storage/prefix_followers.py), and answers left without groups because their log
+        cannot be read; read from another thread, as the other counts."""
         followers = self._sql.followers
-        return followers.held(), followers.turned_away
+        return followers.held(), followers.turned_away, self._sql.groups_unreadable
 
     @property
     def spill_bytes(self) -> int:
