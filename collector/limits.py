@@ -19,6 +19,11 @@ counted (`BlockTable.saturated_stores`). Copies cost no memory, so this is no se
 limit would only make counts wrong sooner. Four billion copies of one hash take vLLM's
 `kv_cache_report_mode="full"` (a store per prefix hit) weeks at a thousand hits a second."""
 
+MAX_MESSAGE_BYTES_CEILING = 256 * 1024 * 1024
+"""The most `--max-message-bytes` may allow: the store reads a chunk's frames back up to
+`storage.log_columns.MAX_FRAME_BYTES`, and a batch's token planes take up to 4 bytes per byte
+of its msgpack."""
+
 
 @dataclass(frozen=True, slots=True)
 class IngestLimits:

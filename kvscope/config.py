@@ -50,7 +50,7 @@ from kvscope.collector.discovery import DiscoveryError, discover
 from kvscope.collector.endpoints import StreamEndpoint, replica_streams
 from kvscope.collector.engine_kind import ENGINES, Engine
 from kvscope.collector.fleet import FleetError, FleetSettings
-from kvscope.collector.limits import IngestLimits
+from kvscope.collector.limits import MAX_MESSAGE_BYTES_CEILING, IngestLimits
 from kvscope.collector.subscriber import CollectorSettings
 from kvscope.fleet_config import fleet_section
 from kvscope.storage.engine import DEFAULT_STORE
@@ -238,6 +238,11 @@ def _collector(section: Any) -> CollectorSettings:
             limits[key] = value
         elif not isinstance(value, int | float) or value < 0:
             raise ConfigError(f"[collector] {key} has value {value!r}, not a number >= 0")
+        elif key == "max_message_bytes" and value > MAX_MESSAGE_BYTES_CEILING:
+            raise ConfigError(
+                f"[collector] max_message_bytes has value {value!r}, over "
+                f"{MAX_MESSAGE_BYTES_CEILING}: the store could not read such a batch back"
+            )
     settings = {k: v for k, v in section.items() if k not in limit_keys}
     return CollectorSettings(**settings, limits=IngestLimits(**limits))
 

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from kvscope.collector.fleet import FleetError
 from kvscope.collector.ingest import DEFAULT_MAX_MESSAGE_BYTES
+from kvscope.collector.limits import MAX_MESSAGE_BYTES_CEILING
 from kvscope.config import (
     Config,
     ConfigError,
@@ -66,6 +67,8 @@ MaxMessageOpt = Annotated[
     int | None,
     typer.Option(
         envvar="KVSCOPE_MAX_MESSAGE_BYTES",
+        min=1,
+        max=MAX_MESSAGE_BYTES_CEILING,
         help=f"Larger messages are refused at the socket [default: {DEFAULT_MAX_MESSAGE_BYTES}]",
     ),
 ]

@@ -85,3 +85,21 @@ def test_a_store_refuses_limits_it_cannot_rebuild_with(tmp_path: Path) -> None:
     assert not (tmp_path / "s.sqlite").exists()
     kept = CliRunner().invoke(app, [*args, "--store", "none", "--max-tables-per-stream", "100"])
     assert kept.exit_code == 0, kept.output
+
+
+def test_a_message_limit_stays_within_what_the_store_can_read_back(tmp_path: Path) -> None:
+    # The store packs a batch's columns into frames it reads back up to MAX_FRAME_BYTES (a
+    # token plane takes up to 4 bytes per byte of its msgpack): a larger message would be
+    # written and never read again.
+    from kvscope.collector.limits import MAX_MESSAGE_BYTES_CEILING
+    from kvscope.storage.log_columns import MAX_FRAME_BYTES
+
+    assert 4 * MAX_MESSAGE_BYTES_CEILING <= MAX_FRAME_BYTES
+    too_large = str(MAX_MESSAGE_BYTES_CEILING + 1)
+    args = ["collect", "--replica", "a=tcp://127.0.0.1:1", "--no-live", "--duration", "0.1"]
+    refused = CliRunner().invoke(app, [*args, "--max-message-bytes", too_large])
+    assert refused.exit_code == 2 and "max-message-bytes" in refused.output, refused.output
+    path = tmp_path / "c.toml"
+    path.write_text(f"[collector]\nmax_message_bytes = {too_large}\n")
+    with pytest.raises(ConfigError, match="max_message_bytes"):
+        load_file(path)
