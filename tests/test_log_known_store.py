@@ -87,18 +87,22 @@ def test_every_instant_rebuilds_hash_for_hash_through_checkpoint_hashes(store_ur
     engine.dispose()
 
 
-def test_a_chunk_whose_checkpoint_is_gone_is_refused(store_url: str) -> None:
+def named_checkpoint_deleted(store_url: str, middle: bool) -> tuple[sa.Engine, int, int]:
+    """A stored stream with the checkpoint deleted that its first (or `middle`) chunk naming
+    one names: the engine, the stream's id and that chunk's first seq."""
     stored_with_samples(store_url)
     engine = open_store(store_url)
     with engine.begin() as conn:
         sid = stream_id(conn, STREAM.replica)
-        first, name = next(
-            (first, name)
-            for _, first, data in chunks(conn)
-            if (name := known_name_of(data)) is not None
-        )
+        named = [(f, n) for _, f, d in chunks(conn) if (n := known_name_of(d)) is not None]
+        first, name = named[len(named) // 2 if middle else 0]
         k = schema.checkpoints
         conn.execute(sa.delete(k).where(k.c.stream_id == sid, k.c.seq == name[1]))
+    return engine, sid, first
+
+
+def test_a_chunk_whose_checkpoint_is_gone_is_refused(store_url: str) -> None:
+    engine, sid, first = named_checkpoint_deleted(store_url, middle=False)
     with engine.connect() as conn, pytest.raises(ChunkError, match="not stored"):
         batch_log.batch_at(conn, sid, 0, first)
     engine.dispose()
@@ -144,15 +148,7 @@ def test_a_chunk_packed_again_keeps_its_checkpoint_hashes(store_url: str) -> Non
 def test_a_rebuild_past_a_deleted_named_checkpoint_is_unknown(tmp_path: Path) -> None:
     # As past a deleted dictionary (tests/test_log_chunk_damage.py): NotInStore, the API's 404
     # `not_in_store`, and a reset follower's "unknown", not a failed transaction or a 500.
-    url = f"sqlite:///{tmp_path / 's.sqlite'}"
-    stored_with_samples(url)
-    engine = open_store(url)
-    with engine.begin() as conn:
-        sid = stream_id(conn, STREAM.replica)
-        named = [(f, n) for _, f, d in chunks(conn) if (n := known_name_of(d)) is not None]
-        first, name = named[len(named) // 2]
-        k = schema.checkpoints
-        conn.execute(sa.delete(k).where(k.c.stream_id == sid, k.c.seq == name[1]))
+    engine, sid, first = named_checkpoint_deleted(f"sqlite:///{tmp_path / 's.sqlite'}", middle=True)
     with engine.connect() as conn, pytest.raises(NotInStore, match="not stored"):
         rebuild(conn, position_at_seq(conn, sid, first + 1), STREAM)
     engine.dispose()
@@ -161,15 +157,7 @@ def test_a_rebuild_past_a_deleted_named_checkpoint_is_unknown(tmp_path: Path) ->
 def test_finding_a_position_reads_stamps_not_the_named_checkpoint(tmp_path: Path) -> None:
     # A position (by seq or by time) needs a batch's stamps alone: reading its payload would
     # decode the checkpoint its chunk names first, and the rebuild after would decode it again.
-    url = f"sqlite:///{tmp_path / 's.sqlite'}"
-    stored_with_samples(url)
-    engine = open_store(url)
-    with engine.begin() as conn:
-        sid = stream_id(conn, STREAM.replica)
-        named = [(f, n) for _, f, d in chunks(conn) if (n := known_name_of(d)) is not None]
-        first, name = named[len(named) // 2]
-        k = schema.checkpoints
-        conn.execute(sa.delete(k).where(k.c.stream_id == sid, k.c.seq == name[1]))
+    engine, sid, first = named_checkpoint_deleted(f"sqlite:///{tmp_path / 's.sqlite'}", middle=True)
     with engine.connect() as conn:
         position = position_at_seq(conn, sid, first + 1)
         assert position.seq == first + 1
