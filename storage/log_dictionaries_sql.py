@@ -87,7 +87,7 @@ def open_chunk(conn: Connection, sid: int, data: bytes) -> Chunk:
     known = None
     named = known_name_of(data)
     if named is not None:
-        # Not at the top: it reads checkpoints, whose known blocks are read with this module.
+        # Not at the top: an import cycle (log_known_sql -> checkpoint_blocks -> `dictionary`).
         from kvscope.storage.log_known_sql import known_hashes
 
         # Read when the payloads are first asked for: a reader of stamps alone needs none.
