@@ -17,6 +17,7 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.playback import play_into
 from kvscope.collector.types import StreamId
+from kvscope.collector_flags import with_collector_flags
 from kvscope.config import StoreConfig
 from kvscope.dashboards.cli import dashboards_app
 from kvscope.fleet_config import (
@@ -32,7 +33,6 @@ from kvscope.limit_options import (
     MaxBlocksOpt,
     MaxTablesOpt,
     MaxTokenBytesOpt,
-    with_limit_flags,
 )
 from kvscope.options import (
     ConfigOpt,
@@ -53,9 +53,6 @@ from kvscope.options import (
     fail,
     load_config,
     token_text,
-    with_fleet_flags,
-    with_lease_flags,
-    with_store_flags,
 )
 from kvscope.pipeline import exit_if_failed, failure, running_pipeline
 from kvscope.serve import register as register_serve
@@ -139,19 +136,25 @@ def collect(
     config = load_config(
         config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes, metrics
     )
-    config = with_store_flags(
-        config, store, shard, spill_bytes, spill_dir, lease, log_dictionary_bytes
-    )
-    config = with_lease_flags(config, lease_ttl, lease_renew)
-    config = with_fleet_flags(
-        config, bind, topic_pattern, replica_format, replay_template, gone_after
-    )
-    config = with_limit_flags(
+    config = with_collector_flags(
         config,
-        max_block_size,
-        max_tables_per_stream,
-        max_blocks_per_stream,
-        max_token_bytes_per_stream,
+        store=store,
+        shard=shard,
+        lease=lease,
+        lease_ttl=lease_ttl,
+        lease_renew=lease_renew,
+        spill_bytes=spill_bytes,
+        spill_dir=spill_dir,
+        log_dictionary_bytes=log_dictionary_bytes,
+        bind=bind,
+        topic_pattern=topic_pattern,
+        replica_format=replica_format,
+        replay_template=replay_template,
+        gone_after=gone_after,
+        max_block_size=max_block_size,
+        max_tables_per_stream=max_tables_per_stream,
+        max_blocks_per_stream=max_blocks_per_stream,
+        max_token_bytes_per_stream=max_token_bytes_per_stream,
     )
     deadline = None if duration is None else time.monotonic() + duration
     pipeline = running_pipeline(config)

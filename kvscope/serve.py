@@ -17,6 +17,7 @@ from kvscope.api.app import create_app
 from kvscope.api.context import ApiSettings
 from kvscope.api.data import ApiData
 from kvscope.collector.subscriber import Collector
+from kvscope.collector_flags import with_collector_flags
 from kvscope.config import Config
 from kvscope.fleet_config import (
     BindOpt,
@@ -30,7 +31,6 @@ from kvscope.limit_options import (
     MaxBlocksOpt,
     MaxTablesOpt,
     MaxTokenBytesOpt,
-    with_limit_flags,
 )
 from kvscope.options import (
     ApiUrlOpt,
@@ -54,9 +54,6 @@ from kvscope.options import (
     fail,
     load_config,
     token_text,
-    with_fleet_flags,
-    with_lease_flags,
-    with_store_flags,
 )
 from kvscope.pipeline import exit_if_failed, running_pipeline, watching
 from kvscope.signals import stop_on_signals
@@ -167,19 +164,25 @@ def serve(
         metrics,
         api_url,
     )
-    config = with_store_flags(
-        config, store, shard, spill_bytes, spill_dir, lease, log_dictionary_bytes
-    )
-    config = with_lease_flags(config, lease_ttl, lease_renew)
-    config = with_fleet_flags(
-        config, bind, topic_pattern, replica_format, replay_template, gone_after
-    )
-    config = with_limit_flags(
+    config = with_collector_flags(
         config,
-        max_block_size,
-        max_tables_per_stream,
-        max_blocks_per_stream,
-        max_token_bytes_per_stream,
+        store=store,
+        shard=shard,
+        lease=lease,
+        lease_ttl=lease_ttl,
+        lease_renew=lease_renew,
+        spill_bytes=spill_bytes,
+        spill_dir=spill_dir,
+        log_dictionary_bytes=log_dictionary_bytes,
+        bind=bind,
+        topic_pattern=topic_pattern,
+        replica_format=replica_format,
+        replay_template=replay_template,
+        gone_after=gone_after,
+        max_block_size=max_block_size,
+        max_tables_per_stream=max_tables_per_stream,
+        max_blocks_per_stream=max_blocks_per_stream,
+        max_token_bytes_per_stream=max_token_bytes_per_stream,
     )
     with running_pipeline(config) as (collector, writer, leases):
         data = ApiData(

@@ -10,36 +10,26 @@ many checkpoints against one, a rebuild reads one or two).
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
 from sqlalchemy import Connection
 
 from kvscope.collector.snapshot import BlocksNamed, KnownBlocks, known_blocks
 from kvscope.storage._content_ids import content_ids
+from kvscope.storage.bounded_cache import BoundedCache
 from kvscope.storage.log_dictionaries_sql import dictionary
 from kvscope.storage.log_dictionary import GRANULE, Dictionary
 
 _TOKEN_ITEM = 4
-_KEPT = 4
-_kept: OrderedDict[bytes, KnownBlocks] = OrderedDict()
-_lock = threading.Lock()
+_kept: BoundedCache[bytes, KnownBlocks] = BoundedCache(4)
 
 
 def known_of(found: Dictionary) -> KnownBlocks:
     """The dictionary's granules as known blocks of `GRANULE` tokens, under its digest."""
-    with _lock:
-        known = _kept.get(found.digest)
-        if known is not None:
-            _kept.move_to_end(found.digest)
-            return known
+    known = _kept.get(found.digest)
+    if known is not None:
+        return known
     records = content_ids(found.content, GRANULE)
     known = known_blocks(found.digest, records.tobytes(), GRANULE * _TOKEN_ITEM)
-    with _lock:
-        _kept[found.digest] = known
-        while len(_kept) > _KEPT:
-            _kept.popitem(last=False)
-    return known
+    return _kept.put(found.digest, known)
 
 
 def stored_blocks(conn: Connection, sid: int) -> BlocksNamed:

@@ -45,9 +45,9 @@ FORMAT_4_MAGIC = b"KVL4"
 FORMAT_5_MAGIC = b"KVL5"
 FORMAT_6_MAGIC = b"KVL6"
 FRAMES = {FORMAT_3_MAGIC: 7, FORMAT_4_MAGIC: 8, FORMAT_5_MAGIC: 9}
-"""The frames of each format but 6, whose chunk says how many (format 4's or 5's and two)."""
-"""The stamps, then the sizes, skeleton, hash references, hash literals, floats and tokens; in
-format 4 then the granules' numbers; in format 5 then the token ids' upper planes."""
+"""The frames of each format but 6, whose chunk says how many (format 4's or 5's and two): the
+stamps, then the sizes, skeleton, hash references, hash literals, floats and tokens; in format 4
+then the granules' numbers; in format 5 then the token ids' upper planes."""
 _MAGIC_OF = {n: magic for magic, n in FRAMES.items()}
 TOKENS = 6
 """The frame compressed against the dictionary."""

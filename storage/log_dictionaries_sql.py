@@ -3,8 +3,6 @@ a while, by digest) to open those chunks, deleted when no chunk names them."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
 
@@ -14,6 +12,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from kvscope.collector.snapshot import named_header
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
+from kvscope.storage.bounded_cache import BoundedCache
 from kvscope.storage.log_chunks import Chunk, ChunkError, known_name_of, named_dictionary
 from kvscope.storage.log_dictionary import Dictionary, DictionaryRow, from_stored
 from kvscope.storage.not_in_store import NotInStore
@@ -22,10 +21,8 @@ _t = schema.log_dictionaries
 DIGEST_BYTES = 16
 """A dictionary's digest (storage/log_dictionary.py's `digest_of`)."""
 NAMED_HEADER = named_header(DIGEST_BYTES)
-_KEPT = 8
+_kept: BoundedCache[bytes, Dictionary] = BoundedCache(8)
 """Dictionaries kept in memory for reading: a rebuild reads one stream's, mostly one."""
-_kept: OrderedDict[bytes, Dictionary] = OrderedDict()
-_lock = threading.Lock()
 
 
 def insert_dictionaries(
@@ -59,11 +56,9 @@ class DictionaryUnreadable(ChunkError, NotInStore):
 
 def dictionary(conn: Connection, sid: int, digest: bytes) -> Dictionary:
     """The stream's dictionary `digest`; DictionaryUnreadable if the store lacks it."""
-    with _lock:
-        found = _kept.get(digest)
-        if found is not None:
-            _kept.move_to_end(digest)
-            return found
+    found = _kept.get(digest)
+    if found is not None:
+        return found
     data = conn.execute(
         select(_t.c.data).where(_t.c.stream_id == sid, _t.c.digest == digest)
     ).scalar_one_or_none()
@@ -74,11 +69,7 @@ def dictionary(conn: Connection, sid: int, digest: bytes) -> Dictionary:
     found = from_stored(bytes(data))
     if found.digest != digest:
         raise DictionaryUnreadable(f"log dictionary {digest.hex()} of stream {sid}", "damaged")
-    with _lock:
-        _kept[digest] = found  # by digest: the same content wherever it was read
-        while len(_kept) > _KEPT:
-            _kept.popitem(last=False)
-    return found
+    return _kept.put(digest, found)  # by digest: the same content wherever it was read
 
 
 def open_chunk(conn: Connection, sid: int, data: bytes) -> Chunk:
@@ -87,7 +78,7 @@ def open_chunk(conn: Connection, sid: int, data: bytes) -> Chunk:
     known = None
     named = known_name_of(data)
     if named is not None:
-        # Not at the top: it reads checkpoints, whose known blocks are read with this module.
+        # Not at the top: an import cycle (log_known_sql -> checkpoint_blocks -> `dictionary`).
         from kvscope.storage.log_known_sql import known_hashes
 
         # Read when the payloads are first asked for: a reader of stamps alone needs none.

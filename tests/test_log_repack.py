@@ -24,6 +24,7 @@ from kvscope.storage.log_repack import CHUNKS_PER_TRANSACTION
 from kvscope.storage.log_rewrite import rewrite_chunk
 from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.rows import Row
+from kvscope.storage.sql_writer import RowWriter
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.write_loop import WriteLoop
 from kvscope.storage.writer import StoreWriter
@@ -40,6 +41,19 @@ def chunk_dictionaries(conn: sa.Connection) -> list[bytes | None]:
     c = schema.log_chunks
     found = conn.execute(sa.select(c.c.dictionary).order_by(c.c.epoch, c.c.first_seq))
     return [None if d is None else bytes(d) for d in found.scalars()]
+
+
+def count_repacks(writer: RowWriter, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """What each of the writer's re-pack calls returned (chunks re-packed), in call order."""
+    counts: list[int] = []
+    repack = writer.repack.repack
+
+    def counted(*args: Any) -> int:
+        counts.append(repack(*args))
+        return counts[-1]
+
+    monkeypatch.setattr(writer.repack, "repack", counted)
+    return counts
 
 
 @pytest.mark.parametrize("fmt", SETTABLE_FORMATS)
@@ -164,14 +178,7 @@ def test_a_fleet_re_packs_a_bounded_number_a_transaction_and_every_stream_finish
         for i, s in enumerate(streams)
     ]
     writer = row_writer()
-    per_transaction: list[int] = []
-    repack = writer.repack.repack
-
-    def counted(*args: Any) -> int:
-        per_transaction.append(repack(*args))
-        return per_transaction[-1]
-
-    monkeypatch.setattr(writer.repack, "repack", counted)
+    per_transaction = count_repacks(writer, monkeypatch)
     for start in range(0, 400, 10):
         write(engine, writer, [r for log in logs for r in log[start : start + 10]])
     assert 0 < max(per_transaction) <= CHUNKS_PER_TRANSACTION
@@ -208,14 +215,7 @@ def test_a_refused_transaction_split_row_by_row_re_packs_what_it_rolled_back(
     engine = open_store(f"sqlite:///{tmp_path}/k.sqlite")
     rows = block_log(random.Random(5), 1200, token_pool(random.Random(5), 40))
     writer = row_writer()
-    taken: list[int] = []
-    repack = writer.repack.repack
-
-    def counted(*args: Any) -> int:
-        taken.append(repack(*args))
-        return taken[-1]
-
-    monkeypatch.setattr(writer.repack, "repack", counted)
+    taken = count_repacks(writer, monkeypatch)
     queue: RowQueue[Row] = RowQueue(1 << 20)
     queue.close()  # no thread of its own: the test hands it each transaction's rows
     loop = WriteLoop(engine, queue, writer, StoreSettings(), WriterStats())

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -54,6 +55,31 @@ def stored_last(store: str, replica: str) -> int | None:
     return None if value is None else int(value)
 
 
+def connected(store: str, replica: str) -> bool:
+    """Whether the replica's collector has stored a connected stretch (its socket is up)."""
+    with open_store(store).connect() as conn:
+        i, s = schema.intervals, schema.streams
+        found = conn.execute(
+            select(i.c.id)
+            .join(s, s.c.id == i.c.stream_id)
+            .where((s.c.replica == replica) & (i.c.kind == "connected"))
+            .limit(1)
+        ).first()
+    return found is not None
+
+
+def wait_until(
+    done: Callable[[], bool], procs: dict[str, subprocess.Popen[bytes]], logs: Path
+) -> None:
+    """Poll `done` while every collector runs, up to two minutes."""
+    deadline = time.monotonic() + 120
+    while not done():
+        for shard, proc in procs.items():
+            assert proc.poll() is None, (logs / f"{shard}.log").read_text()
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
 def test_two_collectors_share_one_postgres(pg_url: str, tmp_path: Path) -> None:
     open_store(pg_url)  # migrate once, before two processes race to
     sources, procs, truth = {}, {}, {}
@@ -68,15 +94,14 @@ def test_two_collectors_share_one_postgres(pg_url: str, tmp_path: Path) -> None:
             truth[shard] = (last["published_through_seq"], last["hashes"])
             sources[shard] = CaptureSource(list(read_capture(capture)), speed=200.0)
             procs[shard] = collect(pg_url, shard, sources[shard], tmp_path / f"{shard}.log")
-        time.sleep(2)
+        # Both sockets up before playing, so each collector hears its stream from the start.
+        wait_until(lambda: all(connected(pg_url, shard) for shard in procs), procs, tmp_path)
         for source in sources.values():
             source.play()
-        deadline = time.monotonic() + 120
-        for shard, source in sources.items():
-            want = source.records[-1].seq
-            while stored_last(pg_url, shard) != want and time.monotonic() < deadline:
-                assert procs[shard].poll() is None, (tmp_path / f"{shard}.log").read_text()
-                time.sleep(0.5)
+        want = {shard: source.records[-1].seq for shard, source in sources.items()}
+        wait_until(
+            lambda: all(stored_last(pg_url, s) == w for s, w in want.items()), procs, tmp_path
+        )
         # A third collector may not take over a replica another shard writes.
         refused = CliRunner().invoke(
             app,
