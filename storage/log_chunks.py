@@ -105,6 +105,8 @@ class ChunkRow(NamedTuple):
     max_recv_ts: float
     dictionary: bytes | None = None
     """The digest of the dictionary `data` is compressed against (format 2), if any."""
+    known_seq: int | None = None
+    """The seq of the checkpoint whose hashes `data` names (format 6), if any."""
 
     def values(self, stream_id: int) -> dict[str, Any]:
         """The row's columns, under the stream's id."""
@@ -264,11 +266,11 @@ def pack(
     for start, end in _bounds(streams, epochs, ts, payloads):
         run_seqs, run_ts = array("q", seqs[start:end]), array("d", ts[start:end])
         run_recv = array("d", recv_ts[start:end])
+        after = known_before(fmt, known, streams[start], epochs[start], run_seqs[0])
         if fmt >= 3:
             dictionary = (dictionaries or {}).get(streams[start])
             granules = _granules(fmt, dictionary)
             planes = fmt >= 5 and dictionary is None
-            after = known_before(fmt, known, streams[start], epochs[start], run_seqs[0])
             runs.append(
                 log_columns.Run(
                     run_seqs,
@@ -299,6 +301,8 @@ def pack(
                 raw,
                 min(run_recv),
                 max(run_recv),
+                None,
+                None if after is None else after.seq,
             )
         )
     if fmt == 1:

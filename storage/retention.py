@@ -6,7 +6,7 @@ cutoff must still rebuild, so for each epoch the newest checkpoint at or before 
 kept with the whole log after it, and the log before it goes. An epoch without such a checkpoint
 keeps its log until one exists (the writer checkpoints at least every 20,000 batches). A delta
 checkpoint kept keeps its key, and a checkpoint a kept log chunk names (format 6 reads its hash
-literals through it) is kept too, whatever its age.
+literals through it; `log_chunks.known_seq`) is kept too, whatever its age.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -29,13 +28,11 @@ from sqlalchemy import (
     delete,
     exists,
     func,
-    literal_column,
     or_,
     select,
 )
 
 from kvscope.storage import batch_log, schema
-from kvscope.storage.log_chunks import ChunkError, known_name_of
 from kvscope.storage.log_dictionaries_sql import prune_dictionaries
 
 logger = logging.getLogger(__name__)
@@ -126,7 +123,6 @@ def _prune_log(
 ) -> None:
     b, c = schema.log_chunks, schema.checkpoints
     for stream_id in conn.execute(select(schema.streams.c.id)).scalars().all():
-        names = _ChunkNames(conn, stream_id)
         for epoch in batch_log.epochs(conn, stream_id):
             in_epoch = and_(b.c.stream_id == stream_id, b.c.epoch == epoch)
             anchor = conn.execute(
@@ -138,9 +134,10 @@ def _prune_log(
             if anchor is None:
                 continue  # nothing to rebuild the cutoff instant from: keep this epoch's log
             # The anchor checkpoint holds the map after its seq: the log up to it is not needed
-            # (a chunk that reaches past it stays whole).
-            pruned.batches += _deleted_batches(conn, and_(in_epoch, b.c.last_seq <= anchor.seq))
-            names.deleted(epoch, anchor.seq)
+            # (a chunk that reaches past it stays whole). The bound on first_seq, implied, lets
+            # the key's index find them: else every chunk of the epoch is read.
+            up_to_anchor = and_(b.c.first_seq <= anchor.seq, b.c.last_seq <= anchor.seq)
+            pruned.batches += _deleted_batches(conn, and_(in_epoch, up_to_anchor))
             checkpoint_cutoff = min(
                 anchor.ts, now - retention.checkpoints_s if retention.checkpoints_s else anchor.ts
             )
@@ -152,7 +149,7 @@ def _prune_log(
                     c.c.seq < anchor.seq,
                     c.c.ts < checkpoint_cutoff,
                     ~_a_key_kept(c, stream_id, epoch, anchor.seq, checkpoint_cutoff),
-                    c.c.seq.not_in(names.needed(epoch, below=anchor.seq)),
+                    ~_named_by_a_chunk(c, stream_id, epoch),
                 ),
             )
             newer_epoch = conn.execute(
@@ -163,81 +160,31 @@ def _prune_log(
             if newer_epoch:
                 # A later epoch began before the cutoff: this one lies wholly outside the window.
                 pruned.batches += _deleted_batches(conn, in_epoch)
-                names.deleted(epoch)
                 pruned.checkpoints += _deleted(
                     conn,
                     delete(c).where(
                         c.c.stream_id == stream_id,
                         c.c.epoch == epoch,
-                        c.c.seq.not_in(names.needed(epoch)),
+                        ~_named_by_a_chunk(c, stream_id, epoch),
                     ),
                 )
 
 
-_HEADER_BYTES = 4 + 2 * (1 + 255)
-"""As much of a chunk as its header's names take at most: the magic, then a dictionary's name
-and a checkpoint's, each a length byte and its bytes."""
-
-
-def _chunk_heads(conn: Connection, stream_id: int) -> Iterator[tuple[int, int, bytes]]:
-    """Each chunk's epoch, last seq and first `_HEADER_BYTES` bytes. SQLite's substr reads a
-    whole blob (a week of log, each prune): there, each is read through a blob handle, which
-    reads the first pages alone; PostgreSQL's substr reads an out-of-line value's first slice."""
-    b = schema.log_chunks
-    where = b.c.stream_id == stream_id
-    blob_open = getattr(conn.connection.dbapi_connection, "blobopen", None)  # Python >= 3.11
-    if conn.dialect.name != "sqlite" or blob_open is None:
-        head = func.substr(b.c.data, 1, _HEADER_BYTES)
-        for epoch, last_seq, data in conn.execute(
-            select(b.c.epoch, b.c.last_seq, head).where(where)
-        ):
-            yield epoch, last_seq, bytes(data)
-        return
-    rows = conn.execute(select(literal_column("rowid"), b.c.epoch, b.c.last_seq).where(where))
-    for rowid, epoch, last_seq in rows.all():
-        with blob_open(b.name, b.c.data.name, rowid, readonly=True) as blob:
-            yield epoch, last_seq, blob.read(_HEADER_BYTES)
-
-
-class _ChunkNames:
-    """The checkpoints a stream's stored chunks name (log chunk format 6 decodes its hash
-    literals through them), read once from the chunks' headers and kept up to date as the
-    prune deletes chunks: a checkpoint a kept chunk names is kept, wherever the writer cut."""
-
-    def __init__(self, conn: Connection, stream_id: int) -> None:
-        self._conn, self._stream_id = conn, stream_id
-        self._named: list[tuple[int, int, int, int]] = []
-        """Each naming chunk's epoch and last seq, and the checkpoint's epoch and seq."""
-        for epoch, last_seq, head in _chunk_heads(conn, stream_id):
-            try:
-                name = known_name_of(bytes(head))
-            except ChunkError:
-                continue  # a damaged chunk cannot be read, whatever is kept for it
-            if name is not None:
-                self._named.append((epoch, last_seq, name[0], name[1]))
-
-    def deleted(self, epoch: int, through: int | None = None) -> None:
-        """The chunks of `epoch` (ending at or before seq `through`) were deleted."""
-        self._named = [
-            n for n in self._named if n[0] != epoch or (through is not None and n[1] > through)
-        ]
-
-    def needed(self, epoch: int, below: int | None = None) -> list[int]:
-        """The seqs of the checkpoints of `epoch` (below seq `below`) that kept chunks name,
-        with the keys of those that are deltas."""
-        seqs = {s for _, _, e, s in self._named if e == epoch and (below is None or s < below)}
-        if not seqs:
-            return []
-        c = schema.checkpoints
-        keys = self._conn.execute(
-            select(c.c.key_seq).where(
-                c.c.stream_id == self._stream_id,
-                c.c.epoch == epoch,
-                c.c.seq.in_(seqs),
-                c.c.key_seq.is_not(None),
-            )
-        ).scalars()
-        return sorted(seqs | set(keys))
+def _named_by_a_chunk(c: Table, stream_id: int, epoch: int) -> ColumnElement[bool]:
+    """The checkpoint is one a stored chunk names (format 6 decodes its hash literals through
+    it), or the key of a delta one names: the chunks this prune deletes are gone already."""
+    b, named = schema.log_chunks, c.alias("named")
+    of_epoch = (b.c.stream_id == stream_id, b.c.epoch == epoch)
+    return or_(
+        exists().where(*of_epoch, b.c.known_seq == c.c.seq),
+        exists().where(
+            *of_epoch,
+            named.c.stream_id == stream_id,
+            named.c.epoch == epoch,
+            named.c.seq == b.c.known_seq,
+            named.c.key_seq == c.c.seq,
+        ),
+    )
 
 
 def _a_key_kept(

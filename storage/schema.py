@@ -65,10 +65,14 @@ log_chunks = Table(
     Column("max_recv_ts", Float),
     # The digest of the log_dictionaries row `data` is compressed against (format 2), if any.
     Column("dictionary", LargeBinary),
+    # The seq of the checkpoint (of the chunk's epoch) whose hashes `data` names (format 6), if
+    # any: retention keeps it while the chunk stays, without reading chunks' bytes.
+    Column("known_seq", BigInteger),
     Index("ix_log_chunks_stream_min_ts", "stream_id", "min_ts"),
     Index("ix_log_chunks_stream_max_ts", "stream_id", "max_ts"),
     Index("ix_log_chunks_stream_recv_ts", "stream_id", "max_recv_ts", "min_recv_ts"),
     Index("ix_log_chunks_stream_dictionary", "stream_id", "dictionary"),
+    Index("ix_log_chunks_stream_known", "stream_id", "epoch", "known_seq"),
 )
 
 log_dictionaries = Table(

@@ -94,8 +94,10 @@ def log_down_and_up(
     none). The dictionaries stay, named by the same chunks; with `dictionaries_go`, they go with
     their table and the chunks' column that names them. With `second_stream`, a stream with no
     dictionary yet is written too (the writer packs a stream's first chunks again once its first
-    dictionary forms, so only such a stream keeps dictionary-less chunks)."""
-    engine, sid = store_at(store_url, at)
+    dictionary forms, so only such a stream keeps dictionary-less chunks). The log is written
+    at the newest revision (whose writer writes columns `at` may lack), then the store taken
+    down to `at`: the revisions above it re-write no chunk of `fmt`."""
+    engine, sid = store_at(store_url, "head")
     pool = token_pool(random.Random(6), 40)
     rows = [(A, 0, *r[2:]) for r in block_log(random.Random(6), 400, pool)]
     writer = RowWriter(None, packer=LogPacker(ratio=0.5, fmt=fmt))
@@ -103,6 +105,7 @@ def log_down_and_up(
         write(engine, writer, rows[start : start + 100])
     if second_stream:
         write(engine, writer, [(B, 0, *r[2:]) for r in block_log(random.Random(7), 100, pool)])
+    downgrade(engine, at)
     with engine.connect() as conn:
         before = stored_dictionaries(conn)
         assert _magics(_chunks(conn)) == magics

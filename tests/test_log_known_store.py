@@ -128,6 +128,41 @@ def test_0019_down_rewrites_format_6_chunks_in_format_5_and_up_again(store_url: 
     engine.dispose()
 
 
+def stored_names(engine: sa.Engine) -> list[tuple[int | None, int | None]]:
+    """Each chunk's `known_seq` column beside the seq its header names (None: names none)."""
+    c = schema.log_chunks
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(c.c.known_seq, c.c.data).order_by(c.c.first_seq))
+        return [
+            (known, None if (name := known_name_of(bytes(data))) is None else name[1])
+            for known, data in rows
+        ]
+
+
+def test_each_chunk_names_its_checkpoint_in_a_column(store_url: str) -> None:
+    """Retention keeps the checkpoints kept chunks name: it reads the names from a column, not
+    from every chunk's bytes at every prune."""
+    stored_with_samples(store_url)
+    engine = open_store(store_url)
+    names = stored_names(engine)
+    assert sum(header is not None for _, header in names) > 0.5 * len(names)
+    assert all(column == header for column, header in names)
+    engine.dispose()
+
+
+def test_0020_up_fills_the_name_column_from_the_chunks_and_down_drops_it(store_url: str) -> None:
+    stored_with_samples(store_url)
+    engine = open_store(store_url)
+    before = stored_names(engine)
+    downgrade(engine, "0019")
+    with engine.connect() as conn:
+        columns = {c["name"] for c in sa.inspect(conn).get_columns("log_chunks")}
+    assert "known_seq" not in columns
+    upgrade(engine)
+    assert stored_names(engine) == before
+    engine.dispose()
+
+
 def test_a_chunk_packed_again_keeps_its_checkpoint_hashes(store_url: str) -> None:
     """As the writer packs a stream's first chunks again against its first dictionary."""
     stored_with_samples(store_url)

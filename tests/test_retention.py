@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, event, func, insert, select
 
 from kvscope.collector.snapshot import encode_map
 from kvscope.storage import batch_log, log_known_sql, schema
@@ -148,4 +148,46 @@ def test_a_checkpoint_a_kept_chunk_names_is_kept(store_url: str, delta_share: fl
                 assert rebuilt.map.counts() == counts, seq
     again = prune(engine, retention, last_ts)
     assert (again.batches, again.checkpoints) == (0, 0)
+
+    # Once a checkpoint after the chunk is the anchor, the chunk goes, and with it what it named.
+    with engine.begin() as conn:
+        at_last = rebuild(conn, position_at_seq(conn, sid, last), STREAM).map
+        conn.execute(
+            insert(c).values(
+                stream_id=sid,
+                epoch=0,
+                seq=last,
+                ts=position_at_seq(conn, sid, last).ts,
+                blocks=sum(at_last.counts().values()),
+                snapshot=encode_map(at_last),
+            )
+        )
+    gone = prune(engine, Retention(log_s=0.5, checkpoints_s=None, rollups_s=None), last_ts + 1)
+    assert gone.batches > 0 and gone.checkpoints > 0
+    log_known_sql._kept.clear()
+    with engine.connect() as conn:
+        assert conn.execute(select(b.c.first_seq)).scalars().all() == []
+        left = set(conn.execute(select(c.c.seq)).scalars())
+        assert last in left and named_seq not in left and (key is None or key not in left)
+    engine.dispose()
+
+
+def test_a_prune_reads_no_chunk_bytes(store_url: str) -> None:
+    """What retention needs of a chunk lies in its columns: reading every chunk's bytes at every
+    prune (a week of log per stream) would hold SQLite's write lock for seconds."""
+    _, _, _ = ingest_capture(store_url, "lab_10rps_300s", NAMING)
+    engine = open_store(store_url)
+    with engine.connect() as conn:
+        last_ts = conn.execute(select(func.max(schema.log_chunks.c.max_ts))).scalar_one()
+    statements: list[str] = []
+
+    def record(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    event.listen(engine, "before_cursor_execute", record)
+    pruned = prune(engine, Retention(log_s=60.0, checkpoints_s=None, rollups_s=None), last_ts)
+    event.remove(engine, "before_cursor_execute", record)
+    assert pruned.batches > 0 and pruned.checkpoints > 0
+    reads = [s for s in statements if "log_chunks.data" in s or "rowid" in s.lower()]
+    assert reads == []
     engine.dispose()
