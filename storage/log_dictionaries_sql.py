@@ -9,7 +9,6 @@ from functools import partial
 from sqlalchemy import Connection, and_, delete, exists, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kvscope.collector.snapshot import named_header
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.bounded_cache import BoundedCache
@@ -18,9 +17,6 @@ from kvscope.storage.log_dictionary import Dictionary, DictionaryRow, from_store
 from kvscope.storage.not_in_store import NotInStore
 
 _t = schema.log_dictionaries
-DIGEST_BYTES = 16
-"""A dictionary's digest (storage/log_dictionary.py's `digest_of`)."""
-NAMED_HEADER = named_header(DIGEST_BYTES)
 _kept: BoundedCache[bytes, Dictionary] = BoundedCache(8)
 """Dictionaries kept in memory for reading: a rebuild reads one stream's, mostly one."""
 
@@ -90,16 +86,9 @@ def prune_dictionaries(conn: Connection) -> int:
     """Delete the dictionaries no chunk or checkpoint names, but each stream's newest (its
     writer may name it in chunks to come, trusting it stored); how many went."""
     c, k, newer = schema.log_chunks, schema.checkpoints, _t.alias("newer")
-    # A checkpoint names its known blocks' dictionary in a header before its zstd frame.
-    head = func.substr(k.c.snapshot, 1, len(NAMED_HEADER))
-    by_checkpoint = exists().where(
-        k.c.stream_id == _t.c.stream_id,
-        head == NAMED_HEADER,
-        func.substr(k.c.snapshot, len(NAMED_HEADER) + 1, DIGEST_BYTES) == _t.c.digest,
-    )
     named = or_(
         exists().where(c.c.stream_id == _t.c.stream_id, c.c.dictionary == _t.c.digest),
-        by_checkpoint,
+        exists().where(k.c.stream_id == _t.c.stream_id, k.c.dictionary == _t.c.digest),
     )
     newest = (
         select(func.max(newer.c.made_at)).where(newer.c.stream_id == _t.c.stream_id)

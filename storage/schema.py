@@ -101,7 +101,11 @@ checkpoints = Table(
     # A delta checkpoint (snapshot format 4) is read with the key checkpoint at this seq of
     # the same stream and epoch; null for a key.
     Column("key_seq", BigInteger, nullable=True),
+    # The digest of the log dictionary whose blocks the snapshot numbers (its header names it),
+    # if any: retention keeps that dictionary while this stays, without reading snapshots.
+    Column("dictionary", LargeBinary),
     Index("ix_checkpoints_ts", "ts"),
+    Index("ix_checkpoints_stream_dictionary", "stream_id", "dictionary"),
 )
 
 resets = Table(

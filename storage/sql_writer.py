@@ -246,6 +246,7 @@ class RowWriter:
                 "blocks": row.blocks,
                 "snapshot": row.packed,
                 "key_seq": row.key_seq,
+                "dictionary": blocks_named(row.packed),
             }
             conn.execute(_upsert(conn, schema.checkpoints, ("stream_id", "epoch", "seq")), values)
         elif type(row) is ResetRow:

@@ -17,7 +17,7 @@ from kvscope.collector.snapshot import blocks_named, decode_map, encode_map, sna
 from kvscope.collector.types import Batch
 from kvscope.storage import schema
 from kvscope.storage.checkpoint_blocks import known_of
-from kvscope.storage.engine import open_store
+from kvscope.storage.engine import open_store, upgrade
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.log_dictionaries_sql import insert_dictionaries
 from kvscope.storage.log_dictionary import Dictionary, row_of
@@ -116,7 +116,7 @@ def test_checkpoints_name_the_dictionary_and_rebuild_through_it_past_retention(
 
 def test_retention_keeps_a_dictionary_while_a_checkpoint_names_it(store_url: str) -> None:
     """Named by no chunk and not the stream's newest, it stays while a checkpoint names it."""
-    engine, sid = store_at(store_url, "0017")
+    engine, sid = store_at(store_url, "head")
     tokens = [random.Random(3).randrange(128) for _ in range(16 * 29)]  # one byte in msgpack
     event = msgspec.structs.replace(stored(list(range(1, 30)), None), token_ids=tokens)
     prefix_map = PrefixMap(STREAM)
@@ -133,6 +133,7 @@ def test_retention_keeps_a_dictionary_while_a_checkpoint_names_it(store_url: str
                 ts=3.0,
                 blocks=29,
                 snapshot=encode_map(prefix_map, known=known_of(old)),
+                dictionary=old.digest,  # as the writer names it (test_each_checkpoint_...)
             )
         )
     retention = Retention(log_s=1.0, checkpoints_s=None, rollups_s=None)
@@ -143,6 +144,39 @@ def test_retention_keeps_a_dictionary_while_a_checkpoint_names_it(store_url: str
     assert prune(engine, retention, 10.0).dictionaries == 1
     with engine.connect() as conn:
         assert _stored_digests(conn) == {new.digest}
+    engine.dispose()
+
+
+def _columns_and_names(engine: sa.Engine) -> list[tuple[bytes | None, bytes | None]]:
+    c = schema.checkpoints
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(c.c.dictionary, c.c.snapshot).order_by(c.c.seq))
+        return [(None if d is None else bytes(d), blocks_named(bytes(s))) for d, s in rows]
+
+
+def test_each_checkpoint_names_its_dictionary_in_a_column(store_url: str) -> None:
+    """Retention keeps a dictionary while a checkpoint names it: it reads the names from a
+    column, not from every checkpoint's bytes at every prune."""
+    _write(store_url)
+    engine = open_store(store_url)
+    names = _columns_and_names(engine)
+    assert any(name is not None for _, name in names)
+    assert all(column == name for column, name in names)
+    engine.dispose()
+
+
+def test_0021_up_fills_the_name_column_from_the_checkpoints_and_down_drops_it(
+    store_url: str,
+) -> None:
+    _write(store_url)
+    engine = open_store(store_url)
+    before = _columns_and_names(engine)
+    downgrade(engine, "0020")
+    with engine.connect() as conn:
+        columns = {c["name"] for c in sa.inspect(conn).get_columns("checkpoints")}
+    assert "dictionary" not in columns
+    upgrade(engine)
+    assert _columns_and_names(engine) == before
     engine.dispose()
 
 

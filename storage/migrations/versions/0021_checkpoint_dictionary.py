@@ -1,0 +1,48 @@
+"""checkpoints name their log dictionary in a column
+
+Revision ID: 0021
+Revises: 0020
+
+A checkpoint whose snapshot numbers the blocks of its stream's log dictionary (snapshot format 5)
+names it in a header before its frame; retention keeps that dictionary while the checkpoint
+stays. SQLite's substr reads a whole blob, so finding the names in the snapshots at every prune
+read every checkpoint whole; the digest goes in a column too. Up adds it and fills it from the
+stored snapshots' headers, a checkpoint at a time; down drops it.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from kvscope.collector.snapshot import blocks_named
+
+revision = "0021"
+down_revision = "0020"
+branch_labels = None
+depends_on = None
+
+_HEADER_BYTES = 5 + 255
+"""As much of a snapshot as its header takes at most: the mark, the name's length, the name."""
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("checkpoints", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("dictionary", sa.LargeBinary(), nullable=True))
+        batch_op.create_index("ix_checkpoints_stream_dictionary", ["stream_id", "dictionary"])
+    conn = op.get_bind()
+    checkpoints = sa.Table("checkpoints", sa.MetaData(), autoload_with=conn)
+    keys = (checkpoints.c.stream_id, checkpoints.c.epoch, checkpoints.c.seq)
+    for key in conn.execute(sa.select(*keys)).all():
+        where = sa.and_(*(c == v for c, v in zip(keys, key, strict=True)))
+        head = conn.execute(
+            sa.select(sa.func.substr(checkpoints.c.snapshot, 1, _HEADER_BYTES)).where(where)
+        ).scalar_one()
+        name = blocks_named(bytes(head))
+        if name is not None:
+            conn.execute(sa.update(checkpoints).where(where).values(dictionary=name))
+
+
+def downgrade() -> None:
+    op.drop_index("ix_checkpoints_stream_dictionary", table_name="checkpoints")
+    op.execute("ALTER TABLE checkpoints DROP COLUMN dictionary")
