@@ -17,8 +17,8 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.playback import play_into
 from kvscope.collector.types import StreamId
-from kvscope.collector_flags import with_collector_flags
 from kvscope.config import StoreConfig
+from kvscope.daemon_flags import with_daemon_flags
 from kvscope.dashboards.cli import dashboards_app
 from kvscope.fleet_config import (
     BindOpt,
@@ -136,7 +136,7 @@ def collect(
     config = load_config(
         config_file, replica, replay, dp_ranks, topic, replay_timeout, max_message_bytes, metrics
     )
-    config = with_collector_flags(
+    config = with_daemon_flags(
         config,
         store=store,
         shard=shard,

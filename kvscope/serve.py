@@ -17,8 +17,8 @@ from kvscope.api.app import create_app
 from kvscope.api.context import ApiSettings
 from kvscope.api.data import ApiData
 from kvscope.collector.subscriber import Collector
-from kvscope.collector_flags import with_collector_flags
 from kvscope.config import Config
+from kvscope.daemon_flags import with_daemon_flags
 from kvscope.fleet_config import (
     BindOpt,
     GoneAfterOpt,
@@ -164,7 +164,7 @@ def serve(
         metrics,
         api_url,
     )
-    config = with_collector_flags(
+    config = with_daemon_flags(
         config,
         store=store,
         shard=shard,

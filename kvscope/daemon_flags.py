@@ -1,4 +1,5 @@
-"""The flags `kvscope collect` and `kvscope serve` both take over the config file: one chain."""
+"""The flags both daemons, `kvscope collect` and `kvscope serve`, take over the config file: one
+chain."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from kvscope.limit_options import with_limit_flags
 from kvscope.options import with_fleet_flags, with_lease_flags, with_store_flags
 
 
-def with_collector_flags(
+def with_daemon_flags(
     config: Config,
     *,
     store: str | None,
