@@ -8,7 +8,7 @@ collector/_wire_fast.pyx decodes the common vLLM batch straight from its msgpack
 msgpack reads inline in _msgpack.pxd, its scan of an event map in _wire_scan.pxd), and
 collector/_replay.pyx applies such batches of a rebuild's log straight to the tables (read first
 by _fused_read.pyx), and
-_map_apply.pyx a live batch's events;
+_map_apply.pyx a live batch's events, _map_counters.pyx a map's counters that both add to;
 collector/_table_chains.pyx groups a table's blocks by chain for a reset's prefix groups,
 _table_counts.pyx counts a before map's hashes against a table for a recovery point;
 collector/_zmq_recv.pyx receives a whole message with libzmq's own calls, _batch_rank.pyx reads
@@ -65,6 +65,7 @@ setup(
             Extension("kvscope.collector._wire_fast", ["collector/_wire_fast.pyx"]),
             Extension("kvscope.collector._fused_read", ["collector/_fused_read.pyx"]),
             Extension("kvscope.collector._replay", ["collector/_replay.pyx"]),
+            Extension("kvscope.collector._map_counters", ["collector/_map_counters.pyx"]),
             Extension("kvscope.collector._map_apply", ["collector/_map_apply.pyx"]),
             Extension("kvscope.collector._batch_rank", ["collector/_batch_rank.pyx"]),
             Extension("kvscope.storage._token_granules", ["storage/_token_granules.pyx"]),

@@ -3,10 +3,11 @@
 
 Every live batch the fused path of collector/_replay.pyx leaves goes through it (those a sink
 is told of, those of another layout or near the map's limits), and in Python its loop cost more
-than the tables' writes it calls. Here each event goes to the tables' C writes (`TableCore._store` and `_remove`, which
-`store_chain` and `remove` wrap, as the fused replay of collector/_replay.pyx calls them), its
-hashes converted into a buffer on the stack, and the counters are added once a batch. It does what the Python loop did, event by
-event and in the same order, down to what a bad event raises after the events before it were
+than the tables' writes it calls. Here each event goes to the tables' C writes
+(`TableCore._store` and `_remove`, which `store_chain` and `remove` wrap, as the fused replay of
+collector/_replay.pyx calls them), its hashes converted into a buffer on the stack, and the
+counters are counted in C and added to the map's (collector/_map_counters.pyx) in one call once
+a batch. It does what the Python loop did, event by event and in the same order, down to what a bad event raises after the events before it were
 applied (tests/test_map_apply.py holds it to that loop, kept in tests/map_apply_reference.py).
 """
 
@@ -14,6 +15,7 @@ from cpython cimport array as carray
 from cpython.object cimport PyObject
 from libc.stdint cimport uint64_t
 
+from kvscope.collector._map_counters cimport Counts, MapCounters
 from kvscope.collector._table_core cimport TableCore, _is_uint32_array
 
 from kvscope.collector._admit import admit
@@ -79,31 +81,6 @@ cdef inline object _field(object event, Py_ssize_t offset, str name):
     return <object>value
 
 
-cdef struct Counts:
-    # What the batch adds to the map's counters, added at `_flush`.
-    Py_ssize_t stored_events, removed_events, cleared_events, stored_blocks, removed_blocks
-    bint signed_hashes
-
-
-cdef int _flush(object counters, Counts* k) except -1:
-    """Add `k` to the map's `MapCounters` (before a clear, whose `on_clear` may read them, and
-    when the batch ends or raises), and zero it."""
-    if k.stored_events:
-        counters.stored_events += k.stored_events
-        counters.stored_blocks += k.stored_blocks
-    if k.removed_events:
-        counters.removed_events += k.removed_events
-        counters.removed_blocks += k.removed_blocks
-    if k.cleared_events:
-        counters.cleared_events += k.cleared_events
-    if k.signed_hashes:
-        counters.signed_hashes = True
-    k.stored_events = k.removed_events = k.cleared_events = 0
-    k.stored_blocks = k.removed_blocks = 0
-    k.signed_hashes = False
-    return 0
-
-
 cdef int _commit(list counts, Py_ssize_t* stored, Py_ssize_t* removed) except -1:
     """Add a run of events' blocks to their table's `[stored, removed]` in the changes."""
     if stored[0]:
@@ -125,13 +102,15 @@ cdef int _to_uint64s(list hashes, Py_ssize_t n, uint64_t* out) except -1:
 def apply_batch(prefix_map, batch, epoch=0, degraded=False, recv_ts=None):
     """`PrefixMap.apply(batch, epoch, degraded, recv_ts)`: see there."""
     admit(prefix_map.limits, prefix_map.tables, batch)
-    counters = prefix_map.counters
+    cdef MapCounters counters = prefix_map.counters
     counters.batches += 1
     ts = counters.last_ts = batch.ts
     cdef dict tables = prefix_map.tables
     cdef dict changes = {}
+    # What the batch adds to the counters: added before a clear (its `on_clear` may read
+    # them) and when the batch ends or raises.
     cdef Counts k
-    k.stored_events = k.removed_events = k.cleared_events = 0
+    k.batches = k.stored_events = k.removed_events = k.cleared_events = 0
     k.stored_blocks = k.removed_blocks = 0
     k.signed_hashes = False
     # The last table used: a batch's events mostly share one (and its key object); its blocks
@@ -151,7 +130,7 @@ def apply_batch(prefix_map, batch, epoch=0, degraded=False, recv_ts=None):
             kind = type(event)
             if kind is _CLEARED:
                 k.cleared_events += 1
-                _flush(counters, &k)
+                counters.add(&k)
                 prefix_map.clear(
                     _ALL_BLOCKS_CLEARED, batch.seq, batch.ts, epoch, degraded, recv_ts
                 )
@@ -235,5 +214,5 @@ def apply_batch(prefix_map, batch, epoch=0, degraded=False, recv_ts=None):
         if counts is not None:
             _commit(counts, &run_stored, &run_removed)
     finally:
-        _flush(counters, &k)
+        counters.add(&k)
     return changes

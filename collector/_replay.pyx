@@ -22,6 +22,7 @@ from libc.stdint cimport int64_t, uint64_t
 
 from kvscope.collector._admit cimport roomy
 from kvscope.collector._fused_read cimport BatchRead, Op
+from kvscope.collector._map_counters cimport Counts, MapCounters
 from kvscope.collector._table_core cimport TableCore
 from kvscope.collector._wire_scan cimport CLEARED, STORED
 
@@ -64,8 +65,7 @@ cdef class FusedApply(BatchRead):
     cdef object last_table_key
     cdef TableCore last_table
     # Added to the map's counters at `flush`: before a clear or a batch applied the usual way.
-    cdef Py_ssize_t batches, stored_events, removed_events, cleared_events
-    cdef Py_ssize_t stored_blocks, removed_blocks
+    cdef Counts tally
     cdef double last_ts
     cdef bint pending  # some counter above is not added yet
 
@@ -81,24 +81,12 @@ cdef class FusedApply(BatchRead):
         return 0
 
     cdef int flush(self) except -1:
+        cdef MapCounters c
         if not self.pending:
             return 0
-        # Each add is a Python attribute read and write: a count that did not move is skipped
-        # (as _map_apply.pyx's `_flush`); a live batch is flushed on its own.
         c = self.prefix_map.counters
-        if self.batches:
-            c.batches += self.batches
-        if self.stored_events:
-            c.stored_events += self.stored_events
-            c.stored_blocks += self.stored_blocks
-        if self.removed_events:
-            c.removed_events += self.removed_events
-            c.removed_blocks += self.removed_blocks
-        if self.cleared_events:
-            c.cleared_events += self.cleared_events
+        c.add(&self.tally)
         c.last_ts = self.last_ts
-        self.batches = self.stored_events = self.removed_events = self.cleared_events = 0
-        self.stored_blocks = self.removed_blocks = 0
         self.pending = False
         return 0
 
@@ -116,7 +104,7 @@ cdef class FusedApply(BatchRead):
         cdef object counted = None
         cdef list counts = None
         cdef Py_ssize_t run_stored = 0, run_removed = 0
-        self.batches += 1
+        self.tally.batches += 1
         self.last_ts = ts
         self.pending = True
         for i in range(self.n_ops):
@@ -125,7 +113,7 @@ cdef class FusedApply(BatchRead):
                 if counts is not None:
                     _commit(counts, &run_stored, &run_removed)
                     counts = None
-                self.cleared_events += 1
+                self.tally.cleared_events += 1
                 self.flush()  # what `on_clear` may read
                 self.prefix_map.clear(
                     _ALL_BLOCKS_CLEARED, seq, ts_value, self.epoch, self.degraded, self.recv_ts
@@ -151,13 +139,13 @@ cdef class FusedApply(BatchRead):
                     op.with_tokens, &self.tokens[op.tokens] if op.with_tokens else NULL,
                     op.block_size, ts, None, None, None, None,
                 )
-                self.stored_events += 1
-                self.stored_blocks += op.n_hashes
+                self.tally.stored_events += 1
+                self.tally.stored_blocks += op.n_hashes
                 run_stored += op.n_hashes
             else:
                 table._remove(&self.hashes[op.hashes], op.n_hashes)
-                self.removed_events += 1
-                self.removed_blocks += op.n_hashes
+                self.tally.removed_events += 1
+                self.tally.removed_blocks += op.n_hashes
                 run_removed += op.n_hashes
         if counts is not None:
             _commit(counts, &run_stored, &run_removed)

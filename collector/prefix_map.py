@@ -8,10 +8,10 @@ its sink): that is the "before" of a reset.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kvscope.collector._map_apply import apply_batch
+from kvscope.collector._map_counters import MapCounters
 from kvscope.collector.block_table import BlockTable, TableStats
 from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits
 from kvscope.collector.sink import ClearedMap, ClearReason
@@ -29,20 +29,6 @@ class PrefixMatch(NamedTuple):
     table: TableKey
     blocks: int
     tokens: int
-
-
-@dataclass
-class MapCounters:
-    batches: int = 0
-    stored_events: int = 0
-    removed_events: int = 0
-    cleared_events: int = 0
-    stored_blocks: int = 0
-    removed_blocks: int = 0
-    clears: int = 0
-    last_ts: float | None = None
-    signed_hashes: bool = field(default=False)
-    """The publisher sent negative ints (vLLM < 0.10.2): show hashes signed."""
 
 
 class PrefixMap:

@@ -4,7 +4,6 @@ applies. The hostile batches are issue 12's, sent through a stream's ingest as l
 
 from __future__ import annotations
 
-import dataclasses
 import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -63,8 +62,7 @@ def allocated() -> Iterator[Callable[[], int]]:
 
 def snapshot(prefix_map: PrefixMap) -> tuple[bytes, object]:
     """The map and its counters, to tell whether a batch changed anything."""
-    counters = prefix_map.counters
-    return encode_map(prefix_map), dataclasses.astuple(counters)
+    return encode_map(prefix_map), prefix_map.counters.as_dict()
 
 
 def decoded(prefix_map: PrefixMap, seq: int, events: list[Any]) -> Batch:

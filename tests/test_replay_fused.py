@@ -5,7 +5,6 @@ counters, and refuse (raise) where they refuse."""
 from __future__ import annotations
 
 import random
-from dataclasses import asdict
 from typing import Any
 
 import msgspec
@@ -49,7 +48,7 @@ def map_state(prefix_map: PrefixMap) -> dict[str, Any]:
     return {
         "order": [(key.medium, key.group) for key in prefix_map.tables],
         "tables": tables,
-        "counters": asdict(prefix_map.counters),
+        "counters": prefix_map.counters.as_dict(),
         "totals": prefix_map.totals(),
     }
 
