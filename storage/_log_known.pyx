@@ -36,10 +36,9 @@ cdef enum:
     # A bucket holding more hashes than this has its width halved (up to MAX_HALVINGS times):
     # hashes that share their top bits but not the next ones spread again.
     WIDE_BUCKET = 32
-    # At most four times the buckets the count asks for: past that a bucket is binary-searched.
+    # At most four times the buckets the count asks for: past that, a bucket's search takes a
+    # few more halvings.
     MAX_HALVINGS = 2
-    # A range of at most this many hashes is scanned; a longer one is halved first.
-    SCAN = 8
 
 
 cdef class KnownHashes:
@@ -48,7 +47,7 @@ cdef class KnownHashes:
 
     The list itself is the lookup's table: it is cut into buckets, equal slices of the range
     from its first value to its last (the top bits of a value's offset from the first), and an
-    index of where each bucket starts in the list leaves a short scan of a few values. The
+    index of where each bucket starts in the list leaves a short search among a few values. The
     index takes 4 bytes per bucket, a bucket 2 to 4 hashes on average: the list's 8 bytes a
     hash and about 1 more."""
 
@@ -129,25 +128,23 @@ cdef class KnownHashes:
 
     cdef inline Py_ssize_t find(self, uint64_t v) noexcept nogil:
         """The position of `v` (read big-endian), -1 if it is not listed."""
-        cdef Py_ssize_t lo, hi, mid
-        cdef uint64_t w, b
+        cdef Py_ssize_t lo, n, half
+        cdef uint64_t b
         if v - self.low > self.high - self.low:  # below the first or past the last
             return -1
         b = (v - self.low) >> self.shift
         lo = self.starts[b]
-        hi = self.starts[b + 1]
-        while hi - lo > SCAN:
-            mid = (lo + hi) >> 1
-            if load_be(self.data + 8 * mid) > v:
-                hi = mid
-            else:
-                lo = mid
-        while lo < hi:
-            w = load_be(self.data + 8 * lo)
-            if w >= v:
-                return lo if w == v else -1
-            lo += 1
-        return -1
+        n = self.starts[b + 1] - lo
+        if n == 0:
+            return -1
+        # The last value not above `v`, by halving with no branch on the values (a conditional
+        # move): a scan of a bucket's few random values would end on a branch seldom guessed.
+        while n > 1:
+            half = n >> 1
+            if load_be(self.data + 8 * (lo + half)) <= v:
+                lo += half
+            n -= half
+        return lo if load_be(self.data + 8 * lo) == v else -1
 
 
 def split_known(bytes lits, KnownHashes known):
