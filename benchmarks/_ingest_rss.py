@@ -1,7 +1,12 @@
-"""benchmarks/ingest.py's memory figure: resident bytes per cached block of a large map.
+"""benchmarks/ingest.py's memory figures: resident bytes per cached block of a large map, in
+memory only and with the store on.
 
 The map is built in a fresh interpreter (this file run as a script), so that nothing else the
-benchmark made is counted.
+benchmark made is counted. With the store on, the same blocks come as vLLM's payloads through
+`StreamIngest` into a `StoreWriter` on a SQLite file (the store's default settings, room for the
+whole run in its queue), and RSS is read once the writer has written everything, the heap
+trimmed as the writer does after a backlog (storage/heap_trim.py): what a collector that stores
+holds for its map, its log's dictionary and its latest checkpoint's known hashes.
 """
 
 from __future__ import annotations
@@ -13,12 +18,29 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
-from _ingest_stream import BLOCK_SIZE, EPOCH, STEP_S, TOKEN_POOL, VOCAB
+import msgspec
+from _ingest_stream import (
+    BLOCK_SIZE,
+    EPOCH,
+    STEP_S,
+    TOKEN_POOL,
+    VOCAB,
+    VllmBlockStored,
+    VllmEventBatch,
+)
 
+from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.types import Batch, BlocksStored, StreamId
 from kvscope.collector.wire import table_key
+from kvscope.storage.engine import open_store
+from kvscope.storage.heap_trim import trim_heap
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
 
 RSS_ROOT_P = 0.02
 """In the RSS map, the share of stores that start a new tree (parent None)."""
@@ -39,20 +61,20 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def rss_child(blocks: int, seed: int) -> None:
-    """In a fresh interpreter: build a map of `blocks` cached blocks, print RSS as JSON.
+def _token_pool(rng: random.Random) -> list[list[int]]:
+    return [[rng.randrange(VOCAB) for _ in range(BLOCK_SIZE)] for _ in range(TOKEN_POOL)]
+
+
+def _stores(
+    blocks: int, seed: int, rng: random.Random, pool: list[list[int]]
+) -> Iterator[tuple[list[int], int | None, list[int]]]:
+    """(hashes, parent, tokens) of each store that makes a map of `blocks` cached blocks.
 
     Hashes come from a counter through a bijective mix, so choosing an existing parent keeps no
     list of hashes alive beside the map.
     """
-    rng = random.Random(seed)
-    pool = [[rng.randrange(VOCAB) for _ in range(BLOCK_SIZE)] for _ in range(TOKEN_POOL)]
     salt = (seed & 0xFFFF) << 40
-    pmap = PrefixMap(StreamId("bench", 0))
-    key = table_key("GPU", 0)
-    gc.collect()
-    before = _rss_bytes()
-    count = seq = 0
+    count = 0
     while count < blocks:
         n = min(rng.randint(1, 32), blocks - count)
         parent = None
@@ -62,10 +84,22 @@ def rss_child(blocks: int, seed: int) -> None:
         tokens: list[int] = []
         for block_hash in hashes:
             tokens += pool[block_hash % TOKEN_POOL]
+        yield hashes, parent, tokens
+        count += n
+
+
+def rss_child(blocks: int, seed: int) -> None:
+    """In a fresh interpreter: build a map of `blocks` cached blocks, print RSS as JSON."""
+    rng = random.Random(seed)
+    pool = _token_pool(rng)  # held to the end, as the map's tokens are
+    stores = _stores(blocks, seed, rng, pool)
+    pmap = PrefixMap(StreamId("bench", 0))
+    key = table_key("GPU", 0)
+    gc.collect()
+    before = _rss_bytes()
+    for seq, (hashes, parent, tokens) in enumerate(stores):
         event = BlocksStored(hashes, parent, tokens, BLOCK_SIZE, key)
         pmap.apply(Batch(seq, EPOCH + seq * STEP_S, 0, [event]))
-        count += n
-        seq += 1
     del hashes, tokens, event
     gc.collect()
     after = _rss_bytes()
@@ -73,7 +107,39 @@ def rss_child(blocks: int, seed: int) -> None:
     print(json.dumps({"blocks": totals.blocks, "before": before, "after": after}))
 
 
-def measure_rss(blocks: int, seed: int) -> float:
+def store_rss_child(blocks: int, seed: int) -> None:
+    """The same, with the store on (a SQLite file): RSS once the writer has written it all."""
+    rng = random.Random(seed)
+    pool = _token_pool(rng)
+    stores = _stores(blocks, seed, rng, pool)
+    encode = msgspec.msgpack.Encoder().encode
+    with tempfile.TemporaryDirectory() as tmp:
+        writer = StoreWriter(
+            open_store(f"sqlite:///{Path(tmp) / 'rss.sqlite'}"),
+            StoreSettings(queue_rows=10_000_000),
+        )
+        ingest = StreamIngest(StreamId("bench", 0), can_replay=False, sink=writer)
+        gc.collect()
+        trim_heap()
+        before = _rss_bytes()
+        for seq, (hashes, parent, tokens) in enumerate(stores):
+            event = VllmBlockStored(hashes, parent, tokens, BLOCK_SIZE, None, "GPU", None)
+            payload = encode(VllmEventBatch(EPOCH + seq * STEP_S, [event]))
+            ingest.live_frames([b"", seq.to_bytes(8, "big"), payload], EPOCH + seq * STEP_S)
+        del hashes, tokens, event, payload
+        if not writer.flush(600) or writer.stats.batches_dropped:
+            raise RuntimeError(f"the writer did not write everything: {writer.stats}")
+        gc.collect()
+        trim_heap()
+        after = _rss_bytes()
+        blocks_held = ingest.map.totals().blocks
+        writer.close(600)
+    print(json.dumps({"blocks": blocks_held, "before": before, "after": after}))
+
+
+def measure_rss(blocks: int, seed: int, store: bool = False) -> float:
+    """RSS per cached block of a map of `blocks` built in a fresh interpreter; with `store`,
+    with the store on."""
     out = subprocess.run(
         [
             sys.executable,
@@ -81,6 +147,7 @@ def measure_rss(blocks: int, seed: int) -> float:
             str(blocks),
             "--seed",
             str(seed),
+            *(["--store"] if store else []),
         ],
         check=True,
         capture_output=True,
@@ -96,5 +163,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("blocks", type=int)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--store", action="store_true", help="with the store on (SQLite)")
     args = parser.parse_args()
-    rss_child(args.blocks, args.seed)
+    (store_rss_child if args.store else rss_child)(args.blocks, args.seed)

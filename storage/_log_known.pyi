@@ -3,6 +3,7 @@ from array import array
 class KnownHashes:
     values: bytes
     count: int
+    buckets: int
     digest: bytes
     def __init__(self, values: bytes) -> None: ...
 

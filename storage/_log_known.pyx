@@ -3,7 +3,8 @@
 # list of known hashes (a checkpoint's, storage/log_known.py). A removal names a block stored
 # long before, in another chunk: its hash is a literal there, 8 bytes that do not compress, but
 # the block is in the checkpoint the chunk follows, where its position takes about 2 bytes.
-# A literal is compared as the 8 bytes msgpack holds: what comes back is those bytes, exactly.
+# A literal is read as the big-endian number its 8 bytes are (as msgpack holds it): one number
+# is one string of bytes, so what comes back is those bytes, exactly.
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
@@ -12,61 +13,138 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 import hashlib
 
 
-cdef inline uint64_t slot_of(uint64_t v, uint64_t mask) noexcept nogil:
-    return ((v * <uint64_t>0x9E3779B97F4A7C15) >> 20) & mask
+cdef extern from *:
+    """
+    #include <string.h>
+    #include <stdint.h>
+    static inline uint64_t kv_load_be64(const uint8_t* p) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        return v;
+    #elif defined(_MSC_VER)
+        return _byteswap_uint64(v);
+    #else
+        return __builtin_bswap64(v);
+    #endif
+    }
+    """
+    uint64_t load_be "kv_load_be64"(const uint8_t* p) noexcept nogil
+
+
+cdef enum:
+    # A bucket holding more hashes than this has its width halved (up to MAX_HALVINGS times):
+    # hashes that share their top bits but not the next ones spread again.
+    WIDE_BUCKET = 32
+    # At most four times the buckets the count asks for: past that, a bucket's search takes a
+    # few more halvings.
+    MAX_HALVINGS = 2
 
 
 cdef class KnownHashes:
-    """Hashes by their position in a list (8 bytes each, as msgpack holds them), for finding a
-    literal's position and back. A value listed twice is found at its first position."""
+    """Hashes by their position in a list (8 bytes each, as msgpack holds them, strictly
+    increasing read big-endian), for finding a literal's position and back.
 
-    cdef uint64_t* keys
-    cdef uint32_t* where  # position + 1; 0: an empty slot
-    cdef uint64_t mask
+    The list itself is the lookup's table: it is cut into buckets, equal slices of the range
+    from its first value to its last (the top bits of a value's offset from the first), and an
+    index of where each bucket starts in the list leaves a short search among a few values. The
+    index takes 4 bytes per bucket, a bucket 2 to 4 hashes on average: the list's 8 bytes a
+    hash and about 1 more."""
+
+    cdef const uint8_t* data  # values' bytes, kept alive by `values`
+    cdef uint32_t* starts  # bucket b's hashes: positions starts[b] to starts[b + 1]
+    cdef uint64_t low, high
+    cdef int shift
+    cdef readonly Py_ssize_t buckets
     cdef readonly bytes values
     cdef readonly Py_ssize_t count
     cdef readonly bytes digest
     """The values' digest (8 bytes of blake2b), made once: a reader checks it per chunk."""
 
     def __cinit__(self, bytes values):
-        cdef Py_ssize_t size = 16, i
-        cdef uint64_t v, slot
-        cdef const uint8_t* p = values
+        cdef Py_ssize_t i
+        cdef uint64_t v, last = 0
         if len(values) % 8:
             raise ValueError("known hashes: not 8-byte values")
         if len(values) // 8 >= 0xFFFFFFFF:
             raise ValueError("known hashes: too many")
         self.values = values
+        self.data = values
         self.count = len(values) // 8
-        self.digest = hashlib.blake2b(values, digest_size=8).digest()
-        while size < 2 * self.count + 16:
-            size <<= 1
-        self.mask = size - 1
-        self.keys = <uint64_t*>malloc(size * sizeof(uint64_t))
-        self.where = <uint32_t*>malloc(size * sizeof(uint32_t))
-        if self.keys == NULL or self.where == NULL:
-            raise MemoryError()
-        memset(self.where, 0, size * sizeof(uint32_t))
+        # Positions are what a chunk stores: one hash at two would not come back as listed.
         for i in range(self.count):
-            memcpy(&v, p + 8 * i, 8)
-            slot = slot_of(v, self.mask)
-            while self.where[slot] and self.keys[slot] != v:
-                slot = (slot + 1) & self.mask
-            if not self.where[slot]:
-                self.keys[slot] = v
-                self.where[slot] = <uint32_t>(i + 1)
+            v = load_be(self.data + 8 * i)
+            if i and v <= last:
+                raise ValueError(f"known hashes: not strictly increasing at position {i}")
+            last = v
+        self.digest = hashlib.blake2b(values, digest_size=8).digest()
+        self._index()
+
+    cdef _index(self):
+        cdef int wanted = 0, halvings = 0
+        cdef uint64_t span
+        cdef Py_ssize_t widest
+        if self.count:  # else one empty bucket, at 0
+            self.low = load_be(self.data)
+            self.high = load_be(self.data + 8 * (self.count - 1))
+        # 2^wanted buckets: 2 to 4 hashes each, as the count asks, over the span they take.
+        while (self.count >> (wanted + 1)) >= 2:
+            wanted += 1
+        span = self.high - self.low
+        self.shift = 0
+        while self.shift < 63 and (span >> self.shift) >> wanted:
+            self.shift += 1
+        while True:
+            widest = self._fill()
+            if widest <= WIDE_BUCKET or self.shift == 0 or halvings == MAX_HALVINGS:
+                return
+            self.shift -= 1
+            halvings += 1
+
+    cdef Py_ssize_t _fill(self) except -1:
+        """Bucket starts for the current shift; the most hashes one bucket holds."""
+        cdef Py_ssize_t n = <Py_ssize_t>((self.high - self.low) >> self.shift) + 1
+        cdef Py_ssize_t b, at = 0, widest = 0
+        cdef uint32_t* starts = <uint32_t*>malloc((n + 1) * sizeof(uint32_t))
+        if starts == NULL:
+            raise MemoryError()
+        free(self.starts)
+        self.starts, self.buckets = starts, n
+        with nogil:
+            # The values ascend: each bucket's start is the first value past the one before.
+            for b in range(n):
+                starts[b] = <uint32_t>at
+                while at < self.count and (
+                    (load_be(self.data + 8 * at) - self.low) >> self.shift
+                ) == <uint64_t>b:
+                    at += 1
+                if at - starts[b] > widest:
+                    widest = at - starts[b]
+            starts[n] = <uint32_t>at
+        return widest
 
     def __dealloc__(self):
-        free(self.keys)
-        free(self.where)
+        free(self.starts)
 
     cdef inline Py_ssize_t find(self, uint64_t v) noexcept nogil:
-        cdef uint64_t slot = slot_of(v, self.mask)
-        while self.where[slot]:
-            if self.keys[slot] == v:
-                return <Py_ssize_t>self.where[slot] - 1
-            slot = (slot + 1) & self.mask
-        return -1
+        """The position of `v` (read big-endian), -1 if it is not listed."""
+        cdef Py_ssize_t lo, n, half
+        cdef uint64_t b
+        if v - self.low > self.high - self.low:  # below the first or past the last
+            return -1
+        b = (v - self.low) >> self.shift
+        lo = self.starts[b]
+        n = self.starts[b + 1] - lo
+        if n == 0:
+            return -1
+        # The last value not above `v`, by halving with no branch on the values (a conditional
+        # move): a scan of a bucket's few random values would end on a branch seldom guessed.
+        while n > 1:
+            half = n >> 1
+            if load_be(self.data + 8 * (lo + half)) <= v:
+                lo += half
+            n -= half
+        return lo if load_be(self.data + 8 * lo) == v else -1
 
 
 def split_known(bytes lits, KnownHashes known):
@@ -88,7 +166,7 @@ def split_known(bytes lits, KnownHashes known):
         memset(bits, 0, (n + 7) // 8)
         with nogil:
             for i in range(n):
-                memcpy(&v, p + 8 * i, 8)
+                v = load_be(p + 8 * i)
                 at = known.find(v)
                 if at >= 0:
                     bits[i >> 3] |= <uint8_t>(1 << (i & 7))

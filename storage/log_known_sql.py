@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 from array import array
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -19,12 +18,11 @@ from sqlalchemy import Connection, select
 from kvscope.collector.snapshot import SnapshotError, decode_tables
 from kvscope.collector.snapshot_delta import decode_delta
 from kvscope.storage import schema
+from kvscope.storage.bounded_cache import BoundedCache
 from kvscope.storage.checkpoint_blocks import stored_blocks
 from kvscope.storage.log_chunks import ChunkError
 from kvscope.storage.log_known import Known, digest_of, hashes_of
 from kvscope.storage.not_in_store import NotInStore
-
-_KEPT = 4
 
 
 class CheckpointUnreadable(ChunkError, NotInStore):
@@ -33,7 +31,7 @@ class CheckpointUnreadable(ChunkError, NotInStore):
     dictionary (storage/log_dictionaries_sql.py)."""
 
 
-_kept: OrderedDict[tuple[int, int, int, bytes], Known] = OrderedDict()
+_kept: BoundedCache[tuple[int, int, int, bytes], Known] = BoundedCache(4)
 _offered: dict[tuple[int, int, int], list[Any]] = {}
 _lock = threading.Lock()
 
@@ -60,17 +58,15 @@ def known_hashes(conn: Connection, sid: int, named: tuple[int, int, bytes]) -> K
     stored as named: the chunk naming it cannot be read, rather than read wrong)."""
     epoch, seq, digest = named
     key = (sid, epoch, seq, digest)
-    with _lock:
-        found = _kept.get(key)
-        if found is not None:
-            _kept.move_to_end(key)
-            return found
+    found = _kept.get(key)
+    if found is not None:
+        return found
     with _lock:
         arrays = _offered.get((sid, epoch, seq))
     if arrays is not None:
         found = Known(epoch, seq, hashes_of(arrays))
         if digest_of(found.hashes) == digest:
-            return _keep(key, found)
+            return _kept.put(key, found)
     c = schema.checkpoints
     row = conn.execute(
         select(c.c.snapshot, c.c.key_seq).where(
@@ -86,15 +82,7 @@ def known_hashes(conn: Connection, sid: int, named: tuple[int, int, bytes]) -> K
         raise CheckpointUnreadable(f"{what}: {exc}") from exc
     if digest_of(found.hashes) != digest:
         raise CheckpointUnreadable(f"{what}: the one stored holds other hashes")
-    return _keep(key, found)
-
-
-def _keep(key: tuple[int, int, int, bytes], found: Known) -> Known:
-    with _lock:
-        _kept[key] = found
-        while len(_kept) > _KEPT:
-            _kept.popitem(last=False)
-    return found
+    return _kept.put(key, found)
 
 
 def _hash_arrays(conn: Connection, sid: int, epoch: int, row: Any) -> list[array[int]]:
