@@ -22,3 +22,6 @@ def pack_runs(
 
 def walks_let_go() -> int:
     """How many times `split`, `joins_back` and `pack_runs` have let go of the GIL."""
+
+def scratch_most() -> int:
+    """How many chunks' hash tables the last `pack_runs` held at once."""
