@@ -1,3 +1,5 @@
+from typing import Any
+
 from kvscope.storage._granules import GranuleIndex
 
 def split(
@@ -25,3 +27,7 @@ def walks_let_go() -> int:
 
 def scratch_most() -> int:
     """How many chunks' hash tables the last `pack_runs` held at once."""
+
+def fields(rows: list[Any], width: int) -> list[list[Any]] | None:
+    """The fields of `rows` (plain tuples of at least `width` items) as `width` lists, or None
+    where a row is no such tuple."""

@@ -230,6 +230,22 @@ def split(list payloads, bint verbatim=False, GranuleIndex granules=None):
         run_close(&r)
 
 
+def fields(list rows, Py_ssize_t width):
+    """The fields of `rows` (plain tuples of at least `width` items: the writer's log rows) as
+    `width` lists, or None where a row is no such tuple (the caller then reads them its own
+    way): `itemgetter` over each row costs a call per field and row, with the GIL held."""
+    cdef Py_ssize_t n = len(rows), i, k
+    cdef list cols = [[None] * n for k in range(width)]
+    cdef object row
+    for i in range(n):
+        row = rows[i]
+        if type(row) is not tuple or len(<tuple>row) < width:
+            return None
+        for k in range(width):
+            (<list>cols[k])[i] = (<tuple>row)[k]
+    return cols
+
+
 def pack_runs(list runs, list indexes, list planes):
     """Each run's payloads (a list of bytes) as `split`'s columns, checked as `joins_back`
     checks them (all verbatim where they do not join back), with format 5's token planes where
