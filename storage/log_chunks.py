@@ -50,7 +50,7 @@ from kvscope.storage.log_known import known_name_of as known_name_of
 from kvscope.storage.log_runs import MAX_CHUNK_BATCHES as MAX_CHUNK_BATCHES
 from kvscope.storage.log_runs import MAX_CHUNK_RAW_BYTES as MAX_CHUNK_RAW_BYTES
 from kvscope.storage.log_runs import MAX_CHUNK_SPAN_S as MAX_CHUNK_SPAN_S
-from kvscope.storage.log_runs import _bounds, _by_stream, _columns
+from kvscope.storage.log_runs import _bounds, _fields_by_stream
 from kvscope.storage.log_runs import split as split
 from kvscope.storage.rows import LogRow
 
@@ -261,7 +261,7 @@ def pack(
         raise ValueError(f"log chunk format {fmt} is not one this version writes")
     if not rows:
         return []
-    streams, epochs, seqs, ts, recv_ts, payloads = _columns(_by_stream(rows))
+    streams, epochs, seqs, ts, recv_ts, payloads = _fields_by_stream(rows)
     all_seqs, all_ts, all_recv = stamp_arrays(seqs, ts, recv_ts)
     made, runs, names = [], [], []
     for start, end in _bounds(streams, epochs, ts, payloads):
