@@ -11,7 +11,10 @@ asserted):
    writer has committed the last row; their ratio (targets: SQLite >= 0.6x, PostgreSQL >= 0.5x),
    the median over `--rounds` rounds of the three run back to back; and each kind's CPU seconds
    per second (a memory-only run well under one shared the machine: its ratios are not an idle
-   machine's, where the writer's GIL-held work cannot overlap the ingest thread's);
+   machine's, where the writer's GIL-held work cannot overlap the ingest thread's); and per
+   database a `time_split_s` line: the ingest loop's wall and CPU seconds, the wait for the
+   writer after it, the writer thread's CPU seconds and its wall seconds in transactions,
+   beside the memory-only loop's, and which thread bounds the store's share;
 2. bytes on disk per block-event (the SQLite file after the run, WAL checkpointed), split into
    the log, checkpoints and the rest, with the log's batches packed in each chunk format (today's
    layout beside the new one), on the benchmark stream and on the bundled lab recordings; and
@@ -47,6 +50,7 @@ from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.log_chunks import SETTABLE_FORMATS
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
+from kvscope.storage.writer_state import WriterStats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _ingest_stream import make_stream
@@ -60,24 +64,71 @@ def frames_of(payloads: list[bytes]) -> list[list[bytes]]:
     return [[b"", seq.to_bytes(8, "big"), p] for seq, p in enumerate(payloads)]
 
 
+class TimeSplit(NamedTuple):
+    """Where a run's seconds went: which thread bounds the store's share of ingest."""
+
+    loop_wall: float
+    """The ingest loop, on its thread."""
+    loop_cpu: float
+    """The ingest thread's CPU seconds in the loop."""
+    writer_wait: float
+    """After the loop: the wait for the writer to commit the rest (`close`)."""
+    writer_cpu: float
+    """The writer thread's CPU seconds."""
+    writer_in_transactions: float
+    """The writer's wall seconds inside its transactions."""
+
+    def bound_by(self) -> str:
+        """The thread that worked the longer: with the GIL between them, the other waited."""
+        return "writer" if self.writer_cpu > self.loop_cpu else "ingest"
+
+    def line(self, what: str, memory_only: TimeSplit) -> str:
+        return (
+            f"time_split_s {what}: ingest loop {self.loop_wall:.2f} wall / {self.loop_cpu:.2f} "
+            f"CPU, then {self.writer_wait:.2f} waiting for the writer; writer "
+            f"{self.writer_cpu:.2f} CPU, {self.writer_in_transactions:.2f} wall in transactions; "
+            f"memory-only loop {memory_only.loop_wall:.2f} wall / {memory_only.loop_cpu:.2f} CPU "
+            f"(bound by the {self.bound_by()} thread)"
+        )
+
+    @staticmethod
+    def median(splits: list[TimeSplit]) -> TimeSplit:
+        return TimeSplit(*(statistics.median(f) for f in zip(*splits, strict=True)))
+
+
 def ingest_rate(
     frames: list[list[bytes]],
     block_events: int,
     writer: StoreWriter | None,
     busy: list[float] | None = None,
+    splits: list[TimeSplit] | None = None,
 ) -> float:
     """Block-events per second; with `busy`, the run's CPU seconds (this process, all threads)
-    per second appended to it."""
+    per second appended to it; with `splits`, its `TimeSplit`."""
     ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
     started, cpu = time.perf_counter(), time.process_time()
+    thread_cpu = time.thread_time()
     for frame in frames:
         ingest.live_frames(frame, time.time())
+    looped, loop_cpu = time.perf_counter(), time.thread_time() - thread_cpu
     if writer is not None:
         writer.close(600)  # the rows are only kept once committed
         assert writer.stats.batches_dropped == 0, "the store fell behind: raise queue_rows"
-    elapsed = time.perf_counter() - started
+    ended = time.perf_counter()
+    elapsed = ended - started
     if busy is not None:
         busy.append((time.process_time() - cpu) / elapsed)
+    if splits is not None:
+        stats = writer.stats if writer is not None else WriterStats()
+        splits.append(
+            TimeSplit(
+                looped - started,
+                loop_cpu,
+                ended - looped,
+                stats.writer_cpu_seconds_total,
+                stats.write_seconds_total,
+            )
+        )
     assert ingest.counters.batches_applied == len(frames) and ingest.degraded is None
     return block_events / elapsed
 
@@ -210,20 +261,27 @@ def main() -> None:
     # between runs, and each round's ratios compare runs made close together.
     rates: dict[str, list[float]] = {"baseline": [], "sqlite": [], "postgres": []}
     busy: dict[str, list[float]] = {kind: [] for kind in rates}
+    splits: dict[str, list[TimeSplit]] = {kind: [] for kind in rates}
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
-            rates["baseline"].append(ingest_rate(frames, block_events, None, busy["baseline"]))
+            rates["baseline"].append(
+                ingest_rate(frames, block_events, None, busy["baseline"], splits["baseline"])
+            )
             folder = Path(tmp) / f"round{round_}"
             folder.mkdir()
             url = f"sqlite:///{folder / 'bench.sqlite'}"
             writer = StoreWriter(open_store(url), settings(args))
-            rates["sqlite"].append(ingest_rate(frames, block_events, writer, busy["sqlite"]))
+            rates["sqlite"].append(
+                ingest_rate(frames, block_events, writer, busy["sqlite"], splits["sqlite"])
+            )
             if not args.no_postgres:
                 with fresh_database("kvscope_bench_") as name:
                     pg_engine = open_store(database_url(name))
                     writer = StoreWriter(pg_engine, settings(args))
                     rates["postgres"].append(
-                        ingest_rate(frames, block_events, writer, busy["postgres"])
+                        ingest_rate(
+                            frames, block_events, writer, busy["postgres"], splits["postgres"]
+                        )
                     )
                     pg_engine.dispose()
         with create_engine(url).connect() as conn:
@@ -255,6 +313,10 @@ def main() -> None:
         "CPU seconds per second of the ingest runs (this process, all threads; medians): "
         + ", ".join(f"{kind} {share:.2f}" for kind, share in cpu_per_s.items())
     )
+    time_split = {kind: TimeSplit.median(each) for kind, each in splits.items() if each}
+    for kind in ("sqlite", "postgres"):
+        if kind in time_split:
+            print(time_split[kind].line(kind, time_split["baseline"]))
     sqlite_rate = statistics.median(rates["sqlite"])
     pg_rate = statistics.median(rates["postgres"]) if rates["postgres"] else None
 
@@ -284,6 +346,13 @@ def main() -> None:
                 "postgres_block_events_per_s": None if pg_rate is None else round(pg_rate),
                 "postgres_ratio": None if pg_rate is None else round(ratios["postgres"], 3),
                 "cpu_per_s": cpu_per_s,
+                "time_split_s": {
+                    kind: {
+                        **{k: round(v, 3) for k, v in split._asdict().items()},
+                        "bound_by": split.bound_by(),
+                    }
+                    for kind, split in time_split.items()
+                },
                 "disk_bytes_per_block_event": round(per_event, 1),
                 "log_bytes_per_block_event": {
                     fmt: round(disk.per_event(size), 1) for fmt, size in disk.log_by_format.items()

@@ -28,6 +28,18 @@ cdef inline int grow_nogil(Buf* b, Py_ssize_t extra) noexcept nogil:
     return 0
 
 
+cdef inline void fit_nogil(Buf* b) noexcept nogil:
+    """The room past what `b` holds given back (a buffer kept a while after it is written,
+    whose doublings left up to half of it unused); as it was if that fails."""
+    cdef uint8_t* q
+    if b.p == NULL or b.n == b.cap or b.n == 0:
+        return
+    q = <uint8_t*>realloc(b.p, b.n)
+    if q != NULL:
+        b.p = q
+        b.cap = b.n
+
+
 cdef inline int put_nogil(Buf* b, const uint8_t* s, Py_ssize_t n) noexcept nogil:
     if b.n + n > b.cap and grow_nogil(b, n) < 0:
         return -1

@@ -1,3 +1,5 @@
+from typing import Any
+
 from kvscope.storage._granules import GranuleIndex
 
 def split(
@@ -22,3 +24,10 @@ def pack_runs(
 
 def walks_let_go() -> int:
     """How many times `split`, `joins_back` and `pack_runs` have let go of the GIL."""
+
+def scratch_most() -> int:
+    """How many chunks' hash tables the last `pack_runs` held at once."""
+
+def fields(rows: list[Any], width: int) -> list[list[Any]] | None:
+    """The fields of `rows` (plain tuples of at least `width` items) as `width` lists, or None
+    where a row is no such tuple."""

@@ -13,7 +13,7 @@ from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memcmp, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
-from kvscope.storage._log_buf cimport Buf, grow_nogil, reserve, taken
+from kvscope.storage._log_buf cimport Buf, fit_nogil, grow_nogil, reserve, taken
 from kvscope.storage._log_split cimport Hashes, hashes_free, hashes_init
 from kvscope.storage._log_walk cimport join_all, split_all
 from kvscope.storage._granules cimport GranuleIndex, Granules
@@ -22,6 +22,16 @@ from kvscope.storage._token_planes cimport plane_count, put_planes
 
 cdef Py_ssize_t _walks_let_go = 0
 """How many times the split and the packing let go of the GIL: `walks_let_go`."""
+
+
+cdef Py_ssize_t _scratch_most = 0
+"""The most chunks' hash tables the last `pack_runs` held at once: `scratch_most`."""
+
+
+def scratch_most():
+    """How many chunks' hash tables (their scratch, the most memory a chunk's packing takes
+    beside its columns) the last `pack_runs` held at once (a test's count: one at a time)."""
+    return _scratch_most
 
 
 def walks_let_go():
@@ -50,6 +60,7 @@ cdef struct Run:
     const uint8_t** ptrs
     Py_ssize_t* lens
     Py_ssize_t count
+    Py_ssize_t total  # the payloads' bytes
     const Granules* g
     Hashes h
     Buf cols[7]  # sizes, skeleton, references, literals, floats, tokens, granules' numbers
@@ -61,7 +72,7 @@ cdef struct Run:
 
 cdef int run_open(Run* r, tuple payloads, GranuleIndex granules) except -1:
     """`r` (zeroed) set to split `payloads`, which the caller holds until `run_close`."""
-    cdef Py_ssize_t k, total = 0
+    cdef Py_ssize_t k
     cdef bytes payload
     r.count = len(payloads)
     r.g = NULL if granules is None else &granules.g
@@ -74,9 +85,14 @@ cdef int run_open(Run* r, tuple payloads, GranuleIndex granules) except -1:
         payload = payloads[k]
         r.ptrs[k] = <const uint8_t*>payload
         r.lens[k] = len(payload)
-        total += r.lens[k]
-    hashes_init(&r.h, total // 9)
+        r.total += r.lens[k]
     return 0
+
+
+cdef int run_scratch(Run* r) noexcept nogil:
+    """The split's hash table, made when the run's walk begins (not when it is opened: a
+    transaction's runs are all opened first); -1 if memory ran out."""
+    return hashes_init(&r.h, r.total // 9)
 
 
 cdef void run_close(Run* r) noexcept:
@@ -130,7 +146,25 @@ cdef int same_back(Py_ssize_t count, const uint8_t** cols, const Py_ssize_t* len
 
 cdef int run_pack(Run* r) noexcept nogil:
     """`log_columns.columns`' work on one chunk: the split, its check that the columns give
-    the payloads back (else all verbatim) and format 5's planes; -1 if memory ran out."""
+    the payloads back (else all verbatim) and format 5's planes; -1 if memory ran out. Its
+    scratch (the hash table, the payloads' pointers, the columns' unused room) goes before it
+    returns: a transaction's chunks are packed in one go, and kept until the end, each
+    chunk's would add up."""
+    cdef int failed = run_scratch(r), i
+    if failed == 0:
+        failed = run_columns(r)
+    hashes_free(&r.h)
+    free(r.ptrs)
+    free(r.lens)
+    r.ptrs = NULL
+    r.lens = NULL
+    for i in range(7):
+        fit_nogil(&r.cols[i])
+    return failed
+
+
+cdef int run_columns(Run* r) noexcept nogil:
+    """`run_pack`'s work, its hash table made."""
     cdef const uint8_t* cols[7]
     cdef Py_ssize_t lens[7]
     cdef Py_ssize_t width = 0
@@ -156,6 +190,9 @@ cdef int run_pack(Run* r) noexcept nogil:
     put_planes(r.cols[5].p, r.plane_ids, width, r.low.p, r.rest.p)
     r.low.n = r.plane_ids
     r.rest.n = 1 + (width - 1) * r.plane_ids
+    free(r.cols[5].p)  # the planes take the tokens' place
+    r.cols[5].p = NULL
+    r.cols[5].n = r.cols[5].cap = 0
     return 0
 
 
@@ -182,13 +219,31 @@ def split(list payloads, bint verbatim=False, GranuleIndex granules=None):
         global _walks_let_go
         _walks_let_go += 1
         with nogil:
-            failed = run_split(&r, verbatim)
+            failed = run_scratch(&r)
+            if failed == 0:
+                failed = run_split(&r, verbatim)
         if failed:
             raise MemoryError()
         parts, kept = run_parts(&r)
         return tuple(parts), kept
     finally:
         run_close(&r)
+
+
+def fields(list rows, Py_ssize_t width):
+    """The fields of `rows` (plain tuples of at least `width` items: the writer's log rows) as
+    `width` lists, or None where a row is no such tuple (the caller then reads them its own
+    way): `itemgetter` over each row costs a call per field and row, with the GIL held."""
+    cdef Py_ssize_t n = len(rows), i, k
+    cdef list cols = [[None] * n for k in range(width)]
+    cdef object row
+    for i in range(n):
+        row = rows[i]
+        if type(row) is not tuple or len(<tuple>row) < width:
+            return None
+        for k in range(width):
+            (<list>cols[k])[i] = (<tuple>row)[k]
+    return cols
 
 
 def pack_runs(list runs, list indexes, list planes):
@@ -203,19 +258,28 @@ def pack_runs(list runs, list indexes, list planes):
     cdef Run* work = <Run*>calloc(n + 1, sizeof(Run))
     cdef list held = [tuple(run) for run in runs]  # their bytes stay alive meanwhile
     cdef int failed = 0
+    cdef Py_ssize_t tables = 0, most = 0
+    cdef bint had
     if work == NULL:
         raise MemoryError()
     try:
         for i in range(n):
             run_open(&work[i], held[i], indexes[i])
             work[i].planes = planes[i] and indexes[i] is not None
-        global _walks_let_go
+            tables += work[i].h.values != NULL
+        most = tables
+        global _walks_let_go, _scratch_most
         _walks_let_go += 1
         with nogil:
             for i in range(n):
+                # A run without its table makes one for its walk: one more held meanwhile.
+                had = work[i].h.values != NULL
+                most = max(most, tables + (not had))
                 if run_pack(&work[i]) < 0:
                     failed = 1
                     break
+                tables += (work[i].h.values != NULL) - had
+        _scratch_most = most
         if failed:
             raise MemoryError()
         return [run_parts(&work[i]) for i in range(n)]

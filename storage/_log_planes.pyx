@@ -91,3 +91,21 @@ def tokens_of_planes(bytes low, bytes rest):
             o[n + 4] = <uint8_t>v
             n += 5
     return out[:n]
+
+
+def low_high(const double[::1] values):
+    """(min(values), max(values)) of a chunk's times, read in C: `min` and `max` make a float
+    object of each value, while the writer holds the GIL. Compared as they compare (a value
+    replaces the lowest only if below it, the highest only if above it: NaN and -0.0 too)."""
+    cdef Py_ssize_t n = values.shape[0], i
+    cdef double lo, hi, v
+    if n == 0:
+        raise ValueError("low_high: no values")
+    lo = hi = values[0]
+    for i in range(1, n):
+        v = values[i]
+        if v < lo:
+            lo = v
+        if v > hi:
+            hi = v
+    return lo, hi

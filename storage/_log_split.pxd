@@ -1,7 +1,7 @@
 # The split's hash table for the log's columns (storage/_log_columns.pyx): finds a hash's
 # earlier occurrence in a chunk. The split runs without the GIL (the ingest thread goes on
-# meanwhile): but for `hashes_init`, each returns -1 when memory runs out, for the caller to
-# raise once it holds the GIL again. All inline: they compile into the module that cimports
+# meanwhile): each returns -1 when memory runs out, for the caller to raise once it holds the
+# GIL again. All inline: they compile into the module that cimports
 # them.
 from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
@@ -18,10 +18,11 @@ cdef struct Hashes:
     Py_ssize_t used  # slots taken; the table doubles before half of them are
 
 
-cdef inline int hashes_init(Hashes* h, Py_ssize_t expected) except -1:
+cdef inline int hashes_init(Hashes* h, Py_ssize_t expected) noexcept nogil:
     """Room for `expected` occurrences; the table starts at a few distinct values per
     occurrence expected and grows as they come (a table the size of the occurrences would
-    miss the cache at every lookup)."""
+    miss the cache at every lookup). -1 if memory ran out (`hashes_free` frees what was
+    taken)."""
     cdef Py_ssize_t size = 1024
     while size < expected // 4:
         size <<= 1
@@ -33,7 +34,7 @@ cdef inline int hashes_init(Hashes* h, Py_ssize_t expected) except -1:
     h.last = <Py_ssize_t*>malloc(size * sizeof(Py_ssize_t))
     h.mask = size - 1
     if h.values == NULL or h.keys == NULL or h.last == NULL:
-        raise MemoryError()
+        return -1
     memset(h.last, 0, size * sizeof(Py_ssize_t))
     return 0
 
@@ -63,10 +64,14 @@ cdef inline int hashes_grow(Hashes* h) noexcept nogil:
     return 0
 
 
-cdef inline void hashes_free(Hashes* h) noexcept:
+cdef inline void hashes_free(Hashes* h) noexcept nogil:
+    """Frees the table; again is harmless."""
     free(h.values)
     free(h.keys)
     free(h.last)
+    h.values = NULL
+    h.keys = NULL
+    h.last = NULL
 
 
 cdef inline Py_ssize_t hashes_note(Hashes* h, uint64_t v) noexcept nogil:

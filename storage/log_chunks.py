@@ -22,6 +22,7 @@ literals found among a checkpoint's hashes as their position there, and names th
 
 from __future__ import annotations
 
+import struct
 import threading
 from array import array
 from bisect import bisect_right
@@ -35,6 +36,7 @@ import zstandard
 from kvscope.storage import log_columns
 from kvscope.storage._granules import GranuleIndex
 from kvscope.storage._log_known import KnownHashes
+from kvscope.storage._log_planes import low_high
 from kvscope.storage.log_columns import (
     FORMAT_3_MAGIC,
     FORMAT_4_MAGIC,
@@ -48,7 +50,7 @@ from kvscope.storage.log_known import known_name_of as known_name_of
 from kvscope.storage.log_runs import MAX_CHUNK_BATCHES as MAX_CHUNK_BATCHES
 from kvscope.storage.log_runs import MAX_CHUNK_RAW_BYTES as MAX_CHUNK_RAW_BYTES
 from kvscope.storage.log_runs import MAX_CHUNK_SPAN_S as MAX_CHUNK_SPAN_S
-from kvscope.storage.log_runs import _bounds, _by_stream, _columns
+from kvscope.storage.log_runs import _bounds, _fields_by_stream
 from kvscope.storage.log_runs import split as split
 from kvscope.storage.rows import LogRow
 
@@ -261,11 +263,12 @@ def pack(
         raise ValueError(f"log chunk format {fmt} is not one this version writes")
     if not rows:
         return []
-    streams, epochs, seqs, ts, recv_ts, payloads = _columns(_by_stream(rows))
+    streams, epochs, seqs, ts, recv_ts, payloads = _fields_by_stream(rows)
+    all_seqs, all_ts, all_recv = stamp_arrays(seqs, ts, recv_ts)
     made, runs, names = [], [], []
     for start, end in _bounds(streams, epochs, ts, payloads):
-        run_seqs, run_ts = array("q", seqs[start:end]), array("d", ts[start:end])
-        run_recv = array("d", recv_ts[start:end])
+        run_seqs, run_ts, run_recv = all_seqs[start:end], all_ts[start:end], all_recv[start:end]
+        (ts_low, ts_high), (recv_low, recv_high) = low_high(run_ts), low_high(run_recv)
         after = known_before(fmt, known, streams[start], epochs[start], run_seqs[0])
         if fmt >= 3:
             dictionary = (dictionaries or {}).get(streams[start])
@@ -294,13 +297,13 @@ def pack(
                 epochs[start],
                 run_seqs[0],
                 run_seqs[-1],
-                min(run_ts),
-                max(run_ts),
+                ts_low,
+                ts_high,
                 end - start,
                 len(raw),  # formats 3 to 5: their frames' below
                 raw,
-                min(run_recv),
-                max(run_recv),
+                recv_low,
+                recv_high,
                 None,
                 None if after is None else after.seq,
             )
@@ -316,6 +319,20 @@ def pack(
         made = [c._replace(raw_bytes=sum(map(len, f))) for c, f in zip(made, frames, strict=True)]
         return _pack_columns(made, frames, dictionaries or {}, names)
     return _pack_format_2(made, dictionaries or {})
+
+
+def stamp_arrays(
+    seqs: Sequence[int], ts: Sequence[float], recv_ts: Sequence[float]
+) -> tuple[array[int], array[float], array[float]]:
+    """A transaction's seqs, times and receive times as arrays, as `array` makes them: through
+    `struct`, which converts each value in C, where `array` parses each as a call's argument
+    (while the writer holds the GIL)."""
+    n = len(seqs)
+    return (
+        array("q", struct.pack(f"{n}q", *seqs)),
+        array("d", struct.pack(f"{n}d", *ts)),
+        array("d", struct.pack(f"{n}d", *recv_ts)),
+    )
 
 
 def _by_dictionary(

@@ -124,7 +124,7 @@ def assemble(
         _put_varint(head, len(frames))
     for n in (count, *map(len, frames)):
         _put_varint(head, n)
-    return bytes(head) + b"".join(frames)
+    return b"".join([head, *frames])  # one copy of the frames, not two
 
 
 def known_named(data: bytes) -> bytes | None:

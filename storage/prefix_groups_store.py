@@ -20,17 +20,8 @@ from kvscope.storage.reset_prefixes import reset_prefixes
 
 GroupRow = tuple[str, int, str, int, int, int, float | None, str, str | None]
 """A group's `reset_prefix_groups` row, from `medium` on (its position is its index)."""
-_COLUMNS = (
-    "medium",
-    "kv_group",
-    "root",
-    "blocks",
-    "tokens",
-    "shared_blocks",
-    "back_at_s",
-    "status",
-    "first_tokens",
-)
+_COLUMNS = tuple(c.name for c in schema.reset_prefix_groups.columns if not c.primary_key)
+"""A `GroupRow`'s columns, in its order: the table's own, from `medium` on."""
 
 
 @dataclass(frozen=True, slots=True)

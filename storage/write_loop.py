@@ -52,6 +52,7 @@ class WriteLoop:
         self.thread.start()
 
     def _run(self) -> None:
+        cpu_started = time.thread_time()
         try:
             while (rows := self.queue.take(self._rows_per_take())) is not None:
                 # Before `done`: what was just taken still counts as held.
@@ -64,6 +65,7 @@ class WriteLoop:
                 self.stats.write_seconds_total += time.perf_counter() - started
                 self.stats.rows_written += len(rows)
                 self.stats.transactions += 1
+                self.stats.writer_cpu_seconds_total = time.thread_time() - cpu_started
                 self.queue.done(droppable)
                 self._forget_left()
                 self._trim_after_backlog()

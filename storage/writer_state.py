@@ -34,6 +34,10 @@ class WriterStats:
     """Rows the store refused for good (left out, logged): a hole, said in the metrics."""
     last_error: str | None = None
     write_seconds_total: float = 0.0
+    """Wall seconds in the writer's transactions (retries and their waits included)."""
+    writer_cpu_seconds_total: float = 0.0
+    """The writer thread's CPU seconds since it started, as of its last transaction: beside
+    `write_seconds_total`, whether it waited (on the GIL, the store) or worked."""
     heap_trims: int = 0
     """Times a drained backlog's freed heap was handed back to the OS."""
 
