@@ -5,6 +5,7 @@ migration."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 import sqlalchemy as sa
@@ -45,6 +46,19 @@ def downgrade(engine: sa.Engine, revision: str) -> None:
     with engine.begin() as conn:
         config.attributes["connection"] = conn
         command.downgrade(config, revision)
+
+
+def column_down_and_up(
+    engine: sa.Engine, below: str, table: str, column: str, read: Callable[[sa.Engine], object]
+) -> None:
+    """`column` of `table` is gone one revision down (at `below`), and up again what `read`
+    finds is as before."""
+    before = read(engine)
+    downgrade(engine, below)
+    with engine.connect() as conn:
+        assert column not in {c["name"] for c in sa.inspect(conn).get_columns(table)}
+    upgrade(engine)
+    assert read(engine) == before
 
 
 def write(engine: sa.Engine, writer: RowWriter, rows: list[LogRow], lost: bool = False) -> None:

@@ -17,7 +17,7 @@ from kvscope.collector.snapshot import blocks_named, decode_map, encode_map, sna
 from kvscope.collector.types import Batch
 from kvscope.storage import schema
 from kvscope.storage.checkpoint_blocks import known_of
-from kvscope.storage.engine import open_store, upgrade
+from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.log_dictionaries_sql import insert_dictionaries
 from kvscope.storage.log_dictionary import Dictionary, row_of
@@ -25,7 +25,7 @@ from kvscope.storage.retention import Retention, prune
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
-from tests.migration_support import downgrade, store_at
+from tests.migration_support import column_down_and_up, downgrade, store_at
 from tests.test_log_dictionary import token_pool
 from tests.test_log_dictionary_store import retokened
 from tests.test_prefix_map import stored
@@ -170,13 +170,7 @@ def test_0021_up_fills_the_name_column_from_the_checkpoints_and_down_drops_it(
 ) -> None:
     _write(store_url)
     engine = open_store(store_url)
-    before = _columns_and_names(engine)
-    downgrade(engine, "0020")
-    with engine.connect() as conn:
-        columns = {c["name"] for c in sa.inspect(conn).get_columns("checkpoints")}
-    assert "dictionary" not in columns
-    upgrade(engine)
-    assert _columns_and_names(engine) == before
+    column_down_and_up(engine, "0020", "checkpoints", "dictionary", _columns_and_names)
     engine.dispose()
 
 

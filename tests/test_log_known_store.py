@@ -29,7 +29,7 @@ from kvscope.storage.log_rewrite import rewrite_chunk
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
-from tests.migration_support import downgrade
+from tests.migration_support import column_down_and_up, downgrade
 from tests.test_store import STREAM
 
 SETTINGS = StoreSettings(checkpoint_every_batches=700, rows_per_transaction=300, log_chunk_format=6)
@@ -156,13 +156,7 @@ def test_each_chunk_names_its_checkpoint_in_a_column(store_url: str) -> None:
 def test_0020_up_fills_the_name_column_from_the_chunks_and_down_drops_it(store_url: str) -> None:
     stored_with_samples(store_url)
     engine = open_store(store_url)
-    before = stored_names(engine)
-    downgrade(engine, "0019")
-    with engine.connect() as conn:
-        columns = {c["name"] for c in sa.inspect(conn).get_columns("log_chunks")}
-    assert "known_seq" not in columns
-    upgrade(engine)
-    assert stored_names(engine) == before
+    column_down_and_up(engine, "0019", "log_chunks", "known_seq", stored_names)
     engine.dispose()
 
 
