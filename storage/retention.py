@@ -172,19 +172,18 @@ def _prune_log(
 
 def _named_by_a_chunk(c: Table, stream_id: int, epoch: int) -> ColumnElement[bool]:
     """The checkpoint is one a stored chunk names (format 6 decodes its hash literals through
-    it), or the key of a delta one names: the chunks this prune deletes are gone already."""
+    it), or the key of a delta one names: the chunks this prune deletes are gone already. The
+    keys are a subquery apart from the row, found once per statement: joined to the row, it
+    walked every chunk of the epoch for each checkpoint deleted."""
     b, named = schema.log_chunks, c.alias("named")
     of_epoch = (b.c.stream_id == stream_id, b.c.epoch == epoch)
-    return or_(
-        exists().where(*of_epoch, b.c.known_seq == c.c.seq),
-        exists().where(
-            *of_epoch,
-            named.c.stream_id == stream_id,
-            named.c.epoch == epoch,
-            named.c.seq == b.c.known_seq,
-            named.c.key_seq == c.c.seq,
-        ),
+    keys_of_named = select(named.c.key_seq).where(
+        named.c.stream_id == stream_id,
+        named.c.epoch == epoch,
+        named.c.key_seq.is_not(None),
+        exists().where(*of_epoch, b.c.known_seq == named.c.seq),
     )
+    return or_(exists().where(*of_epoch, b.c.known_seq == c.c.seq), c.c.seq.in_(keys_of_named))
 
 
 def _a_key_kept(

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
-from sqlalchemy import delete, event, func, insert, select
+from sqlalchemy import Engine, delete, event, func, insert, select
 
 from kvscope.collector.snapshot import encode_map
 from kvscope.storage import batch_log, log_known_sql, schema
@@ -196,3 +197,62 @@ def test_a_prune_reads_no_chunk_or_checkpoint_bytes(store_url: str) -> None:
     ]
     assert reads == []
     engine.dispose()
+
+
+def _synthetic_store(url: str, chunks: int) -> Engine:
+    """One stream, one epoch of `chunks` small chunks of 10 batches; a checkpoint every 200
+    chunks (one in 10 a key, the others deltas of it), which the chunks after it name."""
+    engine = open_store(url)
+    with engine.begin() as conn:
+        sid = conn.execute(
+            insert(schema.streams).values(replica="r", rank=0).returning(schema.streams.c.id)
+        ).scalar_one()
+        checkpoints: list[dict[str, object]] = []
+        rows: list[dict[str, object]] = []
+        key = 0
+        for i in range(chunks):
+            if i % 200 == 0:
+                key = i * 10 if i % 2000 == 0 else key
+                delta = None if key == i * 10 else key
+                checkpoints.append(
+                    dict(stream_id=sid, epoch=0, seq=i * 10, ts=float(i), blocks=1,
+                         snapshot=b"x", key_seq=delta)
+                )  # fmt: skip
+            named = checkpoints[-1]["seq"] if i % 200 else None
+            rows.append(
+                dict(stream_id=sid, epoch=0, first_seq=i * 10 + 1, last_seq=i * 10 + 10,
+                     min_ts=float(i), max_ts=i + 0.9, batches=10, raw_bytes=1, data=b"y",
+                     min_recv_ts=float(i), max_recv_ts=i + 0.9, known_seq=named)
+            )  # fmt: skip
+        conn.execute(insert(schema.log_chunks), rows)
+        conn.execute(insert(schema.checkpoints), checkpoints)
+    return engine
+
+
+def _prune_steps(url: str, chunks: int) -> int:
+    """SQLite virtual machine steps (in thousands) of a prune that deletes all but the last
+    tenth of the synthetic store."""
+    engine = _synthetic_store(url, chunks)
+    steps = [0]
+
+    def step() -> int:
+        steps[0] += 1
+        return 0
+
+    with engine.connect() as conn:
+        conn.connection.dbapi_connection.set_progress_handler(step, 1000)  # type: ignore[union-attr]
+    retention = Retention(log_s=chunks / 10, checkpoints_s=None, rollups_s=None)
+    pruned = prune(engine, retention, float(chunks))
+    assert pruned.checkpoints > chunks / 400
+    engine.dispose()
+    return steps[0]
+
+
+def test_a_prune_reads_each_chunk_a_bounded_number_of_times(tmp_path: Path) -> None:
+    """Which checkpoints chunks name is found once per statement, not once per checkpoint
+    deleted: that walked every chunk of the epoch for each (seconds, under SQLite's write lock,
+    for a day's checkpoints of a week of log). Counted in SQLite's VM steps, not timed: ten
+    times the chunks (and the checkpoints to delete) must take about ten times the steps."""
+    small = _prune_steps(f"sqlite:///{tmp_path / 'small.sqlite'}", 4_000)
+    large = _prune_steps(f"sqlite:///{tmp_path / 'large.sqlite'}", 40_000)
+    assert large < 20 * small, (small, large)
