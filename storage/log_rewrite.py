@@ -59,8 +59,11 @@ def rewrite_chunk(
     again = pack(rows, fmt, {} if against is None else {sid: against}, known)
     if len(again) != 1:
         return False
-    values = {"data": again[0].data, "raw_bytes": again[0].raw_bytes}
-    values["dictionary"] = again[0].dictionary
+    values: dict[str, Any] = {
+        "data": again[0].data,
+        "raw_bytes": again[0].raw_bytes,
+        "dictionary": again[0].dictionary,
+    }
     if "known_seq" in chunks.c:  # not on a migration's way down past 0020
         values["known_seq"] = again[0].known_seq
     conn.execute(sa.update(chunks).where(where).values(values))
