@@ -15,19 +15,18 @@ from kvscope.storage.log_chunks import known_name_of, pack
 from kvscope.storage.log_dictionaries_sql import dictionary, open_chunk
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.log_known_sql import known_hashes
+from kvscope.storage.row_heads import key_where, keys_starting
 
 
 def rewrite_chunks(conn: sa.Connection, magic: bytes, fmt: int) -> None:
     """Every chunk whose bytes start with `magic`, re-written in format `fmt`."""
     chunks = sa.Table("log_chunks", sa.MetaData(), autoload_with=conn)
-    keys = (chunks.c.stream_id, chunks.c.epoch, chunks.c.first_seq)
-    found = conn.execute(
-        # In order: the chunks after one checkpoint, which name its hashes, come together.
-        sa.select(*keys).where(sa.func.substr(chunks.c.data, 1, 4) == magic).order_by(*keys)
-    )
-    for sid, epoch, first_seq in found.all():
+    keys = list(chunks.primary_key.columns)
+    # In key order: the chunks after one checkpoint, which name its hashes, come together.
+    found = keys_starting(conn, chunks, "data", magic)
+    for sid, epoch, first_seq in found:
         digest = conn.execute(
-            sa.select(chunks.c.dictionary).where(_key(chunks, sid, epoch, first_seq))
+            sa.select(chunks.c.dictionary).where(key_where(keys, (sid, epoch, first_seq)))
         ).scalar_one()
         against = None if digest is None else dictionary(conn, sid, bytes(digest))
         rewrite_chunk(conn, chunks, (sid, epoch, first_seq), fmt, against)
@@ -44,7 +43,7 @@ def rewrite_chunk(
     `against` (None: no dictionary; it must be stored, and stay so while the chunk names it);
     False, the chunk left as it was, where its batches would not fit one chunk again (or it is
     gone)."""
-    where = _key(chunks, *key)
+    where = key_where(list(chunks.primary_key.columns), key)
     data = conn.execute(sa.select(chunks.c.data).where(where)).scalar_one_or_none()
     if data is None:
         return False  # retention took it meanwhile (PostgreSQL: between two statements)
@@ -68,9 +67,3 @@ def rewrite_chunk(
         values["known_seq"] = again[0].known_seq
     conn.execute(sa.update(chunks).where(where).values(values))
     return True
-
-
-def _key(chunks: sa.Table, sid: int, epoch: int, first_seq: int) -> sa.ColumnElement[bool]:
-    return sa.and_(
-        chunks.c.stream_id == sid, chunks.c.epoch == epoch, chunks.c.first_seq == first_seq
-    )

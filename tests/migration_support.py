@@ -102,8 +102,8 @@ def log_down_and_up(
     dictionaries_go: bool = False,
     second_stream: bool = False,
 ) -> None:
-    """A log written in chunk format `fmt` at revision `at`, as a kvscope at `at` writes it (its
-    dictionaries formed as it goes), comes back the same batches one revision down and up again.
+    """A log in chunk format `fmt`, held at revision `at` (its dictionaries formed as the writer
+    goes), comes back the same batches one revision down and up again.
     Its chunks begin with `magics` before, `down_magics` after (None: format 1's, which have
     none). The dictionaries stay, named by the same chunks; with `dictionaries_go`, they go with
     their table and the chunks' column that names them. With `second_stream`, a stream with no

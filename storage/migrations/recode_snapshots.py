@@ -12,6 +12,7 @@ from alembic import op
 
 from kvscope.collector.snapshot import SnapshotError, recode
 from kvscope.storage.checkpoint_blocks import stored_blocks
+from kvscope.storage.row_heads import key_where
 
 
 def recode_all(version: int) -> None:
@@ -24,7 +25,7 @@ def recode_all(version: int) -> None:
     for table, column in ((checkpoints, checkpoints.c.snapshot), (resets, resets.c.before)):
         keys = list(table.primary_key.columns)
         for key in conn.execute(sa.select(*keys)).all():
-            where = sa.and_(*(c == value for c, value in zip(keys, key, strict=True)))
+            where = key_where(keys, key)
             data = conn.execute(sa.select(column).where(where)).scalar_one()
             names = [c.name for c in keys]
             blocks = (

@@ -16,6 +16,7 @@ from alembic import op
 
 from kvscope.storage.log_chunks import FORMAT_2_MAGIC, pack
 from kvscope.storage.log_dictionaries_sql import open_chunk
+from kvscope.storage.row_heads import key_where, keys_starting
 
 revision = "0013"
 down_revision = "0012"
@@ -42,11 +43,10 @@ def upgrade() -> None:
 def downgrade() -> None:
     conn = op.get_bind()
     chunks = sa.Table("log_chunks", sa.MetaData(), autoload_with=conn)
-    keys = (chunks.c.stream_id, chunks.c.epoch, chunks.c.first_seq)
-    magic = sa.func.substr(chunks.c.data, 1, 4)
-    format_2 = conn.execute(sa.select(*keys).where(magic == FORMAT_2_MAGIC)).all()
+    keys = list(chunks.primary_key.columns)
+    format_2 = keys_starting(conn, chunks, "data", FORMAT_2_MAGIC)
     for sid, epoch, first_seq in format_2:
-        where = sa.and_(*(c == v for c, v in zip(keys, (sid, epoch, first_seq), strict=True)))
+        where = key_where(keys, (sid, epoch, first_seq))
         data = conn.execute(sa.select(chunks.c.data).where(where)).scalar_one()
         chunk = open_chunk(conn, sid, bytes(data))
         rows = [(sid, epoch, *chunk.batch(i)) for i in range(len(chunk))]

@@ -7,7 +7,7 @@ A chunk of format 6 names the checkpoint whose hashes it was packed against in i
 retention keeps that checkpoint while the chunk stays. Reading every chunk's header at every
 prune costs a week of log per stream (and, on SQLite, holds the write lock meanwhile), so the
 seq goes in a column too. Up adds it and fills it from the headers of the chunks stored, a
-chunk at a time; down drops it.
+chunk at a time, each read no further than its header (storage/row_heads.py); down drops it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from alembic import op
 from kvscope.storage.log_chunks import ChunkError
 from kvscope.storage.log_columns import FORMAT_6_MAGIC
 from kvscope.storage.log_known import known_name_of
+from kvscope.storage.row_heads import fill_from_heads
 
 revision = "0020"
 down_revision = "0019"
@@ -33,22 +34,17 @@ def upgrade() -> None:
     with op.batch_alter_table("log_chunks", schema=None) as batch_op:
         batch_op.add_column(sa.Column("known_seq", sa.BigInteger(), nullable=True))
         batch_op.create_index("ix_log_chunks_stream_known", ["stream_id", "epoch", "known_seq"])
-    conn = op.get_bind()
-    chunks = sa.Table("log_chunks", sa.MetaData(), autoload_with=conn)
-    keys = (chunks.c.stream_id, chunks.c.epoch, chunks.c.first_seq)
-    magic = sa.func.substr(chunks.c.data, 1, 4)
-    named_ones = conn.execute(sa.select(*keys).where(magic == FORMAT_6_MAGIC)).all()
-    for sid, epoch, first_seq in named_ones:
-        where = sa.and_(*(c == v for c, v in zip(keys, (sid, epoch, first_seq), strict=True)))
-        head = conn.execute(
-            sa.select(sa.func.substr(chunks.c.data, 1, _HEADER_BYTES)).where(where)
-        ).scalar_one()
-        try:
-            named = known_name_of(bytes(head))
-        except ChunkError:
-            continue  # a damaged chunk cannot be read, whatever is kept for it
-        if named is not None:
-            conn.execute(sa.update(chunks).where(where).values(known_seq=named[1]))
+    fill_from_heads(
+        op.get_bind(), "log_chunks", "data", _HEADER_BYTES, "known_seq", _seq_named, FORMAT_6_MAGIC
+    )
+
+
+def _seq_named(head: bytes) -> int | None:
+    try:
+        named = known_name_of(head)
+    except ChunkError:
+        return None  # a damaged chunk cannot be read, whatever is kept for it
+    return None if named is None else named[1]
 
 
 def downgrade() -> None:

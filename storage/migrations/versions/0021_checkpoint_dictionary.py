@@ -7,7 +7,8 @@ A checkpoint whose snapshot numbers the blocks of its stream's log dictionary (s
 names it in a header before its frame; retention keeps that dictionary while the checkpoint
 stays. SQLite's substr reads a whole blob, so finding the names in the snapshots at every prune
 read every checkpoint whole; the digest goes in a column too. Up adds it and fills it from the
-stored snapshots' headers, a checkpoint at a time; down drops it.
+stored snapshots' headers, a checkpoint at a time, each read no further than its header
+(storage/row_heads.py); down drops it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from kvscope.collector.snapshot import blocks_named
+from kvscope.storage.row_heads import fill_from_heads
 
 revision = "0021"
 down_revision = "0020"
@@ -30,17 +32,9 @@ def upgrade() -> None:
     with op.batch_alter_table("checkpoints", schema=None) as batch_op:
         batch_op.add_column(sa.Column("dictionary", sa.LargeBinary(), nullable=True))
         batch_op.create_index("ix_checkpoints_stream_dictionary", ["stream_id", "dictionary"])
-    conn = op.get_bind()
-    checkpoints = sa.Table("checkpoints", sa.MetaData(), autoload_with=conn)
-    keys = (checkpoints.c.stream_id, checkpoints.c.epoch, checkpoints.c.seq)
-    for key in conn.execute(sa.select(*keys)).all():
-        where = sa.and_(*(c == v for c, v in zip(keys, key, strict=True)))
-        head = conn.execute(
-            sa.select(sa.func.substr(checkpoints.c.snapshot, 1, _HEADER_BYTES)).where(where)
-        ).scalar_one()
-        name = blocks_named(bytes(head))
-        if name is not None:
-            conn.execute(sa.update(checkpoints).where(where).values(dictionary=name))
+    fill_from_heads(
+        op.get_bind(), "checkpoints", "snapshot", _HEADER_BYTES, "dictionary", blocks_named
+    )
 
 
 def downgrade() -> None:
