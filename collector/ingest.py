@@ -29,7 +29,7 @@ from kvscope.collector.ingest_fused import FusedIngest
 from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.ratelog import RateLimitedLog
-from kvscope.collector.recent import RecentBatches
+from kvscope.collector.recent import KEPT_BYTES, RecentBatches, kept
 from kvscope.collector.replay import (
     SEQ_BYTES,
     Replay,
@@ -296,9 +296,11 @@ class StreamIngest(ReplayRules, FusedIngest):
     ) -> None:
         self.expected = seq + 1
         self.last_seq = seq
-        self._recent.add(seq, payload)
-        if len(payload) > self.max_message_bytes:
-            self._malformed(MalformedKind.OVERSIZE, seq, f"{len(payload)} bytes")
+        size = len(payload)
+        # `self._recent.add`, without its call; `kept` only for a large payload.
+        self._recent.batches.append((seq, size, payload if size <= KEPT_BYTES else kept(payload)))
+        if size > self.max_message_bytes:
+            self._malformed(MalformedKind.OVERSIZE, seq, f"{size} bytes")
             self._degrade("oversize batch dropped", seq, seq, now)
             return
         if type(decoded) is not Batch:  # (isinstance asks msgspec's metaclass: it costs more)

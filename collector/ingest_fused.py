@@ -14,7 +14,7 @@ from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.sink import AppliedBatch, EventSink, Span
 from kvscope.collector.stream_counters import StreamCounters
 from kvscope.collector.types import Batch, StreamId, TableKey
-from kvscope.collector.wire import BatchDecoder
+from kvscope.collector.wire import MAP_LAYOUT, BatchDecoder
 
 
 class FusedIngest:
@@ -66,7 +66,8 @@ class FusedIngest:
                 raise
             changes: dict[TableKey, list[int]] = {}
             applied = reader.apply_prepared(seq, changes)
-        self.decoder.took_map_layout()
+        if self.decoder.layouts[0] is not MAP_LAYOUT:  # (nearly never: without the call)
+            self.decoder.took_map_layout()
         rank = (applied >> 1) - 1  # -1: none
         if rank >= 0 and rank != self.stream.rank:
             self.counters.rank_mismatches += 1

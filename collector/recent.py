@@ -16,27 +16,28 @@ KEPT_BYTES = 64 * 1024
 """Payloads up to this size are kept whole; larger ones as a 16-byte BLAKE2b digest."""
 
 
-def _key(payload: bytes) -> bytes:
+def kept(payload: bytes) -> bytes:
+    """What the window keeps of a payload: itself, or if large its digest."""
     return payload if len(payload) <= KEPT_BYTES else blake2b(payload, digest_size=16).digest()
 
 
 class RecentBatches:
     def __init__(self, size: int = RECENT_BATCHES) -> None:
-        self._batches: deque[tuple[int, int, bytes]] = deque(maxlen=size)
-        """(seq, payload size, payload or its digest): the size tells which."""
+        self.batches: deque[tuple[int, int, bytes]] = deque(maxlen=size)
+        """(seq, payload size, `kept(payload)`): the size tells which. The live ingest appends
+        to it itself (`add` without its call: once per batch)."""
 
     def add(self, seq: int, payload: bytes) -> None:
-        size = len(payload)  # `_key` inlined: called for every batch
-        self._batches.append((seq, size, payload if size <= KEPT_BYTES else _key(payload)))
+        self.batches.append((seq, len(payload), kept(payload)))
 
     def holds(self, seq: int, payload: bytes) -> bool:
         """Whether `payload` is a batch applied as `seq`, byte for byte."""
         size = len(payload)
-        candidates = [k for s, n, k in self._batches if s == seq and n == size]
-        return bool(candidates) and _key(payload) in candidates
+        candidates = [k for s, n, k in self.batches if s == seq and n == size]
+        return bool(candidates) and kept(payload) in candidates
 
     def clear(self) -> None:
-        self._batches.clear()
+        self.batches.clear()
 
     def kept_bytes(self) -> int:
-        return sum(len(k) for _, _, k in self._batches)
+        return sum(len(k) for _, _, k in self.batches)

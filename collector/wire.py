@@ -102,6 +102,8 @@ _TYPED_DECODERS: tuple[msgspec.msgpack.Decoder[Any], ...] = (
     msgspec.msgpack.Decoder(ArrayBatch),
 )
 _MAP_DECODER = _TYPED_DECODERS[0]
+MAP_LAYOUT: Final = _MAP_DECODER
+"""`BatchDecoder.layouts`' first while a stream speaks the map layout."""
 _GENERIC_DECODER = msgspec.msgpack.Decoder()
 
 MAX_INTERNED_KEYS = 1024
@@ -295,6 +297,9 @@ class BatchDecoder:
 
     def __init__(self, limits: IngestLimits = DEFAULT_LIMITS) -> None:
         self._order = list(_TYPED_DECODERS)
+        self.layouts: Final = self._order
+        """The layouts in the order tried (the same list): the map layout's (`MAP_LAYOUT`)
+        first while the stream speaks it. Read for every batch applied from its bytes."""
         self._convert = _Converter(limits)
         self.max_block_size: Final = limits.max_block_size
         """Read for every live batch: an attribute, not a property (a call each time)."""
