@@ -7,13 +7,17 @@ one per recovering stream and feeds it only the batches logged since (storage/pr
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
 from itertools import chain
+from typing import TypeAlias
 
 from sqlalchemy import Connection, select
 
 from kvscope.collector._replay import replay
+from kvscope.collector._slot_map import SlotMap
 from kvscope.collector._table_chains import chain_groups
+from kvscope.collector._table_counts import add_group_counts, group_marks
 from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.sink import ClearReason
@@ -33,7 +37,7 @@ from kvscope.storage.reset_prefix_types import (
     status_of,
 )
 
-_State = dict[int, list[int]]
+_State: TypeAlias = "array[int]"
 BEFORE_BLOCK_BYTES = 80
 """What a follower holds per block of the `before` map: its group, shared mark and head
 (tracemalloc, a fleet replica's 20k-block map)."""
@@ -42,23 +46,14 @@ FOLLOWED_BLOCK_BYTES = 450
 stored under what, the counts at each offset (measured as above, over its recovery)."""
 
 
-def _state_of(
-    view: PrefixMap, members: dict[TableKey, dict[int, int]], shared: dict[TableKey, set[int]]
-) -> _State:
-    """Per group index: [cached again, hittable again, shared blocks hittable again]."""
-    counts: _State = {}
-    for key, of_group in members.items():
+def _state_of(view: PrefixMap, marks: dict[TableKey, SlotMap], groups: int) -> _State:
+    """Per group index `g`: [3g] cached again, [3g + 1] hittable again, [3g + 2] shared blocks
+    hittable again."""
+    counts = array("i", bytes(12 * groups))
+    for key, of_table in marks.items():
         table = view.tables.get(key)
-        if table is None:
-            continue
-        # The blocks back, by a set intersection in C: after a reset most are not.
-        for h in table.counts().keys() & of_group.keys():
-            found = counts.setdefault(of_group[h], [0, 0, 0])
-            found[0] += 1
-            if table.is_hittable(h):
-                found[1] += 1
-                if h in shared[key]:
-                    found[2] += 1
+        if table is not None:
+            add_group_counts(table, of_table, counts)
     return counts
 
 
@@ -119,17 +114,14 @@ class ResetFollower:
 
     def _groups_of_before(self, before: dict[TableKey, BlockTable]) -> None:
         self.roots: list[tuple[TableKey, int]] = []
-        self.members: dict[TableKey, dict[int, int]] = {}
-        """hash -> its group's index in `roots`, per table."""
+        self.marks: dict[TableKey, SlotMap] = {}
+        """hash -> its group's index in `roots` * 2, plus 1 if it is shared, per table."""
         self.sizes: list[int] = []
-        self.shared: dict[TableKey, set[int]] = {}
         self.shared_sizes: list[int] = []
         self.before_blocks = 0
         for key in sorted(before, key=lambda k: (k.medium, k.group)):
-            members, self.shared[key], roots, sizes, shared_sizes = chain_groups(
-                before[key], len(self.roots)
-            )
-            self.members[key] = members
+            members, shared, roots, sizes, shared_sizes = chain_groups(before[key], len(self.roots))
+            self.marks[key] = group_marks(members, shared)
             self.before_blocks += len(members)
             self.roots += [(key, root) for root in roots]
             self.sizes += sizes
@@ -144,8 +136,9 @@ class ResetFollower:
 
     def _root_before(self, key: TableKey, block: int) -> int | None:
         """The root of `block`'s group in the before map (None: it was not cached)."""
-        group = self.members.get(key, {}).get(block)
-        return None if group is None else self.roots[group][1]
+        marks = self.marks.get(key)
+        mark = None if marks is None else marks.get(block)
+        return None if mark is None else self.roots[mark >> 1][1]
 
     def follows(self, offsets: tuple[float, ...]) -> bool:
         """Whether `offsets` extend those fed so far (else only a fresh follower is exact)."""
@@ -184,7 +177,7 @@ class ResetFollower:
         return iter(())
 
     def _state(self) -> _State:
-        return _state_of(self.view, self.members, self.shared)
+        return _state_of(self.view, self.marks, len(self.roots))
 
     def result(self, complete: bool) -> ResetPrefixes:
         """The answer as of the offsets fed; those no batch has passed yet: the map now."""
@@ -218,8 +211,9 @@ class ResetFollower:
         self, i: int, key: TableKey, root: int, states: list[_State], orphans_left: int
     ) -> PrefixGroup:
         size, shared_size = self.sizes[i], self.shared_sizes[i]
+        j = 3 * i
         points = tuple(
-            GroupPoint(offset, *state.get(i, _NONE_BACK))
+            GroupPoint(offset, state[j], state[j + 1], state[j + 2])
             for offset, state in zip(self.offsets, states, strict=True)
         )
         # One chain (nothing shared): the whole chain is what must come back.
@@ -246,9 +240,6 @@ class ResetFollower:
             status_of(back),
             orphans_left,
         )
-
-
-_NONE_BACK = (0, 0, 0)
 
 
 def map_after_clear(stream: StreamId, epoch: int, clear: LoggedBatch) -> PrefixMap:
