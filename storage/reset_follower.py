@@ -7,6 +7,7 @@ one per recovering stream and feeds it only the batches logged since (storage/pr
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Iterator
 from itertools import chain
@@ -88,6 +89,20 @@ class ResetFollower:
         # What a group keeps of the before map (its root's): the map itself is not held.
         self._heads = [_head(before[key], key, root) for key, root in self.roots]
         self._block_size = {key: table.block_size for key, table in before.items()}
+        # The groups' order in an answer (largest first): their sizes do not change.
+        self._answer_order = sorted(
+            range(len(self.roots)),
+            key=lambda i: (
+                -self.sizes[i] * self._block_size[self.roots[i][0]],
+                -self.sizes[i],
+                self.roots[i][0].medium,
+                self.roots[i][0].group,
+                self.roots[i][1],
+            ),
+        )
+        self._points: list[list[GroupPoint]] = [[] for _ in self.roots]
+        """Per group, its points at the first `_pointed` offsets (`_settle_points`)."""
+        self._pointed = 0
         stream = StreamId(row.replica, row.rank)
         restart = row.reason == ClearReason.RESTART.value
         clear = batch_log.batch_at(conn, row.stream_id, row.epoch + restart, row.seq)
@@ -162,19 +177,26 @@ class ResetFollower:
         batches = held
         if batches is None:
             batches = batch_log.batches_between(conn, self.stream_id, epoch, self.after, 2**63 - 1)
+        states, decode, after = self.states, self._decoder.decode, self.orphans.after
+        next_instant = self._next_instant()
         for batch in batches:
-            while (
-                len(self.states) < len(offsets) and batch.ts > self.ts + offsets[len(self.states)]
-            ):
-                self.states.append(self._state())
-            if batch.ts > last_instant:
+            ts = batch.ts
+            while ts > next_instant:
+                states.append(self._state())
+                next_instant = self._next_instant()
+            if ts > last_instant:
                 return chain((batch,), batches)  # not applied: fed once a later offset is
-            decoded = self._decoder.decode(batch.payload, batch.seq)
+            decoded = decode(batch.payload, batch.seq)
             view.apply(decoded, epoch)
-            self.orphans.after(view, decoded.events, batch.ts)
-            self.last_ts, self.after = batch.ts, batch.seq
+            after(view, decoded.events, ts)
+            self.last_ts, self.after = ts, batch.seq
             self.replayed += 1
         return iter(())
+
+    def _next_instant(self) -> float:
+        """The instant past which the next offset's state is taken (inf: all are)."""
+        n = len(self.states)
+        return self.ts + self.offsets[n] if n < len(self.offsets) else math.inf
 
     def _state(self) -> _State:
         return _state_of(self.view, self.marks, len(self.roots))
@@ -184,16 +206,18 @@ class ResetFollower:
         states = self.states[: len(self.offsets)]
         while len(states) < len(self.offsets):  # the log ends at or before the offset
             states.append(self._state())
-        groups = []
+        self._settle_points()
+        fresh = states[self._pointed :]
         left: dict[tuple[TableKey, int], int] = {}
         found_orphans = self.orphans.result()
         for orphan in found_orphans:
             if orphan.group_root is not None:
                 group_key = (orphan.table, orphan.group_root)
                 left[group_key] = left.get(group_key, 0) + 1
-        for i, (key, root) in enumerate(self.roots):
-            groups.append(self._group(i, key, root, states, left.get((key, root), 0)))
-        groups.sort(key=lambda g: (-g.tokens, -g.blocks, g.table.medium, g.table.group, g.root))
+        roots = self.roots
+        groups = [
+            self._group(i, roots[i][0], fresh, left.get(roots[i], 0)) for i in self._answer_order
+        ]
         return ResetPrefixes(
             reset_id=self.reset_id,
             ts=self.ts,
@@ -207,15 +231,32 @@ class ResetFollower:
             unknown_because=tuple(self.unknown),
         )
 
-    def _group(
-        self, i: int, key: TableKey, root: int, states: list[_State], orphans_left: int
-    ) -> PrefixGroup:
+    def _settle_points(self) -> None:
+        """Each group's points at the offsets a batch has passed, made once: those states do
+        not change, and an answer is made at every offset reached."""
+        while self._pointed < min(len(self.states), len(self.offsets)):
+            offset, state = self.offsets[self._pointed], self.states[self._pointed]
+            nothing = GroupPoint(offset, 0, 0, 0)  # (shared: most groups have nothing back)
+            for i, points in enumerate(self._points):
+                j = 3 * i
+                blocks = state[j]
+                points.append(
+                    GroupPoint(offset, blocks, state[j + 1], state[j + 2]) if blocks else nothing
+                )
+            self._pointed += 1
+
+    def _group(self, i: int, key: TableKey, fresh: list[_State], orphans_left: int) -> PrefixGroup:
+        """Group `i`'s answer: its settled points, and those of `fresh` (the states at the
+        offsets after them: the map now)."""
         size, shared_size = self.sizes[i], self.shared_sizes[i]
         j = 3 * i
-        points = tuple(
-            GroupPoint(offset, state[j], state[j + 1], state[j + 2])
-            for offset, state in zip(self.offsets, states, strict=True)
-        )
+        points = tuple(self._points[i])
+        if fresh:
+            offsets = self.offsets[self._pointed :]
+            points += tuple(
+                GroupPoint(offset, state[j], state[j + 1], state[j + 2])
+                for offset, state in zip(offsets, fresh, strict=True)
+            )
         # One chain (nothing shared): the whole chain is what must come back.
         trunk = shared_size or size
         at_least = BACK_SHARE * trunk
