@@ -46,6 +46,7 @@ class TableCore:
     _raw: dict[int, bytes]
     _raw_parent: dict[int, bytes]
     def __init__(self, key: TableKey, base_ts: float) -> None: ...
+    def __contains__(self, block_hash: int) -> bool: ...
     def store_chain(
         self,
         hashes: list[int],

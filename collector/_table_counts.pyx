@@ -3,11 +3,14 @@
 (storage/recovery.py): how many of the map's hashes before the clear are cached again, and
 what those hittable again weigh. Each point reads a whole before map on the ingest thread, where
 a Python lookup per hash cost it ~10 ms for 20,000 blocks; here each is a probe of the slot map.
+And a reset's prefix groups counted at each recovery offset (storage/reset_follower.py), in the
+store writer: the blocks of each group of the before map cached again, hittable again, and shared
+and hittable again, without a dict of the table made per offset.
 """
 
 from libc.stdint cimport int32_t, uint64_t
 
-from kvscope.collector._slot_map cimport SlotMap
+from kvscope.collector._slot_map cimport EMPTY, SlotMap
 from kvscope.collector._table_core cimport HITTABLE, TableCore
 
 
@@ -36,3 +39,51 @@ def hittable_weight(TableCore table, dict weights):
         if pos >= 0 and flags[slot_of._vals[pos]] & HITTABLE:
             total += weight
     return total
+
+
+def group_marks(dict members, set shared):
+    """A before map's table's `members` (hash -> group) as a slot map of hash -> group * 2,
+    plus 1 where the hash is `shared`: what `add_group_counts` probes, in C."""
+    cdef SlotMap marks = SlotMap(len(members))
+    cdef Py_ssize_t group
+    for value, group_of in members.items():
+        group = group_of
+        if group < 0 or group > 0x3FFFFFFF:
+            raise ValueError("a group index must fit 30 bits")
+        marks._put(<uint64_t>value, <int32_t>(group * 2 + (value in shared)))
+    return marks
+
+
+def add_group_counts(TableCore table, SlotMap marks, int32_t[::1] counts):
+    """Adds, per group `g` of `marks` (`group_marks`), its blocks cached in `table` to
+    `counts[3g]`, those hittable to `counts[3g + 1]` and those hittable and shared to
+    `counts[3g + 2]`. It walks the smaller of the two maps and probes the other: after a
+    reset the table is nearly empty, later the before map may be the smaller."""
+    cdef SlotMap slot_of = table._slot_of
+    cdef unsigned char* flags = <unsigned char*>table._flags.data.as_voidptr
+    cdef size_t i, cap
+    cdef Py_ssize_t pos
+    cdef int32_t slot, mark
+    cdef Py_ssize_t g
+    cdef bint table_walked = slot_of._size <= marks._size
+    cdef SlotMap walked = slot_of if table_walked else marks
+    cdef SlotMap probed = marks if table_walked else slot_of
+    cap = walked._mask + 1
+    for i in range(cap):
+        if walked._vals[i] == EMPTY:
+            continue
+        pos = probed._find(walked._keys[i])
+        if pos < 0:
+            continue
+        if table_walked:
+            slot, mark = walked._vals[i], probed._vals[pos]
+        else:
+            slot, mark = probed._vals[pos], walked._vals[i]
+        g = 3 * <Py_ssize_t>(mark >> 1)
+        if g + 2 >= counts.shape[0]:
+            raise IndexError("a group past the counts")
+        counts[g] += 1
+        if flags[slot] & HITTABLE:
+            counts[g + 1] += 1
+            if mark & 1:
+                counts[g + 2] += 1

@@ -187,9 +187,6 @@ class BlockTable(TableCore):
     def __len__(self) -> int:
         return len(self._slot_of)
 
-    def __contains__(self, block_hash: int) -> bool:
-        return block_hash in self._slot_of
-
     def stats(self) -> TableStats:
         return TableStats(len(self._slot_of), self.copies, self.hittable_count, self.orphan_count)
 

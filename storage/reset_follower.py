@@ -7,13 +7,18 @@ one per recovering stream and feeds it only the batches logged since (storage/pr
 
 from __future__ import annotations
 
+import math
+from array import array
 from collections.abc import Iterator
 from itertools import chain
+from typing import TypeAlias
 
 from sqlalchemy import Connection, select
 
 from kvscope.collector._replay import replay
+from kvscope.collector._slot_map import SlotMap
 from kvscope.collector._table_chains import chain_groups
+from kvscope.collector._table_counts import add_group_counts, group_marks
 from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.sink import ClearReason
@@ -33,7 +38,7 @@ from kvscope.storage.reset_prefix_types import (
     status_of,
 )
 
-_State = dict[int, list[int]]
+_State: TypeAlias = "array[int]"
 BEFORE_BLOCK_BYTES = 80
 """What a follower holds per block of the `before` map: its group, shared mark and head
 (tracemalloc, a fleet replica's 20k-block map)."""
@@ -42,23 +47,14 @@ FOLLOWED_BLOCK_BYTES = 450
 stored under what, the counts at each offset (measured as above, over its recovery)."""
 
 
-def _state_of(
-    view: PrefixMap, members: dict[TableKey, dict[int, int]], shared: dict[TableKey, set[int]]
-) -> _State:
-    """Per group index: [cached again, hittable again, shared blocks hittable again]."""
-    counts: _State = {}
-    for key, of_group in members.items():
+def _state_of(view: PrefixMap, marks: dict[TableKey, SlotMap], groups: int) -> _State:
+    """Per group index `g`: [3g] cached again, [3g + 1] hittable again, [3g + 2] shared blocks
+    hittable again."""
+    counts = array("i", bytes(12 * groups))
+    for key, of_table in marks.items():
         table = view.tables.get(key)
-        if table is None:
-            continue
-        # The blocks back, by a set intersection in C: after a reset most are not.
-        for h in table.counts().keys() & of_group.keys():
-            found = counts.setdefault(of_group[h], [0, 0, 0])
-            found[0] += 1
-            if table.is_hittable(h):
-                found[1] += 1
-                if h in shared[key]:
-                    found[2] += 1
+        if table is not None:
+            add_group_counts(table, of_table, counts)
     return counts
 
 
@@ -93,6 +89,20 @@ class ResetFollower:
         # What a group keeps of the before map (its root's): the map itself is not held.
         self._heads = [_head(before[key], key, root) for key, root in self.roots]
         self._block_size = {key: table.block_size for key, table in before.items()}
+        # The groups' order in an answer (largest first): their sizes do not change.
+        self._answer_order = sorted(
+            range(len(self.roots)),
+            key=lambda i: (
+                -self.sizes[i] * self._block_size[self.roots[i][0]],
+                -self.sizes[i],
+                self.roots[i][0].medium,
+                self.roots[i][0].group,
+                self.roots[i][1],
+            ),
+        )
+        self._points: list[list[GroupPoint]] = [[] for _ in self.roots]
+        """Per group, its points at the first `_pointed` offsets (`_settle_points`)."""
+        self._pointed = 0
         stream = StreamId(row.replica, row.rank)
         restart = row.reason == ClearReason.RESTART.value
         clear = batch_log.batch_at(conn, row.stream_id, row.epoch + restart, row.seq)
@@ -119,17 +129,14 @@ class ResetFollower:
 
     def _groups_of_before(self, before: dict[TableKey, BlockTable]) -> None:
         self.roots: list[tuple[TableKey, int]] = []
-        self.members: dict[TableKey, dict[int, int]] = {}
-        """hash -> its group's index in `roots`, per table."""
+        self.marks: dict[TableKey, SlotMap] = {}
+        """hash -> its group's index in `roots` * 2, plus 1 if it is shared, per table."""
         self.sizes: list[int] = []
-        self.shared: dict[TableKey, set[int]] = {}
         self.shared_sizes: list[int] = []
         self.before_blocks = 0
         for key in sorted(before, key=lambda k: (k.medium, k.group)):
-            members, self.shared[key], roots, sizes, shared_sizes = chain_groups(
-                before[key], len(self.roots)
-            )
-            self.members[key] = members
+            members, shared, roots, sizes, shared_sizes = chain_groups(before[key], len(self.roots))
+            self.marks[key] = group_marks(members, shared)
             self.before_blocks += len(members)
             self.roots += [(key, root) for root in roots]
             self.sizes += sizes
@@ -144,8 +151,9 @@ class ResetFollower:
 
     def _root_before(self, key: TableKey, block: int) -> int | None:
         """The root of `block`'s group in the before map (None: it was not cached)."""
-        group = self.members.get(key, {}).get(block)
-        return None if group is None else self.roots[group][1]
+        marks = self.marks.get(key)
+        mark = None if marks is None else marks.get(block)
+        return None if mark is None else self.roots[mark >> 1][1]
 
     def follows(self, offsets: tuple[float, ...]) -> bool:
         """Whether `offsets` extend those fed so far (else only a fresh follower is exact)."""
@@ -169,38 +177,47 @@ class ResetFollower:
         batches = held
         if batches is None:
             batches = batch_log.batches_between(conn, self.stream_id, epoch, self.after, 2**63 - 1)
+        states, decode, after = self.states, self._decoder.decode, self.orphans.after
+        next_instant = self._next_instant()
         for batch in batches:
-            while (
-                len(self.states) < len(offsets) and batch.ts > self.ts + offsets[len(self.states)]
-            ):
-                self.states.append(self._state())
-            if batch.ts > last_instant:
+            ts = batch.ts
+            while ts > next_instant:
+                states.append(self._state())
+                next_instant = self._next_instant()
+            if ts > last_instant:
                 return chain((batch,), batches)  # not applied: fed once a later offset is
-            decoded = self._decoder.decode(batch.payload, batch.seq)
+            decoded = decode(batch.payload, batch.seq)
             view.apply(decoded, epoch)
-            self.orphans.after(view, decoded.events, batch.ts)
-            self.last_ts, self.after = batch.ts, batch.seq
+            after(view, decoded.events, ts)
+            self.last_ts, self.after = ts, batch.seq
             self.replayed += 1
         return iter(())
 
+    def _next_instant(self) -> float:
+        """The instant past which the next offset's state is taken (inf: all are)."""
+        n = len(self.states)
+        return self.ts + self.offsets[n] if n < len(self.offsets) else math.inf
+
     def _state(self) -> _State:
-        return _state_of(self.view, self.members, self.shared)
+        return _state_of(self.view, self.marks, len(self.roots))
 
     def result(self, complete: bool) -> ResetPrefixes:
         """The answer as of the offsets fed; those no batch has passed yet: the map now."""
         states = self.states[: len(self.offsets)]
         while len(states) < len(self.offsets):  # the log ends at or before the offset
             states.append(self._state())
-        groups = []
+        self._settle_points()
+        fresh = states[self._pointed :]
         left: dict[tuple[TableKey, int], int] = {}
         found_orphans = self.orphans.result()
         for orphan in found_orphans:
             if orphan.group_root is not None:
                 group_key = (orphan.table, orphan.group_root)
                 left[group_key] = left.get(group_key, 0) + 1
-        for i, (key, root) in enumerate(self.roots):
-            groups.append(self._group(i, key, root, states, left.get((key, root), 0)))
-        groups.sort(key=lambda g: (-g.tokens, -g.blocks, g.table.medium, g.table.group, g.root))
+        roots = self.roots
+        groups = [
+            self._group(i, roots[i][0], fresh, left.get(roots[i], 0)) for i in self._answer_order
+        ]
         return ResetPrefixes(
             reset_id=self.reset_id,
             ts=self.ts,
@@ -214,14 +231,32 @@ class ResetFollower:
             unknown_because=tuple(self.unknown),
         )
 
-    def _group(
-        self, i: int, key: TableKey, root: int, states: list[_State], orphans_left: int
-    ) -> PrefixGroup:
+    def _settle_points(self) -> None:
+        """Each group's points at the offsets a batch has passed, made once: those states do
+        not change, and an answer is made at every offset reached."""
+        while self._pointed < min(len(self.states), len(self.offsets)):
+            offset, state = self.offsets[self._pointed], self.states[self._pointed]
+            nothing = GroupPoint(offset, 0, 0, 0)  # (shared: most groups have nothing back)
+            for i, points in enumerate(self._points):
+                j = 3 * i
+                blocks = state[j]
+                points.append(
+                    GroupPoint(offset, blocks, state[j + 1], state[j + 2]) if blocks else nothing
+                )
+            self._pointed += 1
+
+    def _group(self, i: int, key: TableKey, fresh: list[_State], orphans_left: int) -> PrefixGroup:
+        """Group `i`'s answer: its settled points, and those of `fresh` (the states at the
+        offsets after them: the map now)."""
         size, shared_size = self.sizes[i], self.shared_sizes[i]
-        points = tuple(
-            GroupPoint(offset, *state.get(i, _NONE_BACK))
-            for offset, state in zip(self.offsets, states, strict=True)
-        )
+        j = 3 * i
+        points = tuple(self._points[i])
+        if fresh:
+            offsets = self.offsets[self._pointed :]
+            points += tuple(
+                GroupPoint(offset, state[j], state[j + 1], state[j + 2])
+                for offset, state in zip(offsets, fresh, strict=True)
+            )
         # One chain (nothing shared): the whole chain is what must come back.
         trunk = shared_size or size
         at_least = BACK_SHARE * trunk
@@ -246,9 +281,6 @@ class ResetFollower:
             status_of(back),
             orphans_left,
         )
-
-
-_NONE_BACK = (0, 0, 0)
 
 
 def map_after_clear(stream: StreamId, epoch: int, clear: LoggedBatch) -> PrefixMap:

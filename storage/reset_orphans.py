@@ -39,8 +39,9 @@ class Orphans:
         self._open_under: dict[tuple[TableKey, int], set[int]] = {}
         """(table, parent) -> the hashes of the open entries that name it: a batch's events
         reach only the entries whose hash they remove or whose parent they store."""
-        self._children: dict[TableKey, dict[int, set[int]]] = {}
-        """parent -> the blocks stored under it since the clear."""
+        self._children: dict[TableKey, dict[int, int | set[int]]] = {}
+        """parent -> the blocks stored under it since the clear: one as an int (most parents
+        have one child, and a set per block stored was much of the cost), more as a set."""
         self._seen_evicted: set[tuple[TableKey, int]] = set()
 
     def _entry(self, table: BlockTable, h: int, parent: int, ts: float) -> list[Any]:
@@ -57,17 +58,15 @@ class Orphans:
         if not under:
             del self._open_under[key, parent]
 
-    def _child(self, key: TableKey, parent: int | None, h: int) -> None:
-        if parent is not None:
-            self._children.setdefault(key, {}).setdefault(parent, set()).add(h)
-
     def start(self, view: PrefixMap, ts: float) -> None:
         """The map just after the clear's batch: what that batch stored under cleared parents."""
         for key in sorted(view.tables, key=lambda k: (k.medium, k.group)):
             table = view.tables[key]
+            under = self._children.setdefault(key, {})
             for h in sorted(table.counts()):
                 parent = table.parent_of(h)
-                self._child(key, parent, h)
+                if parent is not None:
+                    _add_child(under, parent, h)
                 if parent is not None and parent not in table:
                     self.found.append(self._entry(table, h, parent, ts))
 
@@ -78,47 +77,57 @@ class Orphans:
         cleared = False
         for event in events:
             # By exact type, as the map applies them (collector/_map_apply.pyx).
-            if type(event) is BlocksRemoved:
-                removed.setdefault(event.table, set()).update(event.hashes)
-            elif type(event) is BlocksStored:
+            if type(event) is BlocksStored:
                 stored.append(event)
+            elif type(event) is BlocksRemoved:
+                removed.setdefault(event.table, set()).update(event.hashes)
             else:
                 cleared = True
-        self._rejoined_or_removed(view, removed, stored, cleared, ts)
-        opened = self._open.keys()
+        if self._open:  # (none open: none to close, whatever the batch did)
+            self._rejoined_or_removed(view, removed, stored, cleared, ts)
+        opened = self._open
         tables = view.tables
+        children = self._children
         for event in stored:
-            # Each block under its parent (`_child`, inline: every block stored comes here).
+            key, hashes = event.table, event.hashes
+            # Each block under its parent (`_add_child`, inline: every block stored comes here).
             parent: int | None = event.parent
-            under = self._children.get(event.table)
+            under = children.get(key)
             if under is None:
-                under = self._children[event.table] = {}
-            for h in event.hashes:
+                under = children[key] = {}
+            for h in hashes:
                 if parent is not None:
-                    siblings = under.get(parent)
-                    if siblings is None:
-                        under[parent] = {h}
+                    kids = under.get(parent)
+                    if kids is None:
+                        under[parent] = h
+                    elif isinstance(kids, int):
+                        if kids != h:
+                            under[parent] = {kids, h}
                     else:
-                        siblings.add(h)
+                        kids.add(h)
                 parent = h
-            table = tables.get(event.table)
-            head, named = event.hashes[0] if event.hashes else None, event.parent
-            if table is None or head is None or named is None or head not in table:
+            named = event.parent
+            if not hashes or named is None:
                 continue
-            if named in table or (event.table, head) in opened:
+            table = tables.get(key)
+            head = hashes[0]
+            if table is None or head not in table or named in table or (key, head) in opened:
                 continue
-            if named in removed.get(event.table, ()):
+            if named in removed.get(key, ()):
                 continue  # stored under a cached parent this batch removed: below
             self.found.append(self._entry(table, head, named, ts))
         for key, gone in removed.items():
-            table = view.tables.get(key)
-            children = self._children.get(key, {})
-            if table is None:
+            table = tables.get(key)
+            under = children.get(key)
+            if table is None or under is None:
                 continue
             for parent in sorted(gone):
                 if parent in table:
                     continue
-                for h in sorted(children.pop(parent, ())):
+                kids = under.pop(parent, None)
+                if kids is None:
+                    continue
+                for h in (kids,) if isinstance(kids, int) else sorted(kids):
                     if h not in table or table.parent_of(h) != parent or (key, h) in opened:
                         continue
                     if (key, h) not in self._seen_evicted:
@@ -185,3 +194,15 @@ class Orphans:
 
     def evicted_result(self) -> tuple[ResetOrphan, ...]:
         return self._records(self.evicted)
+
+
+def _add_child(under: dict[int, int | set[int]], parent: int, h: int) -> None:
+    """`h` stored under `parent` (`Orphans._children`'s form)."""
+    kids = under.get(parent)
+    if kids is None:
+        under[parent] = h
+    elif isinstance(kids, int):
+        if kids != h:
+            under[parent] = {kids, h}
+    else:
+        kids.add(h)

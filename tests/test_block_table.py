@@ -119,3 +119,12 @@ def test_token_ids_as_bytes_are_read_as_the_ints_they_hold() -> None:
     assert table.entry(2).token_ids == tuple(range(17, 33))
     table.store_chain([3], 2, bytearray([7] * 16), 16, 2.0)
     assert table.entry(3).token_ids == (7,) * 16
+
+
+def test_in_a_table_is_a_cached_hash_only() -> None:
+    # `in` is the compiled core's (collector/_table_core.pyx): what no uint64 can be is absent.
+    table = BlockTable(GPU0, 0.0)
+    table.store_chain([1, 2, 2**64 - 1], None, [], 1, 1.0)
+    table.remove([2])
+    assert [h in table for h in (1, 2, 2**64 - 1, 3)] == [True, False, True, False]
+    assert -1 not in table and 2**64 not in table and "1" not in table  # type: ignore[operator]
