@@ -252,13 +252,25 @@ def decode_tables(
     """The tables and whether the publisher sends signed hashes; `blocks` gives the known
     blocks a format-5 snapshot may name."""
     try:
-        state = _state_v1(data, as_records=True, blocks=blocks)
-        tables = {}
-        for table_state in state["tables"]:
-            table = table_from_state(table_state)
-            tables[table.key] = table
+        return _tables_of(_state_v1(data, as_records=True, blocks=blocks))
     except NOT_WHOLE as exc:
         raise SnapshotError(f"not a whole map snapshot: {exc!r}") from exc
+
+
+def decode_copy(copy: bytes) -> tuple[dict[TableKey, BlockTable], bool]:
+    """`decode_tables` of what `copy_tables` copied (format 1, uncompressed): the same tables
+    as from a snapshot `encode_copy` made of it, without that snapshot's compression."""
+    try:
+        return _tables_of(msgspec.msgpack.decode(copy))
+    except (msgspec.DecodeError, *NOT_WHOLE) as exc:
+        raise SnapshotError(f"not a copy of a map: {exc!r}") from exc
+
+
+def _tables_of(state: dict[str, Any]) -> tuple[dict[TableKey, BlockTable], bool]:
+    tables = {}
+    for table_state in state["tables"]:
+        table = table_from_state(table_state)
+        tables[table.key] = table
     return tables, bool(state.get("signed"))
 
 

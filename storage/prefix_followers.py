@@ -33,7 +33,7 @@ from kvscope.storage import schema
 from kvscope.storage.held_log import HeldLog
 from kvscope.storage.history import NotInStore
 from kvscope.storage.prefix_groups_store import StoredGroups, write_prefix_groups
-from kvscope.storage.reset_follower import ResetFollower, follow_start
+from kvscope.storage.reset_follower import BeforeCopy, ResetFollower, follow_start
 from kvscope.storage.reset_prefix_types import ResetPrefixes
 from kvscope.storage.reset_prefixes import offsets_reached
 from kvscope.storage.rows import LogRow, ResetRow, Row
@@ -56,6 +56,8 @@ class PrefixFollowers:
         self.follow_bytes = follow_bytes
         self._held: dict[StreamId, ResetFollower] = {}
         self._logs: dict[StreamId, HeldLog] = {}
+        self._copies: dict[StreamId, BeforeCopy] = {}
+        """Each stream's newest reset's `before` map, until its follower is made."""
         self._stored: dict[StreamId, StoredGroups] = {}
         """What the held follower's reset has in `reset_prefix_groups`, committed."""
         self._writing: dict[StreamId, StoredGroups] = {}
@@ -76,7 +78,8 @@ class PrefixFollowers:
         return len(self._held)
 
     def held_bytes(self) -> int:
-        return sum(log.nbytes for log in self._logs.values())
+        logs = sum(log.nbytes for log in self._logs.values())
+        return logs + sum(len(copy.data) for copy in self._copies.values())
 
     def follower_bytes(self) -> int:
         """About what the held followers take (their logs aside)."""
@@ -87,6 +90,7 @@ class PrefixFollowers:
         groups they wrote."""
         self._held.clear()
         self._logs.clear()
+        self._copies.clear()
         self._stored.clear()
         self._writing.clear()
 
@@ -94,6 +98,7 @@ class PrefixFollowers:
         """`stream` is followed no more here (its lease moved away)."""
         self._held.pop(stream, None)
         self._logs.pop(stream, None)
+        self._copies.pop(stream, None)
         self._stored.pop(stream, None)
         self._writing.pop(stream, None)
 
@@ -123,6 +128,9 @@ class PrefixFollowers:
             for row in ordered:
                 if type(row) is not ResetRow:
                     continue
+                self._copies.pop(row.stream, None)  # a stream follows its newest reset only
+                if self.held_bytes() + len(row.before) <= self.hold_bytes:
+                    self._copies[row.stream] = BeforeCopy(row.key, row.before)
                 epoch, after = follow_start(*row.key)
                 have = logs.get(row.stream)
                 # A log held from before covers the new reset (and the older one's last row).
@@ -152,7 +160,7 @@ class PrefixFollowers:
         follower = held
         if follower is None or follower.reset_id != reset_id or not follower.follows(offsets):
             try:
-                follower = ResetFollower(conn, reset_id)
+                follower = ResetFollower(conn, reset_id, self._copies.pop(stream, None))
             except NotInStore:
                 self._logs.pop(stream, None)  # never followed: its batches need not be held
                 raise

@@ -11,7 +11,7 @@ import math
 from array import array
 from collections.abc import Iterator
 from itertools import chain
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 from sqlalchemy import Connection, select
 
@@ -22,7 +22,7 @@ from kvscope.collector._table_counts import add_group_counts, group_marks
 from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.sink import ClearReason
-from kvscope.collector.snapshot import decode_tables
+from kvscope.collector.snapshot import decode_copy, decode_tables
 from kvscope.collector.types import StreamId, TableKey
 from kvscope.collector.wire import BatchDecoder
 from kvscope.storage import batch_log, schema
@@ -58,12 +58,21 @@ def _state_of(view: PrefixMap, marks: dict[TableKey, SlotMap], groups: int) -> _
     return counts
 
 
+class BeforeCopy(NamedTuple):
+    """A reset's `before` map as the store's writer holds it (`copy_tables`), under its
+    `ResetRow.key`: a follower made soon after reads it, not the snapshot just stored."""
+
+    key: tuple[int, int, str]
+    data: bytes
+
+
 class ResetFollower:
     """The groups of one reset and the map after its clear, fed batch by batch. Exact for any
     offsets that extend the ones it was fed (offsets are reached in order)."""
 
-    def __init__(self, conn: Connection, reset_id: int) -> None:
-        """NotInStore: no such reset, or its log is gone."""
+    def __init__(self, conn: Connection, reset_id: int, copy: BeforeCopy | None = None) -> None:
+        """NotInStore: no such reset, or its log is gone. `copy`: the `before` map as the
+        writer held it, if it still does (else it is read back from the store)."""
         r, s = schema.resets, schema.streams
         row = conn.execute(
             select(
@@ -71,7 +80,6 @@ class ResetFollower:
                 r.c.epoch,
                 r.c.seq,
                 r.c.ts,
-                r.c.before,
                 r.c.reason,
                 s.c.replica,
                 s.c.rank,
@@ -84,7 +92,11 @@ class ResetFollower:
         self.reset_id = reset_id
         self.stream_id: int = row.stream_id
         self.ts: float = row.ts
-        before, self.signed = decode_tables(row.before)
+        if copy is not None and copy.key == (row.epoch, row.seq, row.reason):
+            before, self.signed = decode_copy(copy.data)
+        else:
+            stored = conn.execute(select(r.c.before).where(r.c.id == reset_id)).scalar_one()
+            before, self.signed = decode_tables(stored)
         self._groups_of_before(before)
         # What a group keeps of the before map (its root's): the map itself is not held.
         self._heads = [_head(before[key], key, root) for key, root in self.roots]

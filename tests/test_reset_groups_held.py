@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from kvscope.collector import snapshot
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.storage import batch_log, prefix_followers, schema
@@ -110,3 +111,34 @@ def test_no_log_is_held_from_an_answer_that_read_nothing(
         followers.groups(conn, STREAM, reset_id)
     assert STREAM not in followers._logs
     engine.dispose()
+
+
+def test_a_follower_starts_from_the_before_map_the_writer_holds(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not from the snapshot the same writer just stored (read back and decompressed)."""
+    used = {"copy": 0, "stored": 0}
+    observing = [False]
+    fresh = reset_prefixes
+
+    def observed(*args: Any) -> Any:  # the test's own answer, from the store
+        observing[0] = True
+        try:
+            return fresh(*args)
+        finally:
+            observing[0] = False
+
+    def counted(name: str, decode: Any) -> Any:
+        def decoded(*args: Any) -> Any:
+            used[name] += not observing[0]
+            return decode(*args)
+
+        return decoded
+
+    follower = "kvscope.storage.reset_follower"
+    monkeypatch.setattr(f"{follower}.decode_copy", counted("copy", snapshot.decode_copy))
+    monkeypatch.setattr(f"{follower}.decode_tables", counted("stored", snapshot.decode_tables))
+    monkeypatch.setattr("tests.test_reset_groups_follow.reset_prefixes", observed)
+    checked = _play(store_url)
+    assert checked.wrong == [] and len(checked.answers) >= 10
+    assert used["stored"] == 0 and used["copy"] >= 2

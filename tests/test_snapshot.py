@@ -25,7 +25,9 @@ from kvscope.collector.snapshot import (
     SnapshotError,
     compress,
     copy_map,
+    decode_copy,
     decode_map,
+    decode_tables,
     encode_copy,
     encode_map,
     recode,
@@ -300,3 +302,30 @@ def test_a_snapshot_that_decodes_but_is_not_whole_is_refused(state: dict[str, An
         recode(data, 3 - state["version"])  # into the other format
     with pytest.raises(SnapshotError):
         decode_map(data, STREAM)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(events, max_size=40), st.booleans())
+def test_a_copy_decodes_to_the_tables_its_snapshot_holds(
+    before: list[KVEvent], signed: bool
+) -> None:
+    """What the store's writer holds of a reset's `before` map is read without its snapshot."""
+    prefix_map = PrefixMap(STREAM)
+    prefix_map.apply(Batch(0, 10.0, 0, before))
+    prefix_map.counters.signed_hashes = signed
+    copy = copy_map(prefix_map)
+    tables, copy_signed = decode_copy(copy)
+    from_snapshot, snapshot_signed = decode_tables(encode_copy(copy))
+    as_map = PrefixMap(STREAM)
+    as_map.tables = tables
+    expected = PrefixMap(STREAM)
+    expected.tables = from_snapshot
+    assert state_of(as_map) == state_of(expected) == state_of(prefix_map)
+    assert copy_signed == snapshot_signed == signed
+
+
+def test_a_copy_that_is_no_map_is_refused() -> None:
+    with pytest.raises(SnapshotError):
+        decode_copy(b"\x81\xa6tables\x01")
+    with pytest.raises(SnapshotError):
+        decode_copy(b"\xc1")
