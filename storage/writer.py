@@ -111,7 +111,7 @@ class StoreWriter:
         if state.epoch != epoch:
             state.epoch = epoch
             self._put_always(EpochRow(stream, epoch, batch.recv_ts))
-        state.rollup.applied(batch)
+        state.rollup.counts.applied(batch)  # (`SecondRollup.applied`, without its call)
         if state.recoveries.followed:
             # Before the batch's log row: a store that holds the batch holds what it made known.
             for recovery in state.recoveries.after_batch(batch):
