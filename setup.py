@@ -77,6 +77,7 @@ setup(
             Extension("kvscope.storage._log_known", ["storage/_log_known.pyx"]),
             Extension("kvscope.storage._checkpoint_pacing", ["storage/_checkpoint_pacing.pyx"]),
             Extension("kvscope.storage._rollup_counts", ["storage/_rollup_counts.pyx"]),
+            Extension("kvscope.storage._queue_core", ["storage/_queue_core.pyx"]),
             # dlopen/dlsym: libdl before glibc 2.34, an empty stub after.
             Extension("kvscope.collector._zmq_recv", ["collector/_zmq_recv.pyx"], libraries=["dl"]),
         ],
