@@ -46,7 +46,9 @@ class SecondRollup:
         second = self.second
         if second is None or second < 0:
             return EVERY_BATCH
-        return Span(second, second + 1)
+        # Float bounds: the collector compares each batch's stamp with them, and a float
+        # compared with an int past 2**30 converts it each time.
+        return Span(float(second), float(second + 1))
 
     def applied(self, batch: AppliedBatch) -> int:
         """Count a batch in the current second; its block-events."""

@@ -157,3 +157,13 @@ def test_a_tables_sums_are_found_by_an_equal_key_not_only_the_interned_one() -> 
         **{f"t{i}": (1, 0) for i in range(9)},
     }
     assert counts.take()[0] == expected
+
+
+def test_a_seconds_span_is_bounded_by_floats() -> None:
+    """The collector compares every batch's stamp (a float) with the span's bounds: an int
+    bound past 2**30 is converted in each comparison. The same stamps are within it."""
+    rollup = rollups.SecondRollup(STREAM)
+    rollup.instant(StreamIngest(STREAM, can_replay=False).map, 1_796_051_000.25)
+    since, until = rollup.span()
+    assert (type(since), type(until)) == (float, float)
+    assert (since, until) == (1_796_051_000, 1_796_051_001)
