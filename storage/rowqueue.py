@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections import deque
 from itertools import islice
 from typing import Generic, TypeVar
 
@@ -33,6 +34,11 @@ Row = TypeVar("Row")
 class RowQueue(QueueCore, Generic[Row]):
     """One producer (the ingest thread), one consumer (the writer thread). The counts, and
     `put_batch`, the put of every batch, are in C (storage/_queue_core.pyx)."""
+
+    # The base's attributes, as this queue's rows make them (annotations only: no class
+    # attribute hides the base's).
+    _rows: deque[Row]
+    spill: Spill[Row] | None
 
     def __init__(
         self,
