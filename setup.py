@@ -21,7 +21,8 @@ back (its walks in _log_walk.pxd, its buffer in _log_buf.pxd, the split's hash t
 without the GIL in _log_split.pxd), _log_planes.pyx lays its stamps and token ids out as byte
 planes, _log_known.pyx its hash literals against a checkpoint's hashes (format 6), and
 storage/_checkpoint_pacing.pyx counts each batch's block-events toward
-the next checkpoint (all Cython).
+the next checkpoint, _rollup_counts.pyx its blocks per table toward the second's rollup (all
+Cython).
 Installing kvscope therefore needs a C compiler and the Python headers, as any package with an
 extension built from source does.
 """
@@ -75,6 +76,8 @@ setup(
             Extension("kvscope.storage._log_planes", ["storage/_log_planes.pyx"]),
             Extension("kvscope.storage._log_known", ["storage/_log_known.pyx"]),
             Extension("kvscope.storage._checkpoint_pacing", ["storage/_checkpoint_pacing.pyx"]),
+            Extension("kvscope.storage._rollup_counts", ["storage/_rollup_counts.pyx"]),
+            Extension("kvscope.storage._queue_core", ["storage/_queue_core.pyx"]),
             # dlopen/dlsym: libdl before glibc 2.34, an empty stub after.
             Extension("kvscope.collector._zmq_recv", ["collector/_zmq_recv.pyx"], libraries=["dl"]),
         ],

@@ -33,10 +33,8 @@ import re
 import sys
 import tempfile
 from collections import deque
-from collections.abc import Mapping, Sequence
 from itertools import starmap
 from pathlib import Path
-from typing import Any
 
 import msgspec
 from _callgrind import collected, gil_free, need_valgrind, run_child
@@ -44,11 +42,12 @@ from _callgrind import collected, gil_free, need_valgrind, run_child
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import NO_BATCH, AppliedBatch, EventSink, MapReader, NullSink, Span
 from kvscope.collector.types import StreamId
+from kvscope.storage import rollups as rollups_module
 from kvscope.storage import write_loop
 from kvscope.storage import writer as writer_module
 from kvscope.storage._checkpoint_pacing import CheckpointPacer
+from kvscope.storage._rollup_counts import RollupCounts
 from kvscope.storage.engine import open_store
-from kvscope.storage.rollups import SecondRollup
 from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
@@ -120,11 +119,16 @@ def _leave_out(part: str, calls: type[NullSink]) -> None:
     if part == "queue":
         RowQueue.put_batch = lambda self, row, nbytes: True  # type: ignore[method-assign]
     elif part == "rollup":
-        SecondRollup.applied = lambda self, batch: None  # type: ignore[method-assign]
+        # An extension type again: the rollup is given counts without.
+        class NoRollupCount(RollupCounts):
+            def applied(self, batch: object) -> int:
+                return 0
+
+        rollups_module.RollupCounts = NoRollupCount  # type: ignore[attr-defined]
     elif part == "pacer":
         # An extension type's methods cannot be replaced: the writer is given a pacer without.
         class NoCount(CheckpointPacer):
-            def batch(self, changes: Mapping[Any, Sequence[int]]) -> bool:
+            def counted(self, events: int) -> bool:
                 return False
 
         writer_module.CheckpointPacer = NoCount  # type: ignore[attr-defined]

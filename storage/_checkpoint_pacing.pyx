@@ -40,13 +40,18 @@ cdef class CheckpointPacer:
     cpdef bint batch(self, object changes):
         """Count one batch's blocks stored and removed per table (`AppliedBatch.changes`);
         whether a checkpoint is due."""
-        cdef long long events = self.events_since
+        cdef long long events = 0
         cdef object counts
         for counts in changes.values():
             events += <long long>counts[0] + <long long>counts[1]
-        self.events_since = events
+        return self.counted(events)
+
+    cpdef bint counted(self, long long events):
+        """Count one batch of `events` block-events (as the rollup counted them); whether a
+        checkpoint is due."""
+        self.events_since += events
         self.batches_since += 1
-        return events >= self.due_events or self.batches_since >= self.every_batches
+        return self.events_since >= self.due_events or self.batches_since >= self.every_batches
 
     def force(self):
         """A checkpoint is due at the next batch, whatever was counted (after a hole)."""

@@ -2,21 +2,19 @@
 
 A second's row holds the map at its end (the map just before the first batch stamped in a later
 second: the sink's `instant` call) and what changed in it: the per-table changes each applied
-batch carries, summed, its clears and its gaps. Nothing walks the events of a batch.
+batch carries, summed as they come (storage/_rollup_counts.pyx, in C), its clears and its gaps.
+Nothing walks the events of a batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 from kvscope.collector.sink import EVERY_BATCH, AppliedBatch, MapReader, Span
-from kvscope.collector.types import StreamId, TableKey
+from kvscope.collector.types import StreamId
 from kvscope.collector.wire import table_key
+from kvscope.storage._rollup_counts import RollupCounts
 from kvscope.storage.rows import RollupRow
 
 _DEFAULT_KEY = table_key("GPU", 0)
-_FOLD_AT = 1 << 16
-"""Batches' changes held before they are summed into one."""
 
 
 class SecondRollup:
@@ -25,18 +23,16 @@ class SecondRollup:
     def __init__(self, stream: StreamId) -> None:
         self.stream = stream
         self.second: int | None = None
-        self._view: MapReader | None = None
-        """The map of the last batch (what a second still open at close is read from)."""
-        self._changes: list[Mapping[TableKey, Sequence[int]]] = []
-        """Each batch's blocks stored and removed per table in the current second, summed at
-        its end: one append per batch, and the sums run in C."""
+        self.counts = RollupCounts()
+        """The current second's blocks stored and removed per table, and its gaps; and the map
+        of the last batch (what a second still open at close is read from). The store's writer
+        hands each batch to its `applied` itself: one call per batch, in C."""
         self._clears = 0
-        self._gaps = 0
 
     def instant(self, view: MapReader, ts: float) -> list[RollupRow]:
         """Before a batch stamped `ts`: if it opens a new second, the rows of the one before
         (`view` is the map after that second's last batch)."""
-        self._view = view
+        self.counts.view = view
         second = int(ts)
         if second == self.second:
             return []
@@ -50,15 +46,13 @@ class SecondRollup:
         second = self.second
         if second is None or second < 0:
             return EVERY_BATCH
-        return Span(second, second + 1)
+        # Float bounds: the collector compares each batch's stamp with them, and a float
+        # compared with an int past 2**30 converts it each time.
+        return Span(float(second), float(second + 1))
 
-    def applied(self, batch: AppliedBatch) -> None:
-        self._view = batch.view
-        self._gaps += batch.gaps
-        changes = self._changes
-        changes.append(batch.changes)
-        if len(changes) >= _FOLD_AT:  # a clock stuck in one second must not grow the list
-            self._changes = [_summed(changes)]
+    def applied(self, batch: AppliedBatch) -> int:
+        """Count a batch in the current second; its block-events."""
+        return self.counts.applied(batch)
 
     def cleared(self) -> None:
         """An `AllBlocksCleared` in the batch being applied (restarts are not counted)."""
@@ -66,9 +60,10 @@ class SecondRollup:
 
     def close(self) -> list[RollupRow]:
         """The rows of the second still open (the collector is stopping)."""
-        if self.second is None or self._view is None:
+        view = self.counts.view
+        if self.second is None or view is None:
             return []
-        rows = self._rows(self._view)
+        rows = self._rows(view)
         self.second = None
         return rows
 
@@ -77,7 +72,7 @@ class SecondRollup:
         max over tiers, not the sum)."""
         assert self.second is not None
         stats = view.stats()
-        changes = _summed(self._changes)
+        changes, gaps = self.counts.take()
         rows = []
         for key in set(stats) | set(changes) or {_DEFAULT_KEY}:
             s = stats.get(key)
@@ -94,30 +89,8 @@ class SecondRollup:
                     stores,
                     removes,
                     self._clears,
-                    self._gaps,
+                    gaps,
                 )
             )
-        self._changes = []
-        self._clears = self._gaps = 0
+        self._clears = 0
         return rows
-
-
-def _summed(changes: list[Mapping[TableKey, Sequence[int]]]) -> dict[TableKey, tuple[int, int]]:
-    """Blocks stored and removed per table over `changes`; a table only named, by events of no
-    block, is left out (counts are never negative).
-
-    One pass over each batch's few tables: a pass over all the batches per table, in C, costs
-    twice as many instructions (a bound `get` and a list per batch)."""
-    summed: dict[TableKey, list[int]] = {}
-    get = summed.get
-    for change in changes:
-        for key, (stores, removes) in change.items():
-            found = get(key)
-            if found is None:
-                summed[key] = [stores, removes]  # a copy: the batch's own list is not ours
-            else:
-                found[0] += stores
-                found[1] += removes
-    return {
-        key: (stores, removes) for key, (stores, removes) in summed.items() if stores or removes
-    }

@@ -25,13 +25,20 @@ from collections import deque
 from itertools import islice
 from typing import Generic, TypeVar
 
+from kvscope.storage._queue_core import QueueCore
 from kvscope.storage.spill import Spill
 
 Row = TypeVar("Row")
 
 
-class RowQueue(Generic[Row]):
-    """One producer (the ingest thread), one consumer (the writer thread)."""
+class RowQueue(QueueCore, Generic[Row]):
+    """One producer (the ingest thread), one consumer (the writer thread). The counts, and
+    `put_batch`, the put of every batch, are in C (storage/_queue_core.pyx)."""
+
+    # The base's attributes, as this queue's rows make them (annotations only: no class
+    # attribute hides the base's).
+    _rows: deque[Row]
+    spill: Spill[Row] | None
 
     def __init__(
         self,
@@ -52,11 +59,6 @@ class RowQueue(Generic[Row]):
         self._taken_spilled = 0
         self.poll_s = poll_s
         self.linger_s = linger_s
-        self._rows: deque[Row] = deque()
-        self._sizes: deque[int] = deque()
-        """The size of each row in `_rows`, as given to `put`."""
-        self._bytes_in = 0
-        self._bytes_out = 0
         self._taken_bytes = 0
         self.rare_spilled_total = 0
         """Rare rows that waited in the spill (memory held `rare_bytes_limit` already)."""
@@ -68,11 +70,7 @@ class RowQueue(Generic[Row]):
         """`put_total` when last hurried: the hurry ends with the take that reaches that row."""
         self._taken_total = 0
         """Rows ever taken (from memory or the spill), in the order they were put."""
-        self._droppable_in = 0
-        self._droppable_out = 0
         self._taken = 0
-        self._others_in = 0
-        """Rows queued but droppable ones in memory: rare rows, and rows spilled."""
         self.written_total = 0
 
     def put(self, row: Row, droppable: bool, nbytes: int = 0) -> bool:
@@ -96,33 +94,6 @@ class RowQueue(Generic[Row]):
         self._others_in += 1
         self._keep(row, nbytes)
         return True
-
-    def put_batch(self, row: Row, nbytes: int) -> bool:
-        """`put(row, True, nbytes)`, called directly for each batch by the ingest thread: the
-        common case (room in memory, no spill being drained) in as few steps as it takes."""
-        held = self._bytes_in - self._bytes_out
-        if (
-            self._droppable_in - self._droppable_out < self.droppable_limit
-            and (held + nbytes <= self.bytes_limit or not held)
-            and not (self.spill is not None and self.spill.active)
-        ):
-            self._droppable_in += 1
-            # `_keep`, inlined: its size first (the consumer pops as many sizes as it finds rows).
-            self._sizes.append(nbytes)
-            self._bytes_in += nbytes
-            self._rows.append(row)
-            return True
-        spill = self.spill
-        if spill is None or not spill.put(row):
-            return False
-        self._others_in += 1
-        return True
-
-    def _keep(self, row: Row, nbytes: int) -> None:
-        # Its size first: the consumer pops as many sizes as it finds rows.
-        self._sizes.append(nbytes)
-        self._bytes_in += nbytes
-        self._rows.append(row)
 
     @property
     def put_total(self) -> int:

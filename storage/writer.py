@@ -111,7 +111,8 @@ class StoreWriter:
         if state.epoch != epoch:
             state.epoch = epoch
             self._put_always(EpochRow(stream, epoch, batch.recv_ts))
-        state.rollup.applied(batch)
+        # (`SecondRollup.applied`, without its call); the block-events it counted pace checkpoints.
+        events = state.rollup.counts.applied(batch)
         if state.recoveries.followed:
             # Before the batch's log row: a store that holds the batch holds what it made known.
             for recovery in state.recoveries.after_batch(batch):
@@ -124,7 +125,7 @@ class StoreWriter:
             self._note_drop(stream, state, epoch, batch.seq, batch.ts)
         elif state.dropped_from is not None:
             self._close_drop(stream, state)
-        if state.pacer.batch(batch.changes) and state.dropped_from is None:
+        if state.pacer.counted(events) and state.dropped_from is None:
             self._checkpoint(batch, state)
 
     def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
@@ -136,8 +137,10 @@ class StoreWriter:
             for recovery in state.recoveries.before_batch(view, ts):
                 self._put_always(recovery)
         for row in state.rollup.instant(view, ts):
-            self._put(row)
+            self._queue.put_batch(row, 0)  # (`_put`, without its calls)
         span = state.rollup.span()
+        if not state.recoveries.followed:
+            return span
         for at in state.recoveries.next_instants():
             # A batch stamped past `at` must come after a call.
             span = span.within(Span(-math.inf, math.nextafter(at, math.inf)))

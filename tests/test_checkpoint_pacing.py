@@ -49,3 +49,13 @@ def test_due_by_count_and_when_forced() -> None:
 def test_an_infinite_ratio_paces_by_count_only() -> None:
     pacer = CheckpointPacer(per_block=float("inf"), every_batches=2)
     assert [pacer.batch({GPU: [10**9, 0]}) for _ in range(2)] == [False, True]
+
+
+def test_a_batch_counted_by_its_block_events_paces_as_its_changes_do() -> None:
+    """The store's writer hands the pacer the block-events the rollup counted already."""
+    by_changes, by_events = (CheckpointPacer(per_block=1.0, every_batches=3) for _ in range(2))
+    batches = [{GPU: [MIN_BLOCKS - 2, 1]}, {CPU: [0, 1]}, {}, {GPU: [1, 0]}, {}, {}]
+    due = [by_changes.batch(changes) for changes in batches]
+    assert [by_events.counted(sum(map(sum, c.values()))) for c in batches] == due
+    assert due == [False, True, True, True, True, True]
+    assert (by_events.events_since, by_events.batches_since) == (MIN_BLOCKS + 1, 6)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pytest
 from sqlalchemy import select
 
 from kvscope.collector.block_table import TableStats
@@ -14,6 +13,7 @@ from kvscope.collector.sink import AppliedBatch, MapReader, NullSink, ResumePoin
 from kvscope.collector.types import StreamId, TableKey
 from kvscope.collector.wire import table_key
 from kvscope.storage import rollups, schema
+from kvscope.storage._rollup_counts import RollupCounts
 from kvscope.storage.engine import open_store
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
@@ -56,12 +56,7 @@ def _ingest_into(writer: StoreWriter) -> StreamIngest:
     return StreamIngest(STREAM, can_replay=False, sink=writer)
 
 
-@pytest.mark.parametrize("fold_at", [None, 2], ids=["unfolded", "folded"])
-def test_each_second_holds_the_map_after_its_last_batch_and_its_changes(
-    store_url: str, fold_at: int | None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if fold_at is not None:  # a second's changes summed as it goes, as a stuck clock's are
-        monkeypatch.setattr(rollups, "_FOLD_AT", fold_at)
+def test_each_second_holds_the_map_after_its_last_batch_and_its_changes(store_url: str) -> None:
     writer = StoreWriter(open_store(store_url), StoreSettings())
     live = _ingest_into(writer)
     plain = StreamIngest(STREAM, can_replay=False)
@@ -124,29 +119,51 @@ class _Rolled(NullSink):
         self.rollup.applied(batch)
 
 
-def test_a_clock_stuck_in_one_second_holds_its_changes_summed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(rollups, "_FOLD_AT", 4)
+def test_a_clock_stuck_in_one_second_sums_every_batch() -> None:
     sink = _Rolled()
     live = StreamIngest(STREAM, can_replay=False, sink=sink)
     for seq in range(50):
         live.live_frames(frames(seq, payload(store(seq + 1), ts=7.5)), 7.5)
-    assert len(sink.rollup._changes) < 4  # not one per batch
     (row,) = sink.rollup.close()
     assert (row.second, row.stores, row.removes, row.stored) == (7, 50, 0, 50)
 
 
 def test_a_seconds_sums_leave_each_batchs_changes_as_they_were() -> None:
-    """The sums are built beside the batches' own lists (the map made them), never in them;
-    a table only named, by events of no block, gets no sum."""
+    """The sums are kept beside the batches' own lists (the map made them), never in them; a
+    table only named, by events of no block, gets no sum."""
     gpu, cpu, named = (table_key(medium, 0) for medium in ("GPU", "CPU", "DISK"))
     changes: list[Mapping[TableKey, Sequence[int]]] = [
         {gpu: [3, 1], named: [0, 0]},
         {},
-        {gpu: (2, 2), cpu: [0, 4]},  # a fold's sums are tuples
+        {gpu: (2, 2), cpu: [0, 4]},
         {gpu: [1, 0]},
     ]
     before = repr(changes)
-    assert rollups._summed(changes) == {gpu: (6, 3), cpu: (0, 4)}
+    counts = RollupCounts()
+    assert [counts.count(change) for change in changes] == [4, 0, 8, 1]  # block-events
+    assert counts.take() == ({gpu: (6, 3), cpu: (0, 4)}, 0)
     assert repr(changes) == before
+    assert counts.take() == ({}, 0)  # taken: counted again from 0
+
+
+def test_a_tables_sums_are_found_by_an_equal_key_not_only_the_interned_one() -> None:
+    counts = RollupCounts()
+    counts.count({table_key("GPU", 0): [2, 0]})
+    counts.count({TableKey("GPU", 0): [1, 1], TableKey("GPU", 1): [5, 0]})
+    counts.count({f"t{i}": [1, 0] for i in range(9)})  # more tables than first made room for
+    expected: dict[object, tuple[int, int]] = {
+        table_key("GPU", 0): (3, 1),
+        TableKey("GPU", 1): (5, 0),
+        **{f"t{i}": (1, 0) for i in range(9)},
+    }
+    assert counts.take()[0] == expected
+
+
+def test_a_seconds_span_is_bounded_by_floats() -> None:
+    """The collector compares every batch's stamp (a float) with the span's bounds: an int
+    bound past 2**30 is converted in each comparison. The same stamps are within it."""
+    rollup = rollups.SecondRollup(STREAM)
+    rollup.instant(StreamIngest(STREAM, can_replay=False).map, 1_796_051_000.25)
+    since, until = rollup.span()
+    assert (type(since), type(until)) == (float, float)
+    assert (since, until) == (1_796_051_000, 1_796_051_001)

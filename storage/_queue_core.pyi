@@ -1,0 +1,16 @@
+from collections import deque
+from typing import Any
+
+class QueueCore:
+    droppable_limit: int
+    bytes_limit: int
+    _droppable_in: int
+    _droppable_out: int
+    _bytes_in: int
+    _bytes_out: int
+    _others_in: int
+    spill: Any
+    _rows: deque[Any]
+    _sizes: deque[int]
+    def put_batch(self, row: Any, nbytes: int) -> bool: ...
+    def _keep(self, row: Any, nbytes: int) -> None: ...

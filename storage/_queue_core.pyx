@@ -1,0 +1,64 @@
+# The row queue's counts (storage/rowqueue.py), and the put that the ingest thread makes for
+# each batch, in C.
+#
+# A put is a few comparisons and two appends, but in Python each counter read, each sum and each
+# attribute write costs an object's worth of work (the byte counts are past the small ints
+# Python keeps), on the ingest thread, for every batch. Here the counts are C integers; each is
+# written by one thread only (`_in`: the producer, `_out`: the consumer), and every step below
+# runs holding the GIL, so none is seen half done.
+
+from collections import deque
+
+
+cdef class QueueCore:
+    cdef public long long droppable_limit
+    cdef public long long bytes_limit
+    cdef public long long _droppable_in
+    cdef public long long _droppable_out
+    cdef public long long _bytes_in
+    cdef public long long _bytes_out
+    cdef public long long _others_in
+    """Rows queued but droppable ones in memory: rare rows, and rows spilled."""
+    cdef public object spill
+    cdef readonly object _rows
+    cdef readonly object _sizes
+    """The size of each row in `_rows`, as given to `put`."""
+    cdef object _append_row
+    cdef object _append_size
+
+    def __cinit__(self, *args, **kwargs):
+        self._rows = deque()
+        self._sizes = deque()
+        self._append_row = self._rows.append
+        self._append_size = self._sizes.append
+        self.droppable_limit = self.bytes_limit = 0
+        self._droppable_in = self._droppable_out = self._bytes_in = self._bytes_out = 0
+        self._others_in = 0
+        self.spill = None
+
+    def put_batch(self, object row, long long nbytes):
+        """`put(row, True, nbytes)`, called directly for each batch by the ingest thread: the
+        common case (room in memory, no spill being drained) in as few steps as it takes."""
+        cdef long long held = self._bytes_in - self._bytes_out
+        spill = self.spill
+        if (
+            self._droppable_in - self._droppable_out < self.droppable_limit
+            and (held + nbytes <= self.bytes_limit or not held)
+            and (spill is None or not spill.active)
+        ):
+            self._droppable_in += 1
+            # `_keep`: its size first (the consumer pops as many sizes as it finds rows).
+            self._append_size(nbytes)
+            self._bytes_in += nbytes
+            self._append_row(row)
+            return True
+        if spill is None or not spill.put(row):
+            return False
+        self._others_in += 1
+        return True
+
+    def _keep(self, object row, long long nbytes):
+        # Its size first: the consumer pops as many sizes as it finds rows.
+        self._append_size(nbytes)
+        self._bytes_in += nbytes
+        self._append_row(row)

@@ -1,0 +1,9 @@
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+class RollupCounts:
+    gaps: int
+    view: Any
+    def applied(self, batch: Any) -> int: ...
+    def count(self, changes: Mapping[Any, Sequence[int]]) -> int: ...
+    def take(self) -> tuple[dict[Any, tuple[int, int]], int]: ...
