@@ -12,7 +12,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 
-from kvscope.collector._msgpack cimport MAX_DEPTH, Reader, read_array, read_map, read_uint64, skip
+from kvscope.collector._msgpack cimport MAX_DEPTH, Reader, read_array, read_map, skip
 from kvscope.storage._run_table cimport (
     Table, table_clear, table_init, table_keep_sorted, table_note, table_sort
 )
@@ -21,23 +21,47 @@ cdef enum:
     NO_MEMORY = -3
 
 
+cdef inline int int_width(uint8_t b) noexcept nogil:
+    """Bytes after the first of a msgpack int whose first byte is `b` (0: a positive fixint),
+    -1 if `b` starts no int but a negative fixint."""
+    if b <= 0x7F:
+        return 0
+    if 0xCC <= b <= 0xD3:
+        return 1 << ((b - 0xCC) & 3)
+    return -1
+
+
 cdef bint all_tokens(Reader* r, Py_ssize_t n) noexcept nogil:
-    """Whether the array's `n` items are ints that fit 32 bits (the reader is moved on)."""
-    cdef uint64_t v
-    cdef Py_ssize_t k
+    """Whether the array's `n` items are ints that fit 32 bits, not negative (the reader is
+    moved on). Read by their bytes, not their values: `note_runs` walks them again."""
+    cdef const uint8_t* p = r.p
+    cdef Py_ssize_t k, pos = r.pos
+    cdef int w
+    cdef uint8_t b
     for k in range(n):
-        if read_uint64(r, &v) < 0 or v >> 32:
+        if pos >= r.end:
             return False
+        b = p[pos]
+        w = int_width(b)
+        if w < 0 or r.end - pos - 1 < w:
+            return False
+        if w == 8:  # uint64, int64: the upper half is zero (which clears the sign too)
+            if p[pos + 1] | p[pos + 2] | p[pos + 3] | p[pos + 4]:
+                return False
+        elif b >= 0xD0 and p[pos + 1] & 0x80:  # int8..int32 below zero
+            return False
+        pos += 1 + w
+    r.pos = pos
     return True
 
 
 cdef int note_runs(Reader* r, Py_ssize_t n, Py_ssize_t granule, Table* seen, uint64_t when,
                    Py_ssize_t* counts) noexcept nogil:
-    cdef uint64_t v
+    """The array's runs of `granule` ids noted (its `n` items read by `all_tokens` already)."""
     cdef Py_ssize_t k, cut = r.pos
     cdef int held
     for k in range(n):
-        read_uint64(r, &v)  # read once already: cannot fail
+        r.pos += 1 + int_width(r.p[r.pos])
         if (k + 1) % granule == 0:
             held = table_note(seen, r.p + cut, r.pos - cut, when)
             if held < 0:
