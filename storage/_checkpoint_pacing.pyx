@@ -37,15 +37,6 @@ cdef class CheckpointPacer:
         self.events_since = 0
         self.due_events = per_block * min_blocks
 
-    cpdef bint batch(self, object changes):
-        """Count one batch's blocks stored and removed per table (`AppliedBatch.changes`);
-        whether a checkpoint is due."""
-        cdef long long events = 0
-        cdef object counts
-        for counts in changes.values():
-            events += <long long>counts[0] + <long long>counts[1]
-        return self.counted(events)
-
     cpdef bint counted(self, long long events):
         """Count one batch of `events` block-events (as the rollup counted them); whether a
         checkpoint is due."""

@@ -17,12 +17,12 @@ cdef class QueueCore:
     cdef public long long _droppable_out
     cdef public long long _bytes_in
     cdef public long long _bytes_out
+    # Rows queued but droppable ones in memory: rare rows, and rows spilled.
     cdef public long long _others_in
-    """Rows queued but droppable ones in memory: rare rows, and rows spilled."""
     cdef public object spill
     cdef readonly object _rows
+    # The size of each row in `_rows`, as given to `put`.
     cdef readonly object _sizes
-    """The size of each row in `_rows`, as given to `put`."""
     cdef object _append_row
     cdef object _append_size
 

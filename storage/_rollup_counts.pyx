@@ -12,15 +12,15 @@ from cpython.object cimport PyObject
 
 
 cdef class RollupCounts:
+    # The tables seen, in the order first seen; the sums of `_keys[i]` are at `_sums[2 * i]`.
     cdef list _keys
-    """The tables seen, in the order first seen; the sums of `_keys[i]` are at `_sums[2 * i]`."""
     cdef long long *_sums
     cdef Py_ssize_t _capacity
+    # Gaps in the stream's seqs told since the counts were last taken.
     cdef readonly long long gaps
-    """Gaps in the stream's seqs told since the counts were last taken."""
+    # The map of the last batch counted, or instant seen (what a second still open at close is
+    # read from).
     cdef public object view
-    """The map of the last batch counted, or instant seen (what a second still open at close
-    is read from)."""
 
     def __cinit__(self):
         self._keys = []

@@ -160,7 +160,9 @@ class PrefixFollowers:
         follower = held
         if follower is None or follower.reset_id != reset_id or not follower.follows(offsets):
             try:
-                follower = ResetFollower(conn, reset_id, self._copies.pop(stream, None))
+                follower = ResetFollower(conn, reset_id, self._copies.get(stream))
+                if follower.used_copy:  # (an older reset's follower leaves the newer's copy)
+                    del self._copies[stream]
             except NotInStore:
                 self._logs.pop(stream, None)  # never followed: its batches need not be held
                 raise

@@ -92,8 +92,13 @@ class ResetFollower:
         self.reset_id = reset_id
         self.stream_id: int = row.stream_id
         self.ts: float = row.ts
-        if copy is not None and copy.key == (row.epoch, row.seq, row.reason):
+        self.key: tuple[int, int, str] = (row.epoch, row.seq, row.reason)
+        """The reset's `ResetRow.key`."""
+        self.used_copy = False
+        """Whether it read `copy` (else the stored snapshot)."""
+        if copy is not None and copy.key == self.key:
             before, self.signed = decode_copy(copy.data)
+            self.used_copy = True
         else:
             stored = conn.execute(select(r.c.before).where(r.c.id == reset_id)).scalar_one()
             before, self.signed = decode_tables(stored)

@@ -8,7 +8,7 @@ Nothing walks the events of a batch.
 
 from __future__ import annotations
 
-from kvscope.collector.sink import EVERY_BATCH, AppliedBatch, MapReader, Span
+from kvscope.collector.sink import EVERY_BATCH, MapReader, Span
 from kvscope.collector.types import StreamId
 from kvscope.collector.wire import table_key
 from kvscope.storage._rollup_counts import RollupCounts
@@ -49,10 +49,6 @@ class SecondRollup:
         # Float bounds: the collector compares each batch's stamp with them, and a float
         # compared with an int past 2**30 converts it each time.
         return Span(float(second), float(second + 1))
-
-    def applied(self, batch: AppliedBatch) -> int:
-        """Count a batch in the current second; its block-events."""
-        return self.counts.applied(batch)
 
     def cleared(self) -> None:
         """An `AllBlocksCleared` in the batch being applied (restarts are not counted)."""

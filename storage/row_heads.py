@@ -1,5 +1,6 @@
 """Each row's first bytes of a blob column, without the rest: how a migration finds the rows of
-one format, or fills a column from what a stored header names."""
+one format, or fills a column from what a stored header names. On SQLite the table must have
+rowids (not WITHOUT ROWID) and the column hold no NULL: a blob handle reads it."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ def row_heads(
     data = table.c[column]
     condition = sa.func.substr(data, 1, len(starting)) == starting if starting else sa.true()
     for key in conn.execute(sa.select(*keys).where(condition).order_by(*keys)).all():
+        if not head_bytes:
+            yield tuple(key), b""
+            continue
         # PostgreSQL fetches no more of a value stored out of line than the slice.
         head = conn.execute(
             sa.select(sa.func.substr(data, 1, head_bytes)).where(key_where(keys, key))

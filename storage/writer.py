@@ -111,7 +111,7 @@ class StoreWriter:
         if state.epoch != epoch:
             state.epoch = epoch
             self._put_always(EpochRow(stream, epoch, batch.recv_ts))
-        # (`SecondRollup.applied`, without its call); the block-events it counted pace checkpoints.
+        # Counted into the second's rollup; the block-events it counted pace checkpoints.
         events = state.rollup.counts.applied(batch)
         if state.recoveries.followed:
             # Before the batch's log row: a store that holds the batch holds what it made known.

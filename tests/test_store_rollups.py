@@ -116,7 +116,7 @@ class _Rolled(NullSink):
         return self.rollup.span()
 
     def applied(self, batch: AppliedBatch) -> None:
-        self.rollup.applied(batch)
+        self.rollup.counts.applied(batch)
 
 
 def test_a_clock_stuck_in_one_second_sums_every_batch() -> None:
