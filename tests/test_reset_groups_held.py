@@ -18,6 +18,8 @@ from kvscope.storage.engine import open_store
 from kvscope.storage.log_dictionaries_sql import open_chunk
 from kvscope.storage.reset_follower import ResetFollower
 from kvscope.storage.reset_prefixes import reset_prefixes
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
 from tests.test_reset_groups_follow import STREAM, Checked, _writer
 
@@ -142,3 +144,40 @@ def test_a_follower_starts_from_the_before_map_the_writer_holds(
     checked = _play(store_url)
     assert checked.wrong == [] and len(checked.answers) >= 10
     assert used["stored"] == 0 and used["copy"] >= 2
+
+
+def test_a_newer_resets_copy_outlives_an_older_resets_follower(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No follower is held (no room): each answer makes one, an older reset's too after a newer
+    reset's clear. That one must leave the newer reset's copy for the newer's first follower."""
+    firsts: dict[int, bool] = {}
+    observing = [False]
+    fresh = reset_prefixes
+
+    def observed(*args: Any) -> Any:  # the test's own answer, from the store
+        observing[0] = True
+        try:
+            return fresh(*args)
+        finally:
+            observing[0] = False
+
+    class Recorded(ResetFollower):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            if not observing[0]:
+                firsts.setdefault(self.reset_id, self.used_copy)
+
+    monkeypatch.setattr(prefix_followers, "ResetFollower", Recorded)
+    monkeypatch.setattr("tests.test_reset_groups_follow.reset_prefixes", observed)
+    settings = StoreSettings(prefix_follower_bytes=1, rows_per_transaction=1)
+    writer = StoreWriter(open_store(store_url), settings)
+    checked = Checked(writer._sql.followers)
+    writer._sql.followers.observe = checked
+    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
+    for record in read_capture(capture_path("lab_3rps_180s.msgpack.gz")):
+        ingest.live_frames(record.frames, record.recv_ts)
+    writer.close()
+    assert writer.failure is None and checked.wrong == []
+    assert writer._sql.followers.turned_away > 0 and len(firsts) >= 2
+    assert all(firsts.values()), firsts
