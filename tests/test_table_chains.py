@@ -109,6 +109,32 @@ def test_chain_groups_equal_the_reference(
     assert chain_groups(table, first) == reference_groups(table, first)
 
 
+# Hashes over the whole range, and ones that differ in one middle byte alone: the groups are
+# numbered in hash order (a radix sort, a byte a pass, that skips the bytes all share).
+_wide = st.one_of(
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 255).map(lambda b: (b << 40) | 0xABCD),
+    st.integers(0, 255).map(lambda b: (b << 56) | (b << 8)),
+)
+_wide_ops = st.lists(
+    st.tuples(
+        st.just(True),
+        st.lists(_wide, min_size=1, max_size=30, unique=True),
+        st.one_of(st.none(), _wide),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_wide_ops)
+def test_groups_are_numbered_in_hash_order_over_the_whole_range(
+    ops: list[tuple[bool, list[int], int | None]],
+) -> None:
+    table = _table(ops)
+    assert chain_groups(table, 0) == reference_groups(table, 0)
+
+
 def test_a_cycle_is_cut_as_the_reference_cuts_it() -> None:
     # 2 names 1 as its parent, then 1 is stored under 2: each is the other's parent.
     table = _table([(True, [2], 1), (True, [1], 2), (True, [3, 4], 2), (True, [5], 2)])
