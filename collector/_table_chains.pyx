@@ -64,8 +64,9 @@ cdef void* _alloc(Py_ssize_t n, size_t size) except NULL:
 
 
 def chain_groups(TableCore table, Py_ssize_t first):
-    """(hash -> group, the shared hashes, each group's root, size and shared blocks), groups
-    numbered from `first`."""
+    """(hash -> its group * 2, plus 1 if it is shared, as a slot map; each group's root, size
+    and shared blocks), groups numbered from `first`: the marks a follower counts a table
+    against (collector/_table_counts.pyx's `add_group_counts`), made with the groups."""
     cdef SlotMap slot_of = table._slot_of
     cdef Columns c
     take_columns(table, &c)
@@ -82,7 +83,10 @@ def chain_groups(TableCore table, Py_ssize_t first):
     cdef uint8_t* leaves = NULL
     cdef int32_t* group_of_root = NULL
     cdef Keyed* keyed = NULL
-    members, shared, roots, sizes, shared_sizes = {}, set(), [], [], []
+    if first < 0 or first + n > 0x3FFFFFFF:
+        raise ValueError("a group index must fit 30 bits")
+    cdef SlotMap marks = SlotMap(n)
+    roots, sizes, shared_sizes = [], [], []
     try:
         hashes = <uint64_t*>_alloc(n, sizeof(uint64_t))
         parent = <int32_t*>_alloc(n, sizeof(int32_t))
@@ -169,12 +173,11 @@ def chain_groups(TableCore table, Py_ssize_t first):
                 roots.append(hashes[r])
                 sizes.append(0)
                 shared_sizes.append(0)
-            members[hashes[h]] = first + g
             sizes[g] += 1
             if leaves[h] >= 2:
-                shared.add(hashes[h])
                 shared_sizes[g] += 1
-        return members, shared, roots, sizes, shared_sizes
+            marks._put(hashes[h], <int32_t>(2 * (first + g) + (leaves[h] >= 2)))
+        return marks, roots, sizes, shared_sizes
     finally:
         PyMem_Free(hashes)
         PyMem_Free(parent)

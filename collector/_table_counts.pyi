@@ -10,11 +10,7 @@ def count_cached(table: TableCore, hashes: Iterable[int]) -> int:
 def hittable_weight(table: TableCore, weights: dict[int, int]) -> int:
     """The sum of `weights[h]` over the hashes `h` of `weights` hittable in `table`."""
 
-def group_marks(members: dict[int, int], shared: set[int]) -> SlotMap:
-    """A before map's table's `members` (hash -> group) as a slot map of hash -> group * 2,
-    plus 1 where the hash is `shared`: what `add_group_counts` probes, in C."""
-
 def add_group_counts(table: TableCore, marks: SlotMap, counts: array[int]) -> None:
-    """Adds, per group `g` of `marks` (`group_marks`), its blocks cached in `table` to
-    `counts[3g]`, those hittable to `counts[3g + 1]` and those hittable and shared to
-    `counts[3g + 2]` (`counts`: an `array("i")`)."""
+    """Adds, per group `g` of `marks` (hash -> g * 2, plus 1 if shared: `chain_groups`'), its
+    blocks cached in `table` to `counts[3g]`, those hittable to `counts[3g + 1]` and those
+    hittable and shared to `counts[3g + 2]` (`counts`: an `array("i")`)."""

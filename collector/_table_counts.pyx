@@ -41,24 +41,12 @@ def hittable_weight(TableCore table, dict weights):
     return total
 
 
-def group_marks(dict members, set shared):
-    """A before map's table's `members` (hash -> group) as a slot map of hash -> group * 2,
-    plus 1 where the hash is `shared`: what `add_group_counts` probes, in C."""
-    cdef SlotMap marks = SlotMap(len(members))
-    cdef Py_ssize_t group
-    for value, group_of in members.items():
-        group = group_of
-        if group < 0 or group > 0x3FFFFFFF:
-            raise ValueError("a group index must fit 30 bits")
-        marks._put(<uint64_t>value, <int32_t>(group * 2 + (value in shared)))
-    return marks
-
-
 def add_group_counts(TableCore table, SlotMap marks, int32_t[::1] counts):
-    """Adds, per group `g` of `marks` (`group_marks`), its blocks cached in `table` to
-    `counts[3g]`, those hittable to `counts[3g + 1]` and those hittable and shared to
-    `counts[3g + 2]`. It walks the smaller of the two maps and probes the other: after a
-    reset the table is nearly empty, later the before map may be the smaller."""
+    """Adds, per group `g` of `marks` (hash -> g * 2, plus 1 if shared: `chain_groups`'), its
+    blocks cached in `table` to `counts[3g]`, those hittable to `counts[3g + 1]` and those
+    hittable and shared to `counts[3g + 2]`. It walks the smaller of the two maps and probes
+    the other: after a reset the table is nearly empty, later the before map may be the
+    smaller."""
     cdef SlotMap slot_of = table._slot_of
     cdef unsigned char* flags = <unsigned char*>table._flags.data.as_voidptr
     cdef size_t i, cap

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, select
 from kvscope.collector._replay import replay
 from kvscope.collector._slot_map import SlotMap
 from kvscope.collector._table_chains import chain_groups
-from kvscope.collector._table_counts import add_group_counts, group_marks
+from kvscope.collector._table_counts import add_group_counts
 from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.sink import ClearReason
@@ -152,9 +152,9 @@ class ResetFollower:
         self.shared_sizes: list[int] = []
         self.before_blocks = 0
         for key in sorted(before, key=lambda k: (k.medium, k.group)):
-            members, shared, roots, sizes, shared_sizes = chain_groups(before[key], len(self.roots))
-            self.marks[key] = group_marks(members, shared)
-            self.before_blocks += len(members)
+            marks, roots, sizes, shared_sizes = chain_groups(before[key], len(self.roots))
+            self.marks[key] = marks
+            self.before_blocks += len(marks)
             self.roots += [(key, root) for root in roots]
             self.sizes += sizes
             self.shared_sizes += shared_sizes

@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvscope.collector._slot_map import SlotMap
 from kvscope.collector._table_chains import chain_groups
-from kvscope.collector._table_counts import add_group_counts, group_marks
+from kvscope.collector._table_counts import add_group_counts
 from kvscope.collector.block_table import BlockTable
-from tests.test_table_chains import _ops, _table
+from tests.test_table_chains import _ops, _table, groups_of
 
 
 def reference_counts(
@@ -32,11 +33,9 @@ def reference_counts(
     return counts
 
 
-def _compiled(
-    table: BlockTable, members: dict[int, int], shared: set[int], groups: int
-) -> dict[int, list[int]]:
+def _compiled(table: BlockTable, marks: SlotMap, groups: int) -> dict[int, list[int]]:
     counts = array("i", bytes(12 * groups))
-    add_group_counts(table, group_marks(members, shared), counts)
+    add_group_counts(table, marks, counts)
     return {
         g: list(counts[3 * g : 3 * g + 3]) for g in range(groups) if any(counts[3 * g : 3 * g + 3])
     }
@@ -49,27 +48,27 @@ Ops = list[tuple[bool, list[int], int | None]]
 @given(_ops, _ops, st.integers(0, 3))
 def test_group_counts_equal_the_reference(before_ops: Ops, followed_ops: Ops, first: int) -> None:
     before, followed = _table(before_ops), _table(followed_ops)
-    members, shared, roots, _, _ = chain_groups(before, first)
+    marks = chain_groups(before, first)[0]
+    members, shared, roots, _, _ = groups_of(before, first)
     groups = first + len(roots)
-    assert _compiled(followed, members, shared, groups) == reference_counts(
-        followed, members, shared
-    )
+    assert _compiled(followed, marks, groups) == reference_counts(followed, members, shared)
 
 
 def test_either_map_may_be_walked() -> None:
     # A before map larger than the followed table, then smaller: both walks count the same.
     before = _table([(True, list(range(1, 30)), None), (True, [40, 41], 5)])
-    members, shared, roots, _, _ = chain_groups(before, 0)
+    marks = chain_groups(before, 0)[0]
+    members, shared, roots, _, _ = groups_of(before, 0)
     small = _table([(True, [1, 2, 3], None), (True, [41], 40)])
     large = _table([(True, list(range(1, 60)), None), (True, [40, 41], 5)])
     for followed in (small, large):
-        assert _compiled(followed, members, shared, len(roots)) == reference_counts(
-            followed, members, shared
-        )
+        assert _compiled(followed, marks, len(roots)) == reference_counts(followed, members, shared)
     assert len(small) < len(members) < len(large)
 
 
 def test_a_group_past_the_counts_is_refused() -> None:
     table = _table([(True, [1, 2], None)])
     with pytest.raises(IndexError):
-        add_group_counts(table, group_marks({1: 0, 2: 1}, set()), array("i", bytes(12)))
+        marks = SlotMap()
+        marks[1], marks[2] = 0, 2  # groups 0 and 1, the counts room for one
+        add_group_counts(table, marks, array("i", bytes(12)))
