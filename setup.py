@@ -9,7 +9,8 @@ msgpack reads inline in _msgpack.pxd, its scan of an event map in _wire_scan.pxd
 collector/_replay.pyx applies such batches of a rebuild's log straight to the tables (read first
 by _fused_read.pyx), and
 _map_apply.pyx a live batch's events, _map_counters.pyx a map's counters that both add to;
-collector/_table_chains.pyx groups a table's blocks by chain for a reset's prefix groups,
+collector/_table_chains.pyx groups a table's blocks by chain for a reset's prefix groups (in
+the order _radix_sort.pxd sorts their hashes, as _log_known.pyx sorts a checkpoint's),
 _table_counts.pyx counts a before map's hashes against a table for a recovery point;
 collector/_zmq_recv.pyx receives a whole message with libzmq's own calls, _batch_rank.pyx reads
 a fleet's batch's DP rank;

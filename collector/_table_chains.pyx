@@ -12,48 +12,11 @@ before map once per reset, in the store writer, where per-block dict work was mo
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, uint8_t, uint64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy
 
+from kvscope.collector._radix_sort cimport radix_sort
 from kvscope.collector._slot_map cimport EMPTY, SlotMap
 from kvscope.collector._table_core cimport HAS_PARENT, Columns, TableCore, take_columns
-
-
-cdef struct Keyed:
-    uint64_t hash
-    int32_t block
-
-
-cdef void _sort_by_hash(Keyed* keyed, Keyed* spare, Py_ssize_t n) noexcept nogil:
-    """`keyed` in order of hash (`spare`: room for as many): a radix sort, 8 bits a pass from
-    the lowest, each stable. qsort's call of a comparison per step was most of a grouping."""
-    cdef Py_ssize_t counts[256]
-    cdef Py_ssize_t i, total, c
-    cdef unsigned int shift, d
-    cdef Keyed* src = keyed
-    cdef Keyed* dst = spare
-    cdef Keyed* was
-    if n < 2:
-        return
-    for shift in range(0, 64, 8):
-        memset(counts, 0, sizeof(counts))
-        for i in range(n):
-            counts[(src[i].hash >> shift) & 0xFF] += 1
-        if counts[(src[0].hash >> shift) & 0xFF] == n:
-            continue  # every hash has this digit: the pass would move nothing
-        total = 0
-        for d in range(256):
-            c = counts[d]
-            counts[d] = total
-            total += c
-        for i in range(n):
-            d = (src[i].hash >> shift) & 0xFF
-            dst[counts[d]] = src[i]
-            counts[d] += 1
-        was = src
-        src = dst
-        dst = was
-    if src != keyed:
-        memcpy(keyed, src, <size_t>n * sizeof(Keyed))
 
 
 cdef void* _alloc(Py_ssize_t n, size_t size) except NULL:
@@ -82,7 +45,7 @@ def chain_groups(TableCore table, Py_ssize_t first):
     cdef int32_t* path = NULL
     cdef uint8_t* leaves = NULL
     cdef int32_t* group_of_root = NULL
-    cdef Keyed* keyed = NULL
+    cdef uint64_t* by_hash = NULL
     if first < 0 or first + n > 0x3FFFFFFF:
         raise ValueError("a group index must fit 30 bits")
     cdef SlotMap marks = SlotMap(n)
@@ -96,7 +59,7 @@ def chain_groups(TableCore table, Py_ssize_t first):
         path = <int32_t*>_alloc(n + 2, sizeof(int32_t))
         leaves = <uint8_t*>_alloc(n, sizeof(uint8_t))
         group_of_root = <int32_t*>_alloc(n, sizeof(int32_t))
-        keyed = <Keyed*>_alloc(2 * n, sizeof(Keyed))  # the second half: the sort's room
+        by_hash = <uint64_t*>_alloc(n, sizeof(uint64_t))
         # Blocks in the slot map's order (the order `counts()` gives): the cut of a cycle
         # depends on it.
         for i in range(cap):
@@ -159,12 +122,12 @@ def chain_groups(TableCore table, Py_ssize_t first):
                 leaves[p] = 2 if leaves[p] + leaves[h] >= 2 else leaves[p] + leaves[h]
         # Groups by their smallest hash.
         for i in range(n):
-            keyed[i].hash = hashes[i]
-            keyed[i].block = <int32_t>i
             group_of_root[i] = -1
-        _sort_by_hash(keyed, keyed + n, n)
+        memcpy(by_hash, hashes, <size_t>n * sizeof(uint64_t))
+        if radix_sort(by_hash, n) < 0:
+            raise MemoryError()
         for i in range(n):
-            h = keyed[i].block
+            h = at[slot_of._find(by_hash[i])]
             r = root[h]
             g = group_of_root[r]
             if g < 0:
@@ -187,4 +150,4 @@ def chain_groups(TableCore table, Py_ssize_t first):
         PyMem_Free(path)
         PyMem_Free(leaves)
         PyMem_Free(group_of_root)
-        PyMem_Free(keyed)
+        PyMem_Free(by_hash)

@@ -10,6 +10,8 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
+from kvscope.collector._radix_sort cimport radix_sort
+
 import hashlib
 
 
@@ -220,39 +222,6 @@ def join_known(bytes bitmap, bytes planes, bytes rest, KnownHashes known):
     if f != found or r != others:
         raise ValueError("known hashes: columns left over")
     return out
-
-
-cdef int radix_sort(uint64_t* values, Py_ssize_t n) noexcept nogil:
-    """`values` ascending: eight passes of a byte each (qsort's comparisons took several times
-    as long on a checkpoint's 100k hashes, which a rebuild sorts); -1 if memory ran out."""
-    cdef uint64_t* other = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
-    cdef uint64_t* src = values
-    cdef uint64_t* dst = other
-    cdef uint64_t* swap
-    cdef Py_ssize_t counts[256]
-    cdef Py_ssize_t i, total, c
-    cdef int shift, b
-    if other == NULL:
-        return -1
-    for shift in range(0, 64, 8):
-        memset(counts, 0, sizeof(counts))
-        for i in range(n):
-            counts[(src[i] >> shift) & 0xFF] += 1
-        total = 0
-        for b in range(256):
-            c = counts[b]
-            counts[b] = total
-            total += c
-        for i in range(n):
-            b = <int>((src[i] >> shift) & 0xFF)
-            dst[counts[b]] = src[i]
-            counts[b] += 1
-        swap = src
-        src = dst
-        dst = swap
-    # Eight passes: the sorted values are back in `values`.
-    free(other)
-    return 0
 
 
 def sorted_hashes(list arrays):

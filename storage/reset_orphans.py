@@ -16,7 +16,7 @@ eviction once, the first time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kvscope.collector.block_table import BlockTable
@@ -65,8 +65,7 @@ class Orphans:
             under = self._children.setdefault(key, {})
             for h in sorted(table.counts()):
                 parent = table.parent_of(h)
-                if parent is not None:
-                    _add_child(under, parent, h)
+                _add_chain(under, parent, (h,))
                 if parent is not None and parent not in table:
                     self.found.append(self._entry(table, h, parent, ts))
 
@@ -90,22 +89,10 @@ class Orphans:
         children = self._children
         for event in stored:
             key, hashes = event.table, event.hashes
-            # Each block under its parent (`_add_child`, inline: every block stored comes here).
-            parent: int | None = event.parent
             under = children.get(key)
             if under is None:
                 under = children[key] = {}
-            for h in hashes:
-                if parent is not None:
-                    kids = under.get(parent)
-                    if kids is None:
-                        under[parent] = h
-                    elif isinstance(kids, int):
-                        if kids != h:
-                            under[parent] = {kids, h}
-                    else:
-                        kids.add(h)
-                parent = h
+            _add_chain(under, event.parent, hashes)
             named = event.parent
             if not hashes or named is None:
                 continue
@@ -196,13 +183,18 @@ class Orphans:
         return self._records(self.evicted)
 
 
-def _add_child(under: dict[int, int | set[int]], parent: int, h: int) -> None:
-    """`h` stored under `parent` (`Orphans._children`'s form)."""
-    kids = under.get(parent)
-    if kids is None:
-        under[parent] = h
-    elif isinstance(kids, int):
-        if kids != h:
-            under[parent] = {kids, h}
-    else:
-        kids.add(h)
+def _add_chain(under: dict[int, int | set[int]], parent: int | None, hashes: Sequence[int]) -> None:
+    """Each of `hashes` stored under the one before it, the first under `parent` (None: none),
+    in `Orphans._children`'s form: one child an int (most parents have one), more a set. A call
+    per event, not per block: every block stored comes here."""
+    for h in hashes:
+        if parent is not None:
+            kids = under.get(parent)
+            if kids is None:
+                under[parent] = h
+            elif isinstance(kids, int):
+                if kids != h:
+                    under[parent] = {kids, h}
+            else:
+                kids.add(h)
+        parent = h

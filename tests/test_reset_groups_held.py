@@ -25,12 +25,29 @@ from tests.test_reset_groups_follow import STREAM, Checked, _writer
 
 
 @pytest.fixture
-def advance_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+def observing(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """[True] while the test's own answer is read back from the store (`Checked`'s
+    `reset_prefixes`): what followers do meanwhile is the test's, not the writer's."""
+    flag = [False]
+    fresh = reset_prefixes
+
+    def observed(*args: Any) -> Any:
+        flag[0] = True
+        try:
+            return fresh(*args)
+        finally:
+            flag[0] = False
+
+    monkeypatch.setattr("tests.test_reset_groups_follow.reset_prefixes", observed)
+    return flag
+
+
+@pytest.fixture
+def advance_reads(monkeypatch: pytest.MonkeyPatch, observing: list[bool]) -> Iterator[list[int]]:
     """Per follower advance, the log chunks it opened (its rebuild from the store aside)."""
     reads: list[int] = []
-    inside, observing = [False], [False]
+    inside = [False]
     advance = ResetFollower.advance
-    fresh = reset_prefixes
 
     def counted_open(*args: Any) -> Any:
         if inside[0]:
@@ -47,17 +64,8 @@ def advance_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
         finally:
             inside[0] = False
 
-    def observed(*args: Any) -> Any:
-        # The test's own answer, read back from the store: not the followers'.
-        observing[0] = True
-        try:
-            return fresh(*args)
-        finally:
-            observing[0] = False
-
     monkeypatch.setattr(batch_log, "open_chunk", counted_open, raising=True)
     monkeypatch.setattr(ResetFollower, "advance", counted_advance)
-    monkeypatch.setattr("tests.test_reset_groups_follow.reset_prefixes", observed)
     yield reads
 
 
@@ -116,19 +124,10 @@ def test_no_log_is_held_from_an_answer_that_read_nothing(
 
 
 def test_a_follower_starts_from_the_before_map_the_writer_holds(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
+    store_url: str, monkeypatch: pytest.MonkeyPatch, observing: list[bool]
 ) -> None:
     """Not from the snapshot the same writer just stored (read back and decompressed)."""
     used = {"copy": 0, "stored": 0}
-    observing = [False]
-    fresh = reset_prefixes
-
-    def observed(*args: Any) -> Any:  # the test's own answer, from the store
-        observing[0] = True
-        try:
-            return fresh(*args)
-        finally:
-            observing[0] = False
 
     def counted(name: str, decode: Any) -> Any:
         def decoded(*args: Any) -> Any:
@@ -140,27 +139,17 @@ def test_a_follower_starts_from_the_before_map_the_writer_holds(
     follower = "kvscope.storage.reset_follower"
     monkeypatch.setattr(f"{follower}.decode_copy", counted("copy", snapshot.decode_copy))
     monkeypatch.setattr(f"{follower}.decode_tables", counted("stored", snapshot.decode_tables))
-    monkeypatch.setattr("tests.test_reset_groups_follow.reset_prefixes", observed)
     checked = _play(store_url)
     assert checked.wrong == [] and len(checked.answers) >= 10
     assert used["stored"] == 0 and used["copy"] >= 2
 
 
 def test_a_newer_resets_copy_outlives_an_older_resets_follower(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
+    store_url: str, monkeypatch: pytest.MonkeyPatch, observing: list[bool]
 ) -> None:
     """No follower is held (no room): each answer makes one, an older reset's too after a newer
     reset's clear. That one must leave the newer reset's copy for the newer's first follower."""
     firsts: dict[int, bool] = {}
-    observing = [False]
-    fresh = reset_prefixes
-
-    def observed(*args: Any) -> Any:  # the test's own answer, from the store
-        observing[0] = True
-        try:
-            return fresh(*args)
-        finally:
-            observing[0] = False
 
     class Recorded(ResetFollower):
         def __init__(self, *args: Any) -> None:
@@ -169,7 +158,6 @@ def test_a_newer_resets_copy_outlives_an_older_resets_follower(
                 firsts.setdefault(self.reset_id, self.used_copy)
 
     monkeypatch.setattr(prefix_followers, "ResetFollower", Recorded)
-    monkeypatch.setattr("tests.test_reset_groups_follow.reset_prefixes", observed)
     settings = StoreSettings(prefix_follower_bytes=1, rows_per_transaction=1)
     writer = StoreWriter(open_store(store_url), settings)
     checked = Checked(writer._sql.followers)
