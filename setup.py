@@ -2,8 +2,9 @@
 
 collector/_slot_map.pyx is the block table's hash -> slot map, _token_column.pyx its tokens
 packed at their bit width (the packing inline in _token_bits.pxd); collector/_table_core.pyx its
-state and hot writes (its contract with block_table.py in _table_core.pxd), _lookup.pyx the
-lookup by tokens over it, _admit.pyx the check of a stream's limits before each batch;
+state and hot writes (its contract with block_table.py in _table_core.pxd, its removal inline in
+_table_remove.pxd), _lookup.pyx the lookup by tokens over it, _admit.pyx the check of a stream's
+limits before each batch;
 collector/_wire_fast.pyx decodes the common vLLM batch straight from its msgpack bytes (its
 msgpack reads inline in _msgpack.pxd, its scan of an event map in _wire_scan.pxd), and
 collector/_replay.pyx applies such batches of a rebuild's log straight to the tables (read first

@@ -4,8 +4,8 @@ two writes.
 
 `TableCore` is `BlockTable`'s state as C fields, with the ingest hot path: `store_chain` and
 `remove`, every BlockStored and BlockRemoved (thin wrappers of `_store` and `_remove`, which
-take C values: the fused replay, collector/_replay.pyx, calls those straight). They work on the table's `array` columns through
-their buffers and do the common cases (a new block under a cached parent; dropping a leaf) in
+take C values: the fused replay, collector/_replay.pyx, calls those straight; `_remove`'s loop is
+inline in _table_remove.pxd). They work on the table's `array` columns through their buffers and do the common cases (a new block under a cached parent; dropping a leaf) in
 C; the rare ones (orphans rejoining, dropping an inner block, LoRA and extra keys) call back the
 hooks that _table_core.pxd declares and `BlockTable` defines. The hash -> slot index is a
 `SlotMap` (collector/_slot_map.pyx), probed inline; the lookup by tokens is _lookup.pyx.
@@ -20,6 +20,7 @@ from libc.math cimport NAN, floor
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 
 from kvscope.collector._slot_map cimport EMPTY, SlotMap
+from kvscope.collector._table_remove cimport remove_hashes
 from kvscope.collector._token_column cimport TokenColumn
 
 cdef double MS_MAX = 4294967295.0
@@ -370,69 +371,4 @@ cdef class TableCore:
 
     cdef int _remove(self, const uint64_t* hashes, Py_ssize_t n) except -1:
         """`remove` on C values (the fused replay's too)."""
-        cdef SlotMap slot_of = self._slot_of
-        cdef Columns c
-        take_columns(self, &c)
-        cdef Py_ssize_t unknown = 0, copies_gone = 0, hittable_gone = 0, found, parent_found, i
-        cdef int32_t slot, parent_slot
-        cdef uint32_t left
-        cdef uint8_t slot_flags
-        cdef uint64_t block_hash
-        for i in range(n):
-            slot_of._prefetch(hashes[i])
-        for i in range(n):
-            block_hash = hashes[i]
-            found = slot_of._find(block_hash)
-            if found < 0:
-                unknown += 1
-                continue
-            slot = slot_of._vals[found]
-            copies_gone += 1
-            left = c.count[slot] - 1
-            if left:
-                c.count[slot] = left
-                continue
-            slot_flags = c.flags[slot]
-            parent_slot = NO_SLOT
-            if slot_flags & HAS_PARENT:
-                parent_found = slot_of._find(c.parent[slot])
-                if parent_found >= 0:
-                    parent_slot = slot_of._vals[parent_found]
-            if (
-                parent_slot != NO_SLOT
-                and parent_slot != slot
-                and c.first_child[slot] == NO_SLOT
-                and not slot_flags & ~(HAS_PARENT | HITTABLE | HAS_TOKENS)
-            ):
-                # A leaf under a cached parent: the common case (vLLM evicts tails first).
-                slot_of._delete_at(found)
-                _unlink(&c, parent_slot, slot)
-                if slot_flags & HITTABLE:
-                    hittable_gone += 1
-                c.flags[slot] = 0
-                if self._raw:
-                    self._raw.pop(block_hash, None)
-                push_free(self, slot)
-            elif (
-                not slot_flags & HAS_PARENT
-                and c.first_child[slot] == NO_SLOT
-                and slot_flags == HITTABLE | HAS_TOKENS
-            ):
-                # A childless root: every request's first block ends so.
-                slot_of._delete_at(found)
-                self._unroot(self._token_column.block_bytes(slot), slot)
-                hittable_gone += 1
-                c.flags[slot] = 0
-                if self._raw:
-                    self._raw.pop(block_hash, None)
-                push_free(self, slot)
-            else:
-                # An inner block, or an orphan: Python relinks what hangs from it (rare).
-                self.hittable_count -= hittable_gone
-                hittable_gone = 0
-                self._drop_block(block_hash, slot, parent_slot)
-                take_columns(self, &c)
-        self.unknown_removals += unknown
-        self.copies -= copies_gone
-        self.hittable_count -= hittable_gone
-        return 0
+        return remove_hashes(self, hashes, n)
