@@ -96,17 +96,24 @@ def _table(ops: list[tuple[bool, list[int], int | None]]) -> BlockTable:
     return table
 
 
+def _ops_of(
+    hashes: st.SearchStrategy[int], chain: int, ops: int, removals: bool
+) -> st.SearchStrategy[list[tuple[bool, list[int], int | None]]]:
+    """Stores (chains of up to `chain` of `hashes` under a parent, or none) and, with
+    `removals`, a removal a quarter of the time."""
+    store = st.sampled_from([True, True, True, False]) if removals else st.just(True)
+    op = st.tuples(
+        store,
+        st.lists(hashes, min_size=1, max_size=chain, unique=True),
+        st.one_of(st.none(), hashes),
+    )
+    return st.lists(op, max_size=ops)
+
+
 # Hashes from a small range, so that chains share blocks, parents go missing and come back,
 # and a chain may name a block below it as its parent (a cycle); some past 2**63 (uint64).
 _hashes = st.one_of(st.integers(0, 40), st.integers(2**64 - 8, 2**64 - 1))
-_ops = st.lists(
-    st.tuples(
-        st.sampled_from([True, True, True, False]),  # store, mostly; else remove
-        st.lists(_hashes, min_size=1, max_size=6, unique=True),
-        st.one_of(st.none(), _hashes),
-    ),
-    max_size=40,
-)
+_ops = _ops_of(_hashes, chain=6, ops=40, removals=True)
 
 
 @settings(max_examples=400, deadline=None)
@@ -125,14 +132,7 @@ _wide = st.one_of(
     st.integers(0, 255).map(lambda b: (b << 40) | 0xABCD),
     st.integers(0, 255).map(lambda b: (b << 56) | (b << 8)),
 )
-_wide_ops = st.lists(
-    st.tuples(
-        st.just(True),
-        st.lists(_wide, min_size=1, max_size=30, unique=True),
-        st.one_of(st.none(), _wide),
-    ),
-    max_size=30,
-)
+_wide_ops = _ops_of(_wide, chain=30, ops=30, removals=False)
 
 
 @settings(max_examples=300, deadline=None)
