@@ -39,9 +39,10 @@ from kvscope.storage.reset_prefix_types import (
 )
 
 _State: TypeAlias = "array[int]"
-BEFORE_BLOCK_BYTES = 80
-"""What a follower holds per block of the `before` map: its group, shared mark and head
-(tracemalloc, a fleet replica's 20k-block map)."""
+BEFORE_GROUP_BYTES = 2000
+"""What a follower holds per group of the `before` map besides the marks' slot maps (which say
+their own bytes): its root, sizes, head (a `PrefixGroup` with its first tokens), place in an
+answer's order and points list (tracemalloc; tests/test_reset_follower_bytes.py checks it)."""
 FOLLOWED_BLOCK_BYTES = 450
 """What it holds per block of the map it follows: the table, the orphans' record of what was
 stored under what, the counts at each offset (measured as above, over its recovery)."""
@@ -102,24 +103,7 @@ class ResetFollower:
         else:
             stored = conn.execute(select(r.c.before).where(r.c.id == reset_id)).scalar_one()
             before, self.signed = decode_tables(stored)
-        self._groups_of_before(before)
-        # What a group keeps of the before map (its root's): the map itself is not held.
-        self._heads = [_head(before[key], key, root) for key, root in self.roots]
-        self._block_size = {key: table.block_size for key, table in before.items()}
-        # The groups' order in an answer (largest first): their sizes do not change.
-        self._answer_order = sorted(
-            range(len(self.roots)),
-            key=lambda i: (
-                -self.sizes[i] * self._block_size[self.roots[i][0]],
-                -self.sizes[i],
-                self.roots[i][0].medium,
-                self.roots[i][0].group,
-                self.roots[i][1],
-            ),
-        )
-        self._points: list[list[GroupPoint]] = [[] for _ in self.roots]
-        """Per group, its points at the first `_pointed` offsets (`_settle_points`)."""
-        self._pointed = 0
+        self._take_before(before)
         stream = StreamId(row.replica, row.rank)
         restart = row.reason == ClearReason.RESTART.value
         clear = batch_log.batch_at(conn, row.stream_id, row.epoch + restart, row.seq)
@@ -144,7 +128,9 @@ class ResetFollower:
         """Batches applied so far (each once)."""
         self._decoder = BatchDecoder()
 
-    def _groups_of_before(self, before: dict[TableKey, BlockTable]) -> None:
+    def _take_before(self, before: dict[TableKey, BlockTable]) -> None:
+        """What it keeps of the `before` map: its groups (each block's mark, each group's root,
+        sizes and head), not the map itself."""
         self.roots: list[tuple[TableKey, int]] = []
         self.marks: dict[TableKey, SlotMap] = {}
         """hash -> its group's index in `roots` * 2, plus 1 if it is shared, per table."""
@@ -158,13 +144,31 @@ class ResetFollower:
             self.roots += [(key, root) for root in roots]
             self.sizes += sizes
             self.shared_sizes += shared_sizes
+        self._heads = [_head(before[key], key, root) for key, root in self.roots]
+        self._block_size = {key: table.block_size for key, table in before.items()}
+        # The groups' order in an answer (largest first): their sizes do not change.
+        self._answer_order = sorted(
+            range(len(self.roots)),
+            key=lambda i: (
+                -self.sizes[i] * self._block_size[self.roots[i][0]],
+                -self.sizes[i],
+                self.roots[i][0].medium,
+                self.roots[i][0].group,
+                self.roots[i][1],
+            ),
+        )
+        self._points: list[list[GroupPoint]] = [[] for _ in self.roots]
+        """Per group, its points at the first `_pointed` offsets (`_settle_points`)."""
+        self._pointed = 0
+        self.before_bytes = sum(m.nbytes() for m in self.marks.values())
+        self.before_bytes += BEFORE_GROUP_BYTES * len(self.roots)
+        """About what it holds of the `before` map: the marks' slot maps, and per group."""
 
     def nbytes(self) -> int:
-        """About the memory it holds: its groups' members per block of the `before` map, and
-        the map it follows (with the orphans' record of what was stored under what) per block
-        of it now."""
+        """About the memory it holds: what it keeps of the `before` map, and the map it follows
+        (with the orphans' record of what was stored under what) per block of it now."""
         followed = sum(len(table) for table in self.view.tables.values())
-        return BEFORE_BLOCK_BYTES * self.before_blocks + FOLLOWED_BLOCK_BYTES * followed
+        return self.before_bytes + FOLLOWED_BLOCK_BYTES * followed
 
     def _root_before(self, key: TableKey, block: int) -> int | None:
         """The root of `block`'s group in the before map (None: it was not cached)."""

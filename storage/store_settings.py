@@ -88,9 +88,10 @@ class StoreSettings:
     shard: str | None = None
     prefix_follower_bytes: int = 2 << 30
     """About the memory the writer spends following recovering streams' prefix groups batch by
-    batch (storage/prefix_followers.py): a follower holds about 80 bytes per block of its
-    reset's `before` map and 450 per block of the map it follows (a replica of 20k blocks,
-    12k back: 7 MB; a fleet of 200 all in recovery at once: 1.4 GB). Past it (counted) a
+    batch (storage/prefix_followers.py): a follower holds 20-40 bytes per block of its reset's
+    `before` map (a slot map of its groups' marks) and about 2 kB per prefix group, and 450 per
+    block of the map it follows (a replica of 20k blocks in 140 groups, 12k back: 6 MB; a
+    fleet of 200 all in recovery at once: 1.2 GB). Past it (counted) a
     reset's groups are computed in full at each offset: the resets in flight are followed as
     long as they fit, however many."""
     prefix_followers: int | None = None

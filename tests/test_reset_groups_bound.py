@@ -9,10 +9,11 @@ from typing import Any
 
 from kvscope.api.data import ApiData
 from kvscope.api.metrics import make_registry
+from kvscope.collector._slot_map import SlotMap
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
 from kvscope.storage.engine import open_store
-from kvscope.storage.reset_follower import BEFORE_BLOCK_BYTES, FOLLOWED_BLOCK_BYTES
+from kvscope.storage.reset_follower import BEFORE_GROUP_BYTES, FOLLOWED_BLOCK_BYTES
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 from tests.test_ingest import CLEAR, frames, payload, store
@@ -27,9 +28,10 @@ BATCHES = [
     (3, 103.5, [store(3, parent=2)]),  # past +1 s and +2 s: the first recovery row
     (4, 106.5, [store(9)]),  # past +5 s
 ]
-FOLLOWER_BYTES = 4 * BEFORE_BLOCK_BYTES + 3 * FOLLOWED_BLOCK_BYTES
-"""What each follower holds at its last answer: a `before` map of 4 blocks, 3 of them back
-(block 9 is stored after the last offset reached)."""
+FOLLOWER_BYTES = SlotMap().nbytes() + BEFORE_GROUP_BYTES + 3 * FOLLOWED_BLOCK_BYTES
+"""What each follower holds at its last answer: a `before` map of 4 blocks in one group (its
+marks a slot map of the smallest size), 3 of them back (block 9 is stored after the last
+offset reached)."""
 
 
 def _fleet(tmp_path: Any, **settings: Any) -> tuple[StoreWriter, Checked]:
