@@ -43,9 +43,11 @@ BEFORE_GROUP_BYTES = 2000
 """What a follower holds per group of the `before` map besides the marks' slot maps (which say
 their own bytes): its root, sizes, head (a `PrefixGroup` with its first tokens), place in an
 answer's order and points list (tracemalloc; tests/test_reset_follower_bytes.py checks it)."""
-FOLLOWED_BLOCK_BYTES = 450
-"""What it holds per block of the map it follows: the table, the orphans' record of what was
-stored under what, the counts at each offset (measured as above, over its recovery)."""
+FOLLOWED_BLOCK_BYTES = 200
+"""What it holds per block of the map it follows: the table, and the orphans' record of what
+was stored under what (measured as above, over a recovery of 10k and 40k blocks)."""
+ORPHAN_BYTES = 800
+"""And per orphan recorded: its entry, and while it is open the indexes to it."""
 
 
 def _state_of(view: PrefixMap, marks: dict[TableKey, SlotMap], groups: int) -> _State:
@@ -165,10 +167,12 @@ class ResetFollower:
         """About what it holds of the `before` map: the marks' slot maps, and per group."""
 
     def nbytes(self) -> int:
-        """About the memory it holds: what it keeps of the `before` map, and the map it follows
-        (with the orphans' record of what was stored under what) per block of it now."""
+        """About the memory it holds: what it keeps of the `before` map, the map it follows
+        (with the orphans' record of what was stored under what) per block of it now, and the
+        orphans recorded."""
         followed = sum(len(table) for table in self.view.tables.values())
-        return self.before_bytes + FOLLOWED_BLOCK_BYTES * followed
+        orphans = len(self.orphans.found) + len(self.orphans.evicted)
+        return self.before_bytes + FOLLOWED_BLOCK_BYTES * followed + ORPHAN_BYTES * orphans
 
     def _root_before(self, key: TableKey, block: int) -> int | None:
         """The root of `block`'s group in the before map (None: it was not cached)."""

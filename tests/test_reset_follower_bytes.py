@@ -8,7 +8,9 @@ from __future__ import annotations
 import gc
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from kvscope.collector.ingest import StreamIngest
@@ -25,43 +27,71 @@ TRUNK = 20
 BRANCHES = 4
 BRANCH = 20
 """A map of 100 prompt trees (a trunk of 20 blocks, 4 branches of 20 under it): 10,000 blocks,
-whose marks' slot maps are small enough to come from Python's allocator, which tracemalloc
-sees (larger ones are mapped)."""
+whose slot maps are small enough to come from Python's allocator, which tracemalloc sees
+(larger ones are mapped)."""
+OFFSETS = (1.0, 2.0, 5.0)
 
 
-def _chain(first: int, n: int, parent: int | None) -> dict[str, object]:
-    return store(*range(first, first + n), parent=parent)
-
-
-def test_a_followers_bytes_are_what_it_holds(tmp_path: Path) -> None:
-    writer = StoreWriter(open_store(f"sqlite:///{tmp_path / 's.sqlite'}"))
-    ingest = StreamIngest(StreamId("r", 0), can_replay=False, sink=writer)
-    seq = 0
+def _trees() -> list[dict[str, Any]]:
+    events = []
     for root in range(ROOTS):
         first = 10_500 + root * 1_000  # tokens h % 1000: not cached small ints
-        events = [_chain(first, TRUNK, None)]
-        events += [
-            _chain(first + TRUNK + b * BRANCH, BRANCH, first + TRUNK - 1) for b in range(BRANCHES)
-        ]
-        ingest.live_frames(frames(seq, payload(*events, ts=1.0 + seq)), 1.0 + seq)
-        seq += 1
-    ingest.live_frames(frames(seq, payload(CLEAR, ts=1.0 + seq)), 1.0 + seq)
+        trunk_end = first + TRUNK - 1
+        events.append(store(*range(first, trunk_end + 1)))
+        for b in range(BRANCHES):
+            start = first + TRUNK + b * BRANCH
+            events.append(store(*range(start, start + BRANCH), parent=trunk_end))
+    return events
+
+
+def _orphans() -> list[dict[str, Any]]:
+    """After the clear, every other block of the trees alone, each under the block before it,
+    which is gone (as vLLM's `keep_running_requests` leaves them): 5,000 orphans."""
+    hashes = [h for e in _trees() for h in e["block_hashes"]]
+    return [store(h, parent=h - 1) for h in hashes if h % 2]
+
+
+RECOVERIES = {
+    "before map alone": [],
+    "trees stored again": _trees(),
+    "orphans": _orphans(),
+}
+
+
+def _held(tmp_path: Path, after_clear: list[dict[str, Any]]) -> tuple[ResetFollower, int]:
+    """A follower fed its recovery, and the bytes it holds (tracemalloc)."""
+    writer = StoreWriter(open_store(f"sqlite:///{tmp_path / 's.sqlite'}"))
+    ingest = StreamIngest(StreamId("r", 0), can_replay=False, sink=writer)
+    batches = [(1.0, _trees()), (10.0, [CLEAR]), (10.5, after_clear), (100.0, [store(1)])]
+    for seq, (ts, events) in enumerate(batches):
+        ingest.live_frames(frames(seq, payload(*events, ts=ts)), ts)
     writer.close()
     with writer.engine.connect() as conn:
         r = schema.resets
         reset_id = conn.execute(
             select(r.c.id).where(r.c.reason == ClearReason.ALL_BLOCKS_CLEARED.value)
         ).scalar_one()
-        ResetFollower(conn, reset_id)  # the connection's caches made before counting
+        list(ResetFollower(conn, reset_id).advance(conn, OFFSETS))  # the caches made first
         gc.collect()
         tracemalloc.start()
         try:
             follower = ResetFollower(conn, reset_id)
+            list(follower.advance(conn, OFFSETS))
             gc.collect()
             held, _ = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
+    return follower, held
+
+
+@pytest.mark.parametrize("recovery", list(RECOVERIES))
+def test_a_followers_bytes_are_what_it_holds(tmp_path: Path, recovery: str) -> None:
+    follower, held = _held(tmp_path, RECOVERIES[recovery])
     assert follower.before_blocks == ROOTS * (TRUNK + BRANCHES * BRANCH)
     assert len(follower.roots) == ROOTS
+    followed = sum(len(table) for table in follower.view.tables.values())
+    assert followed == sum(len(e["block_hashes"]) for e in RECOVERIES[recovery])
+    if recovery == "orphans":
+        assert len(follower.orphans.found) == followed
     said = follower.nbytes()
     assert held <= said <= 1.5 * held, (held, said)
