@@ -63,6 +63,9 @@ class FleetRouter:
         self.refused: Counter[Refusal] = Counter()
         self._routes: dict[tuple[bytes, int], Route] = {}
         """Each registered stream's one `Route` (not new), handed out for its every message."""
+        self._ranks: dict[bytes, dict[int, Route]] = {}
+        """`_routes` by topic, then rank: a message's route found without a (topic, rank)
+        tuple built and hashed; a topic is here while it has a route (as in `_publishers`)."""
         self._publishers: dict[bytes, Publisher] = {}
         """Matched topics (at most one per registered stream): the regex runs once per topic."""
         self._taken = set(taken)
@@ -91,7 +94,8 @@ class FleetRouter:
         # A topic not yet followed (unmatched, or a publisher's first message, which its
         # stream decodes itself) costs a scan, not a read; a wrong seq frame the stream
         # refuses before reading.
-        if topic in self._publishers:
+        ranks = self._ranks.get(topic)
+        if ranks is not None:
             if self._reader is not None:
                 rank = self._reader.route_read(seq, payload, MAX_BLOCK_SIZE)
                 if rank >= 0:
@@ -100,11 +104,13 @@ class FleetRouter:
                 read = decode_map_batch(payload, int.from_bytes(seq, "big"), MAX_BLOCK_SIZE)
                 if read is not None:
                     rank = read.rank or 0
-        if rank < 0:
+            if rank < 0:
+                rank = batch_rank(payload)
+            known = ranks.get(rank)
+            if known is not None:
+                return known, read
+        else:
             rank = batch_rank(payload)
-        known = self._routes.get((topic, rank))
-        if known is not None:
-            return known, read
         publisher = self._publishers.get(topic) or self.pattern.match(topic)
         if publisher is None:
             self._refuse(Refusal.UNMATCHED, topic)
@@ -117,7 +123,9 @@ class FleetRouter:
             self._refuse(Refusal.NAME_TAKEN, topic)
             return None, None
         self._publishers[topic] = publisher
-        self._routes[(topic, rank)] = Route(stream, None, False)
+        self._routes[(topic, rank)] = self._ranks.setdefault(topic, {})[rank] = Route(
+            stream, None, False
+        )
         self._taken.add(stream)
         return Route(stream, publisher.replay_endpoint(rank), True), read
 
@@ -125,7 +133,10 @@ class FleetRouter:
         """The stream is not (or no longer) followed: its next message routes as new."""
         for key in [k for k, v in self._routes.items() if v.stream == stream]:
             del self._routes[key]
-            if key[0] not in {topic for topic, _ in self._routes}:
+            ranks = self._ranks[key[0]]
+            del ranks[key[1]]
+            if not ranks:  # the topic's last stream
+                del self._ranks[key[0]]
                 self._publishers.pop(key[0], None)
             if why is not None:
                 self._refuse(why, key[0])
