@@ -77,9 +77,14 @@ class FusedIngest:
         if self.engine is not None and fused is not None:
             degraded = bool(self._degradation.open)
             sink, max_block_size = self.sink, self.decoder.max_block_size
-            if sink is None:
-                told = decoded.apply_read if decoded is not None else fused.live
-                applied = told(self.map, payload, seq, self.epoch, degraded, now, max_block_size)
+            if sink is None and decoded is not None:  # (each called as a method: no bound one)
+                applied = decoded.apply_read(
+                    self.map, payload, seq, self.epoch, degraded, now, max_block_size
+                )
+            elif sink is None:
+                applied = fused.live(
+                    self.map, payload, seq, self.epoch, degraded, now, max_block_size
+                )
             else:
                 reader = decoded if decoded is not None else fused
                 read_ts = reader.prepare(
