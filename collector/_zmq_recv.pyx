@@ -115,9 +115,9 @@ cdef class MessageReceiver:
     def __call__(self):
         """The next message's frames as bytes, or None when no message is waiting."""
         # pyzmq's own recv checks this flag (`_check_closed`); its `closed` property also asks
-        # libzmq (a getsockopt through its attribute hook): most of this call's cost.
-        # pyzmq's `Socket.__getattr__` (its sockopts by name) makes every attribute read go
-        # through a hook that looks both up first; `_closed` is found before it is asked.
+        # libzmq (a getsockopt through its attribute hook): most of this call's cost. Even
+        # `_closed` read the usual way goes through that hook (`Socket.__getattr__`, its
+        # sockopts by name), which looks up both `__getattribute__` and `__getattr__` first.
         if (
             PyObject_GenericGetAttr(self._socket, "_closed") if self._generic
             else self._socket._closed
