@@ -91,14 +91,14 @@ cdef class FusedApply(BatchRead):
         return 0
 
     # --- the second pass: `PrefixMap.apply` of the batch read ----------------------------------
-    cdef int apply(self, object seq, double ts, dict changes) except -1:
+    cdef int apply(self, object seq, double ts, dict changes, dict tables) except -1:
         """`changes`, if a dict: filled with the batch's `[stored, removed]` blocks per table,
-        as `PrefixMap.apply` returns them (a clear leaves both sides of it counted)."""
+        as `PrefixMap.apply` returns them (a clear leaves both sides of it counted). `tables`:
+        the map's, as its caller just read them (an attribute read less a batch)."""
         cdef Py_ssize_t i
         cdef Op* op
         cdef TableCore table = self.last_table
         cdef object key, ts_value = ts
-        cdef dict tables = self.prefix_map.tables
         cdef object last = self.last_table_key if tables is self.last_tables else None
         # The run of events counted into `counts` (the changes of table `counted`).
         cdef object counted = None
@@ -159,9 +159,10 @@ cdef class FusedApply(BatchRead):
         if type(payload) is not bytes or self.read(payload, &ts) < 0:
             return False
         # As `admit` does first; a batch it would have to count goes the usual way.
-        if not roomy(self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload)):
+        cdef dict tables = self.prefix_map.tables
+        if not roomy(self.limits, tables, self.n_ops, PyBytes_GET_SIZE(payload)):
             return False
-        self.apply(seq, ts, None)
+        self.apply(seq, ts, None, tables)
         self.taken += 1
         return True
 
@@ -218,6 +219,7 @@ cdef class FusedApply(BatchRead):
                    int64_t max_block_size):
         """`live` for the batch `route_read` read last, if `payload` is that batch read with
         `max_block_size`; -1 (nothing done) to leave it to decode + apply."""
+        cdef dict tables
         if payload is not self.read_payload or max_block_size != self.read_max_block_size:
             return -1
         if self.busy:
@@ -225,12 +227,11 @@ cdef class FusedApply(BatchRead):
         self.busy = True
         try:
             self.bind(prefix_map, epoch, degraded, recv_ts, max_block_size)
-            if not roomy(
-                self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload)
-            ):
+            tables = self.prefix_map.tables
+            if not roomy(self.limits, tables, self.n_ops, PyBytes_GET_SIZE(payload)):
                 return -1
             self.read_payload = None  # applied once
-            self.apply(seq, self.read_ts, None)
+            self.apply(seq, self.read_ts, None, tables)
             self.taken += 1
             return self.told()
         finally:
@@ -279,7 +280,7 @@ cdef class FusedApply(BatchRead):
             raise RuntimeError("no batch prepared")
         try:
             self.read_payload = None  # applied once
-            self.apply(seq, self.read_ts, changes)
+            self.apply(seq, self.read_ts, changes, self.prefix_map.tables)
             self.taken += 1
             return self.told()
         finally:

@@ -14,6 +14,7 @@ caller keeps pyzmq's own receive.
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.object cimport PyObject_GenericGetAttr
 from libc.errno cimport EAGAIN, EINTR
 from libc.stdint cimport uintptr_t
 
@@ -102,18 +103,25 @@ cdef class MessageReceiver:
 
     cdef object _socket
     cdef void* _handle
+    cdef bint _generic  # its attributes are read as object's: its `__getattr__` passed over
 
     def __init__(self, socket):
         if not _AVAILABLE:
             raise RuntimeError("libzmq's functions were not found: use pyzmq's recv")
         self._socket = socket  # keeps it alive: the handle is its libzmq socket
         self._handle = <void*><uintptr_t>socket.underlying
+        self._generic = type(socket).__getattribute__ is object.__getattribute__
 
     def __call__(self):
         """The next message's frames as bytes, or None when no message is waiting."""
         # pyzmq's own recv checks this flag (`_check_closed`); its `closed` property also asks
-        # libzmq (a getsockopt through its attribute hook): most of this call's cost.
-        if self._socket._closed:
+        # libzmq (a getsockopt through its attribute hook): most of this call's cost. Even
+        # `_closed` read the usual way goes through that hook (`Socket.__getattr__`, its
+        # sockopts by name), which looks up both `__getattribute__` and `__getattr__` first.
+        if (
+            PyObject_GenericGetAttr(self._socket, "_closed") if self._generic
+            else self._socket._closed
+        ):
             raise zmq.ZMQError(zmq.ENOTSOCK)
         cdef zmq_msg_t msg
         cdef list frames = []

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kvscope.collector._fleet_route import RouteTable
 from kvscope.collector._replay import FusedApply
 from kvscope.collector._wire_fast import decode_map_batch
 from kvscope.collector.fleet import FleetSettings, Publisher, TopicPattern, batch_rank
@@ -51,7 +52,7 @@ class Route:
     """First heard: the collector registers the stream."""
 
 
-class FleetRouter:
+class FleetRouter(RouteTable):
     def __init__(
         self, settings: FleetSettings, taken: Iterable[StreamId] = (), from_bytes: bool = True
     ) -> None:
@@ -63,12 +64,16 @@ class FleetRouter:
         self.refused: Counter[Refusal] = Counter()
         self._routes: dict[tuple[bytes, int], Route] = {}
         """Each registered stream's one `Route` (not new), handed out for its every message."""
+        self._ranks: dict[bytes, dict[int, Route]] = {}
+        """`_routes` by topic, then rank: a message's route found without a (topic, rank)
+        tuple built and hashed; a topic is here while it has a route (as in `_publishers`)."""
         self._publishers: dict[bytes, Publisher] = {}
         """Matched topics (at most one per registered stream): the regex runs once per topic."""
         self._taken = set(taken)
         self._log = RateLimitedLog(logger)
         self._reader = FusedApply() if from_bytes else None
         """Reads each batch of a followed topic, for its rank and for its stream to apply."""
+        self._max_block_size = MAX_BLOCK_SIZE
 
     @property
     def registered(self) -> int:
@@ -78,33 +83,36 @@ class FleetRouter:
         """The stream of one message, or None (counted) when it belongs to none."""
         return self.route_batch(frames)[0]
 
-    def route_batch(self, frames: list[bytes]) -> tuple[Route | None, Batch | FusedApply | None]:
-        """`route`, and the batch as the router read it (valid until the next call) or decoded
-        it, if it did, for the stream to apply (`StreamIngest.live_frames`); read or decoded
-        with the default limits (a stream with others reads it again)."""
+    # `route_batch(frames) -> (Route | None, Batch | FusedApply | None)`: `route`, and the
+    # batch as the router read it (valid until the next call) or decoded it, if it did, for the
+    # stream to apply (`StreamIngest.live_frames`); read or decoded with the default limits (a
+    # stream with others reads it again). Its usual case is RouteTable's, in C
+    # (collector/_fleet_route.pyx); the rest is `_route_rest`.
+
+    def _route_rest(
+        self, frames: list[bytes], rank: int, read: FusedApply | None
+    ) -> tuple[Route | None, Batch | FusedApply | None]:
+        """`route_batch` for what RouteTable leaves: `rank` as the reader read it, -1 if it
+        did not (never read again here: the reader declined it, or its topic is not
+        followed); with no reader, the batch of a followed topic is decoded here."""
         if len(frames) != 3:
             self._refuse(Refusal.FRAME_COUNT, frames[0] if frames else b"")
             return None, None
         topic, seq, payload = frames
-        read: Batch | FusedApply | None = None
-        rank = -1
+        decoded: Batch | FusedApply | None = read
         # A topic not yet followed (unmatched, or a publisher's first message, which its
         # stream decodes itself) costs a scan, not a read; a wrong seq frame the stream
         # refuses before reading.
-        if topic in self._publishers:
-            if self._reader is not None:
-                rank = self._reader.route_read(seq, payload, MAX_BLOCK_SIZE)
-                if rank >= 0:
-                    read = self._reader  # its batch and seq, read
-            elif len(seq) == SEQ_BYTES:
-                read = decode_map_batch(payload, int.from_bytes(seq, "big"), MAX_BLOCK_SIZE)
-                if read is not None:
-                    rank = read.rank or 0
+        ranks = self._ranks.get(topic)
+        if ranks is not None and self._reader is None and len(seq) == SEQ_BYTES:
+            decoded = decode_map_batch(payload, int.from_bytes(seq, "big"), MAX_BLOCK_SIZE)
+            if decoded is not None:
+                rank = decoded.rank or 0
         if rank < 0:
             rank = batch_rank(payload)
-        known = self._routes.get((topic, rank))
+        known = ranks.get(rank) if ranks is not None else None
         if known is not None:
-            return known, read
+            return known, decoded
         publisher = self._publishers.get(topic) or self.pattern.match(topic)
         if publisher is None:
             self._refuse(Refusal.UNMATCHED, topic)
@@ -117,15 +125,20 @@ class FleetRouter:
             self._refuse(Refusal.NAME_TAKEN, topic)
             return None, None
         self._publishers[topic] = publisher
-        self._routes[(topic, rank)] = Route(stream, None, False)
+        self._routes[(topic, rank)] = self._ranks.setdefault(topic, {})[rank] = Route(
+            stream, None, False
+        )
         self._taken.add(stream)
-        return Route(stream, publisher.replay_endpoint(rank), True), read
+        return Route(stream, publisher.replay_endpoint(rank), True), decoded
 
     def forget(self, stream: StreamId, why: Refusal | None = None) -> None:
         """The stream is not (or no longer) followed: its next message routes as new."""
         for key in [k for k, v in self._routes.items() if v.stream == stream]:
             del self._routes[key]
-            if key[0] not in {topic for topic, _ in self._routes}:
+            ranks = self._ranks[key[0]]
+            del ranks[key[1]]
+            if not ranks:  # the topic's last stream
+                del self._ranks[key[0]]
                 self._publishers.pop(key[0], None)
             if why is not None:
                 self._refuse(why, key[0])

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
 
 from kvscope.collector._replay import FusedApply
 from kvscope.collector.degraded import Degradation, DegradedInterval
@@ -29,7 +28,7 @@ from kvscope.collector.ingest_fused import FusedIngest
 from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.ratelog import RateLimitedLog
-from kvscope.collector.recent import KEPT_BYTES, RecentBatches, kept
+from kvscope.collector.recent import RecentBatches
 from kvscope.collector.replay import (
     SEQ_BYTES,
     Replay,
@@ -291,26 +290,9 @@ class StreamIngest(ReplayRules, FusedIngest):
     def _degrade(self, reason: str, from_seq: int, to_seq: int | None, now: float) -> None:
         self._degradation.degrade(reason, from_seq, to_seq, now, self.epoch)
 
-    def _apply(
-        self, seq: int, payload: bytes, now: float, decoded: Batch | FusedApply | None = None
-    ) -> None:
-        self.expected = seq + 1
-        self.last_seq = seq
-        size = len(payload)
-        # `self._recent.add`, without its call; `kept` only for a large payload.
-        self._recent.batches.append((seq, size, payload if size <= KEPT_BYTES else kept(payload)))
-        if size > self.max_message_bytes:
-            self._malformed(MalformedKind.OVERSIZE, seq, f"{size} bytes")
-            self._degrade("oversize batch dropped", seq, seq, now)
-            return
-        if type(decoded) is not Batch:  # (isinstance asks msgspec's metaclass: it costs more)
-            if TYPE_CHECKING:  # (`cast` is a call on every batch)
-                assert not isinstance(decoded, Batch)
-            if self.engine is not None and self._apply_fused(seq, payload, now, decoded):
-                return
-            # What the router read, as a `Batch` (for the sink, or the engine to be told).
-            if decoded is not None:
-                decoded = decoded.batch(payload, seq, self.decoder.max_block_size)
+    def _apply_decoded(self, seq: int, payload: bytes, now: float, decoded: Batch | None) -> None:
+        """`_apply`'s decode + apply (collector/ingest_fused.py), for a batch not applied from
+        its bytes; `decoded`: the batch as the router decoded or read it."""
         errors: list[MalformedPayload] = []
         try:
             batch = self.decoder.decode(payload, seq, errors, decoded)

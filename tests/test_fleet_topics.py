@@ -198,3 +198,24 @@ def test_a_vllm_batch_tells_its_engine() -> None:
     events = BatchDecoder().decode(stored, 0).events
     assert engine_of(stored, events) == "vllm"
     assert engine_of(stored, []) is None
+
+
+def test_a_forgotten_stream_routes_as_new_and_its_topics_other_rank_stays() -> None:
+    router = FleetRouter(FleetSettings(BIND))
+    rank0, rank1 = StreamId("10.0.0.5:7000", 0), StreamId("10.0.0.5:7000", 1)
+    for rank in (0, 1):
+        first = router.route(message(b"kv@10.0.0.5:7000@m", rank=rank))
+        assert first is not None and first.new
+    router.forget(rank0, Refusal.LEASED)
+    assert router.registered == 1 and router.refused == {Refusal.LEASED: 1}
+    kept = router.route(message(b"kv@10.0.0.5:7000@m", rank=1, seq=1))
+    assert kept is not None and not kept.new and kept.stream == rank1
+    again = router.route(message(b"kv@10.0.0.5:7000@m", rank=0, seq=1))
+    assert again is not None and again.new and again.stream == rank0
+    router.forget(rank0)
+    router.forget(rank1)  # the topic's last stream: its publisher is forgotten too
+    assert router.registered == 0 and router.refused == {Refusal.LEASED: 1}
+    for rank in (1, 0):
+        back = router.route(message(b"kv@10.0.0.5:7000@m", rank=rank, seq=2))
+        assert back is not None and back.new
+    assert router.registered == 2

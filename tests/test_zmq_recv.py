@@ -97,3 +97,30 @@ def test_pyzmq_fallback_when_libzmq_is_not_found(
         pub.send_multipart(message)
     _arrive(sub)
     assert [read() for _ in MESSAGES] == KEPT
+
+
+class _Asked(zmq.Socket[bytes]):
+    """A socket whose class reads its attributes its own way: the receiver asks it so."""
+
+    asked = 0
+
+    def __getattribute__(self, name: str) -> object:
+        if name == "_closed":
+            type(self).asked += 1
+        return super().__getattribute__(name)
+
+
+def test_a_socket_that_reads_its_own_attributes_is_asked_whether_it_is_closed() -> None:
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sub = _Asked(ctx, zmq.SUB)
+    try:
+        read = _zmq_recv.MessageReceiver(sub)
+        asked = _Asked.asked
+        assert read() is None
+        assert _Asked.asked == asked + 1
+        sub.close(linger=0)
+        with pytest.raises(zmq.ZMQError):
+            read()
+    finally:
+        sub.close(linger=0)
+        ctx.term()
