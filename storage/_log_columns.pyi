@@ -25,6 +25,15 @@ def pack_runs(
 def walks_let_go() -> int:
     """How many times `split`, `joins_back` and `pack_runs` have let go of the GIL."""
 
+def rooms_outgrown() -> int:
+    """How many columns `split` and `pack_runs` have grown past the room made for them."""
+
+def room_sizes_of(payloads: list[bytes], granules: bool = False) -> list[int]:
+    """The most `split` can put in each column of `payloads`."""
+
+def room_shares() -> list[int]:
+    """Each column's room now, in 1024ths of a chunk's payload bytes."""
+
 def scratch_most() -> int:
     """How many chunks' hash tables the last `pack_runs` held at once."""
 

@@ -14,6 +14,7 @@ from libc.string cimport memcmp, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from kvscope.storage._log_buf cimport Buf, fit_nogil, grow_nogil, reserve, taken
+from kvscope.storage._log_rooms cimport COLUMNS, room_sizes, rooms_made
 from kvscope.storage._log_split cimport Hashes, hashes_free, hashes_init
 from kvscope.storage._log_walk cimport join_all, split_all
 from kvscope.storage._granules cimport GranuleIndex, Granules
@@ -26,6 +27,36 @@ cdef Py_ssize_t _walks_let_go = 0
 
 cdef Py_ssize_t _scratch_most = 0
 """The most chunks' hash tables the last `pack_runs` held at once: `scratch_most`."""
+
+
+cdef Py_ssize_t _shares[7]
+_shares[:] = [1024, 640, 24, 80, 24, 512, 24]
+"""Each column's room, in 1024ths of its chunk's payload bytes (storage/_log_rooms.pxd): the
+most each took in the chunks `pack_runs` packed last, and a sixteenth (at first, a little over
+what block events take: the skeleton 50 to 60%, the token ids 30 to 45%, the rest a few %)."""
+
+
+cdef Py_ssize_t _outgrown = 0
+"""How many columns outgrew their rooms (storage/_log_rooms.pxd): `rooms_outgrown`."""
+
+
+def rooms_outgrown():
+    """How many columns `split` and `pack_runs` have grown past the room made for them (a
+    test's count)."""
+    return _outgrown
+
+
+def room_sizes_of(list payloads, bint granules=False):
+    """The most `split` can put in each column of `payloads` (with an index of `granules`, one
+    more: the granules' numbers, for an index of 2**32 - 1 of them at most)."""
+    cdef Py_ssize_t sizes[COLUMNS]
+    room_sizes(len(payloads), sum(map(len, payloads)), (1 << 32) - 1 if granules else -1, sizes)
+    return [sizes[i] for i in range(COLUMNS if granules else COLUMNS - 1)]
+
+
+def room_shares():
+    """Each column's room now, in 1024ths of a chunk's payload bytes."""
+    return [_shares[i] for i in range(COLUMNS)]
 
 
 def scratch_most():
@@ -64,10 +95,13 @@ cdef struct Run:
     const Granules* g
     Hashes h
     Buf cols[7]  # sizes, skeleton, references, literals, floats, tokens, granules' numbers
+    Py_ssize_t rooms[7]  # the room made for each (storage/_log_rooms.pxd)
+    Py_ssize_t wrote[7]  # each one's bytes once split (the token ids' before the planes)
+    Py_ssize_t outgrown  # columns grown past their rooms
     Py_ssize_t kept
     bint planes  # format 5: the token ids as byte planes where they fit
     Py_ssize_t plane_ids  # -1: they do not fit
-    Buf low, rest
+    Buf rest  # the upper planes (the low one takes the tokens' place)
 
 
 cdef int run_open(Run* r, tuple payloads, GranuleIndex granules) except -1:
@@ -100,10 +134,16 @@ cdef void run_close(Run* r) noexcept:
     hashes_free(&r.h)
     for i in range(7):
         free(r.cols[i].p)
-    free(r.low.p)
     free(r.rest.p)
     free(r.ptrs)
     free(r.lens)
+
+
+cdef void run_outgrown(Run* r) noexcept nogil:
+    """Counts the columns that outgrew their rooms (before they are cut to fit)."""
+    cdef int i
+    for i in range(7):
+        r.outgrown += r.cols[i].cap > r.rooms[i]
 
 
 cdef int run_split(Run* r, bint verbatim) noexcept nogil:
@@ -111,8 +151,8 @@ cdef int run_split(Run* r, bint verbatim) noexcept nogil:
     leaves the hash table alone); -1 if memory ran out."""
     cdef Buf* bufs[6]
     cdef int i
-    for i in range(7):
-        r.cols[i].n = 0
+    if rooms_made(r.cols, r.rooms, r.count, r.total, -1 if r.g == NULL else r.g.n, _shares) < 0:
+        return -1
     for i in range(6):
         bufs[i] = &r.cols[i + 1]
     r.kept = 0
@@ -158,6 +198,7 @@ cdef int run_pack(Run* r) noexcept nogil:
     free(r.lens)
     r.ptrs = NULL
     r.lens = NULL
+    run_outgrown(r)
     for i in range(7):
         fit_nogil(&r.cols[i])
     return failed
@@ -179,31 +220,49 @@ cdef int run_columns(Run* r) noexcept nogil:
     same = 0 if r.count > lens[0] + 1 else same_back(r.count, cols, lens, r.g, r.ptrs, r.lens)
     if same < 0 or (same == 0 and run_split(r, True) < 0):
         return -1
+    for i in range(7):
+        r.wrote[i] = r.cols[i].n
     if not r.planes:
         return 0
     r.plane_ids = plane_count(r.cols[5].p, r.cols[5].n, &width)
     if r.plane_ids < 0:
         return 0
-    if (grow_nogil(&r.low, r.plane_ids) < 0
-            or grow_nogil(&r.rest, 1 + (width - 1) * r.plane_ids) < 0):
+    if grow_nogil(&r.rest, 1 + (width - 1) * r.plane_ids) < 0:
         return -1
-    put_planes(r.cols[5].p, r.plane_ids, width, r.low.p, r.rest.p)
-    r.low.n = r.plane_ids
+    # The low plane over the tokens, in place: id k's byte goes at k, the ids before it read.
+    put_planes(r.cols[5].p, r.plane_ids, width, r.cols[5].p, r.rest.p)
+    r.cols[5].n = r.plane_ids
     r.rest.n = 1 + (width - 1) * r.plane_ids
-    free(r.cols[5].p)  # the planes take the tokens' place
-    r.cols[5].p = NULL
-    r.cols[5].n = r.cols[5].cap = 0
     return 0
 
 
 cdef tuple run_parts(Run* r):
     """The run's columns as `split` gives them (with format 5's planes, where made, in place
     of the tokens, their upper planes last), and the count kept verbatim."""
+    global _outgrown
     cdef list parts = [taken(&r.cols[i]) for i in range(6 if r.g == NULL else 7)]
+    _outgrown += r.outgrown
     if r.plane_ids >= 0:
-        parts[5] = taken(&r.low)
         parts.append(taken(&r.rest))
     return parts, r.kept
+
+
+cdef void shares_learned(const Run* work, Py_ssize_t n) noexcept:
+    """`_shares` from the runs just packed: the most each column took, and a sixteenth."""
+    cdef Py_ssize_t learned[7]
+    cdef Py_ssize_t i, k, need
+    cdef bint seen = False
+    memset(learned, 0, sizeof(learned))
+    for k in range(n):
+        if work[k].total == 0:
+            continue
+        seen = True
+        for i in range(7):
+            need = (work[k].wrote[i] << 10) // work[k].total + 1
+            learned[i] = max(learned[i], need + need // 16)
+    if seen:
+        for i in range(7):
+            _shares[i] = learned[i]
 
 
 def split(list payloads, bint verbatim=False, GranuleIndex granules=None):
@@ -222,6 +281,7 @@ def split(list payloads, bint verbatim=False, GranuleIndex granules=None):
             failed = run_scratch(&r)
             if failed == 0:
                 failed = run_split(&r, verbatim)
+                run_outgrown(&r)
         if failed:
             raise MemoryError()
         parts, kept = run_parts(&r)
@@ -282,6 +342,7 @@ def pack_runs(list runs, list indexes, list planes):
         _scratch_most = most
         if failed:
             raise MemoryError()
+        shares_learned(work, n)
         return [run_parts(&work[i]) for i in range(n)]
     finally:
         for i in range(n):

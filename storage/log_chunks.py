@@ -23,7 +23,6 @@ literals found among a checkpoint's hashes as their position there, and names th
 from __future__ import annotations
 
 import struct
-import threading
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -43,6 +42,14 @@ from kvscope.storage.log_columns import (
     FORMAT_5_MAGIC,
     FORMAT_6_MAGIC,
 )
+from kvscope.storage.log_compress import (
+    TOKENS_ZSTD_LEVEL,
+    ZSTD_LEVEL,
+    by_dictionary,
+    compress_all,
+    compressor,
+    segments,
+)
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.log_known import ChunkError as ChunkError
 from kvscope.storage.log_known import Known, checked_hashes, known_before
@@ -61,13 +68,6 @@ longer replays (benchmarks/rebuild_instructions.py compares the formats' replays
 WRITABLE_FORMATS = (1, 2, 3, 4, 5, 6)
 SETTABLE_FORMATS = (2, 3, 4, 5, 6)
 """The formats a store may be set to write: 1 has no dictionary, and is left to migrations."""
-ZSTD_LEVEL = 1
-"""Format 1's level: higher ones pack it hardly smaller at a much lower speed."""
-DICTIONARY_ZSTD_LEVEL = 3
-"""Format 2's: level 1 finds few of the matches a dictionary offers (benchmarks/store.py)."""
-TOKENS_ZSTD_LEVEL = 4
-"""Formats 3 to 5's token ids: level 4 finds more of the dictionary's matches than 3, and 5
-to 8 far fewer (benchmarks/_store_disk.py's stream)."""
 FORMAT_2_MAGIC = b"KVL2"
 """Never the start of a zstd frame (28 b5 2f fd), which a format 1 chunk is."""
 
@@ -335,32 +335,6 @@ def stamp_arrays(
     )
 
 
-def _by_dictionary(
-    made: list[ChunkRow], dictionaries: Mapping[Any, Dictionary]
-) -> dict[Dictionary | None, list[int]]:
-    by_dictionary: dict[Dictionary | None, list[int]] = {}
-    for i, chunk in enumerate(made):
-        by_dictionary.setdefault(dictionaries.get(chunk.stream), []).append(i)
-    return by_dictionary
-
-
-def _compressor(
-    dictionary: Dictionary | None, level: int = DICTIONARY_ZSTD_LEVEL
-) -> zstandard.ZstdCompressor:
-    return _plain_compressor(level) if dictionary is None else dictionary.compressor(level)
-
-
-def _compress_all(
-    dictionary: Dictionary | None, items: list[bytes], level: int = DICTIONARY_ZSTD_LEVEL
-) -> list[bytes]:
-    compressor = _compressor(dictionary, level)
-    if not any(items):  # which multi_compress_to_buffer refuses
-        return [compressor.compress(item) for item in items]
-    sources: list[bytes | bytearray | memoryview] = list(items)
-    packed = compressor.multi_compress_to_buffer(sources)
-    return [packed[i].tobytes() for i in range(len(items))]
-
-
 def _granules(fmt: int, dictionary: Dictionary | None) -> GranuleIndex | None:
     """The index a columnar chunk of `fmt` is split or joined with: none in format 3 (whose
     chunks need not build one), an empty one in format 4 without a dictionary."""
@@ -380,14 +354,14 @@ def _pack_columns(
     # One call per compressor over all the chunks' frames: the GIL goes once per call.
     # Format 5 writes some chunks with a frame more than others: each chunk's own count.
     tokens = log_columns.TOKENS
-    plain = _compress_all(
+    plain = compress_all(
         None, [f for chunk in frames for f in chunk[:tokens] + chunk[tokens + 1 :]]
     )
     ends = list(accumulate(len(chunk) - 1 for chunk in frames))
     packed = [plain[end - len(chunk) + 1 : end] for chunk, end in zip(frames, ends, strict=True)]
     out = list(made)
-    for dictionary, where in _by_dictionary(made, dictionaries).items():
-        done = _compress_all(dictionary, [frames[i][tokens] for i in where], TOKENS_ZSTD_LEVEL)
+    for dictionary, where in by_dictionary([c.stream for c in made], dictionaries).items():
+        done = compress_all(dictionary, [frames[i][tokens] for i in where], TOKENS_ZSTD_LEVEL)
         digest = b"" if dictionary is None else dictionary.digest
         for k, i in enumerate(where):
             ordered = [*packed[i][:tokens], done[k], *packed[i][tokens:]]
@@ -398,24 +372,12 @@ def _pack_columns(
 
 def _pack_format_2(made: list[ChunkRow], dictionaries: Mapping[Any, Dictionary]) -> list[ChunkRow]:
     out = list(made)
-    for dictionary, where in _by_dictionary(made, dictionaries).items():
-        packed = _compressor(dictionary).multi_compress_to_buffer([made[i].data for i in where])
+    for dictionary, where in by_dictionary([c.stream for c in made], dictionaries).items():
+        packer = compressor(dictionary)
+        packed = segments(packer.multi_compress_to_buffer([made[i].data for i in where]))
         digest = b"" if dictionary is None else dictionary.digest
         head = FORMAT_2_MAGIC + bytes((len(digest),)) + digest
         for k, i in enumerate(where):
-            out[i] = made[i]._replace(data=head + packed[k].tobytes(), dictionary=digest or None)
+            data = b"".join([head, packed[k]])
+            out[i] = made[i]._replace(data=data, dictionary=digest or None)
     return out
-
-
-_plain = threading.local()
-
-
-def _plain_compressor(level: int) -> zstandard.ZstdCompressor:
-    """A compressor without a dictionary at `level`, one per thread, kept (as `Dictionary`'s)."""
-    kept: dict[int, zstandard.ZstdCompressor] | None = getattr(_plain, "by_level", None)
-    if kept is None:
-        kept = _plain.by_level = {}
-    found = kept.get(level)
-    if found is None:
-        found = kept[level] = zstandard.ZstdCompressor(level=level)
-    return found

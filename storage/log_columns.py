@@ -111,7 +111,10 @@ def columns_all(runs: Sequence[Run]) -> list[tuple[list[bytes], int]]:
 
 
 def assemble(
-    digest: bytes, count: int, frames: Sequence[bytes], known_name: bytes | None = None
+    digest: bytes,
+    count: int,
+    frames: Sequence[bytes | memoryview],
+    known_name: bytes | None = None,
 ) -> bytes:
     """A chunk's bytes, from its compressed frames (their number tells the format, but 6's:
     with `known_name`, the name of the known hashes its last two frames were split against)."""

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import zstandard
 
-from kvscope.storage import log_chunks
+from kvscope.storage import log_compress
 from kvscope.storage.log_chunks import pack
 from kvscope.storage.log_dictionary import Dictionary
 from tests.test_log_dictionary import A, B, block_log, runs_of, token_pool
@@ -32,7 +32,7 @@ def test_each_dictionarys_compressor_is_made_once_and_packs_the_same(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(zstandard, "ZstdCompressor", counted)
-    monkeypatch.setattr(log_chunks, "_plain", threading.local(), raising=False)
+    monkeypatch.setattr(log_compress, "_plain", threading.local())
     dictionary = Dictionary(content)
     for _ in range(3):  # three transactions: A's dictionary and B's none, each made once
         assert pack(rows, 2, {A: dictionary}) == fresh
