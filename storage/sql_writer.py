@@ -14,7 +14,7 @@ from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.snapshot import blocks_named, encode_copy
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
-from kvscope.storage.bulk_sql import insert_chunks, upsert_rollups
+from kvscope.storage.bulk_sql import insert_chunks, upsert_recovery_points, upsert_rollups
 from kvscope.storage.checkpoint_deltas import CheckpointEncoder
 from kvscope.storage.history import NotInStore
 from kvscope.storage.leases import Fence
@@ -312,21 +312,7 @@ class RowWriter:
                 )
             )
             if row.points:
-                conn.execute(
-                    _upsert(conn, schema.reset_recovery, ("reset_id", "offset_s")),
-                    [
-                        {
-                            "reset_id": reset_id,
-                            "offset_s": p.offset_s,
-                            "blocks": p.blocks,
-                            "hittable": p.hittable,
-                            "orphans": p.orphans,
-                            "share_blocks_back": p.share_blocks_back,
-                            "share_tokens_back": p.share_tokens_back,
-                        }
-                        for p in row.points
-                    ],
-                )
+                upsert_recovery_points(conn, reset_id, row.points)
         elif type(row) is IntervalRow:
             t = schema.intervals
             sid = self._stream_id(conn, row.stream)
