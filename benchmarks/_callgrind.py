@@ -111,7 +111,7 @@ def calls_to(out_file: str, callee: str) -> dict[str, int]:
     caller = target = library = ""
     for line in Path(out_file).read_text().splitlines():
         key, _, rest = line.partition("=")
-        if key in ("fn", "cfn", "ob"):
+        if key in ("fn", "cfn", "ob", "cob"):
             ref, _, name = rest.partition(" ")  # "(id) name" the first time, "(id)" after
             if name:
                 names[key[-2:] + ref] = name
@@ -120,7 +120,7 @@ def calls_to(out_file: str, callee: str) -> dict[str, int]:
             elif key == "fn":
                 caller = names.get("fn" + ref, ref)
                 if caller.startswith("0x"):
-                    caller = f"{caller} in {Path(library).name}"
+                    caller = f"{caller} in {Path(library).parent.name}/{Path(library).name}"
             else:
                 target = names.get("fn" + ref, ref)
         elif key == "calls" and target == callee:
