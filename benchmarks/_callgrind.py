@@ -5,19 +5,32 @@ The child counts only what it runs inside `deque_init`: it wraps the code it mea
 `deque(map(step, work), maxlen=0)`, and callgrind is told to count inside that call alone
 (`--collect-atstart=no --toggle-collect=deque_init`). Its hash seed is fixed, so that two runs
 of the same code count the same.
+
+Calls are another matter: callgrind counts a call even while it is not collecting, and writes
+the count with the caller's arc wherever that arc also cost something inside the window. A
+count of calls from such a run holds every call made outside (a store's migrations: their
+statements, each fetched row's columns) beside those inside. A child that counts calls
+(`run_child(..., marked=True)`) collects from its start and calls `mark()` at the window's
+two ends instead: callgrind dumps its counts, calls included, and starts again from zero at
+each (`--dump-before`), so the window's dump (`window_file`) holds the window alone.
 """
 
 from __future__ import annotations
 
+import binascii
 import os
 import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 COUNTED = "deque_init"
 """The function whose calls are counted (and nothing outside them)."""
+MARK = "binascii_crc_hqx"
+"""The C function `mark()` calls, at a marked window's two ends: nothing kvscope runs (nor
+SQLAlchemy, alembic, sqlite3, zstd) calls it."""
 GIL_FREE = re.compile(
     r"\s([\d,]+) \(.*?:(compress_from_datasources|ZstdCompressor_compress"
     r"|__pyx_pw_\w+_(?:log_columns_\d+(?:split|join|joins_back|pack_runs)|log_planes_\d+token_planes"
@@ -32,17 +45,22 @@ def need_valgrind(script: str) -> None:
         sys.exit(f"{script} counts with valgrind's callgrind: apt-get install valgrind")
 
 
-def run_child(command: Sequence[str], out_file: str | None, flags: Sequence[str] = ()) -> str:
+def run_child(
+    command: Sequence[str], out_file: str | None, flags: Sequence[str] = (), marked: bool = False
+) -> str:
     """Run `command` (the benchmark itself, as its child) under callgrind, counting only inside
     `COUNTED`, its profile written to `out_file` (with `flags` added to valgrind's); with
-    `out_file` None, without valgrind. Its stderr; if it fails, the benchmark exits with its
-    stderr's tail."""
+    `out_file` None, without valgrind. `marked`: the child calls `mark()` at its window's ends,
+    and the window's profile, calls counted exactly, is `window_file(out_file)`. Its stderr; if
+    it fails, the benchmark exits with its stderr's tail."""
     if out_file is not None:
+        window = [f"--dump-before={MARK}"]
+        if not marked:
+            window = ["--collect-atstart=no", f"--toggle-collect={COUNTED}"]
         command = [
             "valgrind",
             "--tool=callgrind",
-            "--collect-atstart=no",
-            f"--toggle-collect={COUNTED}",
+            *window,
             *flags,
             f"--callgrind-out-file={out_file}",
             *command,
@@ -64,6 +82,50 @@ def collected(stderr: str) -> int:
     found = re.search(r"Collected : (\d+)", stderr)
     assert found, stderr
     return int(found.group(1))
+
+
+def mark() -> None:
+    """In a marked child (`run_child(..., marked=True)`): one end of the window counted."""
+    binascii.crc_hqx(b"", 0)
+
+
+def window_file(out_file: str) -> str:
+    """A marked child's profile of its window: callgrind's second dump (the first holds all
+    before it, the last all after)."""
+    return f"{out_file}.2"
+
+
+def window_collected(out_file: str) -> int:
+    """The instructions a marked child's window counted."""
+    found = re.search(r"^summary: (\d+)$", Path(window_file(out_file)).read_text(), re.M)
+    assert found, out_file
+    return int(found.group(1))
+
+
+def calls_to(out_file: str, callee: str) -> dict[str, int]:
+    """The calls of `callee` in callgrind's `out_file`, per calling function (exact in a marked
+    window's file only: see the module's docstring); a function without a symbol (a stripped
+    library's) is named by its address and its library's file."""
+    names: dict[str, str] = {}
+    each: dict[str, int] = {}
+    caller = target = library = ""
+    for line in Path(out_file).read_text().splitlines():
+        key, _, rest = line.partition("=")
+        if key in ("fn", "cfn", "ob", "cob"):
+            ref, _, name = rest.partition(" ")  # "(id) name" the first time, "(id)" after
+            if name:
+                names[key[-2:] + ref] = name
+            if key == "ob":
+                library = names.get("ob" + ref, "")
+            elif key == "fn":
+                caller = names.get("fn" + ref, ref)
+                if caller.startswith("0x"):
+                    caller = f"{caller} in {Path(library).parent.name}/{Path(library).name}"
+            else:
+                target = names.get("fn" + ref, ref)
+        elif key == "calls" and target == callee:
+            each[caller] = each.get(caller, 0) + int(rest.split()[0])
+    return each
 
 
 def say_source(module_file: str) -> None:

@@ -2,6 +2,7 @@
 a figure that holds still on a shared machine, where timings do not.
 
     python benchmarks/store_instructions.py [--events N] [--cached C] [--seed S] [--parts]
+                                            [--store sqlite|postgresql]
 
 The stream (benchmarks/ingest.py's model, made once, outside valgrind) is ingested three times
 under valgrind's callgrind, counting only the ingest loop's instructions:
@@ -18,7 +19,17 @@ under valgrind's callgrind, counting only the ingest loop's instructions:
   inclusive counts) is apart; the rest holds the GIL, and with two threads on two cores only
   that part cannot overlap the ingest thread. It also counts how many times the writer run let
   go of the GIL (calls of PyEval_SaveThread: each takes it back after, and taking it from a
-  busy ingest thread is a wait), per transaction.
+  busy ingest thread is a wait), per transaction, and by the function that let go: sqlite3's
+  statements (its BEGIN, and around each statement's binding count, step, column count, reset
+  and last row id), its statements prepared (one per new SQL text: a multi-row INSERT's text
+  changes with its rows), rows fetched (one per column), commits; zstd; the log's walks;
+  psycopg.
+  This run counts calls exactly, its window marked (benchmarks/_callgrind.py): with callgrind's
+  window alone, calls made outside it were counted too, the store's migrations above all (some
+  200 statements, a hand-back for each column of each row they fetched), about 865 a
+  transaction where the writer's own are some 27.
+`--store postgresql` runs each kind on a fresh PostgreSQL database (benchmarks/_pg.py) instead of
+an in-memory SQLite one.
 It prints instructions per batch of each, and the sink's and the writer's share; with `--parts`,
 also each part of the writer's share: the store run again with that part left out (the row put
 on the queue, the rollup's count, the checkpoint pacer's, the `instant` calls). Needs valgrind.
@@ -33,11 +44,21 @@ import re
 import sys
 import tempfile
 from collections import deque
+from contextlib import ExitStack
 from itertools import starmap
 from pathlib import Path
 
 import msgspec
-from _callgrind import collected, gil_free, need_valgrind, run_child
+from _callgrind import (
+    calls_to,
+    collected,
+    gil_free,
+    mark,
+    need_valgrind,
+    run_child,
+    window_collected,
+    window_file,
+)
 
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import NO_BATCH, AppliedBatch, EventSink, MapReader, NullSink, Span
@@ -62,10 +83,22 @@ PARTS = {
 }
 CLOCK_START = 1_796_051_000.0
 """The receive clock, fixed: `time.time()` would differ between runs."""
+RELEASERS = (
+    ("sqlite3 statements", ("_pysqlite_query_execute",)),
+    ("prepares", ("pysqlite_statement_create",)),
+    ("rows fetched", ("_pysqlite_fetch_one_row", "pysqlite_cursor_fetchone", "iternext")),
+    ("commits", ("pysqlite_connection_commit", "pysqlite_connection_rollback")),
+    ("zstd", ("compress",)),
+    ("psycopg", ("psycopg",)),
+    ("log walks", ("_log_columns_", "_log_planes_", "_token_granules_")),
+)
+"""The functions that let go of the GIL in the writer's run, by what they do (a name holding
+one of the parts)."""
 
 
-def child(kind: str, payloads_file: str) -> None:
-    """One ingest, its loop the only code counted (callgrind counts inside `deque_init`)."""
+def child(kind: str, payloads_file: str, url: str) -> None:
+    """One ingest, its loop the only code counted (callgrind counts inside `deque_init`; the
+    `writer` kind's, between its `mark()`s)."""
 
     class Calls(NullSink):
         def applied(self, batch: AppliedBatch) -> None:
@@ -82,7 +115,7 @@ def child(kind: str, payloads_file: str) -> None:
     payloads: list[bytes] = msgspec.msgpack.decode(Path(payloads_file).read_bytes())
     # Built in every kind, so that only the loop differs.
     writer = StoreWriter(
-        open_store("sqlite://"),
+        open_store(url),
         StoreSettings(
             queue_rows=10**9,
             checkpoint_events_per_block=math.inf,
@@ -108,7 +141,9 @@ def child(kind: str, payloads_file: str) -> None:
     for frame, at in zip(frames, clock, strict=True):
         ingest.live_frames(frame, at)
     writer.close(0)
+    mark()
     deque(map(run_writer, [writer._loop]), maxlen=0)
+    mark()
     assert writer.stats.rows_written >= len(frames) and writer.failure is None
     print(f"transactions {writer.stats.transactions}", file=sys.stderr)
 
@@ -136,29 +171,34 @@ def _leave_out(part: str, calls: type[NullSink]) -> None:
         StoreWriter.instant = calls.instant  # type: ignore[method-assign,assignment]
 
 
-def instructions(kind: str, payloads_file: str, out_dir: str) -> int:
-    command = [sys.executable, __file__, "--child", kind, payloads_file]
-    stderr = run_child(command, f"{out_dir}/{kind}.out")
+def instructions(kind: str, payloads_file: str, out_dir: str, url: str) -> int:
+    command = [sys.executable, __file__, "--child", kind, payloads_file, url]
+    out_file = f"{out_dir}/{kind}.out"
+    stderr = run_child(command, out_file, marked=kind == "writer")
     Path(f"{out_dir}/{kind}.stderr").write_text(stderr)
-    return collected(stderr)
+    return window_collected(out_file) if kind == "writer" else collected(stderr)
 
 
-def hand_backs(out_dir: str) -> tuple[int, int]:
+def hand_backs(out_dir: str) -> tuple[dict[str, int], int]:
     """The writer run's calls of PyEval_SaveThread (each lets go of the GIL, and each return
-    takes it back: from a busy ingest thread, a wait), and its transactions."""
-    calls, ids, pending = 0, set(), False
-    for line in Path(f"{out_dir}/writer.out").read_text().splitlines():
-        if line.startswith("cfn="):
-            ref, _, name = line[4:].partition(" ")
-            if name == "PyEval_SaveThread":
-                ids.add(ref)
-            pending = ref in ids
-        elif pending and line.startswith("calls="):
-            calls += int(line[6:].split()[0])
-            pending = False
+    takes it back: from a busy ingest thread, a wait), by what let go (`RELEASERS`, else the
+    function's name), and its transactions."""
+    each: dict[str, int] = {}
+    for caller, n in calls_to(window_file(f"{out_dir}/writer.out"), "PyEval_SaveThread").items():
+        name = next((what for what, parts in RELEASERS if any(p in caller for p in parts)), caller)
+        each[name] = each.get(name, 0) + n
     found = re.search(r"transactions (\d+)", Path(f"{out_dir}/writer.stderr").read_text())
     assert found
-    return calls, int(found.group(1))
+    return each, int(found.group(1))
+
+
+def store_url(store: str, stack: ExitStack) -> str:
+    """A store for one child: SQLite in memory, or a fresh PostgreSQL database."""
+    if store == "sqlite":
+        return "sqlite://"
+    from _pg import database_url, fresh_database
+
+    return database_url(stack.enter_context(fresh_database("storeinstr_")))
 
 
 def main() -> None:
@@ -167,7 +207,8 @@ def main() -> None:
     parser.add_argument("--cached", type=int, default=20_000, help="cached blocks when full")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--parts", action="store_true", help="also each part's share")
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--store", default="sqlite", choices=("sqlite", "postgresql"))
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
@@ -179,12 +220,15 @@ def main() -> None:
     payloads, stats = make_stream(args.events, args.seed, args.cached, 10**12)
     batches = len(payloads)
     print(f"stream: {stats.block_events:,} block-events in {batches:,} batches")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         payloads_file = str(Path(tmp) / "payloads.msgpack")
         Path(payloads_file).write_bytes(msgspec.msgpack.encode(payloads))
         kinds = (*KINDS, *PARTS) if args.parts else KINDS
-        counts = {kind: instructions(kind, payloads_file, tmp) for kind in kinds}
-        each_free = gil_free(f"{tmp}/writer.out")
+        counts = {
+            kind: instructions(kind, payloads_file, tmp, store_url(args.store, stack))
+            for kind in kinds
+        }
+        each_free = gil_free(window_file(f"{tmp}/writer.out"))
         released, transactions = hand_backs(tmp)
     free = sum(each_free.values()) / batches
     per_batch = {kind: count / batches for kind, count in counts.items()}
@@ -197,9 +241,11 @@ def main() -> None:
     )
     print("  " + ", ".join(f"{name} {n / batches:,.0f}" for name, n in sorted(each_free.items())))
     print(
-        f"  it let go of the GIL {released:,} times in {transactions} transactions: "
-        f"{released / transactions:,.1f} a transaction"
+        f"  it let go of the GIL {sum(released.values()):,} times in {transactions} "
+        f"transactions: {sum(released.values()) / transactions:,.1f} a transaction"
     )
+    by_count = sorted(released.items(), key=lambda item: -item[1])
+    print("  " + ", ".join(f"{name} {n / transactions:,.1f}" for name, n in by_count))
     print(
         f"store on, all threads: {(per_batch['store'] + writer) / memory:.2f}x memory-only; "
         f"holding the GIL (what two threads cannot overlap): "

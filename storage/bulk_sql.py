@@ -1,4 +1,5 @@
-"""The writer's many-row statements, straight to the driver: log chunks and rollups.
+"""The writer's many-row statements, straight to the driver: log chunks, rollups and a reset's
+recovery points.
 
 Rows go as plain tuples in multi-row VALUES: SQLAlchemy's per-row parameter handling,
 and its compiling of a multi-row insert, would hold the GIL for as long as the writing itself.
@@ -14,7 +15,7 @@ so thousands of placeholders were parsed again at every transaction, most of the
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from itertools import chain
 from typing import Any
@@ -25,10 +26,12 @@ from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.log_chunks import COLUMNS as CHUNK_COLUMNS
 from kvscope.storage.log_chunks import ChunkRow
+from kvscope.storage.recovery import RecoveryPoint
 from kvscope.storage.rows import RollupRow
 
 ROLLUP_COLUMNS = tuple(c.name for c in schema.rollups.columns)
 ROLLUP_KEY = ("stream_id", "second", "medium", "grp")
+RECOVERY_COLUMNS = tuple(c.name for c in schema.reset_recovery.columns)
 
 
 @lru_cache(maxsize=32)
@@ -122,3 +125,20 @@ def upsert_rollups(
     ]
     params = _flat_with_ids(values, len(ROLLUP_COLUMNS), stream_id)
     _execute_in_chunks(conn, schema.rollups, ROLLUP_COLUMNS, ROLLUP_KEY, params, 5000)
+
+
+def upsert_recovery_points(
+    conn: Connection, reset_id: int, points: Sequence[RecoveryPoint]
+) -> None:
+    """A reset's recovery points in one statement (executemany steps, and hands the GIL back,
+    per point). A point already there is overwritten: a recovery written again, fuller,
+    replaces what it said before."""
+    params = list(
+        chain.from_iterable(
+            (reset_id, p.offset_s, p.blocks, p.hittable, p.orphans)
+            + (p.share_blocks_back, p.share_tokens_back)
+            for p in points
+        )
+    )
+    key = ("reset_id", "offset_s")
+    _execute_in_chunks(conn, schema.reset_recovery, RECOVERY_COLUMNS, key, params, 1000)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
 
 from sqlalchemy import Connection, Insert, Table, insert, select, update
@@ -14,7 +14,7 @@ from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.snapshot import blocks_named, encode_copy
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
-from kvscope.storage.bulk_sql import insert_chunks, upsert_rollups
+from kvscope.storage.bulk_sql import insert_chunks, upsert_recovery_points, upsert_rollups
 from kvscope.storage.checkpoint_deltas import CheckpointEncoder
 from kvscope.storage.history import NotInStore
 from kvscope.storage.leases import Fence
@@ -24,6 +24,7 @@ from kvscope.storage.log_dictionary import DictionaryRow
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.log_repack import PreDictionaryRepack
 from kvscope.storage.prefix_followers import PrefixFollowers
+from kvscope.storage.recovery import RecoveryPoint
 from kvscope.storage.rows import (
     CheckpointRow,
     EpochRow,
@@ -74,6 +75,31 @@ def _stream(row: Row | ChunkRow | DictionaryRow) -> StreamId:
     stream = row[0] if type(row) is tuple else row.stream  # type: ignore[union-attr]
     assert isinstance(stream, StreamId)
     return stream
+
+
+def one_recovery_each(ordered: list[Row]) -> list[Row]:
+    """`ordered` with each reset's recovery rows made one, at the last one's place: its figures
+    the last's, its points all of theirs (the later's where two give an offset), as writing
+    each in turn leaves the store. A row holds all its reset's points so far, so a transaction
+    that several of them reached wrote each point as many times over, each UPDATE and point a
+    statement step (and a GIL hand-back) of its own."""
+    recoveries = [row for row in ordered if type(row) is RecoveryRow]
+    if len(recoveries) == len({(row.stream, row.key) for row in recoveries}):
+        return ordered
+    points: dict[tuple[StreamId, tuple[int, int, str]], dict[float, RecoveryPoint]] = {}
+    last: dict[tuple[StreamId, tuple[int, int, str]], RecoveryRow] = {}
+    for recovery in recoveries:
+        key = (recovery.stream, recovery.key)
+        points.setdefault(key, {}).update((p.offset_s, p) for p in recovery.points)
+        last[key] = recovery
+    merged: list[Row] = []
+    for row in ordered:
+        if type(row) is RecoveryRow:
+            if last[row.stream, row.key] is not row:
+                continue
+            row = replace(row, points=tuple(points[row.stream, row.key].values()))
+        merged.append(row)
+    return merged
 
 
 def droppable(row: Row) -> bool:
@@ -200,7 +226,7 @@ class RowWriter:
                 self.checkpoints.forget(stream)
                 self.repack.forget(stream)
         # Epochs, resets and recoveries keep their order (a recovery needs its reset's id).
-        for row in prepared.ordered:
+        for row in one_recovery_each(prepared.ordered):
             self._write_one(conn, row)
         stream_id = partial(self._stream_id, conn)
         if prepared.dictionaries:  # before the chunks that name them
@@ -286,21 +312,7 @@ class RowWriter:
                 )
             )
             if row.points:
-                conn.execute(
-                    _upsert(conn, schema.reset_recovery, ("reset_id", "offset_s")),
-                    [
-                        {
-                            "reset_id": reset_id,
-                            "offset_s": p.offset_s,
-                            "blocks": p.blocks,
-                            "hittable": p.hittable,
-                            "orphans": p.orphans,
-                            "share_blocks_back": p.share_blocks_back,
-                            "share_tokens_back": p.share_tokens_back,
-                        }
-                        for p in row.points
-                    ],
-                )
+                upsert_recovery_points(conn, reset_id, row.points)
         elif type(row) is IntervalRow:
             t = schema.intervals
             sid = self._stream_id(conn, row.stream)

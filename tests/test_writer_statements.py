@@ -1,0 +1,123 @@
+"""The statements the writer issues per transaction: each is a GIL hand-back (several, with
+sqlite3) that the ingest thread may have to wait out, so none is issued that the store's state
+does not need.
+
+The writer's loop runs on this thread after the whole capture is queued (as
+benchmarks/store_instructions.py runs it): which rows share a transaction then depends on
+`rows_per_transaction` alone, not on timing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event, select, text
+
+from kvscope.collector.capture import read_capture
+from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.types import StreamId
+from kvscope.storage import schema
+from kvscope.storage.engine import open_store
+from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.write_loop import WriteLoop
+from kvscope.storage.writer import StoreWriter
+from tests.conftest import capture_path
+
+STREAM = StreamId("lab", 0)
+
+
+def _write_inline(
+    engine: Engine, rows_per_transaction: int, monkeypatch: pytest.MonkeyPatch
+) -> list[list[str]]:
+    """The lab capture through a writer whose loop runs here once all is queued; each
+    transaction's statements."""
+    run = WriteLoop._run
+    monkeypatch.setattr(WriteLoop, "_run", lambda self: None)
+    settings = StoreSettings(
+        rows_per_transaction=rows_per_transaction,
+        queue_rows=10**9,
+        queue_bytes=2**40,
+        spill_bytes=0,
+        checkpoint_every_batches=300,
+    )
+    writer = StoreWriter(engine, settings)
+    monkeypatch.undo()
+    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
+    for record in read_capture(capture_path("lab_10rps_300s.msgpack.gz")):
+        ingest.live_frames(record.frames, record.recv_ts)
+    writer.close(0)
+    transactions: list[list[str]] = []
+
+    def begun(conn: Any) -> None:
+        transactions.append([])
+
+    def executed(*args: Any) -> None:
+        # executemany: sqlite3 steps (and hands the GIL back) once per row.
+        transactions[-1].append(("many: " if args[5] else "") + " ".join(args[2].split()[:4]))
+
+    event.listen(engine, "begin", begun)
+    event.listen(engine, "before_cursor_execute", executed)
+    run(writer._loop)
+    event.remove(engine, "begin", begun)
+    event.remove(engine, "before_cursor_execute", executed)
+    assert writer.failure is None and writer.stats.rows_refused == 0
+    return transactions
+
+
+def _recoveries(engine: Engine) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    r, rr = schema.resets, schema.reset_recovery
+    with engine.connect() as conn:
+        resets = conn.execute(select(r).order_by(r.c.id)).tuples().all()
+        points = conn.execute(select(rr).order_by(rr.c.reset_id, rr.c.offset_s)).tuples().all()
+    return list(resets), list(points)
+
+
+def test_batches_alone_cost_one_statement_per_table(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transactions = _write_inline(open_store(store_url), 200, monkeypatch)
+    assert len(transactions) > 10
+    # The stream's id and its epoch are looked up once, in the first transaction.
+    first = Counter(s for s in transactions[0] if s.startswith("SELECT"))
+    assert sum(first.values()) == 2
+    for statements in transactions:
+        each = Counter(statements)
+        assert each["INSERT INTO log_chunks (stream_id,"] == 1
+        assert each["INSERT INTO rollups (stream_id,"] == 1
+    rest = [s for t in transactions[1:] for s in t]
+    assert not [s for s in rest if "streams" in s or "epochs" in s]
+
+
+def test_a_resets_recovery_rows_in_one_transaction_are_written_once(
+    store_url: str, monkeypatch: pytest.MonkeyPatch, new_pg_database: Any
+) -> None:
+    """A recovery row holds all its reset's points so far: the rows before it in the same
+    transaction need no statements of their own, and its points go in one statement. The
+    store ends as with each row written."""
+    engine = open_store(store_url)
+    transactions = _write_inline(engine, 100_000, monkeypatch)
+    assert len(transactions) <= 2
+    recovered = Counter(s for t in transactions for s in t)
+    resets = recovered["INSERT INTO resets (stream_id,"]
+    assert resets >= 3
+    assert (
+        recovered["UPDATE resets SET t50_s=?,"] + recovered["UPDATE resets SET t50_s=%(t50_s)s,"]
+        == resets
+    )
+    assert recovered["INSERT INTO reset_recovery (reset_id,"] == resets
+
+    # The same rows, a few to a transaction: each recovery row written as it comes.
+    if store_url.startswith("sqlite"):
+        small_url = store_url.replace("kvscope.sqlite", "small.sqlite")
+    else:
+        small_url = new_pg_database()
+    small = open_store(small_url)
+    _write_inline(small, 20, monkeypatch)
+    assert _recoveries(engine) == _recoveries(small)
+    with engine.connect() as conn, small.connect() as other:
+        query = text("SELECT * FROM reset_prefix_groups ORDER BY 1, 2, 3")
+        assert conn.execute(query).all() == other.execute(query).all()
+    engine.dispose()
+    small.dispose()
