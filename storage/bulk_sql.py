@@ -135,7 +135,7 @@ def upsert_recovery_points(
     replaces what it said before."""
     params = list(
         chain.from_iterable(
-            (reset_id, p.offset_s, p.blocks, p.hittable, p.orphans)
+            (reset_id, float(p.offset_s), p.blocks, p.hittable, p.orphans)
             + (p.share_blocks_back, p.share_tokens_back)
             for p in points
         )

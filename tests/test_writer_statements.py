@@ -24,6 +24,7 @@ from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.write_loop import WriteLoop
 from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
+from tests.test_ingest import CLEAR, frames, payload, store
 
 STREAM = StreamId("lab", 0)
 
@@ -121,3 +122,27 @@ def test_a_resets_recovery_rows_in_one_transaction_are_written_once(
         assert conn.execute(query).all() == other.execute(query).all()
     engine.dispose()
     small.dispose()
+
+
+@pytest.mark.parametrize("offsets", [(1, 2.5), (1.0, 2.5)])
+def test_offsets_given_as_ints_and_floats_are_stored(
+    store_url: str, offsets: tuple[float, ...]
+) -> None:
+    # The points go in one statement; on PostgreSQL as arrays, which psycopg refuses to make of
+    # ints and floats mixed (found in review: the transaction failed).
+    writer = StoreWriter(open_store(store_url), StoreSettings(recovery_offsets_s=offsets))
+    ingest = StreamIngest(StreamId("r", 0), can_replay=False, sink=writer)
+    batches = [
+        (100.0, [store(1), store(2, parent=1)]),
+        (101.0, [CLEAR]),
+        (101.5, [store(1)]),
+        (105.0, [store(2, parent=1)]),
+    ]
+    for seq, (ts, events) in enumerate(batches):
+        ingest.live_frames(frames(seq, payload(*events, ts=ts)), ts)
+    writer.close()
+    assert writer.failure is None
+    with writer.engine.connect() as conn:
+        rr = schema.reset_recovery
+        stored = conn.execute(select(rr.c.offset_s).order_by(rr.c.offset_s)).scalars().all()
+    assert stored == [1.0, 2.5]
