@@ -43,11 +43,16 @@ BEFORE_GROUP_BYTES = 2000
 """What a follower holds per group of the `before` map besides the marks' slot maps (which say
 their own bytes): its root, sizes, head (a `PrefixGroup` with its first tokens), place in an
 answer's order and points list (tracemalloc; tests/test_reset_follower_bytes.py checks it)."""
-FOLLOWED_BLOCK_BYTES = 200
-"""What it holds per block of the map it follows: the table, and the orphans' record of what
-was stored under what (measured as above, over a recovery of 10k and 40k blocks)."""
+FOLLOWED_BLOCK_BYTES = 100
+"""What it holds per block of the map it follows (its table)."""
+TABLE_BYTES = 128 << 10
+"""And per table of it, however few its blocks: the columns' first room (the tokens' first
+step is thousands of blocks)."""
+CHILD_BYTES = 100
+"""Per block in the orphans' record of what was stored under what (`Orphans.children`)."""
 ORPHAN_BYTES = 800
-"""And per orphan recorded: its entry, and while it is open the indexes to it."""
+"""And per orphan recorded: its entry, and while it is open the indexes to it (all measured
+as above, tests/test_reset_follower_bytes.py)."""
 
 
 def _state_of(view: PrefixMap, marks: dict[TableKey, SlotMap], groups: int) -> _State:
@@ -170,9 +175,17 @@ class ResetFollower:
         """About the memory it holds: what it keeps of the `before` map, the map it follows
         (with the orphans' record of what was stored under what) per block of it now, and the
         orphans recorded."""
-        followed = sum(len(table) for table in self.view.tables.values())
-        orphans = len(self.orphans.found) + len(self.orphans.evicted)
-        return self.before_bytes + FOLLOWED_BLOCK_BYTES * followed + ORPHAN_BYTES * orphans
+        tables = self.view.tables.values()
+        followed = sum(len(table) for table in tables)
+        orphans = self.orphans
+        recorded = len(orphans.found) + len(orphans.evicted)
+        return (
+            self.before_bytes
+            + TABLE_BYTES * len(tables)
+            + FOLLOWED_BLOCK_BYTES * followed
+            + CHILD_BYTES * orphans.children
+            + ORPHAN_BYTES * recorded
+        )
 
     def _root_before(self, key: TableKey, block: int) -> int | None:
         """The root of `block`'s group in the before map (None: it was not cached)."""

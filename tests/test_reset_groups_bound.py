@@ -13,7 +13,12 @@ from kvscope.collector._slot_map import SlotMap
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
 from kvscope.storage.engine import open_store
-from kvscope.storage.reset_follower import BEFORE_GROUP_BYTES, FOLLOWED_BLOCK_BYTES
+from kvscope.storage.reset_follower import (
+    BEFORE_GROUP_BYTES,
+    CHILD_BYTES,
+    FOLLOWED_BLOCK_BYTES,
+    TABLE_BYTES,
+)
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 from tests.test_ingest import CLEAR, frames, payload, store
@@ -28,10 +33,12 @@ BATCHES = [
     (3, 103.5, [store(3, parent=2)]),  # past +1 s and +2 s: the first recovery row
     (4, 106.5, [store(9)]),  # past +5 s
 ]
-FOLLOWER_BYTES = SlotMap().nbytes() + BEFORE_GROUP_BYTES + 3 * FOLLOWED_BLOCK_BYTES
+FOLLOWER_BYTES = (
+    SlotMap().nbytes() + BEFORE_GROUP_BYTES + TABLE_BYTES + 3 * (FOLLOWED_BLOCK_BYTES + CHILD_BYTES)
+)
 """What each follower holds at its last answer: a `before` map of 4 blocks in one group (its
-marks a slot map of the smallest size), 3 of them back (block 9 is stored after the last
-offset reached)."""
+marks a slot map of the smallest size), 3 of them back in one table, each recorded under its
+parent (block 9 is stored after the last offset reached)."""
 
 
 def _fleet(tmp_path: Any, **settings: Any) -> tuple[StoreWriter, Checked]:

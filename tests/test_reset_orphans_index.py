@@ -91,3 +91,37 @@ def test_index_finds_what_the_full_scan_found(
         reference.after(view, events, float(seq))
     assert mine.result() == reference.result()
     assert mine.evicted_result() == reference.evicted_result()
+
+
+class NeverPruned(Orphans):
+    """Every child ever stored kept in the record, as before the prune."""
+
+    def _prune(self, view: PrefixMap) -> None:
+        return None
+
+
+class PrunedEachBatch(Orphans):
+    def after(self, view: PrefixMap, events: list[KVEvent], ts: float) -> None:  # type: ignore[override]
+        super().after(view, events, ts)
+        self._prune(view)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_batches, _batches, st.integers(1, 6))
+def test_the_record_pruned_of_evicted_children_finds_the_same(
+    first: list[list[KVEvent]], rest: list[list[KVEvent]], clears: int
+) -> None:
+    # Pruning drops children no longer cached (a prompt's evicted continuations), which the
+    # follower otherwise kept for the whole recovery: the same orphans found either way.
+    view = PrefixMap(StreamId("r", 0))
+    for seq, events in enumerate(_weighted(first, clears)):
+        view.apply(Batch(seq, float(seq), 0, events))
+    pruned, kept = PrunedEachBatch(_root), NeverPruned(_root)
+    pruned.start(view, 100.0)
+    kept.start(view, 100.0)
+    for seq, events in enumerate(_weighted(rest, clears), start=101):
+        view.apply(Batch(seq, float(seq), 0, events))
+        pruned.after(view, events, float(seq))
+        kept.after(view, events, float(seq))
+    assert pruned.result() == kept.result()
+    assert pruned.evicted_result() == kept.evicted_result()
