@@ -4,6 +4,8 @@ random streams of stores, removals and clears."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -74,15 +76,17 @@ def _weighted(batches: list[list[KVEvent]], clears: int) -> list[list[KVEvent]]:
     return kept
 
 
-@settings(max_examples=300, deadline=None)
-@given(_batches, _batches, st.integers(1, 6))
-def test_index_finds_what_the_full_scan_found(
-    first: list[list[KVEvent]], rest: list[list[KVEvent]], clears: int
+def _assert_same(
+    mine: Orphans,
+    reference: Orphans,
+    first: list[list[KVEvent]],
+    rest: list[list[KVEvent]],
+    clears: int,
 ) -> None:
+    """Both followed from the map just after the clear (`first` applied) through `rest`."""
     view = PrefixMap(StreamId("r", 0))
-    for seq, events in enumerate(_weighted(first, clears)):  # the map just after the clear
+    for seq, events in enumerate(_weighted(first, clears)):
         view.apply(Batch(seq, float(seq), 0, events))
-    mine, reference = Orphans(_root), FullScanOrphans(_root)
     mine.start(view, 100.0)
     reference.start(view, 100.0)
     for seq, events in enumerate(_weighted(rest, clears), start=101):
@@ -93,6 +97,14 @@ def test_index_finds_what_the_full_scan_found(
     assert mine.evicted_result() == reference.evicted_result()
 
 
+@settings(max_examples=300, deadline=None)
+@given(_batches, _batches, st.integers(1, 6))
+def test_index_finds_what_the_full_scan_found(
+    first: list[list[KVEvent]], rest: list[list[KVEvent]], clears: int
+) -> None:
+    _assert_same(Orphans(_root), FullScanOrphans(_root), first, rest, clears)
+
+
 class NeverPruned(Orphans):
     """Every child ever stored kept in the record, as before the prune."""
 
@@ -101,7 +113,7 @@ class NeverPruned(Orphans):
 
 
 class PrunedEachBatch(Orphans):
-    def after(self, view: PrefixMap, events: list[KVEvent], ts: float) -> None:  # type: ignore[override]
+    def after(self, view: PrefixMap, events: Iterable[KVEvent], ts: float) -> None:
         super().after(view, events, ts)
         self._prune(view)
 
@@ -113,15 +125,4 @@ def test_the_record_pruned_of_evicted_children_finds_the_same(
 ) -> None:
     # Pruning drops children no longer cached (a prompt's evicted continuations), which the
     # follower otherwise kept for the whole recovery: the same orphans found either way.
-    view = PrefixMap(StreamId("r", 0))
-    for seq, events in enumerate(_weighted(first, clears)):
-        view.apply(Batch(seq, float(seq), 0, events))
-    pruned, kept = PrunedEachBatch(_root), NeverPruned(_root)
-    pruned.start(view, 100.0)
-    kept.start(view, 100.0)
-    for seq, events in enumerate(_weighted(rest, clears), start=101):
-        view.apply(Batch(seq, float(seq), 0, events))
-        pruned.after(view, events, float(seq))
-        kept.after(view, events, float(seq))
-    assert pruned.result() == kept.result()
-    assert pruned.evicted_result() == kept.evicted_result()
+    _assert_same(PrunedEachBatch(_root), NeverPruned(_root), first, rest, clears)
