@@ -119,8 +119,7 @@ def child(
     for message in frames[:start]:
         step(message)
     # As the subscriber does at start-up (collector/subscriber.py): a full collection in the
-    # window would otherwise walk this benchmark's own lists of messages, which no collector
-    # holds (one pass cost ~5,200 instructions a message of a fill window).
+    # window would otherwise walk this benchmark's own lists of messages, which no collector holds.
     gc.collect()
     gc.freeze()
     deque(map(step, frames[start:]), maxlen=0)

@@ -25,9 +25,8 @@ under valgrind's callgrind, counting only the ingest loop's instructions:
   changes with its rows), rows fetched (one per column), commits; zstd; the log's walks;
   psycopg.
   This run counts calls exactly, its window marked (benchmarks/_callgrind.py): with callgrind's
-  window alone, calls made outside it were counted too, the store's migrations above all (some
-  200 statements, a hand-back for each column of each row they fetched), about 865 a
-  transaction where the writer's own are some 27.
+  window alone, calls made outside it were counted too, the store's migrations' above all (a
+  hand-back for each column of each row they fetched), several times the writer's own.
 `--store postgresql` runs each kind on a fresh PostgreSQL database (benchmarks/_pg.py) instead of
 an in-memory SQLite one.
 It prints instructions per batch of each, and the sink's and the writer's share; with `--parts`,

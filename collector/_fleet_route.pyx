@@ -1,7 +1,7 @@
 # cython: language_level=3
 """The usual case of `FleetRouter.route_batch` (collector/fleet_router.py) in C: a message of a
 topic and DP rank already routed, its batch read by the router's `FusedApply`. Every message of
-a fleet comes through here; in Python it cost a frame and some forty bytecodes a message. The
+a fleet comes through here, where Python cost a frame and its bytecodes a message. The
 rest (a new route, a refusal, a batch the reader declines, a router that decodes) is the
 router's `_route_rest`, handed what was read here so that nothing is read twice.
 """

@@ -5,8 +5,8 @@ two writes.
 `TableCore` is `BlockTable`'s state as C fields, with the ingest hot path: `store_chain` and
 `remove`, every BlockStored and BlockRemoved (thin wrappers of `_store` and `_remove`, which
 take C values: the fused replay, collector/_replay.pyx, calls those straight; `_remove`'s loop is
-inline in _table_remove.pxd). They work on the table's `array` columns through their buffers and do the common cases (a new block under a cached parent; dropping a leaf) in
-C; the rare ones (orphans rejoining, dropping an inner block, LoRA and extra keys) call back the
+inline in _table_remove.pxd). They work on the table's `array` columns through their buffers
+and do the common cases (a new block under a cached parent; dropping a leaf) in C; the rare ones (orphans rejoining, dropping an inner block, LoRA and extra keys) call back the
 hooks that _table_core.pxd declares and `BlockTable` defines. The hash -> slot index is a
 `SlotMap` (collector/_slot_map.pyx), probed inline; the lookup by tokens is _lookup.pyx.
 """

@@ -1,6 +1,7 @@
 """A stream's apply (`_apply`): nearly every batch decoded and applied in one pass over its
 bytes (collector/_replay.pyx's `FusedApply`), the rest left to decode + apply (collector/ingest.py's
-`_apply_decoded`), and the sink told of each batch applied, which both share (`_tell_applied`).
+`_apply_decoded`), and the sink told of each batch applied (`_tell_applied`, which the fused
+path repeats inline).
 
 A part of `StreamIngest` (collector/ingest.py), which supplies the state it reads; split off to
 keep each file to one concern.
@@ -151,7 +152,8 @@ class FusedIngest:
         batch: Batch | None,
         changes: dict[TableKey, list[int]],
     ) -> None:
-        """The sink told of a batch applied, with the gaps found since the last one told."""
+        """The sink told of a batch applied, with the gaps found since the last one told (the
+        end of `_apply` repeats it inline: keep the two alike)."""
         gaps = self.counters.gaps
         sink.applied(
             AppliedBatch(

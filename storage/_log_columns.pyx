@@ -33,7 +33,8 @@ cdef Py_ssize_t _shares[7]
 _shares[:] = [1024, 640, 24, 80, 24, 512, 24]
 """Each column's room, in 1024ths of its chunk's payload bytes (storage/_log_rooms.pxd): the
 most each took in the chunks `pack_runs` packed last, and a sixteenth (at first, a little over
-what block events take: the skeleton 50 to 60%, the token ids 30 to 45%, the rest a few %)."""
+what block events take). Written under the GIL by `pack_runs`; a walk on another thread may
+read it without: a torn read costs only a room's fit, never a write past it."""
 
 
 cdef Py_ssize_t _outgrown = 0

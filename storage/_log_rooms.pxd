@@ -5,7 +5,7 @@
 # of the packing's copies; one that outgrows its room still grows so. A room is not the most a
 # column can hold: that, told from the payloads alone, is several times what it holds, and rooms
 # that large left the heap's free space strewn between the columns, where each chunk's scratch
-# then took fresh pages (benchmarks/pack_rss.py: a peak 50 MiB higher for 40 chunks).
+# then took fresh pages (benchmarks/pack_rss.py measures the peak).
 from libc.stdint cimport uint64_t
 
 from kvscope.storage._log_buf cimport Buf, grow_nogil

@@ -143,11 +143,9 @@ class ResetFollower:
         """hash -> its group's index in `roots` * 2, plus 1 if it is shared, per table."""
         self.sizes: list[int] = []
         self.shared_sizes: list[int] = []
-        self.before_blocks = 0
         for key in sorted(before, key=lambda k: (k.medium, k.group)):
             marks, roots, sizes, shared_sizes = chain_groups(before[key], len(self.roots))
             self.marks[key] = marks
-            self.before_blocks += len(marks)
             self.roots += [(key, root) for root in roots]
             self.sizes += sizes
             self.shared_sizes += shared_sizes

@@ -65,7 +65,7 @@ def reference_chains(table: BlockTable) -> tuple[dict[int, int], set[int]]:
 
 
 def reference_groups(table: BlockTable, first: int) -> _Groups:
-    """`ResetFollower._groups_of_before`'s loop over one table, before it was compiled."""
+    """`ResetFollower._take_before`'s loop over one table, before it was compiled."""
     root_of, shared = reference_chains(table)
     index: dict[int, int] = {}
     members: dict[int, int] = {}
