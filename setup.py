@@ -20,9 +20,10 @@ collector/_checkpoint_columns.pyx drops what they repeat, _checkpoint_rows.pyx k
 checkpoint's changed rows; storage/_token_granules.pyx cuts a batch's token ids into the log
 dictionary's content, and storage/_log_columns.pyx splits a log chunk's batches into columns and
 back (its walks in _log_walk.pxd, its buffer in _log_buf.pxd, the split's hash table and writes
-without the GIL in _log_split.pxd, its columns' rooms in _log_rooms.pxd), _log_planes.pyx lays
-its stamps and token ids out as byte planes, _log_known.pyx its hash literals against a
-checkpoint's hashes (format 6), and storage/_checkpoint_pacing.pyx counts each batch's
+without the GIL in _log_split.pxd, its columns' rooms in _log_rooms.pxd, their reading back in
+_log_join.pxd), _log_planes.pyx lays its stamps and token ids out as byte planes,
+_log_known.pyx its hash literals against a checkpoint's hashes (format 6), and
+storage/_checkpoint_pacing.pyx counts each batch's
 block-events toward the next checkpoint, _rollup_counts.pyx its blocks per table toward the
 second's rollup, and _queue_core.pyx the row queue's counts and the put of each batch (all
 Cython).

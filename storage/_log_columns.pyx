@@ -10,12 +10,13 @@
 # the skeleton the same way, so every byte comes back from where it went.
 from libc.stdint cimport uint8_t
 from libc.stdlib cimport calloc, malloc, free
-from libc.string cimport memcmp, memset
+from libc.string cimport memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from kvscope.storage._log_buf cimport Buf, fit_nogil, grow_nogil, reserve, taken
 from kvscope.storage._log_rooms cimport COLUMNS, room_sizes, rooms_made
 from kvscope.storage._log_split cimport Hashes, hashes_free, hashes_init
+from kvscope.storage._log_join cimport gathered, same_back
 from kvscope.storage._log_walk cimport join_all, split_all
 from kvscope.storage._granules cimport GranuleIndex, Granules
 from kvscope.storage._token_planes cimport plane_count, put_planes
@@ -70,21 +71,6 @@ def walks_let_go():
     """How many times `split`, `joins_back` and `pack_runs` have let go of the GIL (a test's
     count: the writer packs a transaction's chunks letting it go once)."""
     return _walks_let_go
-
-
-cdef int gathered(tuple held, const uint8_t** cols, Py_ssize_t* lens, Buf* out) except -1:
-    """`join`'s seven columns (`held`, which keeps them alive) as pointers and lengths, and
-    room made in `out` for what they join into."""
-    cdef bytes col
-    cdef int k
-    for k in range(7):
-        col = held[k]
-        if col is None:
-            raise TypeError("log columns: a column is None, not bytes")
-        cols[k] = <const uint8_t*>col
-        lens[k] = len(col)
-    reserve(out, 4 * lens[1] + lens[5] + lens[3] + lens[4])
-    return 0
 
 
 cdef struct Run:
@@ -158,31 +144,6 @@ cdef int run_split(Run* r, bint verbatim) noexcept nogil:
         bufs[i] = &r.cols[i + 1]
     r.kept = 0
     return split_all(r.ptrs, r.lens, r.count, verbatim, &r.cols[0], bufs, &r.h, &r.kept, r.g)
-
-
-cdef int same_back(Py_ssize_t count, const uint8_t** cols, const Py_ssize_t* lens,
-                   const Granules* g, const uint8_t** ptrs, const Py_ssize_t* plens) noexcept nogil:
-    """`joins_back`'s answer: 1 if the columns join into the `count` payloads exactly, 0 if
-    not, -1 if memory ran out."""
-    cdef Buf out
-    cdef Py_ssize_t k
-    cdef Py_ssize_t* starts = <Py_ssize_t*>malloc((count + 1) * sizeof(Py_ssize_t))
-    cdef int failed, same = 1
-    memset(&out, 0, sizeof(Buf))
-    if starts == NULL or grow_nogil(&out, 4 * lens[1] + lens[5] + lens[3] + lens[4]) < 0:
-        free(starts)
-        free(out.p)
-        return -1
-    failed = join_all(count, cols, lens, g, &out, starts)
-    if failed == 0:
-        for k in range(count):
-            if (starts[k + 1] - starts[k] != plens[k]
-                    or memcmp(out.p + starts[k], ptrs[k], plens[k]) != 0):
-                same = 0
-                break
-    free(out.p)
-    free(starts)
-    return -1 if failed == -2 else same if failed == 0 else 0
 
 
 cdef int run_pack(Run* r) noexcept nogil:
