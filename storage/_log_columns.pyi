@@ -34,6 +34,9 @@ def room_sizes_of(payloads: list[bytes], granules: bool = False) -> list[int]:
 def room_shares() -> list[int]:
     """Each column's room now, in 1024ths of a chunk's payload bytes."""
 
+def set_room_shares(shares: list[int]) -> None:
+    """Each column's room for the next `pack_runs` (a test's)."""
+
 def scratch_most() -> int:
     """How many chunks' hash tables the last `pack_runs` held at once."""
 

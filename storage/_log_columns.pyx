@@ -61,6 +61,14 @@ def room_shares():
     return [_shares[i] for i in range(COLUMNS)]
 
 
+def set_room_shares(list shares):
+    """Each column's room for the next `pack_runs` (a test's: rooms too small or too large
+    must not change a byte); learned again from what it packs."""
+    cdef Py_ssize_t i
+    for i in range(COLUMNS):
+        _shares[i] = min(max(0, <Py_ssize_t>shares[i]), 1 << 20)
+
+
 def scratch_most():
     """How many chunks' hash tables (their scratch, the most memory a chunk's packing takes
     beside its columns) the last `pack_runs` held at once (a test's count: one at a time)."""
