@@ -62,11 +62,11 @@ class FleetRouter(RouteTable):
         self.settings = settings
         self.pattern = TopicPattern(settings)
         self.refused: Counter[Refusal] = Counter()
-        self._routes: dict[tuple[bytes, int], Route] = {}
-        """Each registered stream's one `Route` (not new), handed out for its every message."""
         self._ranks: dict[bytes, dict[int, Route]] = {}
-        """`_routes` by topic, then rank: a message's route found without a (topic, rank)
-        tuple built and hashed; a topic is here while it has a route (as in `_publishers`)."""
+        """Each registered stream's one `Route` (not new), handed out for its every message, by
+        topic, then rank: a message's route found without a (topic, rank) tuple built and
+        hashed; a topic is here while it has a route (as in `_publishers`)."""
+        self._registered = 0
         self._publishers: dict[bytes, Publisher] = {}
         """Matched topics (at most one per registered stream): the regex runs once per topic."""
         self._taken = set(taken)
@@ -77,7 +77,7 @@ class FleetRouter(RouteTable):
 
     @property
     def registered(self) -> int:
-        return len(self._routes)
+        return self._registered
 
     def route(self, frames: list[bytes]) -> Route | None:
         """The stream of one message, or None (counted) when it belongs to none."""
@@ -117,7 +117,7 @@ class FleetRouter(RouteTable):
         if publisher is None:
             self._refuse(Refusal.UNMATCHED, topic)
             return None, None
-        if len(self._routes) >= self.settings.max_publishers:
+        if self._registered >= self.settings.max_publishers:
             self._refuse(Refusal.FULL, topic)
             return None, None
         stream = publisher.stream(rank)
@@ -125,23 +125,28 @@ class FleetRouter(RouteTable):
             self._refuse(Refusal.NAME_TAKEN, topic)
             return None, None
         self._publishers[topic] = publisher
-        self._routes[(topic, rank)] = self._ranks.setdefault(topic, {})[rank] = Route(
-            stream, None, False
-        )
+        self._ranks.setdefault(topic, {})[rank] = Route(stream, None, False)
+        self._registered += 1
         self._taken.add(stream)
         return Route(stream, publisher.replay_endpoint(rank), True), decoded
 
     def forget(self, stream: StreamId, why: Refusal | None = None) -> None:
         """The stream is not (or no longer) followed: its next message routes as new."""
-        for key in [k for k, v in self._routes.items() if v.stream == stream]:
-            del self._routes[key]
-            ranks = self._ranks[key[0]]
-            del ranks[key[1]]
+        gone = [
+            (topic, rank)
+            for topic, ranks in self._ranks.items()
+            for rank, route in ranks.items()
+            if route.stream == stream
+        ]
+        for topic, rank in gone:
+            ranks = self._ranks[topic]
+            del ranks[rank]
+            self._registered -= 1
             if not ranks:  # the topic's last stream
-                del self._ranks[key[0]]
-                self._publishers.pop(key[0], None)
+                del self._ranks[topic]
+                self._publishers.pop(topic, None)
             if why is not None:
-                self._refuse(why, key[0])
+                self._refuse(why, topic)
         self._taken.discard(stream)
 
     def _refuse(self, why: Refusal, topic: bytes) -> None:
