@@ -32,6 +32,9 @@ class StoredGroups:
     figures: tuple[int, int]
     """(tokens_recomputed, orphans_left) of the `resets` row."""
     rows: tuple[GroupRow, ...]
+    groups: tuple[PrefixGroup, ...] = ()
+    """The groups `rows` were made of: a row whose group has the same head and sizes is reused
+    (its constant columns are not formatted again), only `back_at_s` and status looked at."""
 
 
 def store_prefix_groups(conn: Connection, reset_id: int, found: ResetPrefixes | None = None) -> int:
@@ -50,7 +53,7 @@ def write_prefix_groups(
     all are replaced). Returns what they are now."""
     r = schema.resets
     figures = (tokens_recomputed(found.groups), len(found.orphans))
-    rows = tuple(_row(g) for g in found.groups)
+    groups = found.groups
     if stored is not None and stored.reset_id != reset_id:
         stored = None
     if stored is None or figures != stored.figures:
@@ -59,14 +62,49 @@ def write_prefix_groups(
             .where(r.c.id == reset_id)
             .values(tokens_recomputed=figures[0], orphans_left=figures[1])
         )
-    if stored is None or len(stored.rows) != len(rows):
+    if stored is None or len(stored.rows) != len(groups):
+        rows = tuple(map(_row, groups))
         _replace(conn, reset_id, rows, None)
     else:
-        pairs = zip(stored.rows, rows, strict=True)
-        changed = [i for i, (old, new) in enumerate(pairs) if old != new]
+        rows, changed = _moved(groups, stored)
         if changed:
             _replace(conn, reset_id, rows, changed)
-    return StoredGroups(reset_id, figures, rows)
+    return StoredGroups(reset_id, figures, rows, groups)
+
+
+def _moved(
+    groups: tuple[PrefixGroup, ...], stored: StoredGroups
+) -> tuple[tuple[GroupRow, ...], list[int]]:
+    """`groups`' rows and the positions where they differ from `stored`'s (as many). A
+    follower's answers keep each position's group (its head and sizes come from the `before`
+    map), so most rows are `stored`'s own, or it with another `back_at_s` and status."""
+    rows: list[GroupRow] = []
+    changed: list[int] = []
+    olds = stored.groups if len(stored.groups) == len(groups) else (None,) * len(groups)
+    for i, (g, old, row) in enumerate(zip(groups, olds, stored.rows, strict=True)):
+        if old is None or not _same_head(g, old):
+            new = _row(g)
+            if new != row:
+                changed.append(i)
+            rows.append(new)
+        elif g.back_at_s == row[6] and g.status == row[7]:
+            rows.append(row)
+        else:
+            changed.append(i)
+            rows.append((*row[:6], g.back_at_s, g.status, row[8]))
+    return tuple(rows), changed
+
+
+def _same_head(g: PrefixGroup, old: PrefixGroup) -> bool:
+    """Whether `g`'s row differs from `old`'s in `back_at_s` and status at most."""
+    return (
+        g.root == old.root
+        and g.blocks == old.blocks
+        and g.tokens == old.tokens
+        and g.shared_blocks == old.shared_blocks
+        and g.table == old.table
+        and (g.first_tokens is old.first_tokens or g.first_tokens == old.first_tokens)
+    )
 
 
 def _replace(
