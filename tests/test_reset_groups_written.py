@@ -154,7 +154,8 @@ def test_an_answer_rolled_back_is_not_the_next_ones_base(tmp_path: Any) -> None:
 def test_rows_written_from_a_base_equal_a_full_rewrite(store_url: str) -> None:
     """An answer written against the last one's rows leaves what a full rewrite does, also where
     a position's group is another one (a head, a size or its first tokens differ), not only
-    where its `back_at_s` and status moved; and the next answer is written against it."""
+    where its `back_at_s` and status moved, or groups are fewer; and the next answer is written
+    against it."""
     writer = StoreWriter(open_store(store_url))
     ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
     for record in read_capture(capture_path("lab_3rps_180s.msgpack.gz")):
@@ -184,6 +185,7 @@ def test_rows_written_from_a_base_equal_a_full_rewrite(store_url: str) -> None:
             dataclasses.replace(found, groups=swapped),
             found,
             dataclasses.replace(found, groups=resized),
+            dataclasses.replace(found, groups=groups[:2]),  # fewer: the rows past them go
             found,
         )
         with conn.begin():
@@ -192,7 +194,9 @@ def test_rows_written_from_a_base_equal_a_full_rewrite(store_url: str) -> None:
             with conn.begin():
                 stored = write_prefix_groups(conn, reset_id, answer, stored)
                 got = _stored(conn, reset_id)
-                with conn.begin_nested() as nested:
+                with conn.begin_nested() as nested:  # written into an empty table
+                    t = schema.reset_prefix_groups
+                    conn.execute(sa.delete(t).where(t.c.reset_id == reset_id))
                     store_prefix_groups(conn, reset_id, answer)
                     want = _stored(conn, reset_id)
                     nested.rollback()
