@@ -37,6 +37,16 @@ def _stored(conn: Connection, reset_id: int) -> tuple[Any, ...]:
     return tuple(map(tuple, rows)), tuple(figures)
 
 
+def _recorded(engine: Engine) -> StoreWriter:
+    """The lab recording written to `engine` by a writer (closed)."""
+    writer = StoreWriter(engine)
+    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
+    for record in read_capture(capture_path("lab_3rps_180s.msgpack.gz")):
+        ingest.live_frames(record.frames, record.recv_ts)
+    writer.close()
+    return writer
+
+
 @pytest.fixture
 def group_writes() -> Iterator[list[str]]:
     """The statements run on `reset_prefix_groups` that insert or delete rows."""
@@ -114,11 +124,7 @@ def test_an_answer_rolled_back_is_not_the_next_ones_base(tmp_path: Any) -> None:
     """The answer at +1 s committed; the full answer written in a transaction that rolled
     back; the full answer again: written against what the store holds (+1 s's rows), not
     against the answer that never landed."""
-    writer = StoreWriter(open_store(f"sqlite:///{tmp_path / 's.sqlite'}"))
-    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
-    for record in read_capture(capture_path("lab_3rps_180s.msgpack.gz")):
-        ingest.live_frames(record.frames, record.recv_ts)
-    writer.close()
+    writer = _recorded(open_store(f"sqlite:///{tmp_path / 's.sqlite'}"))
     rr = schema.reset_recovery
     followers = PrefixFollowers()
 
@@ -156,11 +162,7 @@ def test_rows_written_from_a_base_equal_a_full_rewrite(store_url: str) -> None:
     a position's group is another one (a head, a size or its first tokens differ), not only
     where its `back_at_s` and status moved, or groups are fewer; and the next answer is written
     against it."""
-    writer = StoreWriter(open_store(store_url))
-    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
-    for record in read_capture(capture_path("lab_3rps_180s.msgpack.gz")):
-        ingest.live_frames(record.frames, record.recv_ts)
-    writer.close()
+    writer = _recorded(open_store(store_url))
     with writer.engine.connect() as conn:
         reset_id = conn.execute(sa.select(sa.func.min(schema.resets.c.id))).scalar_one()
         found = reset_prefixes(conn, reset_id)
