@@ -381,6 +381,7 @@ def main() -> None:
                     f"replica-second, {quiet_txs:g} transactions; per reset: "
                     f"{extra / resets:,.4g} {unit}"
                 )
+            if resets:  # (a part alone, `--kinds store`, is a quick measurement of its own)
                 for part in RESET_PARTS:
                     if part in figures:
                         print(f"    {part:<10} {figures[part] / resets:12,.4g} {unit} per reset")

@@ -1,5 +1,5 @@
-"""The writer's many-row statements, straight to the driver: log chunks, rollups and a reset's
-recovery points.
+"""The writer's many-row statements, straight to the driver: log chunks, rollups, a reset's
+recovery points and prefix groups.
 
 Rows go as plain tuples in multi-row VALUES: SQLAlchemy's per-row parameter handling,
 and its compiling of a multi-row insert, would hold the GIL for as long as the writing itself.
@@ -99,6 +99,13 @@ def _execute_in_chunks(
         chunk = tuple(params[start : start + step])
         sql = _insert_sql(table.name, columns, key, conn.dialect.paramstyle, len(chunk) // width)
         conn.exec_driver_sql(sql, chunk)
+
+
+def upsert_rows(conn: Connection, table: Table, key: tuple[str, ...], rows: Sequence[Any]) -> None:
+    """`rows` (tuples of all `table`'s columns, in its order) in one statement (SQLite: one per
+    as many as it takes); a row already there under `key` is overwritten."""
+    columns = tuple(c.name for c in table.columns)
+    _execute_in_chunks(conn, table, columns, key, list(chain.from_iterable(rows)), 1000)
 
 
 def insert_chunks(

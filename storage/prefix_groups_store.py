@@ -12,16 +12,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, bindparam, delete, insert, update
+from sqlalchemy import Connection, bindparam, delete, update
 
 from kvscope.storage import schema
+from kvscope.storage.bulk_sql import upsert_rows
 from kvscope.storage.reset_prefix_types import PrefixGroup, ResetPrefixes, tokens_recomputed
 from kvscope.storage.reset_prefixes import reset_prefixes
 
 GroupRow = tuple[str, int, str, int, int, int, float | None, str, str | None]
 """A group's `reset_prefix_groups` row, from `medium` on (its position is its index)."""
-_COLUMNS = tuple(c.name for c in schema.reset_prefix_groups.columns if not c.primary_key)
-"""A `GroupRow`'s columns, in its order: the table's own, from `medium` on."""
+_GROUPS = schema.reset_prefix_groups
+_KEY = ("reset_id", "position")
+assert tuple(c.name for c in _GROUPS.columns)[:2] == _KEY  # a row is (*_KEY, *GroupRow)
+# Built once (SQLAlchemy makes a statement's cache key anew for each one built).
+_DELETE_PAST = delete(_GROUPS).where(
+    _GROUPS.c.reset_id == bindparam("reset"), _GROUPS.c.position >= bindparam("rows")
+)
+_FIGURES = (
+    update(schema.resets)
+    .where(schema.resets.c.id == bindparam("reset"))
+    .values(tokens_recomputed=bindparam("recomputed"), orphans_left=bindparam("left"))
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +43,9 @@ class StoredGroups:
     figures: tuple[int, int]
     """(tokens_recomputed, orphans_left) of the `resets` row."""
     rows: tuple[GroupRow, ...]
+    groups: tuple[PrefixGroup, ...] = ()
+    """The groups `rows` were made of: a row whose group has the same head and sizes is reused
+    (its constant columns are not formatted again), only `back_at_s` and status looked at."""
 
 
 def store_prefix_groups(conn: Connection, reset_id: int, found: ResetPrefixes | None = None) -> int:
@@ -48,50 +62,66 @@ def write_prefix_groups(
     """Make the reset's stored groups and figures `found`'s, writing only what differs from
     `stored` (what they are in the store now, as this connection sees them; None: not known,
     all are replaced). Returns what they are now."""
-    r = schema.resets
     figures = (tokens_recomputed(found.groups), len(found.orphans))
-    rows = tuple(_row(g) for g in found.groups)
+    groups = found.groups
     if stored is not None and stored.reset_id != reset_id:
         stored = None
     if stored is None or figures != stored.figures:
-        conn.execute(
-            update(r)
-            .where(r.c.id == reset_id)
-            .values(tokens_recomputed=figures[0], orphans_left=figures[1])
-        )
-    if stored is None or len(stored.rows) != len(rows):
+        conn.execute(_FIGURES, {"reset": reset_id, "recomputed": figures[0], "left": figures[1]})
+    if stored is None or len(stored.rows) != len(groups):
+        rows = tuple(map(_row, groups))
         _replace(conn, reset_id, rows, None)
     else:
-        pairs = zip(stored.rows, rows, strict=True)
-        changed = [i for i, (old, new) in enumerate(pairs) if old != new]
+        rows, changed = _moved(groups, stored)
         if changed:
             _replace(conn, reset_id, rows, changed)
-    return StoredGroups(reset_id, figures, rows)
+    return StoredGroups(reset_id, figures, rows, groups)
+
+
+def _moved(
+    groups: tuple[PrefixGroup, ...], stored: StoredGroups
+) -> tuple[tuple[GroupRow, ...], list[int]]:
+    """`groups`' rows and the positions where they differ from `stored`'s (as many). A
+    follower's answers keep each position's group (its head and sizes come from the `before`
+    map), so most rows are `stored`'s own, or it with another `back_at_s` and status."""
+    rows: list[GroupRow] = []
+    changed: list[int] = []
+    olds = stored.groups if len(stored.groups) == len(groups) else (None,) * len(groups)
+    for i, (g, old, row) in enumerate(zip(groups, olds, stored.rows, strict=True)):
+        if old is None or not _same_head(g, old):
+            new = _row(g)
+            if new != row:
+                changed.append(i)
+            rows.append(new)
+        elif g.back_at_s == row[6] and g.status == row[7]:
+            rows.append(row)
+        else:
+            changed.append(i)
+            rows.append((*row[:6], _seconds(g.back_at_s), g.status, row[8]))
+    return tuple(rows), changed
+
+
+def _same_head(g: PrefixGroup, old: PrefixGroup) -> bool:
+    """Whether `g`'s row differs from `old`'s in `back_at_s` and status at most."""
+    return (
+        g.root == old.root
+        and g.blocks == old.blocks
+        and g.tokens == old.tokens
+        and g.shared_blocks == old.shared_blocks
+        and g.table == old.table
+        and (g.first_tokens is old.first_tokens or g.first_tokens == old.first_tokens)
+    )
 
 
 def _replace(
     conn: Connection, reset_id: int, rows: tuple[GroupRow, ...], positions: list[int] | None
 ) -> None:
     """The rows at `positions` (None: every row, and none past them) written anew."""
-    t = schema.reset_prefix_groups
     if positions is None:
-        conn.execute(delete(t).where(t.c.reset_id == reset_id))
+        conn.execute(_DELETE_PAST, {"reset": reset_id, "rows": len(rows)})
         positions = list(range(len(rows)))
-    else:
-        conn.execute(
-            delete(t).where(
-                t.c.reset_id == reset_id, t.c.position.in_(bindparam("at", expanding=True))
-            ),
-            {"at": positions},
-        )
     if positions:
-        conn.execute(
-            insert(t),
-            [
-                {"reset_id": reset_id, "position": i, **dict(zip(_COLUMNS, rows[i], strict=True))}
-                for i in positions
-            ],
-        )
+        upsert_rows(conn, _GROUPS, _KEY, [(reset_id, i, *rows[i]) for i in positions])
 
 
 def _row(g: PrefixGroup) -> GroupRow:
@@ -102,7 +132,12 @@ def _row(g: PrefixGroup) -> GroupRow:
         g.blocks,
         g.tokens,
         g.shared_blocks,
-        g.back_at_s,
+        _seconds(g.back_at_s),
         g.status,
         None if g.first_tokens is None else " ".join(map(str, g.first_tokens)),
     )
+
+
+def _seconds(back_at_s: float | None) -> float | None:
+    """A float (psycopg dumps no array of ints and floats mixed)."""
+    return None if back_at_s is None else float(back_at_s)

@@ -165,6 +165,13 @@ class ResetFollower:
         self._points: list[list[GroupPoint]] = [[] for _ in self.roots]
         """Per group, its points at the first `_pointed` offsets (`_settle_points`)."""
         self._pointed = 0
+        # One chain (nothing shared): the whole chain is what must come back.
+        self._at_least = [
+            BACK_SHARE * (s or n) for n, s in zip(self.sizes, self.shared_sizes, strict=True)
+        ]
+        self._back: list[float | None] = [None] * len(self.roots)
+        """Per group, the first of its settled points it was back at (those do not change:
+        an answer scans only the points after them)."""
         self.before_bytes = sum(m.nbytes() for m in self.marks.values())
         self.before_bytes += BEFORE_GROUP_BYTES * len(self.roots)
         """About what it holds of the `before` map: the marks' slot maps, and per group."""
@@ -252,7 +259,8 @@ class ResetFollower:
                 left[group_key] = left.get(group_key, 0) + 1
         roots = self.roots
         groups = [
-            self._group(i, roots[i][0], fresh, left.get(roots[i], 0)) for i in self._answer_order
+            self._group(i, roots[i][0], fresh, left.get(roots[i], 0) if left else 0)
+            for i in self._answer_order
         ]
         return ResetPrefixes(
             reset_id=self.reset_id,
@@ -273,12 +281,16 @@ class ResetFollower:
         while self._pointed < min(len(self.states), len(self.offsets)):
             offset, state = self.offsets[self._pointed], self.states[self._pointed]
             nothing = GroupPoint(offset, 0, 0, 0)  # (shared: most groups have nothing back)
+            backs, at_least, shared = self._back, self._at_least, self.shared_sizes
             for i, points in enumerate(self._points):
                 j = 3 * i
                 blocks = state[j]
                 points.append(
                     GroupPoint(offset, blocks, state[j + 1], state[j + 2]) if blocks else nothing
                 )
+                came = (state[j + 2] if shared[i] else state[j + 1]) if blocks else 0
+                if backs[i] is None and came >= at_least[i]:
+                    backs[i] = offset
             self._pointed += 1
 
     def _group(self, i: int, key: TableKey, fresh: list[_State], orphans_left: int) -> PrefixGroup:
@@ -287,20 +299,19 @@ class ResetFollower:
         size, shared_size = self.sizes[i], self.shared_sizes[i]
         j = 3 * i
         points = tuple(self._points[i])
+        back = self._back[i]
         if fresh:
             offsets = self.offsets[self._pointed :]
             points += tuple(
                 GroupPoint(offset, state[j], state[j + 1], state[j + 2])
                 for offset, state in zip(offsets, fresh, strict=True)
             )
-        # One chain (nothing shared): the whole chain is what must come back.
-        trunk = shared_size or size
-        at_least = BACK_SHARE * trunk
-        back = None
-        for p in points:
-            if (p.shared_back if shared_size else p.hittable_back) >= at_least:
-                back = p.offset_s
-                break
+            if back is None:
+                k, at_least = (j + 2 if shared_size else j + 1), self._at_least[i]
+                for offset, state in zip(offsets, fresh, strict=True):
+                    if state[k] >= at_least:
+                        back = offset
+                        break
         head = self._heads[i]
         # Built whole (not `dataclasses.replace`): an answer makes one per group.
         return PrefixGroup(

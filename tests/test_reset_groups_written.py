@@ -6,6 +6,7 @@ base for the next answer."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,8 +19,9 @@ from kvscope.collector.ingest import StreamIngest
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.prefix_followers import PrefixFollowers
-from kvscope.storage.prefix_groups_store import store_prefix_groups
-from kvscope.storage.reset_prefix_types import ResetPrefixes
+from kvscope.storage.prefix_groups_store import store_prefix_groups, write_prefix_groups
+from kvscope.storage.reset_prefix_types import ResetPrefixes, status_of
+from kvscope.storage.reset_prefixes import reset_prefixes
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
@@ -33,6 +35,16 @@ def _stored(conn: Connection, reset_id: int) -> tuple[Any, ...]:
         select(r.c.tokens_recomputed, r.c.orphans_left).where(r.c.id == reset_id)
     ).one()
     return tuple(map(tuple, rows)), tuple(figures)
+
+
+def _recorded(engine: Engine) -> StoreWriter:
+    """The lab recording written to `engine` by a writer (closed)."""
+    writer = StoreWriter(engine)
+    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
+    for record in read_capture(capture_path("lab_3rps_180s.msgpack.gz")):
+        ingest.live_frames(record.frames, record.recv_ts)
+    writer.close()
+    return writer
 
 
 @pytest.fixture
@@ -112,11 +124,7 @@ def test_an_answer_rolled_back_is_not_the_next_ones_base(tmp_path: Any) -> None:
     """The answer at +1 s committed; the full answer written in a transaction that rolled
     back; the full answer again: written against what the store holds (+1 s's rows), not
     against the answer that never landed."""
-    writer = StoreWriter(open_store(f"sqlite:///{tmp_path / 's.sqlite'}"))
-    ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
-    for record in read_capture(capture_path("lab_3rps_180s.msgpack.gz")):
-        ingest.live_frames(record.frames, record.recv_ts)
-    writer.close()
+    writer = _recorded(open_store(f"sqlite:///{tmp_path / 's.sqlite'}"))
     rr = schema.reset_recovery
     followers = PrefixFollowers()
 
@@ -147,3 +155,51 @@ def test_an_answer_rolled_back_is_not_the_next_ones_base(tmp_path: Any) -> None:
             answer(conn, reset_id)
         followers.committed()
         assert _stored(conn, reset_id) == whole
+
+
+def test_rows_written_from_a_base_equal_a_full_rewrite(store_url: str) -> None:
+    """An answer written against the last one's rows leaves what a full rewrite does, also where
+    a position's group is another one (a head, a size or its first tokens differ), not only
+    where its `back_at_s` and status moved, or groups are fewer; and the next answer is written
+    against it."""
+    writer = _recorded(open_store(store_url))
+    with writer.engine.connect() as conn:
+        reset_id = conn.execute(sa.select(sa.func.min(schema.resets.c.id))).scalar_one()
+        found = reset_prefixes(conn, reset_id)
+        conn.commit()
+        groups = found.groups
+        assert len(groups) >= 4
+        first = groups[3].first_tokens or (1,)
+        swapped = (
+            groups[1],  # two groups swap places
+            groups[0],
+            dataclasses.replace(groups[2], back_at_s=123.5, status=status_of(123.5)),
+            dataclasses.replace(groups[3], first_tokens=(*first[:-1], first[-1] + 1)),
+            *groups[4:],
+        )
+        resized = (
+            dataclasses.replace(groups[0], blocks=groups[0].blocks + 1),
+            dataclasses.replace(groups[1], first_tokens=tuple(list(groups[1].first_tokens or ()))),
+            *groups[2:],
+        )
+        answers = (
+            found,
+            dataclasses.replace(found, groups=swapped),
+            found,
+            dataclasses.replace(found, groups=resized),
+            dataclasses.replace(found, groups=groups[:2]),  # fewer: the rows past them go
+            found,
+        )
+        with conn.begin():
+            stored = write_prefix_groups(conn, reset_id, answers[0], None)
+        for answer in answers[1:]:
+            with conn.begin():
+                stored = write_prefix_groups(conn, reset_id, answer, stored)
+                got = _stored(conn, reset_id)
+                with conn.begin_nested() as nested:  # written into an empty table
+                    t = schema.reset_prefix_groups
+                    conn.execute(sa.delete(t).where(t.c.reset_id == reset_id))
+                    store_prefix_groups(conn, reset_id, answer)
+                    want = _stored(conn, reset_id)
+                    nested.rollback()
+            assert got == want
