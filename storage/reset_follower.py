@@ -43,13 +43,14 @@ BEFORE_GROUP_BYTES = 2000
 """What a follower holds per group of the `before` map besides the marks' slot maps (which say
 their own bytes): its root, sizes, head (a `PrefixGroup` with its first tokens), place in an
 answer's order and points list (tracemalloc; tests/test_reset_follower_bytes.py checks it)."""
-FOLLOWED_BLOCK_BYTES = 100
+FOLLOWED_BLOCK_BYTES = 60
 """What it holds per block of the map it follows (its table)."""
 TABLE_BYTES = 128 << 10
 """And per table of it, however few its blocks: the columns' first room (the tokens' first
 step is thousands of blocks)."""
-CHILD_BYTES = 100
-"""Per block in the orphans' record of what was stored under what (`Orphans.children`)."""
+CHILD_BYTES = 140
+"""Per block in the orphans' record of what was stored under what (`Orphans.children`: every
+block stored since the clear, evicted or not)."""
 ORPHAN_BYTES = 800
 """And per orphan recorded: its entry, and while it is open the indexes to it (all measured
 as above, tests/test_reset_follower_bytes.py)."""

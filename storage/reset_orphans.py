@@ -24,9 +24,6 @@ from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.types import BlocksRemoved, BlocksStored, KVEvent, TableKey
 from kvscope.storage.reset_prefix_types import ResetOrphan
 
-PRUNE_MIN = 4096
-"""Children recorded before the first prune (and at least between two)."""
-
 
 class Orphans:
     def __init__(self, root_before: Callable[[TableKey, int], int | None]) -> None:
@@ -47,9 +44,8 @@ class Orphans:
         have one child, and a set per block stored was much of the cost), more as a set."""
         self._seen_evicted: set[tuple[TableKey, int]] = set()
         self.children = 0
-        """About the blocks recorded in `_children`: those stored since the last prune (or the
-        clear), and those it kept."""
-        self._prune_at = PRUNE_MIN
+        """About the blocks recorded in `_children`: each stored since the clear (those evicted
+        under a parent that stays are kept too), so that a follower says what it holds."""
 
     def _entry(self, table: BlockTable, h: int, parent: int, ts: float) -> list[Any]:
         entry = [table.key, h, parent, ts, None, None, table.raw_hash(h), table.raw_parent(h)]
@@ -123,34 +119,12 @@ class Orphans:
                 kids = under.pop(parent, None)
                 if kids is None:
                     continue
-                for h in sorted(_members(kids)):
+                for h in (kids,) if isinstance(kids, int) else sorted(kids):
                     if h not in table or table.parent_of(h) != parent or (key, h) in opened:
                         continue
                     if (key, h) not in self._seen_evicted:
                         self._seen_evicted.add((key, h))
                         self.evicted.append(self._entry(table, h, parent, ts))
-        if self.children > self._prune_at:
-            self._prune(view)
-
-    def _prune(self, view: PrefixMap) -> None:
-        """Drops the recorded children no longer cached: blocks stored and evicted under a
-        parent that stays (a prompt's many continuations) would otherwise be kept for the whole
-        recovery. The answers are the same: a child is looked at only while it is cached, and
-        one stored again is recorded again (`_add_chain`). Once the record has doubled, so
-        its cost per block stored is constant."""
-        kept = 0
-        for key, under in self._children.items():
-            table = view.tables.get(key)
-            for parent in list(under):
-                kids = under[parent]
-                left = [] if table is None else [h for h in _members(kids) if h in table]
-                if not left:
-                    del under[parent]
-                else:
-                    under[parent] = left[0] if len(left) == 1 else set(left)
-                kept += len(left)
-        self.children = kept
-        self._prune_at = max(2 * kept, PRUNE_MIN)
 
     def _rejoined_or_removed(
         self,
@@ -212,10 +186,6 @@ class Orphans:
 
     def evicted_result(self) -> tuple[ResetOrphan, ...]:
         return self._records(self.evicted)
-
-
-def _members(kids: int | set[int]) -> Iterable[int]:
-    return (kids,) if isinstance(kids, int) else kids
 
 
 def _add_chain(under: dict[int, int | set[int]], parent: int | None, hashes: Sequence[int]) -> None:

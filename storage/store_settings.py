@@ -89,10 +89,10 @@ class StoreSettings:
     prefix_follower_bytes: int = 2 << 30
     """About the memory the writer spends following recovering streams' prefix groups batch by
     batch (storage/prefix_followers.py): a follower holds 20-40 bytes per block of its reset's
-    `before` map (a slot map of its groups' marks) and about 2 kB per prefix group, 200 per
-    block of the map it follows, 128 KiB per table and 800 per orphan recorded (a replica of
-    20k blocks in 140 groups, 12k back: 3 MB; a fleet of 600 all in recovery at once: 1.8 GB).
-    Past it (counted) a reset's groups are computed in full at each offset: the resets in
+    `before` map (a slot map of its groups' marks) and about 2 kB per prefix group, 60 per
+    block of the map it follows and 140 per block stored since the clear, 128 KiB per table and
+    800 per orphan recorded (a replica of 20k blocks in 140 groups, 12k back: 3 MB; a fleet of
+    600 all in recovery at once: 1.8 GB). Past it (counted) a reset's groups are computed in full at each offset: the resets in
     flight are followed as long as they fit, however many."""
     prefix_followers: int | None = None
     """At most this many followers besides (None: as many as `prefix_follower_bytes` holds)."""

@@ -54,7 +54,7 @@ def _orphans() -> list[dict[str, Any]]:
 def _churn() -> list[dict[str, Any]]:
     """After the clear, a prompt's first blocks cached again, and 20,000 continuations stored
     under them and evicted (a shared system prompt's requests): the map stays small, what the
-    follower records of it must not grow with every block stored."""
+    follower records of it grows with every block stored, and it says so."""
     events = [store(10_500, 10_501)]
     for k in range(20_000):
         leaf = 2_000_000 + k

@@ -4,8 +4,6 @@ random streams of stores, removals and clears."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,26 +101,3 @@ def test_index_finds_what_the_full_scan_found(
     first: list[list[KVEvent]], rest: list[list[KVEvent]], clears: int
 ) -> None:
     _assert_same(Orphans(_root), FullScanOrphans(_root), first, rest, clears)
-
-
-class NeverPruned(Orphans):
-    """Every child ever stored kept in the record, as before the prune."""
-
-    def _prune(self, view: PrefixMap) -> None:
-        return None
-
-
-class PrunedEachBatch(Orphans):
-    def after(self, view: PrefixMap, events: Iterable[KVEvent], ts: float) -> None:
-        super().after(view, events, ts)
-        self._prune(view)
-
-
-@settings(max_examples=300, deadline=None)
-@given(_batches, _batches, st.integers(1, 6))
-def test_the_record_pruned_of_evicted_children_finds_the_same(
-    first: list[list[KVEvent]], rest: list[list[KVEvent]], clears: int
-) -> None:
-    # Pruning drops children no longer cached (a prompt's evicted continuations), which the
-    # follower otherwise kept for the whole recovery: the same orphans found either way.
-    _assert_same(PrunedEachBatch(_root), NeverPruned(_root), first, rest, clears)
