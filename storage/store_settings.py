@@ -92,7 +92,7 @@ class StoreSettings:
     `before` map (a slot map of its groups' marks) and about 2 kB per prefix group, 60 per
     block of the map it follows and 140 per block stored since the clear, 128 KiB per table and
     800 per orphan recorded (a replica of 20k blocks in 140 groups, 12k back: 3 MB; a fleet of
-    600 all in recovery at once: 1.8 GB). Past it (counted) a reset's groups are computed in full at each offset: the resets in
-    flight are followed as long as they fit, however many."""
+    600 all in recovery at once: 1.8 GB). Past it (counted) a reset's groups are computed in
+    full at each offset: the resets in flight are followed as long as they fit, however many."""
     prefix_followers: int | None = None
     """At most this many followers besides (None: as many as `prefix_follower_bytes` holds)."""
