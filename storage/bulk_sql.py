@@ -31,7 +31,6 @@ from kvscope.storage.rows import RollupRow
 
 ROLLUP_COLUMNS = tuple(c.name for c in schema.rollups.columns)
 ROLLUP_KEY = ("stream_id", "second", "medium", "grp")
-RECOVERY_COLUMNS = tuple(c.name for c in schema.reset_recovery.columns)
 
 
 @lru_cache(maxsize=32)
@@ -140,12 +139,9 @@ def upsert_recovery_points(
     """A reset's recovery points in one statement (executemany steps, and hands the GIL back,
     per point). A point already there is overwritten: a recovery written again, fuller,
     replaces what it said before."""
-    params = list(
-        chain.from_iterable(
-            (reset_id, float(p.offset_s), p.blocks, p.hittable, p.orphans)
-            + (p.share_blocks_back, p.share_tokens_back)
-            for p in points
-        )
-    )
-    key = ("reset_id", "offset_s")
-    _execute_in_chunks(conn, schema.reset_recovery, RECOVERY_COLUMNS, key, params, 1000)
+    rows = [
+        (reset_id, float(p.offset_s), p.blocks, p.hittable, p.orphans)
+        + (p.share_blocks_back, p.share_tokens_back)
+        for p in points
+    ]
+    upsert_rows(conn, schema.reset_recovery, ("reset_id", "offset_s"), rows)
