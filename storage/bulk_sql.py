@@ -20,7 +20,7 @@ from functools import lru_cache
 from itertools import chain
 from typing import Any
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Connection, Float, Table
 
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
@@ -60,6 +60,12 @@ def _unnest_sql(table: Table, key: tuple[str, ...], dialect: Any) -> str:
     return sql
 
 
+@lru_cache(maxsize=8)
+def _float_columns(table: Table) -> tuple[int, ...]:
+    """The positions of `table`'s floating-point columns."""
+    return tuple(i for i, c in enumerate(table.columns) if isinstance(c.type, Float))
+
+
 def _rows_per_statement(conn: Connection, width: int) -> int:
     """Rows of `width` parameters one SQLite statement may carry: 32766 parameters since 3.32
     (999 before)."""
@@ -90,8 +96,10 @@ def _execute_in_chunks(
     width = len(columns)
     if conn.dialect.name == "postgresql":
         assert columns == tuple(c.name for c in table.columns)
-        arrays = tuple(params[i::width] for i in range(width))
-        conn.exec_driver_sql(_unnest_sql(table, key, conn.dialect), arrays)
+        arrays = [params[i::width] for i in range(width)]
+        for i in _float_columns(table):  # psycopg dumps no array of ints and floats mixed
+            arrays[i] = [None if v is None else float(v) for v in arrays[i]]
+        conn.exec_driver_sql(_unnest_sql(table, key, conn.dialect), tuple(arrays))
         return
     step = min(most, _rows_per_statement(conn, width)) * width
     for start in range(0, len(params), step):
@@ -140,7 +148,7 @@ def upsert_recovery_points(
     per point). A point already there is overwritten: a recovery written again, fuller,
     replaces what it said before."""
     rows = [
-        (reset_id, float(p.offset_s), p.blocks, p.hittable, p.orphans)
+        (reset_id, p.offset_s, p.blocks, p.hittable, p.orphans)
         + (p.share_blocks_back, p.share_tokens_back)
         for p in points
     ]

@@ -97,7 +97,7 @@ def _moved(
             rows.append(row)
         else:
             changed.append(i)
-            rows.append((*row[:6], _seconds(g.back_at_s), g.status, row[8]))
+            rows.append((*row[:6], g.back_at_s, g.status, row[8]))
     return tuple(rows), changed
 
 
@@ -132,12 +132,7 @@ def _row(g: PrefixGroup) -> GroupRow:
         g.blocks,
         g.tokens,
         g.shared_blocks,
-        _seconds(g.back_at_s),
+        g.back_at_s,
         g.status,
         None if g.first_tokens is None else " ".join(map(str, g.first_tokens)),
     )
-
-
-def _seconds(back_at_s: float | None) -> float | None:
-    """A float (psycopg dumps no array of ints and floats mixed)."""
-    return None if back_at_s is None else float(back_at_s)
