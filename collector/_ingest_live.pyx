@@ -36,12 +36,17 @@ cdef object _MAX_SEQ = 2**63 - 1
 cdef class LiveIngest:
     """The fields `live_frames` and `_apply` read (see `StreamIngest` for what each holds)."""
 
-    cdef public object stream, sink, map, counters, epoch, engine
-    cdef public object expected, last_seq, last_message_at, max_message_bytes
-    cdef public object _replay, _outbox, _quiet, _gaps_told, _degradation, _malformed
-    cdef public long long _messages
-    cdef object _recent_obj, _recent_batches
-    cdef object _decoder, _max_block_size, _layouts
+    # (its fields: collector/_ingest_live.pxd)
+
+    property stream:
+        """The stream's `StreamId`; its rank kept beside it, to check each batch's against."""
+
+        def __get__(self):
+            return self._stream
+
+        def __set__(self, stream):
+            self._stream = stream
+            self._stream_rank = stream.rank
 
     property decoder:
         """The stream's `BatchDecoder`; its limit and layouts (fixed for each) kept beside it."""
@@ -65,6 +70,10 @@ cdef class LiveIngest:
             self._recent_batches = recent.batches
 
     def live_frames(self, frames, now, decoded=None):
+        """`live`: one message from the SUB socket (see there)."""
+        return self.live(frames, now, decoded)
+
+    cdef live(self, frames, now, decoded):
         """One message from the SUB socket: [topic, seq, payload]. `decoded`: its batch, if the
         fleet's router decoded it already (`BatchDecoder.decode`), with the seq it read from
         this message's seq frame; or read it (`FleetRouter.route_batch`), to apply from its
@@ -167,7 +176,7 @@ cdef class LiveIngest:
                     try:
                         quiet = self._quiet
                         if not quiet[0] <= ts < quiet[1]:
-                            self._quiet = sink.instant(self.stream, ts, self.map)
+                            self._quiet = sink.instant(self._stream, ts, self.map)
                     except BaseException:
                         reader.release()
                         raise
@@ -185,7 +194,7 @@ cdef class LiveIngest:
             self._decoder.took_map_layout()
         counters = self.counters
         rank = (applied >> 1) - 1  # -1: none
-        if rank >= 0 and rank != self.stream.rank:
+        if rank >= 0 and rank != self._stream_rank:
             counters.rank_mismatches += 1
         counters.batches_applied += 1
         if degraded and applied & 1:
@@ -194,7 +203,7 @@ cdef class LiveIngest:
             gaps = counters.gaps
             sink.applied(
                 _APPLIED_BATCH(
-                    self.stream,
+                    self._stream,
                     self.epoch,
                     seq,
                     ts,
