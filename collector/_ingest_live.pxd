@@ -7,7 +7,7 @@ cdef class LiveIngest:
     cdef public object expected, last_seq, last_message_at, max_message_bytes
     cdef public object _replay, _outbox, _quiet, _gaps_told, _degradation, _malformed
     cdef public long long _messages
-    cdef object _recent_obj, _recent_batches  # `_recent`, and its deque
+    cdef object _recent_obj, _recent_append  # `_recent`, and its deque's append
     cdef object _decoder, _max_block_size, _layouts  # `decoder`, its limit and layouts
     cdef object _stream  # `stream`
     cdef long long _stream_rank  # its rank

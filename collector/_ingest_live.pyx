@@ -60,14 +60,15 @@ cdef class LiveIngest:
             self._layouts = decoder.layouts
 
     property _recent:
-        """The stream's `RecentBatches`; its deque is kept beside it, appended to here."""
+        """The stream's `RecentBatches`; its deque's `append` is kept beside it (the deque is
+        never replaced), called here for each batch applied."""
 
         def __get__(self):
             return self._recent_obj
 
         def __set__(self, recent):
             self._recent_obj = recent
-            self._recent_batches = recent.batches
+            self._recent_append = recent.batches.append
 
     def live_frames(self, frames, now, decoded=None):
         """`live`: one message from the SUB socket (see there)."""
@@ -140,7 +141,7 @@ cdef class LiveIngest:
         self.last_seq = seq
         size = len(payload)
         # `self._recent.add`, without its call; `kept` only for a large payload.
-        self._recent_batches.append((seq, size, payload if size <= _KEPT_BYTES else _kept(payload)))
+        self._recent_append((seq, size, payload if size <= _KEPT_BYTES else _kept(payload)))
         if size > self.max_message_bytes:
             self._malformed(_OVERSIZE, seq, f"{size} bytes")
             self._degrade("oversize batch dropped", seq, seq, now)
