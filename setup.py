@@ -14,7 +14,9 @@ collector/_table_chains.pyx groups a table's blocks by chain for a reset's prefi
 the order _radix_sort.pxd sorts their hashes, as _log_known.pyx sorts a checkpoint's),
 _table_counts.pyx counts a before map's hashes against a table for a recovery point;
 collector/_zmq_recv.pyx receives a whole message with libzmq's own calls, _batch_rank.pyx reads
-a fleet's batch's DP rank and _fleet_route.pyx routes its usual message;
+a fleet's batch's DP rank and _fleet_route.pyx routes its usual message, _ingest_live.pyx
+is a stream's live path (each message in order, applied) and _fleet_drain.pyx the fleet's
+drain loop that feeds it;
 collector/_byte_planes.pyx lays snapshot columns out as byte planes, and
 collector/_checkpoint_columns.pyx drops what they repeat, _checkpoint_rows.pyx keeps a delta
 checkpoint's changed rows; storage/_token_granules.pyx cuts a batch's token ids into the log
@@ -74,6 +76,8 @@ setup(
             Extension("kvscope.collector._map_apply", ["collector/_map_apply.pyx"]),
             Extension("kvscope.collector._batch_rank", ["collector/_batch_rank.pyx"]),
             Extension("kvscope.collector._fleet_route", ["collector/_fleet_route.pyx"]),
+            Extension("kvscope.collector._ingest_live", ["collector/_ingest_live.pyx"]),
+            Extension("kvscope.collector._fleet_drain", ["collector/_fleet_drain.pyx"]),
             Extension("kvscope.storage._token_granules", ["storage/_token_granules.pyx"]),
             Extension("kvscope.storage._granules", ["storage/_granules.pyx"]),
             Extension("kvscope.storage._content_ids", ["storage/_content_ids.pyx"]),

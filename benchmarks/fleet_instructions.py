@@ -6,10 +6,11 @@ routing and ingest without the socket, a figure that holds still on a shared mac
 
 The stream is benchmarks/fleet.py's (one replica's batches at an H200's rate, a reset every 40 s
 of it), played by `--publishers` publishers with llm-d topics, round-robin, each from seq 0.
-Each message goes through `FleetRouter.route_batch` and its stream's `StreamIngest.live_frames`
-as the collector's fleet drain does (collector/fleet_drain.py, `FleetDrain.drain`), memory-only (no
-sink), or with `--sink calls` a sink that does nothing with what it is told (a stream with a
-sink, as a stored fleet's, applies each batch from its bytes as the router read it, and tells
+Each message goes through the collector's fleet drain, one message a call of its loop
+(collector/_fleet_drain.pyx's `DrainLoop`, which `FleetDrain.drain` runs):
+`FleetRouter.route_batch` and its stream's `StreamIngest.live_frames`, memory-only (no sink), or
+with `--sink calls` a sink that does nothing with what it is told (a stream with a sink, as a
+stored fleet's, applies each batch from its bytes as the router read it, and tells
 its sink of it without a `Batch`). With `--receive`, each message is also received as the
 drain receives it (`sockets.message_reader`) from a SUB socket, every message published to it
 beforehand over inproc (libzmq's I/O thread is not counted). Two windows of `--messages`
@@ -82,8 +83,9 @@ def child(
     """Messages [0, start) uncounted, then [start, start + count) counted (callgrind counts
     inside `deque_init`)."""
     from kvscope.collector import prefix_map
+    from kvscope.collector._fleet_drain import DrainLoop
     from kvscope.collector.fleet import FleetSettings
-    from kvscope.collector.fleet_router import FleetRouter
+    from kvscope.collector.fleet_router import FleetRouter, Route
     from kvscope.collector.ingest import StreamIngest
     from kvscope.collector.sink import NO_BATCH, AppliedBatch, MapReader, NullSink, Span
     from kvscope.collector.types import StreamId
@@ -100,30 +102,40 @@ def child(
     frames = messages(payloads, publishers)[: start + count]
     assert len(frames) == start + count, "the stream is too short for this window"
     router = FleetRouter(FleetSettings(bind="tcp://127.0.0.1:5557"))  # as the subscriber's
-    ingests: dict[StreamId, StreamIngest] = {}
-    clock = iter([CLOCK_START + 0.0004 * i for i in range(len(frames))])
+    streams: dict[StreamId, Followed] = {}
+    # One more stamp for each stream's registration, which reads the clock too.
+    clock = iter([CLOCK_START + 0.0004 * i for i in range(len(frames) + publishers)])
 
-    read = received(frames) if receive else None
+    class Followed:
+        """A stream as the drain reads it (collector/sockets.py's `StreamSockets`)."""
 
-    def step(sent: list[bytes]) -> None:
-        # FleetDrain.drain, with or without the socket
-        message = sent if read is None else read()  # (PUB to SUB keeps the order)
-        assert message is not None
-        to, batch = router.route_batch(message)
-        assert to is not None
-        if to.new:
+        def __init__(self, ingest: StreamIngest) -> None:
+            self.ingest = ingest
+
+        def send_replay(self, request: object) -> None:
+            raise AssertionError("no replay is asked for")
+
+    class Drain:
+        """`FleetDrain`'s part in the loop: a stream for each publisher heard first."""
+
+        def _register(self, to: Route, now: float) -> Followed:
             told = Calls() if sink == "calls" else None
-            ingests[to.stream] = StreamIngest(to.stream, can_replay=False, sink=told)
-        ingests[to.stream].live_frames(message, next(clock), batch)
+            streams[to.stream] = Followed(StreamIngest(to.stream, can_replay=False, sink=told))
+            return streams[to.stream]
+
+    # FleetDrain.drain's loop, one message a call, with or without the socket (PUB to SUB
+    # keeps the order).
+    read = received(frames) if receive else iter(frames).__next__
+    step = DrainLoop(read, router.route_batch, clock.__next__, streams, set(), Drain())
 
     for message in frames[:start]:
-        step(message)
+        assert step(message)
     # As the subscriber does at start-up (collector/subscriber.py): a full collection in the
     # window would otherwise walk this benchmark's own lists of messages, which no collector holds.
     gc.collect()
     gc.freeze()
     deque(map(step, frames[start:]), maxlen=0)
-    applied = sum(ingest.counters.batches_applied for ingest in ingests.values())
+    applied = sum(stream.ingest.counters.batches_applied for stream in streams.values())
     assert applied == len(frames), (applied, len(frames))
 
 

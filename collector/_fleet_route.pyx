@@ -8,6 +8,8 @@ router's `_route_rest`, handed what was read here so that nothing is read twice.
 
 cimport cython
 
+from kvscope.collector._replay cimport FusedApply
+
 
 @cython.auto_pickle(False)
 cdef class RouteTable:
@@ -32,7 +34,10 @@ cdef class RouteTable:
         ranks = self._ranks.get(topic)
         if ranks is None or reader is None:  # not followed (yet): not read; or decoded there
             return self._route_rest(frames, -1, None)
-        rank = reader.route_read(seq, payload, self._max_block_size)
+        if type(reader) is FusedApply:
+            rank = (<FusedApply>reader).route_read(seq, payload, self._max_block_size)
+        else:
+            rank = reader.route_read(seq, payload, self._max_block_size)
         if rank < 0:  # the reader declined it: its rank is scanned for there
             return self._route_rest(frames, -1, None)
         known = (<dict>ranks).get(rank)

@@ -22,7 +22,7 @@ from libc.stdint cimport int64_t, uint64_t
 
 from kvscope.collector._admit cimport roomy
 from kvscope.collector._fused_read cimport BatchRead, Op
-from kvscope.collector._map_counters cimport Counts, MapCounters
+from kvscope.collector._map_counters cimport MapCounters
 from kvscope.collector._table_core cimport TableCore
 from kvscope.collector._wire_scan cimport CLEARED, STORED
 
@@ -49,25 +49,7 @@ cdef class FusedApply(BatchRead):
     """The batches of one map at a time (`replay`, or a live stream's ingest): the batch read by
     the first pass, its scratch buffers kept for the next, and counters not yet added."""
 
-    cdef object prefix_map, limits, epoch, recv_ts
-    cdef bint degraded  # what a clear in the batch tells `PrefixMap.clear`
-    cdef readonly Py_ssize_t taken
-    """Batches applied here, not left to decode + apply."""
-    cdef bint busy  # in `live` or `apply_read`: another thread's call meanwhile declines
-    # The batch a router read (`route_read`), until `apply_read` applies it.
-    cdef object read_payload
-    cdef int64_t read_max_block_size
-    cdef double read_ts
-    cdef int64_t read_seq
-    # The table of the last batch's last key, while the map's tables are that dict (an entry of
-    # it is never replaced: a clear replaces the dict).
-    cdef dict last_tables
-    cdef object last_table_key
-    cdef TableCore last_table
-    # Added to the map's counters at `flush`: before a clear or a batch applied the usual way.
-    cdef Counts tally
-    cdef double last_ts
-    cdef bint pending  # some counter above is not added yet
+    # (its fields: collector/_replay.pxd)
 
     cdef int bind(self, prefix_map, epoch, bint degraded, recv_ts,
                   int64_t max_block_size) except -1:
@@ -188,7 +170,7 @@ cdef class FusedApply(BatchRead):
         holds an `AllBlocksCleared`."""
         return 2 * (0 if self.rank_nil else self.rank_value + 1) + self.has_clear
 
-    def route_read(self, seq_frame, payload, int64_t max_block_size):
+    cpdef route_read(self, seq_frame, payload, int64_t max_block_size):
         """The first pass over a fleet's message, for its router: the rank its batch names (its
         `rank` or 0, as the decoder reads it), or -1 when the batch is not the compiled
         decoder's (or has a LoRA name), or `seq_frame` is not a seq (8 bytes, big-endian,
@@ -211,11 +193,11 @@ cdef class FusedApply(BatchRead):
         self.read_payload, self.read_max_block_size = payload, max_block_size
         return 0 if self.rank_nil else self.rank_value
 
-    def seq_read(self, payload):
+    cpdef seq_read(self, payload):
         """The seq of the message `route_read` read last, if `payload` is its batch; else -1."""
         return self.read_seq if payload is self.read_payload else -1
 
-    def apply_read(self, prefix_map, payload, seq, epoch, bint degraded, recv_ts,
+    cpdef apply_read(self, prefix_map, payload, seq, epoch, bint degraded, recv_ts,
                    int64_t max_block_size):
         """`live` for the batch `route_read` read last, if `payload` is that batch read with
         `max_block_size`; -1 (nothing done) to leave it to decode + apply."""

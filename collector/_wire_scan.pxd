@@ -15,6 +15,33 @@ from kvscope.collector._msgpack cimport (
 )
 
 
+# Big-endian loads of msgpack's uint16/32/64 items: one load and a byte swap where the compiler
+# has one, not a shift and an or per byte (the token loop below runs for every token id).
+cdef extern from *:
+    """
+    #include <string.h>
+    #if (defined(__GNUC__) || defined(__clang__)) && defined(__BYTE_ORDER__) \
+        && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    static inline uint32_t kvscope_be16(const uint8_t* p) {
+        uint16_t v; memcpy(&v, p, 2); return __builtin_bswap16(v); }
+    static inline uint32_t kvscope_be32(const uint8_t* p) {
+        uint32_t v; memcpy(&v, p, 4); return __builtin_bswap32(v); }
+    static inline uint64_t kvscope_be64(const uint8_t* p) {
+        uint64_t v; memcpy(&v, p, 8); return __builtin_bswap64(v); }
+    #else
+    static inline uint32_t kvscope_be16(const uint8_t* p) {
+        return ((uint32_t)p[0] << 8) | p[1]; }
+    static inline uint32_t kvscope_be32(const uint8_t* p) {
+        return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]; }
+    static inline uint64_t kvscope_be64(const uint8_t* p) {
+        return ((uint64_t)kvscope_be32(p) << 32) | kvscope_be32(p + 4); }
+    #endif
+    """
+    uint32_t be16 "kvscope_be16"(const uint8_t* p) noexcept nogil
+    uint32_t be32 "kvscope_be32"(const uint8_t* p) noexcept nogil
+    uint64_t be64 "kvscope_be64"(const uint8_t* p) noexcept nogil
+
+
 cdef enum:
     F_TYPE, F_HASHES, F_PARENT, F_TOKENS, F_BLOCK_SIZE, F_LORA_ID, F_MEDIUM, F_LORA_NAME,
     F_EXTRA_KEYS, F_GROUP, F_CACHE_SALT, N_FIELDS
@@ -102,25 +129,17 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
                     (<uint32_t*>buf)[k] = b
                     pos += 1
                 elif b == 0xCD and end - pos >= 3:
-                    (<uint32_t*>buf)[k] = (<uint32_t>p[pos + 1] << 8) | p[pos + 2]
+                    (<uint32_t*>buf)[k] = be16(&p[pos + 1])
                     pos += 3
                 elif b == 0xCE and end - pos >= 5:
-                    (<uint32_t*>buf)[k] = (
-                        (<uint32_t>p[pos + 1] << 24) | (<uint32_t>p[pos + 2] << 16)
-                        | (<uint32_t>p[pos + 3] << 8) | p[pos + 4]
-                    )
+                    (<uint32_t*>buf)[k] = be32(&p[pos + 1])
                     pos += 5
                 else:
                     break
                 k += 1
         else:
             while k < n and end - pos >= 9 and p[pos] == 0xCF:
-                (<uint64_t*>buf)[k] = (
-                    (<uint64_t>p[pos + 1] << 56) | (<uint64_t>p[pos + 2] << 48)
-                    | (<uint64_t>p[pos + 3] << 40) | (<uint64_t>p[pos + 4] << 32)
-                    | (<uint64_t>p[pos + 5] << 24) | (<uint64_t>p[pos + 6] << 16)
-                    | (<uint64_t>p[pos + 7] << 8) | p[pos + 8]
-                )
+                (<uint64_t*>buf)[k] = be64(&p[pos + 1])
                 pos += 9
                 k += 1
         while k < n:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import zmq
 
+from kvscope.collector._fleet_drain import DrainLoop
 from kvscope.collector.endpoints import StreamEndpoint
 from kvscope.collector.fleet import NotNow, StreamStarter
 from kvscope.collector.fleet_router import Refusal, Route
@@ -55,27 +56,24 @@ class FleetDrain:
             return False
 
     def drain(self) -> bool:
-        read, route, now = self.fleet.read, self.fleet.router.route_batch, time.time
-        streams, gone = self._streams, self.fleet.gone
-        assert read is not None
-        for _ in range(DRAIN_LIMIT):
-            frames = read()
-            if frames is None:
-                return True
-            to, batch = route(frames)
-            if to is None:
-                continue
-            stream = self._register(to, now()) if to.new else streams[to.stream]
-            if stream is None:
-                continue
-            if gone and to.stream in gone:
-                gone.discard(to.stream)
-                logger.info("%s: heard again", to.stream)
-                self._heard(stream, now())
-            request = stream.ingest.live_frames(frames, now(), batch)
-            if request is not None:
-                stream.send_replay(request)
-        return False
+        """Up to `DRAIN_LIMIT` messages, each routed to its publisher's stream and handed to its
+        ingest (collector/_fleet_drain.pyx's loop): True once the socket is empty."""
+        assert self.fleet.read is not None
+        loop = DrainLoop(
+            self.fleet.read,
+            self.fleet.router.route_batch,
+            time.time,
+            self._streams,
+            self.fleet.gone,
+            self,
+        )
+        return loop.run(DRAIN_LIMIT)
+
+    def _heard_again(self, stream_id: StreamId, stream: StreamSockets) -> None:
+        """A publisher that was gone is heard again (the drain's loop calls it)."""
+        self.fleet.gone.discard(stream_id)
+        logger.info("%s: heard again", stream_id)
+        self._heard(stream, time.time())
 
     def _register(self, to: Route, now: float) -> StreamSockets | None:
         """A publisher heard for the first time: its stream, started where the store left it;

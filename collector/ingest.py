@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from collections import deque
 
-from kvscope.collector._replay import FusedApply
 from kvscope.collector.degraded import Degradation, DegradedInterval
 from kvscope.collector.engine_kind import Engine, engine_of
 from kvscope.collector.errors import MalformedKind, MalformedPayload
@@ -33,8 +32,6 @@ from kvscope.collector.replay import (
     SEQ_BYTES,
     Replay,
     ReplayRequest,
-    can_hold,
-    hold,
 )
 from kvscope.collector.replay_rules import ReplayRules
 from kvscope.collector.sink import (
@@ -160,52 +157,8 @@ class StreamIngest(ReplayRules, FusedIngest):
         self._request_replay(start, now, verify_seq=self.last_seq if start else None)
         return self.take_replay_request()
 
-    def live_frames(
-        self, frames: list[bytes], now: float, decoded: Batch | FusedApply | None = None
-    ) -> ReplayRequest | None:
-        """One message from the SUB socket: [topic, seq, payload]. `decoded`: its batch, if the
-        fleet's router decoded it already (`BatchDecoder.decode`), with the seq it read from
-        this message's seq frame; or read it (`FleetRouter.route_batch`), to apply from its
-        bytes."""
-        # One frame per call, not two: called for every message (a try costs nothing here).
-        try:
-            self.last_message_at = now
-            self._messages += 1
-            if len(frames) != 3:
-                self._malformed(MalformedKind.FRAME_COUNT, None, f"{len(frames)} frames")
-                return None
-            _topic, seq_frame, payload = frames
-            # The seq as the router read it from this frame (-1: it did not), else as
-            # `_seq_of` reads it, without its call when the frame is good.
-            if isinstance(decoded, FusedApply):  # (a plain class: no metaclass to ask)
-                seq = decoded.seq_read(payload)
-            else:
-                seq = decoded.seq if decoded is not None and decoded.seq <= MAX_SEQ else -1
-            if seq < 0:
-                if len(seq_frame) == SEQ_BYTES and seq_frame[0] < 0x80:  # <= MAX_SEQ
-                    seq = int.from_bytes(seq_frame, "big")
-                else:
-                    read = self._seq_of(seq_frame)
-                    if read is None:
-                        return None
-                    seq = read
-            if self._replay is not None:
-                if can_hold(self._replay, payload):
-                    hold(self._replay, [(seq, payload)])
-                    return None
-                self._replay_failed("too many live batches held during replay", now)
-            if self._replay is not None:
-                hold(self._replay, [(seq, payload)])  # a replay asked for while releasing
-            elif seq == self.expected:
-                # in order, nearly every batch: no rules to weigh
-                self._apply(seq, payload, now, decoded)
-            else:
-                self._accept(seq, payload, now)
-        except Exception as exc:  # one batch must not stop the stream
-            self._failed("live", exc, frames, now)
-        if self._outbox is None:  # (`take_replay_request`, without its call)
-            return None
-        return self.take_replay_request()
+    # `live_frames(frames, now, decoded)`: one message from the SUB socket, in C (LiveIngest,
+    # collector/_ingest_live.pyx): applied when in order (`_apply`), else weighed by `_accept`.
 
     def replay_frames(self, frames: list[bytes], now: float) -> bool:
         """One reply from the replay socket; True once that replay has ended (its end marker,

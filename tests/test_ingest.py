@@ -197,3 +197,12 @@ def test_a_seq_that_keeps_going_back_is_refused_not_a_restart_storm() -> None:
     ingest.live_frames(frames(0, payload(store(9))), 3.0)
     assert ingest.counters.restarts == 2 and ingest.epoch == 2
     assert ingest.degraded is None and hashes(ingest) == {9}
+
+
+def test_the_live_path_of_every_stream_is_the_compiled_one() -> None:
+    """Each live message in order is handled and applied in C (collector/_ingest_live.pyx):
+    no Python frame of its own for either call."""
+    from kvscope.collector._ingest_live import LiveIngest
+
+    assert StreamIngest.live_frames is LiveIngest.live_frames
+    assert StreamIngest._apply is LiveIngest._apply

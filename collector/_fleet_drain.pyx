@@ -1,0 +1,66 @@
+# cython: language_level=3
+"""The loop of collector/fleet_drain.py's `FleetDrain.drain` in C: each message read from the
+fleet's SUB, routed (`FleetRouter.route_batch`), and handed to its stream's ingest
+(`StreamIngest.live_frames`, collector/_ingest_live.pyx, called in C). Every message of a fleet
+comes through here, where the loop's bytecodes cost about as much as a Python frame a message.
+A publisher heard for the first time, or heard again after it was gone, is the drain's
+(`_register`, `_heard_again`).
+"""
+
+cimport cython
+
+from kvscope.collector._ingest_live cimport LiveIngest
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class DrainLoop:
+    """One drain of a fleet's socket: `run` up to a number of messages, or one per call."""
+
+    cdef object read, route, now, streams, gone, drain
+
+    def __init__(self, read, route, now, streams, gone, drain):
+        """`read`: the socket's `MessageReader`; `route`: the router's `route_batch`; `now`: the
+        clock; `streams`: the collector's, by `StreamId` (each with its `ingest`, and
+        `send_replay`); `gone`: the fleet's publishers gone; `drain`: the `FleetDrain`."""
+        self.read, self.route, self.now = read, route, now
+        self.streams, self.gone, self.drain = streams, gone, drain
+
+    cdef int step(self) except -1:
+        """One message: 0 if the socket had none, else 1."""
+        cdef object frames, to, batch, key, stream, ingest, request
+        frames = self.read()
+        if frames is None:
+            return 0
+        to, batch = self.route(frames)
+        if to is None:
+            return 1
+        key = to.stream
+        if to.new:
+            stream = self.drain._register(to, self.now())
+        else:
+            stream = self.streams[key]
+        if stream is None:
+            return 1
+        if self.gone and key in self.gone:
+            self.drain._heard_again(key, stream)
+        ingest = stream.ingest
+        if isinstance(ingest, LiveIngest):
+            request = (<LiveIngest>ingest).live(frames, self.now(), batch)
+        else:
+            request = ingest.live_frames(frames, self.now(), batch)
+        if request is not None:
+            stream.send_replay(request)
+        return 1
+
+    def __call__(self, ignored=None):
+        """One message: False if the socket had none."""
+        return self.step() == 1
+
+    def run(self, Py_ssize_t limit):
+        """Up to `limit` messages: True once the socket had none left."""
+        cdef Py_ssize_t i
+        for i in range(limit):
+            if self.step() == 0:
+                return True
+        return False

@@ -1,0 +1,16 @@
+"""`LiveIngest` (collector/_ingest_live.pyx), declared for the fleet's drain
+(collector/_fleet_drain.pyx), which hands it each message in C."""
+
+
+cdef class LiveIngest:
+    cdef public object sink, map, counters, epoch, engine
+    cdef public object expected, last_seq, last_message_at, max_message_bytes
+    cdef public object _replay, _outbox, _quiet, _gaps_told, _degradation, _malformed
+    cdef public long long _messages
+    cdef object _recent_obj, _recent_append  # `_recent`, and its deque's append
+    cdef object _decoder, _max_block_size, _layouts  # `decoder`, its limit and layouts
+    cdef object _stream  # `stream`
+    cdef long long _stream_rank  # its rank
+
+    cdef live(self, frames, now, decoded)
+    cdef apply_known(self, seq, payload, now, decoded)
