@@ -4,7 +4,12 @@
 A Python `dict[int, int]` costs about 100 bytes an entry once its int objects are counted; a
 million cached blocks made it the largest part of a map. Here an entry is a uint64 key and an
 int32 value in an open-addressed table (linear probing, deletion by backward shift, so there
-are no tombstones): about 12 bytes over a load of 0.375 to 0.75. It offers the part of dict's
+are no tombstones): 12 bytes over a load of 0.6 to 0.75 once it is large. A large table grows by
+a quarter, not by doubling (a doubled table sat at half its load, 24 bytes an entry, at some
+sizes), so its capacity is any number and a hash's home is taken from its high bits by a
+multiply, not masked; the load never passes 0.75, as before. A small one still doubles: its
+room costs little, and growing by a quarter rehashes each entry four times, not once. It
+offers the part of dict's
 interface `BlockTable` uses; its C layout and the inline probe are in _slot_map.pxd, which the
 table's core (collector/_table_core.pyx) cimports.
 
@@ -39,6 +44,11 @@ cdef void _give_back(void* p, size_t size) noexcept:
         munmap(p, size)
 
 
+cdef size_t _room_for(Py_ssize_t entries) noexcept:
+    """The capacity that holds `entries` at a load of at most 0.75."""
+    return max(MIN_CAPACITY, (<size_t>max(entries, 0) * 4 + 2) // 3)
+
+
 def _as_uint64(values):
     return values if isinstance(values, array.array) and values.typecode == "Q" else array.array("Q", values)
 
@@ -51,13 +61,10 @@ cdef class SlotMap:
     """hash -> slot, for `BlockTable` (dict's interface, in part)."""
 
     def __cinit__(self, Py_ssize_t capacity=0):
-        cdef size_t cap = MIN_CAPACITY
-        while cap * 3 < <size_t>capacity * 4:
-            cap <<= 1
-        self._allocate(cap)
+        self._allocate(_room_for(capacity))
 
     def __dealloc__(self):
-        cdef size_t cap = self._mask + 1
+        cdef size_t cap = self._cap
         _give_back(self._keys, cap * sizeof(uint64_t))
         _give_back(self._vals, cap * sizeof(int32_t))
 
@@ -69,7 +76,7 @@ cdef class SlotMap:
             _give_back(vals, cap * sizeof(int32_t))
             raise MemoryError()
         memset(vals, 0xFF, cap * sizeof(int32_t))  # every value EMPTY
-        self._keys, self._vals, self._mask, self._size = keys, vals, cap - 1, 0
+        self._keys, self._vals, self._cap, self._size = keys, vals, cap, 0
         return 0
 
     @classmethod
@@ -95,7 +102,7 @@ cdef class SlotMap:
         values = array.array("i", bytes(n * sizeof(int32_t)))
         cdef uint64_t[:] key_view = keys
         cdef int32_t[:] value_view = values
-        for i in range(self._mask + 1):
+        for i in range(self._cap):
             if self._vals[i] != EMPTY:
                 key_view[k] = self._keys[i]
                 value_view[k] = self._vals[i]
@@ -115,13 +122,13 @@ cdef class SlotMap:
     cdef int _resize(self, size_t cap) except -1:
         cdef uint64_t* old_keys = self._keys
         cdef int32_t* old_vals = self._vals
-        cdef size_t old_cap = self._mask + 1, i, j
+        cdef size_t old_cap = self._cap, i, j
         self._allocate(cap)
         for i in range(old_cap):
             if old_vals[i] != EMPTY:
-                j = mix(old_keys[i]) & self._mask
+                j = self._home(old_keys[i])
                 while self._vals[j] != EMPTY:
-                    j = (j + 1) & self._mask
+                    j = self._next(j)
                 self._keys[j] = old_keys[i]
                 self._vals[j] = old_vals[i]
                 self._size += 1
@@ -134,10 +141,10 @@ cdef class SlotMap:
         # entry stays reachable from its home without tombstones.
         cdef size_t j = i, home
         while True:
-            j = (j + 1) & self._mask
+            j = self._next(j)
             if self._vals[j] == EMPTY:
                 break
-            home = mix(self._keys[j]) & self._mask
+            home = self._home(self._keys[j])
             if (i <= j and i < home <= j) or (i > j and (home > i or home <= j)):
                 continue  # j's home lies after the hole: it stays
             self._keys[i] = self._keys[j]
@@ -149,8 +156,9 @@ cdef class SlotMap:
 
     cdef int _delete_at(self, size_t i) except -1:
         self._remove_at(i)
-        if self._mask + 1 > MIN_CAPACITY and <size_t>self._size * 8 < self._mask + 1:
-            self._resize((self._mask + 1) // 2)  # give memory back after a clear-like drain
+        if self._cap > MIN_CAPACITY and <size_t>self._size * 8 < self._cap:
+            # Give memory back after a clear-like drain, leaving the room one growth leaves.
+            self._resize(_room_for(self._size + self._size // 4))
         return 0
 
     # --- dict's interface ---------------------------------------------------------------------
@@ -200,7 +208,7 @@ cdef class SlotMap:
 
     def _walk(self, int what):
         cdef size_t i, changes = self._changes
-        for i in range(self._mask + 1):
+        for i in range(self._cap):
             # Re-read through self each step: a change may have moved the arrays.
             if changes != self._changes:
                 raise RuntimeError("SlotMap changed size during iteration")
@@ -214,4 +222,4 @@ cdef class SlotMap:
 
     def nbytes(self):
         """Bytes held by the two arrays."""
-        return (self._mask + 1) * (sizeof(uint64_t) + sizeof(int32_t))
+        return self._cap * (sizeof(uint64_t) + sizeof(int32_t))

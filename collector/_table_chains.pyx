@@ -33,7 +33,7 @@ def chain_groups(TableCore table, Py_ssize_t first):
     cdef SlotMap slot_of = table._slot_of
     cdef Columns c
     take_columns(table, &c)
-    cdef Py_ssize_t n = slot_of._size, cap = slot_of._mask + 1
+    cdef Py_ssize_t n = slot_of._size, cap = slot_of._cap
     cdef Py_ssize_t i, k = 0, j, npath, norder = 0, nedges = 0, groups = 0
     cdef int32_t start, h, p, r, slot, g
     cdef Py_ssize_t pos

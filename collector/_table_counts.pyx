@@ -56,7 +56,7 @@ def add_group_counts(TableCore table, SlotMap marks, int32_t[::1] counts):
     cdef bint table_walked = slot_of._size <= marks._size
     cdef SlotMap walked = slot_of if table_walked else marks
     cdef SlotMap probed = marks if table_walked else slot_of
-    cap = walked._mask + 1
+    cap = walked._cap
     for i in range(cap):
         if walked._vals[i] == EMPTY:
             continue

@@ -104,3 +104,17 @@ print(rss() - before, made.nbytes())
     grown, held = map(int, out.stdout.split())
     # The outgrown arrays together are about as large as the last: kept, they double it.
     assert grown < held * 1.25, (grown, held)
+
+
+def test_a_large_table_stays_near_full_at_every_size() -> None:
+    # Bytes per entry (12 at full load) over the table's load: a table that doubles sits at
+    # half its load at some sizes, whatever its maximum load.
+    made = SlotMap()
+    worst = 0.0
+    for key in range(1, 400_001):
+        made[key * 0x9E3779B97F4A7C15 % 2**64] = key
+        if key >= 100_000 and key % 97 == 0:
+            worst = max(worst, made.nbytes() / key)
+    assert worst <= 20.5, worst
+    hashes, slots = made.to_arrays()
+    assert SlotMap.from_arrays(hashes, slots).nbytes() / len(made) <= 20.5
