@@ -19,6 +19,7 @@ from kvscope.storage._run_table cimport (
 
 cdef enum:
     NO_MEMORY = -3
+    CUTS = 64  # granules of an array noted in one walk of its ids (a longer one takes two)
 
 
 cdef extern from *:
@@ -113,6 +114,49 @@ cdef int note_runs(Reader* r, Py_ssize_t n, Py_ssize_t granule, Table* seen, uin
     return 0
 
 
+cdef bint tokens_cut(Reader* r, Py_ssize_t n, Py_ssize_t granule, Py_ssize_t* cuts) noexcept nogil:
+    """`all_tokens`, keeping where each whole granule ends (from the array's first id) in
+    `cuts` (room for `n // granule`)."""
+    cdef const uint8_t* p = r.p
+    cdef Py_ssize_t k, pos = r.pos, start = r.pos, left = granule, j = 0
+    cdef int w
+    cdef uint8_t b
+    for k in range(n):
+        if pos >= r.end:
+            return False
+        b = p[pos]
+        w = kvscope_token_width[b]
+        if w == 0 or r.end - pos < w:
+            return False
+        if w == 9:  # uint64, int64: the upper half is zero (which clears the sign too)
+            if p[pos + 1] | p[pos + 2] | p[pos + 3] | p[pos + 4]:
+                return False
+        elif b >= 0xD0 and p[pos + 1] & 0x80:  # int8..int32 below zero
+            return False
+        pos += w
+        left -= 1
+        if left == 0:
+            cuts[j] = pos - start
+            j += 1
+            left = granule
+    r.pos = pos
+    return True
+
+
+cdef int note_cut(const uint8_t* p, Py_ssize_t granules, const Py_ssize_t* cuts, Table* seen,
+                  uint64_t when, Py_ssize_t* counts) noexcept nogil:
+    """The granules `tokens_cut` found from `p` noted."""
+    cdef Py_ssize_t j, cut = 0
+    cdef int held
+    for j in range(granules):
+        held = table_note(seen, p + cut, cuts[j] - cut, when)
+        if held < 0:
+            return NO_MEMORY
+        counts[held] += cuts[j] - cut
+        cut = cuts[j]
+    return 0
+
+
 cdef inline int step_scalar(Reader* r) noexcept nogil:
     """Steps over a scalar `kvscope_scalar_width` knows: 1, or 0 if the value is none such
     (the caller walks it), -1 where `skip` would find it cut short."""
@@ -132,6 +176,7 @@ cdef int walk(Reader* r, int depth, Py_ssize_t granule, Table* seen, uint64_t wh
               Py_ssize_t* counts) noexcept nogil:
     """0, or -1 where the payload stops reading (what was noted stays), or NO_MEMORY."""
     cdef Py_ssize_t n, k, start
+    cdef Py_ssize_t cuts[CUTS]
     cdef uint8_t b
     cdef int done
     if depth > MAX_DEPTH or r.pos >= r.end:
@@ -141,7 +186,11 @@ cdef int walk(Reader* r, int depth, Py_ssize_t granule, Table* seen, uint64_t wh
         if read_array(r, &n) < 0:
             return -1
         start = r.pos
-        if n >= granule and all_tokens(r, n):
+        if n >= granule and n // granule <= CUTS:
+            # One walk: the ids read and each granule's end kept, then the granules noted.
+            if tokens_cut(r, n, granule, cuts):
+                return note_cut(r.p + start, n // granule, cuts, seen, when, counts)
+        elif n >= granule and all_tokens(r, n):
             r.pos = start
             return note_runs(r, n, granule, seen, when, counts)
         r.pos = start
