@@ -138,6 +138,19 @@ cdef inline int granules_join(const Granules* g, Py_ssize_t items, const uint8_t
     it, -2 if memory ran out."""
     cdef Py_ssize_t k, w
     cdef uint64_t r
+    if g.n == 0:
+        # An empty index: each granule's number must be 0, and the run's ids lie in `toks`
+        # as they came, read and put in one go.
+        for k in range(items // GRANULE_IDS):
+            if get_varint(grefs, gp, ge, &r) < 0 or r != 0:
+                return -1
+        w = ids_bytes(toks + tp[0], te - tp[0], items)
+        if w < 0:
+            return -1
+        if put_nogil(out, toks + tp[0], w) < 0:
+            return -2
+        tp[0] += w
+        return 0
     for k in range(items // GRANULE_IDS + 1):
         if k == items // GRANULE_IDS:
             r = 0
