@@ -5,9 +5,9 @@
 # is only ever given for bytes found equal, so any dictionary gives every payload back. All
 # inline but the index itself (storage/_granules.pyx): they run without the GIL.
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memset
 
-from kvscope.storage._log_buf cimport Buf, get_varint, put_nogil, put_varint_nogil
+from kvscope.storage._log_buf cimport Buf, get_varint, grow_nogil, put_nogil, put_varint_nogil
 
 
 cdef enum:
@@ -112,6 +112,14 @@ cdef inline int granules_put(const Granules* g, const uint8_t* p, Py_ssize_t n,
     number + 1 in `grefs` if the dictionary holds it, else 0 there and its bytes in `toks`; the
     ids after the last whole granule in `toks`. -1 if memory ran out."""
     cdef Py_ssize_t pos = 0, k, w, i
+    if g.n == 0:
+        # An empty index (a chunk without a dictionary) holds none: each granule's 0, and
+        # every id's bytes as they lie, in one go.
+        if grow_nogil(grefs, items // GRANULE_IDS) < 0:
+            return -1
+        memset(grefs.p + grefs.n, 0, items // GRANULE_IDS)
+        grefs.n += items // GRANULE_IDS
+        return put_nogil(toks, p, n)
     for k in range(items // GRANULE_IDS):
         w = ids_bytes(p + pos, n - pos, GRANULE_IDS)
         i = granule_find(g, p + pos, w, granule_key(p + pos, w))
@@ -130,6 +138,19 @@ cdef inline int granules_join(const Granules* g, Py_ssize_t items, const uint8_t
     it, -2 if memory ran out."""
     cdef Py_ssize_t k, w
     cdef uint64_t r
+    if g.n == 0:
+        # An empty index: each granule's number must be 0, and the run's ids lie in `toks`
+        # as they came, read and put in one go.
+        for k in range(items // GRANULE_IDS):
+            if get_varint(grefs, gp, ge, &r) < 0 or r != 0:
+                return -1
+        w = ids_bytes(toks + tp[0], te - tp[0], items)
+        if w < 0:
+            return -1
+        if put_nogil(out, toks + tp[0], w) < 0:
+            return -2
+        tp[0] += w
+        return 0
     for k in range(items // GRANULE_IDS + 1):
         if k == items // GRANULE_IDS:
             r = 0

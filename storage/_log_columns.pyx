@@ -10,7 +10,7 @@
 # the skeleton the same way, so every byte comes back from where it went.
 from libc.stdint cimport uint8_t
 from libc.stdlib cimport calloc, malloc, free
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from kvscope.storage._log_buf cimport Buf, fit_nogil, grow_nogil, reserve, taken
@@ -19,7 +19,7 @@ from kvscope.storage._log_split cimport Hashes, hashes_free, hashes_init
 from kvscope.storage._log_join cimport gathered, same_back
 from kvscope.storage._log_walk cimport join_all, split_all
 from kvscope.storage._granules cimport GranuleIndex, Granules
-from kvscope.storage._token_planes cimport plane_count, put_planes
+from kvscope.storage._token_planes cimport planes_at_once
 
 
 cdef Py_ssize_t _walks_let_go = 0
@@ -178,7 +178,8 @@ cdef int run_columns(Run* r) noexcept nogil:
     """`run_pack`'s work, its hash table made."""
     cdef const uint8_t* cols[7]
     cdef Py_ssize_t lens[7]
-    cdef Py_ssize_t width = 0
+    cdef Py_ssize_t width = 0, n
+    cdef uint8_t* planes
     cdef int i, same
     if run_split(r, False) < 0:
         return -1
@@ -194,15 +195,26 @@ cdef int run_columns(Run* r) noexcept nogil:
         r.wrote[i] = r.cols[i].n
     if not r.planes:
         return 0
-    r.plane_ids = plane_count(r.cols[5].p, r.cols[5].n, &width)
-    if r.plane_ids < 0:
-        return 0
-    if grow_nogil(&r.rest, 1 + (width - 1) * r.plane_ids) < 0:
+    # The planes made in one walk, into scratch: the tokens stay as they are where an id
+    # does not fit (format 4's then).
+    n = r.cols[5].n
+    planes = <uint8_t*>malloc(3 * n + 1)
+    if planes == NULL:
         return -1
-    # The low plane over the tokens, in place: id k's byte goes at k, the ids before it read.
-    put_planes(r.cols[5].p, r.plane_ids, width, r.cols[5].p, r.rest.p)
-    r.cols[5].n = r.plane_ids
-    r.rest.n = 1 + (width - 1) * r.plane_ids
+    r.plane_ids = planes_at_once(r.cols[5].p, n, planes, planes + n, planes + 2 * n, &width)
+    if r.plane_ids >= 0 and grow_nogil(&r.rest, 1 + (width - 1) * r.plane_ids) < 0:
+        free(planes)
+        return -1
+    if r.plane_ids > 0:
+        # The low plane takes the tokens' place; the others follow the width in `rest`.
+        memcpy(r.cols[5].p, planes, r.plane_ids)
+        memcpy(r.rest.p + 1, planes + n, (width > 1) * r.plane_ids)
+        memcpy(r.rest.p + 1 + r.plane_ids, planes + 2 * n, (width > 2) * r.plane_ids)
+    if r.plane_ids >= 0:
+        r.rest.p[0] = <uint8_t>width
+        r.cols[5].n = r.plane_ids
+        r.rest.n = 1 + (width - 1) * r.plane_ids
+    free(planes)
     return 0
 
 

@@ -66,7 +66,9 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
                    Buf* grefs) noexcept nogil:
     """One payload into the columns (a token run's granules into `grefs` where `g` is
     given: format 4): 0, -1 if it is not msgpack the walk reads whole, -2 if memory ran out."""
-    cdef Py_ssize_t pos = 0, n, items, k
+    # The payload's bytes that go to the skeleton as they are go a run at a time, from `run`
+    # (a hash's or a float's first byte with the run before it), as `join_one` gives them back.
+    cdef Py_ssize_t pos = 0, n, items, k, run = 0
     cdef uint64_t v
     cdef uint8_t b
     cdef uint8_t x[8]
@@ -75,7 +77,7 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
         if b == 0xCF or b == 0xD3 or b == 0xCB:
             if end - pos < 9:
                 return -1
-            if put_nogil(skel, &b, 1) < 0:
+            if put_nogil(skel, p + run, pos + 1 - run) < 0:
                 return -2
             if b == 0xCB:
                 for k in range(8):
@@ -91,26 +93,27 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
                 if k == 0 and put_nogil(lits, p + pos + 1, 8) < 0:
                     return -2
             pos += 9
+            run = pos
             continue
         n = token(p, pos, end, &items)
         if n < 0:
             return -1
-        if put_nogil(skel, p + pos, n) < 0:
-            return -2
         pos += n
         if items > 0:
             n = ids_bytes(p + pos, end - pos, items)
             if n > 0:
-                b = MARK
-                if put_nogil(skel, &b, 1) < 0:
+                if put_nogil(skel, p + run, pos - run) < 0 or grow_nogil(skel, 1) < 0:
                     return -2
+                skel.p[skel.n] = MARK
+                skel.n += 1
                 if g != NULL:
                     if granules_put(g, p + pos, n, items, toks, grefs) < 0:
                         return -2
                 elif put_nogil(toks, p + pos, n) < 0:
                     return -2
                 pos += n
-    return 0
+                run = pos
+    return -2 if put_nogil(skel, p + run, pos - run) < 0 else 0
 
 
 cdef inline int split_all(const uint8_t** ptrs, Py_ssize_t* lens, Py_ssize_t count, bint verbatim,

@@ -19,16 +19,55 @@ from kvscope.storage._run_table cimport (
 
 cdef enum:
     NO_MEMORY = -3
+    CUTS = 64  # granules of an array noted in one walk of its ids (a longer one takes two)
 
 
-cdef inline int int_width(uint8_t b) noexcept nogil:
-    """Bytes after the first of a msgpack int whose first byte is `b` (0: a positive fixint),
-    -1 if `b` starts no int but a negative fixint."""
-    if b <= 0x7F:
-        return 0
-    if 0xCC <= b <= 0xD3:
-        return 1 << ((b - 0xCC) & 3)
-    return -1
+cdef extern from *:
+    """
+    /* Bytes of a msgpack int whose first byte is the index (its first byte with them), 0 if
+       it starts none or a negative fixint: a token run reads one per token id. */
+    static const unsigned char kvscope_token_width[256] = {
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 3, 5, 9,
+        2, 3, 5, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+    };
+    /* Bytes of a scalar `skip` steps over in one step (nil, bools, ints, floats, fixstr) by
+       its first byte, 0 for any other value: an event's keys and small values are stepped
+       over without a call each. */
+    static const unsigned char kvscope_scalar_width[256] = {
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+        17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32,
+        1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 5, 9, 2, 3, 5, 9,
+        2, 3, 5, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1
+    };
+    """
+    const uint8_t kvscope_token_width[256]
+    const uint8_t kvscope_scalar_width[256]
 
 
 cdef bint all_tokens(Reader* r, Py_ssize_t n) noexcept nogil:
@@ -42,15 +81,15 @@ cdef bint all_tokens(Reader* r, Py_ssize_t n) noexcept nogil:
         if pos >= r.end:
             return False
         b = p[pos]
-        w = int_width(b)
-        if w < 0 or r.end - pos - 1 < w:
+        w = kvscope_token_width[b]
+        if w == 0 or r.end - pos < w:
             return False
-        if w == 8:  # uint64, int64: the upper half is zero (which clears the sign too)
+        if w == 9:  # uint64, int64: the upper half is zero (which clears the sign too)
             if p[pos + 1] | p[pos + 2] | p[pos + 3] | p[pos + 4]:
                 return False
         elif b >= 0xD0 and p[pos + 1] & 0x80:  # int8..int32 below zero
             return False
-        pos += 1 + w
+        pos += w
     r.pos = pos
     return True
 
@@ -58,23 +97,86 @@ cdef bint all_tokens(Reader* r, Py_ssize_t n) noexcept nogil:
 cdef int note_runs(Reader* r, Py_ssize_t n, Py_ssize_t granule, Table* seen, uint64_t when,
                    Py_ssize_t* counts) noexcept nogil:
     """The array's runs of `granule` ids noted (its `n` items read by `all_tokens` already)."""
-    cdef Py_ssize_t k, cut = r.pos
+    cdef const uint8_t* p = r.p
+    cdef Py_ssize_t k, pos = r.pos, cut = r.pos, left = granule
     cdef int held
     for k in range(n):
-        r.pos += 1 + int_width(r.p[r.pos])
-        if (k + 1) % granule == 0:
-            held = table_note(seen, r.p + cut, r.pos - cut, when)
+        pos += kvscope_token_width[p[pos]]
+        left -= 1
+        if left == 0:
+            held = table_note(seen, p + cut, pos - cut, when)
             if held < 0:
                 return NO_MEMORY
-            counts[held] += r.pos - cut
-            cut = r.pos
+            counts[held] += pos - cut
+            cut = pos
+            left = granule
+    r.pos = pos
     return 0
+
+
+cdef bint tokens_cut(Reader* r, Py_ssize_t n, Py_ssize_t granule, Py_ssize_t* cuts) noexcept nogil:
+    """`all_tokens`, keeping where each whole granule ends (from the array's first id) in
+    `cuts` (room for `n // granule`)."""
+    cdef const uint8_t* p = r.p
+    cdef Py_ssize_t k, pos = r.pos, start = r.pos, left = granule, j = 0
+    cdef int w
+    cdef uint8_t b
+    for k in range(n):
+        if pos >= r.end:
+            return False
+        b = p[pos]
+        w = kvscope_token_width[b]
+        if w == 0 or r.end - pos < w:
+            return False
+        if w == 9:  # uint64, int64: the upper half is zero (which clears the sign too)
+            if p[pos + 1] | p[pos + 2] | p[pos + 3] | p[pos + 4]:
+                return False
+        elif b >= 0xD0 and p[pos + 1] & 0x80:  # int8..int32 below zero
+            return False
+        pos += w
+        left -= 1
+        if left == 0:
+            cuts[j] = pos - start
+            j += 1
+            left = granule
+    r.pos = pos
+    return True
+
+
+cdef int note_cut(const uint8_t* p, Py_ssize_t granules, const Py_ssize_t* cuts, Table* seen,
+                  uint64_t when, Py_ssize_t* counts) noexcept nogil:
+    """The granules `tokens_cut` found from `p` noted."""
+    cdef Py_ssize_t j, cut = 0
+    cdef int held
+    for j in range(granules):
+        held = table_note(seen, p + cut, cuts[j] - cut, when)
+        if held < 0:
+            return NO_MEMORY
+        counts[held] += cuts[j] - cut
+        cut = cuts[j]
+    return 0
+
+
+cdef inline int step_scalar(Reader* r) noexcept nogil:
+    """Steps over a scalar `kvscope_scalar_width` knows: 1, or 0 if the value is none such
+    (the caller walks it), -1 where `skip` would find it cut short."""
+    cdef Py_ssize_t w
+    if r.pos >= r.end:
+        return -1
+    w = kvscope_scalar_width[r.p[r.pos]]
+    if w == 0:
+        return 0
+    if r.end - r.pos < w:
+        return -1
+    r.pos += w
+    return 1
 
 
 cdef int walk(Reader* r, int depth, Py_ssize_t granule, Table* seen, uint64_t when,
               Py_ssize_t* counts) noexcept nogil:
     """0, or -1 where the payload stops reading (what was noted stays), or NO_MEMORY."""
     cdef Py_ssize_t n, k, start
+    cdef Py_ssize_t cuts[CUTS]
     cdef uint8_t b
     cdef int done
     if depth > MAX_DEPTH or r.pos >= r.end:
@@ -84,11 +186,21 @@ cdef int walk(Reader* r, int depth, Py_ssize_t granule, Table* seen, uint64_t wh
         if read_array(r, &n) < 0:
             return -1
         start = r.pos
-        if n >= granule and all_tokens(r, n):
+        if n >= granule and n // granule <= CUTS:
+            # One walk: the ids read and each granule's end kept, then the granules noted.
+            if tokens_cut(r, n, granule, cuts):
+                return note_cut(r.p + start, n // granule, cuts, seen, when, counts)
+        elif n >= granule and all_tokens(r, n):
             r.pos = start
             return note_runs(r, n, granule, seen, when, counts)
         r.pos = start
         for k in range(n):
+            if depth < MAX_DEPTH:  # an item's walk would step over a scalar as this does
+                done = step_scalar(r)
+                if done:
+                    if done < 0:
+                        return done
+                    continue
             done = walk(r, depth + 1, granule, seen, when, counts)
             if done < 0:
                 return done
@@ -97,6 +209,12 @@ cdef int walk(Reader* r, int depth, Py_ssize_t granule, Table* seen, uint64_t wh
         if read_map(r, &n) < 0:
             return -1
         for k in range(2 * n):
+            if depth < MAX_DEPTH:
+                done = step_scalar(r)
+                if done:
+                    if done < 0:
+                        return done
+                    continue
             done = walk(r, depth + 1, granule, seen, when, counts)
             if done < 0:
                 return done
