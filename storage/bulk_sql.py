@@ -34,6 +34,7 @@ from kvscope.storage.rows import RollupRow
 
 ROLLUP_COLUMNS = tuple(c.name for c in schema.rollups.columns)
 ROLLUP_KEY = ("stream_id", "second", "medium", "grp")
+CHUNK_KEY = ("stream_id", "epoch", "first_seq")
 
 
 @lru_cache(maxsize=32)
@@ -113,16 +114,31 @@ def _execute_in_chunks(
     width = len(columns)
     if conn.dialect.name == "postgresql":
         assert columns == tuple(c.name for c in table.columns)
-        arrays: list[Any] = [params[i::width] for i in range(width)]
-        for i in _number_columns(table):
-            arrays[i] = _numbers_array(arrays[i])
-        conn.exec_driver_sql(_unnest_sql(table, key, conn.dialect), tuple(arrays))
+        conn.exec_driver_sql(_unnest_sql(table, key, conn.dialect), _arrays(table, params))
         return
     step = min(most, _rows_per_statement(conn, width)) * width
     for start in range(0, len(params), step):
         chunk = tuple(params[start : start + step])
         sql = _insert_sql(table.name, columns, key, conn.dialect.paramstyle, len(chunk) // width)
         conn.exec_driver_sql(sql, chunk)
+
+
+def _arrays(table: Table, params: list[Any]) -> tuple[Any, ...]:
+    """`params` (rows of all `table`'s columns, flat) as `_unnest_sql`'s parameters."""
+    width = len(table.columns)
+    arrays: list[Any] = [params[i::width] for i in range(width)]
+    for i in _number_columns(table):
+        arrays[i] = _numbers_array(arrays[i])
+    return tuple(arrays)
+
+
+@lru_cache(maxsize=4)
+def _log_sql(dialect: Any) -> str:
+    """PostgreSQL's one statement for a transaction's chunks and rollups."""
+    chunks = _unnest_sql(schema.log_chunks, CHUNK_KEY, dialect)
+    return (
+        f"WITH log_chunks_written AS ({chunks}) {_unnest_sql(schema.rollups, ROLLUP_KEY, dialect)}"
+    )
 
 
 def upsert_rows(conn: Connection, table: Table, key: tuple[str, ...], rows: Sequence[Any]) -> None:
@@ -139,8 +155,7 @@ def insert_chunks(
     takes it back for every row). A chunk already there is overwritten with itself: the
     transaction is being retried after a commit whose answer was lost."""
     params = _flat_with_ids(chunks, len(CHUNK_COLUMNS), stream_id)
-    key = ("stream_id", "epoch", "first_seq")
-    _execute_in_chunks(conn, schema.log_chunks, CHUNK_COLUMNS, key, params, 1000)
+    _execute_in_chunks(conn, schema.log_chunks, CHUNK_COLUMNS, CHUNK_KEY, params, 1000)
 
 
 def upsert_rollups(
@@ -148,14 +163,38 @@ def upsert_rollups(
 ) -> None:
     """A second can come twice (its batches straddle a restart, or a resumed collector goes over
     it again): the last one wins."""
+    params = _rollup_params(rows, stream_id)
+    _execute_in_chunks(conn, schema.rollups, ROLLUP_COLUMNS, ROLLUP_KEY, params, 5000)
+
+
+def _rollup_params(rows: list[RollupRow], stream_id: Callable[[StreamId], int]) -> list[Any]:
     latest = {(r.stream, r.second, r.medium, r.group): r for r in rows}  # once per statement
     values = [
         (r.stream, r.second, r.medium, r.group, r.stored, r.hittable, r.orphans)
         + (r.stores, r.removes, r.clears, r.gaps)
         for r in latest.values()
     ]
-    params = _flat_with_ids(values, len(ROLLUP_COLUMNS), stream_id)
-    _execute_in_chunks(conn, schema.rollups, ROLLUP_COLUMNS, ROLLUP_KEY, params, 5000)
+    return _flat_with_ids(values, len(ROLLUP_COLUMNS), stream_id)
+
+
+def insert_log(
+    conn: Connection,
+    chunks: list[ChunkRow],
+    rollups: list[RollupRow],
+    stream_id: Callable[[StreamId], int],
+) -> None:
+    """A transaction's chunks (`insert_chunks`) and rollups (`upsert_rollups`): on PostgreSQL
+    both in one statement, a round trip (and the GIL let go and taken back several times)
+    fewer in nearly every transaction."""
+    if conn.dialect.name != "postgresql" or not chunks or not rollups:
+        if chunks:
+            insert_chunks(conn, chunks, stream_id)
+        if rollups:
+            upsert_rollups(conn, rollups, stream_id)
+        return
+    params = _arrays(schema.log_chunks, _flat_with_ids(chunks, len(CHUNK_COLUMNS), stream_id))
+    params += _arrays(schema.rollups, _rollup_params(rollups, stream_id))
+    conn.exec_driver_sql(_log_sql(conn.dialect), params)
 
 
 def upsert_recovery_points(

@@ -85,8 +85,15 @@ def test_batches_alone_cost_one_statement_per_table(
     assert sum(first.values()) == 2
     for statements in transactions:
         each = Counter(statements)
-        assert each["INSERT INTO log_chunks (stream_id,"] == 1
-        assert each["INSERT INTO rollups (stream_id,"] == 1
+        if store_url.startswith("postgresql"):
+            # Both tables in one statement: a round trip (and GIL hand-backs) fewer.
+            assert each["WITH log_chunks_written AS (INSERT"] == 1
+            assert not [
+                s for s in statements if s.startswith(("INSERT INTO log", "INSERT INTO roll"))
+            ]
+        else:
+            assert each["INSERT INTO log_chunks (stream_id,"] == 1
+            assert each["INSERT INTO rollups (stream_id,"] == 1
     rest = [s for t in transactions[1:] for s in t]
     assert not [s for s in rest if "streams" in s or "epochs" in s]
 
