@@ -35,6 +35,7 @@ from kvscope.storage.rows import RollupRow
 ROLLUP_COLUMNS = tuple(c.name for c in schema.rollups.columns)
 ROLLUP_KEY = ("stream_id", "second", "medium", "grp")
 CHUNK_KEY = ("stream_id", "epoch", "first_seq")
+RECOVERY_KEY = ("reset_id", "offset_s")
 
 
 @lru_cache(maxsize=32)
@@ -203,9 +204,41 @@ def upsert_recovery_points(
     """A reset's recovery points in one statement (executemany steps, and hands the GIL back,
     per point). A point already there is overwritten: a recovery written again, fuller,
     replaces what it said before."""
-    rows = [
+    upsert_rows(conn, schema.reset_recovery, RECOVERY_KEY, _point_rows(reset_id, points))
+
+
+def _point_rows(reset_id: int, points: Sequence[RecoveryPoint]) -> list[tuple[Any, ...]]:
+    return [
         (reset_id, p.offset_s, p.blocks, p.hittable, p.orphans)
         + (p.share_blocks_back, p.share_tokens_back)
         for p in points
     ]
-    upsert_rows(conn, schema.reset_recovery, ("reset_id", "offset_s"), rows)
+
+
+RECOVERY_FIGURES = ("t50_s", "t90_s", "peak_orphans", "recovery_until_ts", "recovery_complete")
+"""The columns of `resets` a recovery row sets (`RecoveryRow`'s figures, in this order)."""
+
+
+@lru_cache(maxsize=4)
+def _recovery_sql(dialect: Any) -> str:
+    """PostgreSQL's one statement for a recovery row: its reset's figures and its points."""
+    points = _unnest_sql(schema.reset_recovery, RECOVERY_KEY, dialect)
+    figures = ", ".join(f"{c} = %s" for c in RECOVERY_FIGURES)
+    return f"WITH reset_recovery_written AS ({points}) UPDATE resets SET {figures} WHERE id = %s"
+
+
+def update_recovery(
+    conn: Connection,
+    reset_id: int,
+    figures: tuple[Any, ...],
+    points: Sequence[RecoveryPoint],
+) -> bool:
+    """On PostgreSQL, a recovery row in one statement: its reset's `figures`
+    (`RECOVERY_FIGURES`) and its `points` upserted (a round trip fewer than two); False (nothing
+    done) elsewhere, or without points."""
+    if conn.dialect.name != "postgresql" or not points:
+        return False
+    rows = list(chain.from_iterable(_point_rows(reset_id, points)))
+    params = _arrays(schema.reset_recovery, rows) + (*figures, reset_id)
+    conn.exec_driver_sql(_recovery_sql(conn.dialect), params)
+    return True
