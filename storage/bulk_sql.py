@@ -10,6 +10,9 @@ sqlite3 steps row by row) starved the writer until ingest paused.
 PostgreSQL gets one array per column instead (`INSERT ... SELECT * FROM unnest(...)`): psycopg
 parses a statement's placeholders in Python, and caches only statements of at most 50 of them,
 so thousands of placeholders were parsed again at every transaction, most of the writer's time.
+A column of numbers goes as one array literal in text (`{1,2,NULL}`), made by `str.join` in C:
+psycopg dumps a list element by element in Python (and scans it for its type first), which
+cost the writer more than the statement's round trip.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from functools import lru_cache
 from itertools import chain
 from typing import Any
 
-from sqlalchemy import Connection, Float, Table
+from sqlalchemy import Connection, Float, Integer, Table
 
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
@@ -31,6 +34,8 @@ from kvscope.storage.rows import RollupRow
 
 ROLLUP_COLUMNS = tuple(c.name for c in schema.rollups.columns)
 ROLLUP_KEY = ("stream_id", "second", "medium", "grp")
+CHUNK_KEY = ("stream_id", "epoch", "first_seq")
+RECOVERY_KEY = ("reset_id", "offset_s")
 
 
 @lru_cache(maxsize=32)
@@ -50,9 +55,14 @@ def _insert_sql(
 
 @lru_cache(maxsize=8)
 def _unnest_sql(table: Table, key: tuple[str, ...], dialect: Any) -> str:
-    """PostgreSQL's INSERT of any number of rows, one array parameter per column."""
+    """PostgreSQL's INSERT of any number of rows, one array parameter per column: a column of
+    numbers as an array literal in text (`_numbers_array`), the others as lists."""
     columns = [c.name for c in table.columns]
-    arrays = ", ".join(f"%b::{c.type.compile(dialect=dialect)}[]" for c in table.columns)
+    numbers = set(_number_columns(table))
+    arrays = ", ".join(
+        f"%{'t' if i in numbers else 'b'}::{c.type.compile(dialect=dialect)}[]"
+        for i, c in enumerate(table.columns)
+    )
     sql = f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM unnest({arrays})"
     if key:
         updated = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
@@ -61,9 +71,18 @@ def _unnest_sql(table: Table, key: tuple[str, ...], dialect: Any) -> str:
 
 
 @lru_cache(maxsize=8)
-def _float_columns(table: Table) -> tuple[int, ...]:
-    """The positions of `table`'s floating-point columns."""
-    return tuple(i for i, c in enumerate(table.columns) if isinstance(c.type, Float))
+def _number_columns(table: Table) -> tuple[int, ...]:
+    """The positions of `table`'s integer and floating-point columns."""
+    return tuple(i for i, c in enumerate(table.columns) if isinstance(c.type, Integer | Float))
+
+
+def _numbers_array(values: list[Any]) -> str:
+    """PostgreSQL's text form of an array of numbers (ints and floats alike, None as NULL):
+    `str` of a float is its shortest exact form, which PostgreSQL reads back to the same
+    double."""
+    if None in values:
+        return "{" + ",".join(["NULL" if v is None else str(v) for v in values]) + "}"
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _rows_per_statement(conn: Connection, width: int) -> int:
@@ -96,16 +115,31 @@ def _execute_in_chunks(
     width = len(columns)
     if conn.dialect.name == "postgresql":
         assert columns == tuple(c.name for c in table.columns)
-        arrays = [params[i::width] for i in range(width)]
-        for i in _float_columns(table):  # psycopg dumps no array of ints and floats mixed
-            arrays[i] = [None if v is None else float(v) for v in arrays[i]]
-        conn.exec_driver_sql(_unnest_sql(table, key, conn.dialect), tuple(arrays))
+        conn.exec_driver_sql(_unnest_sql(table, key, conn.dialect), _arrays(table, params))
         return
     step = min(most, _rows_per_statement(conn, width)) * width
     for start in range(0, len(params), step):
         chunk = tuple(params[start : start + step])
         sql = _insert_sql(table.name, columns, key, conn.dialect.paramstyle, len(chunk) // width)
         conn.exec_driver_sql(sql, chunk)
+
+
+def _arrays(table: Table, params: list[Any]) -> tuple[Any, ...]:
+    """`params` (rows of all `table`'s columns, flat) as `_unnest_sql`'s parameters."""
+    width = len(table.columns)
+    arrays: list[Any] = [params[i::width] for i in range(width)]
+    for i in _number_columns(table):
+        arrays[i] = _numbers_array(arrays[i])
+    return tuple(arrays)
+
+
+@lru_cache(maxsize=4)
+def _log_sql(dialect: Any) -> str:
+    """PostgreSQL's one statement for a transaction's chunks and rollups."""
+    chunks = _unnest_sql(schema.log_chunks, CHUNK_KEY, dialect)
+    return (
+        f"WITH log_chunks_written AS ({chunks}) {_unnest_sql(schema.rollups, ROLLUP_KEY, dialect)}"
+    )
 
 
 def upsert_rows(conn: Connection, table: Table, key: tuple[str, ...], rows: Sequence[Any]) -> None:
@@ -122,8 +156,7 @@ def insert_chunks(
     takes it back for every row). A chunk already there is overwritten with itself: the
     transaction is being retried after a commit whose answer was lost."""
     params = _flat_with_ids(chunks, len(CHUNK_COLUMNS), stream_id)
-    key = ("stream_id", "epoch", "first_seq")
-    _execute_in_chunks(conn, schema.log_chunks, CHUNK_COLUMNS, key, params, 1000)
+    _execute_in_chunks(conn, schema.log_chunks, CHUNK_COLUMNS, CHUNK_KEY, params, 1000)
 
 
 def upsert_rollups(
@@ -131,14 +164,38 @@ def upsert_rollups(
 ) -> None:
     """A second can come twice (its batches straddle a restart, or a resumed collector goes over
     it again): the last one wins."""
+    params = _rollup_params(rows, stream_id)
+    _execute_in_chunks(conn, schema.rollups, ROLLUP_COLUMNS, ROLLUP_KEY, params, 5000)
+
+
+def _rollup_params(rows: list[RollupRow], stream_id: Callable[[StreamId], int]) -> list[Any]:
     latest = {(r.stream, r.second, r.medium, r.group): r for r in rows}  # once per statement
     values = [
         (r.stream, r.second, r.medium, r.group, r.stored, r.hittable, r.orphans)
         + (r.stores, r.removes, r.clears, r.gaps)
         for r in latest.values()
     ]
-    params = _flat_with_ids(values, len(ROLLUP_COLUMNS), stream_id)
-    _execute_in_chunks(conn, schema.rollups, ROLLUP_COLUMNS, ROLLUP_KEY, params, 5000)
+    return _flat_with_ids(values, len(ROLLUP_COLUMNS), stream_id)
+
+
+def insert_log(
+    conn: Connection,
+    chunks: list[ChunkRow],
+    rollups: list[RollupRow],
+    stream_id: Callable[[StreamId], int],
+) -> None:
+    """A transaction's chunks (`insert_chunks`) and rollups (`upsert_rollups`): on PostgreSQL
+    both in one statement, a round trip (and the GIL let go and taken back several times)
+    fewer in nearly every transaction."""
+    if conn.dialect.name != "postgresql" or not chunks or not rollups:
+        if chunks:
+            insert_chunks(conn, chunks, stream_id)
+        if rollups:
+            upsert_rollups(conn, rollups, stream_id)
+        return
+    params = _arrays(schema.log_chunks, _flat_with_ids(chunks, len(CHUNK_COLUMNS), stream_id))
+    params += _arrays(schema.rollups, _rollup_params(rollups, stream_id))
+    conn.exec_driver_sql(_log_sql(conn.dialect), params)
 
 
 def upsert_recovery_points(
@@ -147,9 +204,41 @@ def upsert_recovery_points(
     """A reset's recovery points in one statement (executemany steps, and hands the GIL back,
     per point). A point already there is overwritten: a recovery written again, fuller,
     replaces what it said before."""
-    rows = [
+    upsert_rows(conn, schema.reset_recovery, RECOVERY_KEY, _point_rows(reset_id, points))
+
+
+def _point_rows(reset_id: int, points: Sequence[RecoveryPoint]) -> list[tuple[Any, ...]]:
+    return [
         (reset_id, p.offset_s, p.blocks, p.hittable, p.orphans)
         + (p.share_blocks_back, p.share_tokens_back)
         for p in points
     ]
-    upsert_rows(conn, schema.reset_recovery, ("reset_id", "offset_s"), rows)
+
+
+RECOVERY_FIGURES = ("t50_s", "t90_s", "peak_orphans", "recovery_until_ts", "recovery_complete")
+"""The columns of `resets` a recovery row sets (`RecoveryRow`'s figures, in this order)."""
+
+
+@lru_cache(maxsize=4)
+def _recovery_sql(dialect: Any) -> str:
+    """PostgreSQL's one statement for a recovery row: its reset's figures and its points."""
+    points = _unnest_sql(schema.reset_recovery, RECOVERY_KEY, dialect)
+    figures = ", ".join(f"{c} = %s" for c in RECOVERY_FIGURES)
+    return f"WITH reset_recovery_written AS ({points}) UPDATE resets SET {figures} WHERE id = %s"
+
+
+def update_recovery(
+    conn: Connection,
+    reset_id: int,
+    figures: tuple[Any, ...],
+    points: Sequence[RecoveryPoint],
+) -> bool:
+    """On PostgreSQL, a recovery row in one statement: its reset's `figures`
+    (`RECOVERY_FIGURES`) and its `points` upserted (a round trip fewer than two); False (nothing
+    done) elsewhere, or without points."""
+    if conn.dialect.name != "postgresql" or not points:
+        return False
+    rows = list(chain.from_iterable(_point_rows(reset_id, points)))
+    params = _arrays(schema.reset_recovery, rows) + (*figures, reset_id)
+    conn.exec_driver_sql(_recovery_sql(conn.dialect), params)
+    return True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,35 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url)
+    _ping_after_idle(engine)
+    return engine
+
+
+PING_AFTER_IDLE_S = 30.0
+"""A pooled server connection idle longer than this is pinged as it is checked out, and
+replaced if it does not answer. One used more recently is taken as alive: `pool_pre_ping`
+pinged at every checkout, a round trip (and the GIL let go and taken back several times) in
+every one of the writer's transactions. A connection that died since its last use (the
+server restarted) fails its first statement instead, a disconnection: the pool drops its
+connections, and the writer retries the transaction (`store_down`) on a new one."""
+
+
+def _ping_after_idle(engine: Engine) -> None:
+    @event.listens_for(engine, "checkin")
+    def _checked_in(_dbapi_connection: Any, record: Any) -> None:
+        if record is not None:
+            record.info["kvscope_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.pop("kvscope_idle_since", None)
+        if since is None or time.monotonic() - since <= PING_AFTER_IDLE_S:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:  # the pool replaces the connection and checks out again
+            raise DisconnectionError(f"an idle connection did not answer: {exc}") from exc
 
 
 def alembic_config() -> AlembicConfig:

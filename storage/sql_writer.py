@@ -14,7 +14,7 @@ from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.snapshot import blocks_named, encode_copy
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
-from kvscope.storage.bulk_sql import insert_chunks, upsert_recovery_points, upsert_rollups
+from kvscope.storage.bulk_sql import insert_log, update_recovery, upsert_recovery_points
 from kvscope.storage.checkpoint_deltas import CheckpointEncoder
 from kvscope.storage.history import NotInStore
 from kvscope.storage.leases import Fence
@@ -231,11 +231,9 @@ class RowWriter:
         stream_id = partial(self._stream_id, conn)
         if prepared.dictionaries:  # before the chunks that name them
             insert_dictionaries(conn, prepared.dictionaries, stream_id)
+        insert_log(conn, prepared.chunks, prepared.rollups, stream_id)
         if prepared.chunks:
-            insert_chunks(conn, prepared.chunks, stream_id)
             self.repack.repack(conn, prepared.chunks, self.packer.current().get, stream_id)
-        if prepared.rollups:
-            upsert_rollups(conn, prepared.rollups, stream_id)
         # After the log: the groups follow it (the batches up to an offset came before the
         # recovery row that says it was reached), fed what this transaction wrote.
         self.followers.logged(prepared.ordered, prepared.log)
@@ -299,6 +297,9 @@ class RowWriter:
             self._reset_ids[(row.stream, row.key)] = int(reset_id)
         elif type(row) is RecoveryRow:
             reset_id = self._reset_id(conn, row.stream, row.key)
+            figures = (row.t50_s, row.t90_s, row.peak_orphans, row.until_ts, row.complete)
+            if update_recovery(conn, reset_id, figures, row.points):
+                return
             t = schema.resets
             conn.execute(
                 update(t)

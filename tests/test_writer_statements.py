@@ -85,8 +85,15 @@ def test_batches_alone_cost_one_statement_per_table(
     assert sum(first.values()) == 2
     for statements in transactions:
         each = Counter(statements)
-        assert each["INSERT INTO log_chunks (stream_id,"] == 1
-        assert each["INSERT INTO rollups (stream_id,"] == 1
+        if store_url.startswith("postgresql"):
+            # Both tables in one statement: a round trip (and GIL hand-backs) fewer.
+            assert each["WITH log_chunks_written AS (INSERT"] == 1
+            assert not [
+                s for s in statements if s.startswith(("INSERT INTO log", "INSERT INTO roll"))
+            ]
+        else:
+            assert each["INSERT INTO log_chunks (stream_id,"] == 1
+            assert each["INSERT INTO rollups (stream_id,"] == 1
     rest = [s for t in transactions[1:] for s in t]
     assert not [s for s in rest if "streams" in s or "epochs" in s]
 
@@ -103,11 +110,15 @@ def test_a_resets_recovery_rows_in_one_transaction_are_written_once(
     recovered = Counter(s for t in transactions for s in t)
     resets = recovered["INSERT INTO resets (stream_id,"]
     assert resets >= 3
-    assert (
-        recovered["UPDATE resets SET t50_s=?,"] + recovered["UPDATE resets SET t50_s=%(t50_s)s,"]
-        == resets
-    )
-    assert recovered["INSERT INTO reset_recovery (reset_id,"] == resets
+    if store_url.startswith("postgresql"):
+        # The figures and the points in one statement: a round trip fewer.
+        assert recovered["WITH reset_recovery_written AS (INSERT"] == resets
+        assert not [
+            s for s in recovered if s.startswith(("UPDATE resets SET t50", "INSERT INTO reset_r"))
+        ]
+    else:
+        assert recovered["UPDATE resets SET t50_s=?,"] == resets
+        assert recovered["INSERT INTO reset_recovery (reset_id,"] == resets
 
     # The same rows, a few to a transaction: each recovery row written as it comes.
     if store_url.startswith("sqlite"):
