@@ -6,7 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tree=.build/typecheck
 rm -rf "$tree" && mkdir -p "$tree/kvscope" "$tree/benchmarks"
-for f in kvscope/*.py kvscope/py.typed kvscope/*/; do ln -s "$PWD/${f%/}" "$tree/kvscope/"; done
+for f in kvscope/*.py kvscope/py.typed kvscope/*/; do
+    # An in-place build links the source folders into kvscope/ too: those come from the top.
+    case "${f%/}" in kvscope/collector | kvscope/storage | kvscope/api | kvscope/dashboards) continue ;; esac
+    ln -s "$PWD/${f%/}" "$tree/kvscope/"
+done
 for d in collector storage api dashboards; do ln -s "$PWD/$d" "$tree/kvscope/$d"; done
 ln -s "$PWD/tests" "$tree/tests"
 for f in benchmarks/*.py; do ln -s "$PWD/$f" "$tree/benchmarks/"; done
