@@ -7,6 +7,7 @@ one per recovering stream and feeds it only the batches logged since (storage/pr
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from array import array
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from kvscope.collector.snapshot import decode_copy, decode_tables
 from kvscope.collector.types import StreamId, TableKey
 from kvscope.collector.wire import BatchDecoder
 from kvscope.storage import batch_log, schema
+from kvscope.storage._frozen_new import frozen_new
 from kvscope.storage.history import NotInStore, Position, unknown_because
 from kvscope.storage.log_chunks import LoggedBatch
 from kvscope.storage.reset_orphans import Orphans
@@ -39,6 +41,7 @@ from kvscope.storage.reset_prefix_types import (
 )
 
 _State: TypeAlias = "array[int]"
+_GROUP_FIELDS = tuple(f.name for f in dataclasses.fields(PrefixGroup))
 BEFORE_GROUP_BYTES = 2000
 """What a follower holds per group of the `before` map besides the marks' slot maps (which say
 their own bytes): its root, sizes, head (a `PrefixGroup` with its first tokens), place in an
@@ -135,6 +138,9 @@ class ResetFollower:
         self.replayed = 0
         """Batches applied so far (each once)."""
         self._decoder = BatchDecoder()
+        self._asked: tuple[tuple[float, ...], int, int, bool] | None = None
+        self._answer: ResetPrefixes | None = None
+        """The last answer, and what it was asked with (`result`)."""
 
     def _take_before(self, before: dict[TableKey, BlockTable]) -> None:
         """What it keeps of the `before` map: its groups (each block's mark, each group's root,
@@ -247,6 +253,17 @@ class ResetFollower:
 
     def result(self, complete: bool) -> ResetPrefixes:
         """The answer as of the offsets fed; those no batch has passed yet: the map now."""
+        # Asked again with nothing fed since (a recovery row that reached no new offset: t50 or
+        # t90 known, the window complete), the answer is the last one.
+        asked = (self.offsets, self.replayed, len(self.states), complete)
+        if asked == self._asked:
+            assert self._answer is not None
+            return self._answer
+        self._answer = self._result(complete)
+        self._asked = asked
+        return self._answer
+
+    def _result(self, complete: bool) -> ResetPrefixes:
         states = self.states[: len(self.offsets)]
         while len(states) < len(self.offsets):  # the log ends at or before the offset
             states.append(self._state())
@@ -314,8 +331,9 @@ class ResetFollower:
                         back = offset
                         break
         head = self._heads[i]
-        # Built whole (not `dataclasses.replace`): an answer makes one per group.
-        return PrefixGroup(
+        # `PrefixGroup(...)`, made in C: an answer makes one per group, and a frozen
+        # dataclass's `__init__` sets each field through a Python call.
+        values = (
             head.table,
             head.root,
             head.raw_root,
@@ -329,6 +347,7 @@ class ResetFollower:
             status_of(back),
             orphans_left,
         )
+        return frozen_new(PrefixGroup, _GROUP_FIELDS, values)
 
 
 def map_after_clear(stream: StreamId, epoch: int, clear: LoggedBatch) -> PrefixMap:
