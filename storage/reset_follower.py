@@ -36,6 +36,7 @@ from kvscope.storage.reset_prefix_types import (
     FIRST_TOKENS,
     GroupPoint,
     PrefixGroup,
+    ResetOrphan,
     ResetPrefixes,
     status_of,
 )
@@ -45,7 +46,8 @@ _GROUP_FIELDS = tuple(f.name for f in dataclasses.fields(PrefixGroup))
 BEFORE_GROUP_BYTES = 2000
 """What a follower holds per group of the `before` map besides the marks' slot maps (which say
 their own bytes): its root, sizes, head (a `PrefixGroup` with its first tokens), place in an
-answer's order and points list (tracemalloc; tests/test_reset_follower_bytes.py checks it)."""
+answer's order, points list and group in the last answer (tracemalloc;
+tests/test_reset_follower_bytes.py checks it)."""
 FOLLOWED_BLOCK_BYTES = 60
 """What it holds per block of the map it follows (its table)."""
 TABLE_BYTES = 128 << 10
@@ -138,9 +140,9 @@ class ResetFollower:
         self.replayed = 0
         """Batches applied so far (each once)."""
         self._decoder = BatchDecoder()
-        self._asked: tuple[tuple[float, ...], int, int, bool] | None = None
-        self._answer: ResetPrefixes | None = None
-        """The last answer, and what it was asked with (`result`)."""
+        self._fed: tuple[tuple[float, ...], int, int] | None = None
+        self._groups: tuple[PrefixGroup, ...] = ()
+        """The last answer's groups, and the offsets, batches and states they were made of."""
 
     def _take_before(self, before: dict[TableKey, BlockTable]) -> None:
         """What it keeps of the `before` map: its groups (each block's mark, each group's root,
@@ -253,44 +255,41 @@ class ResetFollower:
 
     def result(self, complete: bool) -> ResetPrefixes:
         """The answer as of the offsets fed; those no batch has passed yet: the map now."""
-        # Asked again with nothing fed since (a recovery row that reached no new offset: t50 or
-        # t90 known, the window complete), the answer is the last one.
-        asked = (self.offsets, self.replayed, len(self.states), complete)
-        if asked == self._asked:
-            assert self._answer is not None
-            return self._answer
-        self._answer = self._result(complete)
-        self._asked = asked
-        return self._answer
-
-    def _result(self, complete: bool) -> ResetPrefixes:
-        states = self.states[: len(self.offsets)]
-        while len(states) < len(self.offsets):  # the log ends at or before the offset
-            states.append(self._state())
-        self._settle_points()
-        fresh = states[self._pointed :]
-        left: dict[tuple[TableKey, int], int] = {}
         found_orphans = self.orphans.result()
-        for orphan in found_orphans:
-            if orphan.group_root is not None:
-                group_key = (orphan.table, orphan.group_root)
-                left[group_key] = left.get(group_key, 0) + 1
-        roots = self.roots
-        groups = [
-            self._group(i, roots[i][0], fresh, left.get(roots[i], 0) if left else 0)
-            for i in self._answer_order
-        ]
+        # Asked again with nothing fed since (a recovery row that reached no new offset: t50 or
+        # t90 known, the window complete), the groups are the last answer's.
+        fed = (self.offsets, self.replayed, len(self.states))
+        if fed != self._fed:
+            self._groups = self._make_groups(found_orphans)
+            self._fed = fed
         return ResetPrefixes(
             reset_id=self.reset_id,
             ts=self.ts,
             offsets=self.offsets,
             complete=complete,
             signed=self.signed,
-            groups=tuple(groups),
+            groups=self._groups,
             orphans=found_orphans,
             evicted_orphans=self.orphans.evicted_result(),
             followed_until_ts=self.last_ts,
             unknown_because=tuple(self.unknown),
+        )
+
+    def _make_groups(self, found_orphans: tuple[ResetOrphan, ...]) -> tuple[PrefixGroup, ...]:
+        states = self.states[: len(self.offsets)]
+        while len(states) < len(self.offsets):  # the log ends at or before the offset
+            states.append(self._state())
+        self._settle_points()
+        fresh = states[self._pointed :]
+        left: dict[tuple[TableKey, int], int] = {}
+        for orphan in found_orphans:
+            if orphan.group_root is not None:
+                group_key = (orphan.table, orphan.group_root)
+                left[group_key] = left.get(group_key, 0) + 1
+        roots = self.roots
+        return tuple(
+            self._group(i, roots[i][0], fresh, left.get(roots[i], 0) if left else 0)
+            for i in self._answer_order
         )
 
     def _settle_points(self) -> None:
