@@ -27,8 +27,9 @@ _log_join.pxd), _log_planes.pyx lays its stamps and token ids out as byte planes
 _log_known.pyx its hash literals against a checkpoint's hashes (format 6), and
 storage/_checkpoint_pacing.pyx counts each batch's
 block-events toward the next checkpoint, _rollup_counts.pyx its blocks per table toward the
-second's rollup, and _queue_core.pyx the row queue's counts and the put of each batch (all
-Cython).
+second's rollup, _queue_core.pyx the row queue's counts and the put of each batch,
+_reset_orphans.pyx a reset follower's orphans through each batch it replays, and
+_frozen_new.pyx makes its answers' groups (all Cython).
 Installing kvscope therefore needs a C compiler and the Python headers, as any package with an
 extension built from source does.
 """
@@ -87,6 +88,8 @@ setup(
             Extension("kvscope.storage._checkpoint_pacing", ["storage/_checkpoint_pacing.pyx"]),
             Extension("kvscope.storage._rollup_counts", ["storage/_rollup_counts.pyx"]),
             Extension("kvscope.storage._queue_core", ["storage/_queue_core.pyx"]),
+            Extension("kvscope.storage._reset_orphans", ["storage/_reset_orphans.pyx"]),
+            Extension("kvscope.storage._frozen_new", ["storage/_frozen_new.pyx"]),
             # dlopen/dlsym: libdl before glibc 2.34, an empty stub after.
             Extension("kvscope.collector._zmq_recv", ["collector/_zmq_recv.pyx"], libraries=["dl"]),
         ],

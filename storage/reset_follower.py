@@ -7,6 +7,7 @@ one per recovering stream and feeds it only the batches logged since (storage/pr
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from array import array
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from kvscope.collector.snapshot import decode_copy, decode_tables
 from kvscope.collector.types import StreamId, TableKey
 from kvscope.collector.wire import BatchDecoder
 from kvscope.storage import batch_log, schema
+from kvscope.storage._frozen_new import frozen_new
 from kvscope.storage.history import NotInStore, Position, unknown_because
 from kvscope.storage.log_chunks import LoggedBatch
 from kvscope.storage.reset_orphans import Orphans
@@ -34,15 +36,18 @@ from kvscope.storage.reset_prefix_types import (
     FIRST_TOKENS,
     GroupPoint,
     PrefixGroup,
+    ResetOrphan,
     ResetPrefixes,
     status_of,
 )
 
 _State: TypeAlias = "array[int]"
+_GROUP_FIELDS = tuple(f.name for f in dataclasses.fields(PrefixGroup))
 BEFORE_GROUP_BYTES = 2000
 """What a follower holds per group of the `before` map besides the marks' slot maps (which say
 their own bytes): its root, sizes, head (a `PrefixGroup` with its first tokens), place in an
-answer's order and points list (tracemalloc; tests/test_reset_follower_bytes.py checks it)."""
+answer's order, points list and group in the last answer (tracemalloc;
+tests/test_reset_follower_bytes.py checks it)."""
 FOLLOWED_BLOCK_BYTES = 60
 """What it holds per block of the map it follows (its table)."""
 TABLE_BYTES = 128 << 10
@@ -135,6 +140,9 @@ class ResetFollower:
         self.replayed = 0
         """Batches applied so far (each once)."""
         self._decoder = BatchDecoder()
+        self._fed: tuple[tuple[float, ...], int, int] | None = None
+        self._groups: tuple[PrefixGroup, ...] = ()
+        """The last answer's groups, and the offsets, batches and states they were made of."""
 
     def _take_before(self, before: dict[TableKey, BlockTable]) -> None:
         """What it keeps of the `before` map: its groups (each block's mark, each group's root,
@@ -247,33 +255,41 @@ class ResetFollower:
 
     def result(self, complete: bool) -> ResetPrefixes:
         """The answer as of the offsets fed; those no batch has passed yet: the map now."""
-        states = self.states[: len(self.offsets)]
-        while len(states) < len(self.offsets):  # the log ends at or before the offset
-            states.append(self._state())
-        self._settle_points()
-        fresh = states[self._pointed :]
-        left: dict[tuple[TableKey, int], int] = {}
         found_orphans = self.orphans.result()
-        for orphan in found_orphans:
-            if orphan.group_root is not None:
-                group_key = (orphan.table, orphan.group_root)
-                left[group_key] = left.get(group_key, 0) + 1
-        roots = self.roots
-        groups = [
-            self._group(i, roots[i][0], fresh, left.get(roots[i], 0) if left else 0)
-            for i in self._answer_order
-        ]
+        # Asked again with nothing fed since (a recovery row that reached no new offset: t50 or
+        # t90 known, the window complete), the groups are the last answer's.
+        fed = (self.offsets, self.replayed, len(self.states))
+        if fed != self._fed:
+            self._groups = self._make_groups(found_orphans)
+            self._fed = fed
         return ResetPrefixes(
             reset_id=self.reset_id,
             ts=self.ts,
             offsets=self.offsets,
             complete=complete,
             signed=self.signed,
-            groups=tuple(groups),
+            groups=self._groups,
             orphans=found_orphans,
             evicted_orphans=self.orphans.evicted_result(),
             followed_until_ts=self.last_ts,
             unknown_because=tuple(self.unknown),
+        )
+
+    def _make_groups(self, found_orphans: tuple[ResetOrphan, ...]) -> tuple[PrefixGroup, ...]:
+        states = self.states[: len(self.offsets)]
+        while len(states) < len(self.offsets):  # the log ends at or before the offset
+            states.append(self._state())
+        self._settle_points()
+        fresh = states[self._pointed :]
+        left: dict[tuple[TableKey, int], int] = {}
+        for orphan in found_orphans:
+            if orphan.group_root is not None:
+                group_key = (orphan.table, orphan.group_root)
+                left[group_key] = left.get(group_key, 0) + 1
+        roots = self.roots
+        return tuple(
+            self._group(i, roots[i][0], fresh, left.get(roots[i], 0) if left else 0)
+            for i in self._answer_order
         )
 
     def _settle_points(self) -> None:
@@ -314,8 +330,9 @@ class ResetFollower:
                         back = offset
                         break
         head = self._heads[i]
-        # Built whole (not `dataclasses.replace`): an answer makes one per group.
-        return PrefixGroup(
+        # `PrefixGroup(...)`, made in C: an answer makes one per group, and a frozen
+        # dataclass's `__init__` sets each field through a Python call.
+        values = (
             head.table,
             head.root,
             head.raw_root,
@@ -329,6 +346,7 @@ class ResetFollower:
             status_of(back),
             orphans_left,
         )
+        return frozen_new(PrefixGroup, _GROUP_FIELDS, values)
 
 
 def map_after_clear(stream: StreamId, epoch: int, clear: LoggedBatch) -> PrefixMap:

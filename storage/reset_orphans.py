@@ -16,13 +16,16 @@ eviction once, the first time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
-from kvscope.collector.types import BlocksRemoved, BlocksStored, KVEvent, TableKey
+from kvscope.collector.types import BlocksStored, KVEvent, TableKey
+from kvscope.storage._reset_orphans import add_chain, orphans_after
 from kvscope.storage.reset_prefix_types import ResetOrphan
+
+__all__ = ["Orphans", "add_chain"]
 
 
 class Orphans:
@@ -68,63 +71,15 @@ class Orphans:
             under = self._children.setdefault(key, {})
             for h in sorted(table.counts()):
                 parent = table.parent_of(h)
-                _add_chain(under, parent, (h,))
+                add_chain(under, parent, (h,))
                 self.children += 1
                 if parent is not None and parent not in table:
                     self.found.append(self._entry(table, h, parent, ts))
 
     def after(self, view: PrefixMap, events: Iterable[KVEvent], ts: float) -> None:
-        """Called after each batch is applied to `view`."""
-        removed: dict[TableKey, set[int]] = {}
-        stored: list[BlocksStored] = []
-        cleared = False
-        for event in events:
-            # By exact type, as the map applies them (collector/_map_apply.pyx).
-            if type(event) is BlocksStored:
-                stored.append(event)
-            elif type(event) is BlocksRemoved:
-                removed.setdefault(event.table, set()).update(event.hashes)
-            else:
-                cleared = True
-        if self._open:  # (none open: none to close, whatever the batch did)
-            self._rejoined_or_removed(view, removed, stored, cleared, ts)
-        opened = self._open
-        tables = view.tables
-        children = self._children
-        for event in stored:
-            key, hashes = event.table, event.hashes
-            under = children.get(key)
-            if under is None:
-                under = children[key] = {}
-            _add_chain(under, event.parent, hashes)
-            self.children += len(hashes)
-            named = event.parent
-            if not hashes or named is None:
-                continue
-            table = tables.get(key)
-            head = hashes[0]
-            if table is None or head not in table or named in table or (key, head) in opened:
-                continue
-            if named in removed.get(key, ()):
-                continue  # stored under a cached parent this batch removed: below
-            self.found.append(self._entry(table, head, named, ts))
-        for key, gone in removed.items():
-            table = tables.get(key)
-            under = children.get(key)
-            if table is None or under is None:
-                continue
-            for parent in sorted(gone):
-                if parent in table:
-                    continue
-                kids = under.pop(parent, None)
-                if kids is None:
-                    continue
-                for h in (kids,) if isinstance(kids, int) else sorted(kids):
-                    if h not in table or table.parent_of(h) != parent or (key, h) in opened:
-                        continue
-                    if (key, h) not in self._seen_evicted:
-                        self._seen_evicted.add((key, h))
-                        self.evicted.append(self._entry(table, h, parent, ts))
+        """Called after each batch is applied to `view` (in Cython: storage/_reset_orphans.pyx,
+        every batch a follower replays comes here)."""
+        orphans_after(self, view, events, ts)
 
     def _rejoined_or_removed(
         self,
@@ -186,20 +141,3 @@ class Orphans:
 
     def evicted_result(self) -> tuple[ResetOrphan, ...]:
         return self._records(self.evicted)
-
-
-def _add_chain(under: dict[int, int | set[int]], parent: int | None, hashes: Sequence[int]) -> None:
-    """Each of `hashes` stored under the one before it, the first under `parent` (None: none),
-    in `Orphans._children`'s form: one child an int (most parents have one), more a set. A call
-    per event, not per block: every block stored comes here."""
-    for h in hashes:
-        if parent is not None:
-            kids = under.get(parent)
-            if kids is None:
-                under[parent] = h
-            elif isinstance(kids, int):
-                if kids != h:
-                    under[parent] = {kids, h}
-            else:
-                kids.add(h)
-        parent = h

@@ -89,6 +89,7 @@ def _held(tmp_path: Path, after_clear: list[dict[str, Any]]) -> tuple[ResetFollo
         try:
             follower = ResetFollower(conn, reset_id)
             list(follower.advance(conn, OFFSETS))
+            follower.result(False)  # (it keeps the answer's groups)
             gc.collect()
             held, _ = tracemalloc.get_traced_memory()
         finally:

@@ -1,8 +1,12 @@
 """storage/reset_orphans.py looks, at each batch, only at the open orphans the batch's events
 name: it finds what a scan of every open orphan at every batch (as it did before) finds, on
-random streams of stores, removals and clears."""
+random streams of stores, removals and clears. And its batch step in Cython
+(storage/_reset_orphans.pyx) finds what the same step in Python (as it was before) found, and
+records as many children."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +21,7 @@ from kvscope.collector.types import (
     StreamId,
     TableKey,
 )
-from kvscope.storage.reset_orphans import Orphans
+from kvscope.storage.reset_orphans import Orphans, add_chain
 
 KEYS = (TableKey("GPU", 0), TableKey("CPU", 0))
 
@@ -35,6 +39,61 @@ class FullScanOrphans(Orphans):
     ) -> None:
         for entry in list(self._open.values()):
             self._settle(view, entry, ts)
+
+
+class PythonOrphans(Orphans):
+    """`after` in Python, as before storage/_reset_orphans.pyx."""
+
+    def after(self, view: PrefixMap, events: Iterable[KVEvent], ts: float) -> None:
+        removed: dict[TableKey, set[int]] = {}
+        stored: list[BlocksStored] = []
+        cleared = False
+        for event in events:
+            if type(event) is BlocksStored:
+                stored.append(event)
+            elif type(event) is BlocksRemoved:
+                removed.setdefault(event.table, set()).update(event.hashes)
+            else:
+                cleared = True
+        if self._open:
+            self._rejoined_or_removed(view, removed, stored, cleared, ts)
+        opened = self._open
+        tables = view.tables
+        children = self._children
+        for event in stored:
+            key, hashes = event.table, event.hashes
+            under = children.get(key)
+            if under is None:
+                under = children[key] = {}
+            add_chain(under, event.parent, hashes)
+            self.children += len(hashes)
+            named = event.parent
+            if not hashes or named is None:
+                continue
+            table = tables.get(key)
+            head = hashes[0]
+            if table is None or head not in table or named in table or (key, head) in opened:
+                continue
+            if named in removed.get(key, ()):
+                continue
+            self.found.append(self._entry(table, head, named, ts))
+        for key, gone in removed.items():
+            table = tables.get(key)
+            under = children.get(key)
+            if table is None or under is None:
+                continue
+            for parent in sorted(gone):
+                if parent in table:
+                    continue
+                kids = under.pop(parent, None)
+                if kids is None:
+                    continue
+                for h in (kids,) if isinstance(kids, int) else sorted(kids):
+                    if h not in table or table.parent_of(h) != parent or (key, h) in opened:
+                        continue
+                    if (key, h) not in self._seen_evicted:
+                        self._seen_evicted.add((key, h))
+                        self.evicted.append(self._entry(table, h, parent, ts))
 
 
 def _root(key: TableKey, h: int) -> int | None:
@@ -93,6 +152,8 @@ def _assert_same(
         reference.after(view, events, float(seq))
     assert mine.result() == reference.result()
     assert mine.evicted_result() == reference.evicted_result()
+    assert mine.children == reference.children
+    assert mine._children == reference._children
 
 
 @settings(max_examples=300, deadline=None)
@@ -101,3 +162,11 @@ def test_index_finds_what_the_full_scan_found(
     first: list[list[KVEvent]], rest: list[list[KVEvent]], clears: int
 ) -> None:
     _assert_same(Orphans(_root), FullScanOrphans(_root), first, rest, clears)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_batches, _batches, st.integers(1, 6))
+def test_compiled_step_finds_what_python_found(
+    first: list[list[KVEvent]], rest: list[list[KVEvent]], clears: int
+) -> None:
+    _assert_same(Orphans(_root), PythonOrphans(_root), first, rest, clears)
