@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import traceback
 
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -88,8 +89,22 @@ class UnexpectedErrors:
             started = started or message["type"] == "http.response.start"
             await send(message)
 
+        received: list[Message] = []
+
+        async def recorded() -> Message:
+            message = await receive()
+            received.append(message)
+            return message
+
         try:
-            await self.app(scope, receive, sending)
+            try:
+                await self.app(scope, recorded, sending)
+            except Exception as exc:
+                if started or not _read_on_a_dropped_connection(scope, exc):
+                    raise
+                # The connection died since its last use (a server restart): the pool has
+                # let go of its connections, and the read runs again, once, on a new one.
+                await self.app(scope, _replayed(received, receive), sending)
         except Exception as exc:
             where = f"{scope.get('method')} {scope.get('path')!r}"
             kind = type(exc).__qualname__
@@ -105,3 +120,21 @@ class UnexpectedErrors:
                 body = unexpected_body(exc)
             if not started:  # else the client sees the connection close mid-answer
                 await error_response(body)(scope, receive, send)
+
+
+def _read_on_a_dropped_connection(scope: Scope, exc: Exception) -> bool:
+    """Whether `exc` is a read's first statement failing on a pooled connection the server
+    dropped (the engine pings only connections idle for a while: storage/engine.py)."""
+    return scope.get("method") in ("GET", "HEAD") and bool(
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
+
+
+def _replayed(received: list[Message], receive: Receive) -> Receive:
+    """`receive` for a request run again: what the first run received, then the rest."""
+    pending = list(received)
+
+    async def replayed() -> Message:
+        return pending.pop(0) if pending else await receive()
+
+    return replayed

@@ -124,7 +124,8 @@ replaced if it does not answer. One used more recently is taken as alive: `pool_
 pinged at every checkout, a round trip (and the GIL let go and taken back several times) in
 every one of the writer's transactions. A connection that died since its last use (the
 server restarted) fails its first statement instead, a disconnection: the pool drops its
-connections, and the writer retries the transaction (`store_down`) on a new one."""
+connections, and the writer retries the transaction (`store_down`) on a new one, the API
+runs a read again once (api/guards.py)."""
 
 
 def _ping_after_idle(engine: Engine) -> None:

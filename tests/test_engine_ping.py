@@ -87,3 +87,28 @@ def test_the_writer_retries_on_a_connection_that_died(pg_url: str) -> None:
         assert batch_log.count_batches(conn) == 20
         assert conn.execute(select(func.count()).select_from(text("epochs"))).scalar_one() == 1
     writer.engine.dispose()
+
+
+def test_a_read_after_the_server_dropped_a_recently_used_connection_is_answered(
+    pg_url: str,
+) -> None:
+    """The API reads between the writer's transactions, on its engine (`kvscope api`'s, or in
+    `serve` the writer's): a server restart must not turn its next request into a 503. The
+    connection's first statement after the restart fails as a disconnection (no ping for a
+    connection used within PING_AFTER_IDLE_S); a read is answered on a new one."""
+    from fastapi.testclient import TestClient
+
+    from kvscope.api.app import create_app
+    from kvscope.api.data import ApiData
+
+    open_store(pg_url).dispose()
+    engine = open_store(pg_url, read_only=True)
+    client = TestClient(create_app(ApiData(engine=engine)))
+    try:
+        assert client.get("/resets").status_code == 200
+        assert _kill_connections(pg_url) == 1
+        response = client.get("/resets")
+        assert response.status_code == 200, response.text
+        assert response.json() == []
+    finally:
+        engine.dispose()
