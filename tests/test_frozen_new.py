@@ -37,3 +37,9 @@ def test_made_as_init_makes_it() -> None:
         made.blocks = 4  # type: ignore[misc]
     with pytest.raises(TypeError):
         frozen_new(PrefixGroup, NAMES, values[:-1])
+
+
+def test_a_group_has_no_post_init_to_skip() -> None:
+    """`frozen_new` does not call `__post_init__`: a `PrefixGroup` that gained one would be made
+    without it, silently."""
+    assert not hasattr(PrefixGroup, "__post_init__")
