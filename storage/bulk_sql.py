@@ -232,13 +232,12 @@ def update_recovery(
     reset_id: int,
     figures: tuple[Any, ...],
     points: Sequence[RecoveryPoint],
-) -> bool:
+) -> int | None:
     """On PostgreSQL, a recovery row in one statement: its reset's `figures`
-    (`RECOVERY_FIGURES`) and its `points` upserted (a round trip fewer than two); False (nothing
-    done) elsewhere, or without points."""
+    (`RECOVERY_FIGURES`) and its `points` upserted (a round trip fewer than two), and the
+    resets updated (0 or 1); None (nothing done) elsewhere, or without points."""
     if conn.dialect.name != "postgresql" or not points:
-        return False
+        return None
     rows = list(chain.from_iterable(_point_rows(reset_id, points)))
     params = _arrays(schema.reset_recovery, rows) + (*figures, reset_id)
-    conn.exec_driver_sql(_recovery_sql(conn.dialect), params)
-    return True
+    return int(conn.exec_driver_sql(_recovery_sql(conn.dialect), params).rowcount)

@@ -20,6 +20,9 @@ from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
+from kvscope.storage.recovery import RecoveryPoint
+from kvscope.storage.rows import RecoveryRow
+from kvscope.storage.sql_writer import Prepared, RowWriter
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.write_loop import WriteLoop
 from kvscope.storage.writer import StoreWriter
@@ -157,3 +160,80 @@ def test_offsets_given_as_ints_and_floats_are_stored(
         rr = schema.reset_recovery
         stored = conn.execute(select(rr.c.offset_s).order_by(rr.c.offset_s)).scalars().all()
     assert stored == [1.0, 2.5]
+
+
+def _read_backs(transactions: list[list[str]]) -> tuple[int, int]:
+    """The transactions that read a recovery's completeness or offsets back from the store."""
+    complete = sum(
+        any(s.startswith("SELECT resets.recovery_complete") for s in t) for t in transactions
+    )
+    offsets = sum(
+        any(s.startswith("SELECT reset_recovery.offset_s") for s in t) for t in transactions
+    )
+    return complete, offsets
+
+
+def test_a_recovery_written_here_is_not_read_back(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a transaction wrote of a recovery (its completeness, its offsets) is passed to the
+    prefix groups, not read back: its offsets only the first time this writer follows the
+    reset (points may be stored from before it, e.g. a collector that ran with other offsets)."""
+    engine = open_store(store_url)
+    transactions = _write_inline(engine, 20, monkeypatch)
+    recovering = sum(any("reset_recovery" in s for s in t) for t in transactions)
+    with engine.connect() as conn:
+        resets = conn.execute(select(schema.resets.c.id)).scalars().all()
+    assert recovering > len(resets) >= 3
+    complete, offsets = _read_backs(transactions)
+    assert complete == 0
+    assert offsets <= len(resets)
+    engine.dispose()
+
+
+def test_groups_follow_the_offsets_stored_not_only_those_written(store_url: str) -> None:
+    """A writer that never followed the reset, given recovery rows with fewer points than the
+    store holds (a collector restarted with other offsets): the answers are as of the offsets
+    stored, in every transaction."""
+    engine = open_store(store_url)
+    first = StoreWriter(engine, StoreSettings())
+    ingest = StreamIngest(STREAM, can_replay=False, sink=first)
+    for record in read_capture(capture_path("lab_10rps_300s.msgpack.gz")):
+        ingest.live_frames(record.frames, record.recv_ts)
+    first.close()
+    assert first.failure is None
+    r, rr = schema.resets, schema.reset_recovery
+    with engine.connect() as conn:
+        reset = conn.execute(select(r).order_by(r.c.id)).first()
+        assert reset is not None
+        stored = conn.execute(
+            select(rr).where(rr.c.reset_id == reset.id).order_by(rr.c.offset_s)
+        ).all()
+    assert len(stored) >= 2
+    points = tuple(
+        RecoveryPoint(
+            p.offset_s, p.blocks, p.hittable, p.orphans, p.share_blocks_back, p.share_tokens_back
+        )
+        for p in stored[:1]
+    )
+    answers: list[tuple[tuple[float, ...], bool]] = []
+    second = RowWriter(None)
+    second.followers.observe = lambda conn, found: answers.append((found.offsets, found.complete))
+    for complete in (False, True):
+        row = RecoveryRow(
+            STREAM,
+            (reset.epoch, reset.seq, reset.reason),
+            points,
+            reset.t50_s,
+            reset.t90_s,
+            reset.peak_orphans,
+            reset.recovery_until_ts,
+            complete,
+        )
+        prepared = Prepared(ordered=[row])
+        with engine.begin() as conn:
+            second.write(conn, prepared)
+        second.committed(prepared)
+    offsets = tuple(float(p.offset_s) for p in stored)
+    assert answers == [(offsets, False), (offsets, True)]
+    engine.dispose()
