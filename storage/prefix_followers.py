@@ -151,12 +151,12 @@ class PrefixFollowers:
         self._reached.update(self._reaching)
         self._reaching.clear()
 
-    def reset_written(self, stream: StreamId, reset_id: int) -> None:
-        """A reset row was written under `reset_id`: if that id was another's (pruned), its
-        offsets known here are not this one's."""
-        known = self._reached.get(stream)
-        if known is not None and known[0] == reset_id:
-            del self._reached[stream]
+    def reset_written(self, reset_id: int) -> None:
+        """A reset row was written under `reset_id`: if that id was another's (pruned, and
+        SQLite gave it again, to any stream), its offsets known here are not this one's."""
+        for kept in (self._reached, self._reaching):
+            for other in [s for s, known in kept.items() if known[0] == reset_id]:
+                del kept[other]
 
     def logged(self, ordered: Sequence[Row], log: Sequence[LogRow]) -> None:
         """A transaction's rows as it writes them (`ordered`: its rare rows, `log`: its

@@ -309,7 +309,7 @@ class RowWriter:
             upsert = _upsert(conn, schema.resets, key, values)
             reset_id = conn.execute(upsert.returning(schema.resets.c.id), values).scalar_one()
             self._reset_ids[(row.stream, row.key)] = int(reset_id)
-            self.followers.reset_written(row.stream, int(reset_id))
+            self.followers.reset_written(int(reset_id))
         elif type(row) is RecoveryRow:
             reset_id = self._reset_id(conn, row.stream, row.key)
             figures = (row.t50_s, row.t90_s, row.peak_orphans, row.until_ts, row.complete)

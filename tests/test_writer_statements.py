@@ -237,3 +237,17 @@ def test_groups_follow_the_offsets_stored_not_only_those_written(store_url: str)
     offsets = tuple(float(p.offset_s) for p in stored)
     assert answers == [(offsets, False), (offsets, True)]
     engine.dispose()
+
+
+def test_a_reset_id_given_again_drops_every_stream_s_kept_offsets() -> None:
+    """SQLite may give a pruned reset's id to another stream's new reset: the offsets kept for
+    the pruned one (under any stream) are then not that id's, and are read back again."""
+    from kvscope.collector.types import StreamId
+    from kvscope.storage.prefix_followers import PrefixFollowers
+
+    followers = PrefixFollowers()
+    a, b = StreamId("a", 0), StreamId("b", 0)
+    followers._reached[a] = (7, None, (1.0, 5.0))
+    followers._reached[b] = (8, None, (1.0,))
+    followers.reset_written(7)  # b's new reset, under a's pruned reset's id
+    assert a not in followers._reached and b in followers._reached
