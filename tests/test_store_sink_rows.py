@@ -23,10 +23,12 @@ from tests.test_ingest import CLEAR, frames, payload, remove, store
 
 STREAM = StreamId("pinned", 0)
 
-# sha256 of the rows' reprs, as queued before this change (see `_rows_digest`).
+# sha256 of the rows' reprs (see `_rows_digest`). Pinned again when the slot map's large
+# tables began to grow by a quarter, their homes by multiply-shift: 49 rows' map copies then
+# listed their hashes in another order, and each decoded to the same tables.
 PINNED = {
-    "roomy": "3ec658fbe81d61b26a8ca8e34553500175ded7ff813b94707adef8a7cee4a101",
-    "overflowing": "106858c47a707934759a1456939bc14e0494a886871082449075d567c5196983",
+    "roomy": "51507c72c9ea84830288863ff080d2f8a0421ddba6884081ae86b8c3ba6ccffb",
+    "overflowing": "a738185557876e454288add3028d2493401ed4ad1cbaf3f25f615c78dba09d21",
 }
 
 
