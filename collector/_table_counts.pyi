@@ -1,14 +1,14 @@
 from array import array
-from collections.abc import Iterable
 
 from kvscope.collector._slot_map import SlotMap
 from kvscope.collector._table_core import TableCore
 
-def count_cached(table: TableCore, hashes: Iterable[int]) -> int:
-    """How many of `hashes` are cached in `table`."""
+def count_cached(table: TableCore, hashes: array[int], hittable: bool = False) -> int:
+    """How many of `hashes` (an `array("Q")`) are cached in `table` (`hittable`: and
+    hittable)."""
 
-def hittable_weight(table: TableCore, weights: dict[int, int]) -> int:
-    """The sum of `weights[h]` over the hashes `h` of `weights` hittable in `table`."""
+def hittable_hash_array(table: TableCore) -> array[int]:
+    """The hittable hashes as a new `array("Q")`, in the slot map's order."""
 
 def add_group_counts(table: TableCore, marks: SlotMap, counts: array[int]) -> None:
     """Adds, per group `g` of `marks` (hash -> g * 2, plus 1 if shared: `chain_groups`'), its

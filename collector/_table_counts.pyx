@@ -8,37 +8,43 @@ store writer: the blocks of each group of the before map cached again, hittable 
 and hittable again, without a dict of the table made per offset.
 """
 
+from cpython cimport array
 from libc.stdint cimport int32_t, uint64_t
+
+import array
 
 from kvscope.collector._slot_map cimport EMPTY, SlotMap
 from kvscope.collector._table_core cimport HITTABLE, TableCore
 
 
-def count_cached(TableCore table, hashes):
-    """How many of `hashes` are cached in `table`."""
+def count_cached(TableCore table, const uint64_t[::1] hashes, bint hittable=False):
+    """How many of `hashes` (an `array("Q")`) are cached in `table` (`hittable`: and
+    hittable): a probe each over a C array, no Python int made per hash."""
     cdef SlotMap slot_of = table._slot_of
-    cdef Py_ssize_t found = 0
-    cdef uint64_t h
-    for value in hashes:
-        h = value
-        if slot_of._find(h) >= 0:
+    cdef unsigned char* flags = <unsigned char*>table._flags.data.as_voidptr
+    cdef Py_ssize_t i, pos, found = 0
+    for i in range(hashes.shape[0]):
+        pos = slot_of._find(hashes[i])
+        if pos >= 0 and (not hittable or flags[slot_of._vals[pos]] & HITTABLE):
             found += 1
     return found
 
 
-def hittable_weight(TableCore table, dict weights):
-    """The sum of `weights[h]` over the hashes `h` of `weights` hittable in `table`."""
+def hittable_hash_array(TableCore table):
+    """The hittable hashes as a new `array("Q")`, in the slot map's order: read in one pass."""
     cdef SlotMap slot_of = table._slot_of
     cdef unsigned char* flags = <unsigned char*>table._flags.data.as_voidptr
-    cdef Py_ssize_t pos
-    cdef uint64_t h
-    total = 0
-    for value, weight in weights.items():
-        h = value
-        pos = slot_of._find(h)
-        if pos >= 0 and flags[slot_of._vals[pos]] & HITTABLE:
-            total += weight
-    return total
+    cdef size_t i
+    cdef Py_ssize_t k = 0
+    found = array.array("Q", bytes(slot_of._size * sizeof(uint64_t)))
+    cdef uint64_t[::1] view = found
+    for i in range(slot_of._cap):
+        if slot_of._vals[i] != EMPTY and flags[slot_of._vals[i]] & HITTABLE:
+            view[k] = slot_of._keys[i]
+            k += 1
+    del view
+    del found[k:]
+    return found
 
 
 def add_group_counts(TableCore table, SlotMap marks, int32_t[::1] counts):

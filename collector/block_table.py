@@ -210,10 +210,9 @@ class BlockTable(TableCore):
         """The cached hashes as a new `array("Q")`, in no set order: a copy made in C."""
         return self._slot_of.to_arrays()[0]
 
-    def hittable_hashes(self) -> list[int]:
-        """The hittable hashes, in `counts()`'s order, read from the flags in one pass."""
-        flags = self._flags
-        return [h for h, slot in self._slot_of.items() if flags[slot] & HITTABLE]
+    # The hittable hashes as a new `array("Q")`, in `hash_array()`'s order, read from the
+    # flags in one pass (compiled, collector/_table_counts.pyx).
+    hittable_hash_array = _table_counts.hittable_hash_array
 
     def counts(self) -> dict[int, int]:
         """hash -> reference count: the shape of vLLM's `cached_block_hash_to_block`."""
@@ -269,11 +268,10 @@ class BlockTable(TableCore):
     # (collector/_lookup.pyx): the API runs it on every table of every replica per request.
     longest_prefix = _lookup.longest_prefix
 
-    # How many of some hashes are cached here, and what those hittable weigh (`weights`: hash
-    # -> tokens): a recovery point reads a whole before map so, a probe each (compiled,
+    # How many of some hashes (an `array("Q")`) are cached here (`hittable=True`: and
+    # hittable): a recovery point reads a whole before map so, a probe each (compiled,
     # collector/_table_counts.pyx).
     count_cached = _table_counts.count_cached
-    hittable_weight = _table_counts.hittable_weight
 
     def subtrees(self) -> Iterator[Subtree]:
         """Each tree of cached blocks, from a head whose parent is not cached (a root, or an

@@ -8,6 +8,7 @@ call, asked for at `next_instant`).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -41,9 +42,10 @@ class RecoveryTracker:
 
     reset_ts: float
     before_blocks: int
-    before_hashes: dict[TableKey, frozenset[int]]
-    before_hittable_tokens: dict[TableKey, dict[int, int]]
-    """Per table, the pre-reset hittable hashes and their block sizes (tokens)."""
+    before_hashes: dict[TableKey, array[int]]
+    """Per table, the pre-reset hashes (`array("Q")`: 8 bytes each, probed in C)."""
+    before_hittable: dict[TableKey, tuple[array[int], int]]
+    """Per table, the pre-reset hittable hashes and the table's block size (their tokens)."""
     offsets: tuple[float, ...] = DEFAULT_OFFSETS_S
     points: list[RecoveryPoint] = field(default_factory=list)
     t50_s: float | None = None
@@ -58,16 +60,15 @@ class RecoveryTracker:
     ) -> RecoveryTracker:
         # Once per clear, on the ingest thread, over the whole map: one pass over the flags
         # rather than a lookup per hash.
-        hashes = {key: table.hashes() for key, table in tables.items()}
-        hittable_tokens = {
-            key: dict.fromkeys(table.hittable_hashes(), table.block_size)
-            for key, table in tables.items()
+        hashes = {key: table.hash_array() for key, table in tables.items()}
+        hittable = {
+            key: (table.hittable_hash_array(), table.block_size) for key, table in tables.items()
         }
         return cls(
             reset_ts=ts,
             before_blocks=sum(len(t) for t in tables.values()),
             before_hashes=hashes,
-            before_hittable_tokens=hittable_tokens,
+            before_hittable=hittable,
             offsets=offsets,
             last_ts=ts,
         )
@@ -117,12 +118,12 @@ class RecoveryTracker:
         tokens_back = tokens_total = 0
         for key, hashes in self.before_hashes.items():
             table = view.tables.get(key)
-            tokens = self.before_hittable_tokens.get(key, {})
+            hittable, block_size = self.before_hittable[key]
             total += len(hashes)
-            tokens_total += sum(tokens.values())
+            tokens_total += len(hittable) * block_size
             if table is not None:  # (a probe a hash, in C: the whole before map, each offset)
                 back += table.count_cached(hashes)
-                tokens_back += table.hittable_weight(tokens)
+                tokens_back += table.count_cached(hittable, hittable=True) * block_size
         return RecoveryPoint(
             offset_s=offset,
             blocks=totals.blocks,

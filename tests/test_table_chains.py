@@ -1,10 +1,12 @@
 """collector/_table_chains.pyx groups a table's blocks exactly as the per-block Python it
 replaced (kept below as the reference): the same roots, shared blocks and groups, hash for
 hash, on random tables with orphans, shared prefixes, removals and hash cycles. And the
-table's whole-table reads a reset makes (`hashes`, `hittable_hashes`) say what the per-hash
-reads say."""
+table's whole-table reads a reset makes (`hash_array`, `hittable_hash_array`, `count_cached`)
+say what the per-hash reads say."""
 
 from __future__ import annotations
+
+from array import array
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -170,19 +172,21 @@ def test_hashes_and_hittable_hashes_read_as_counts_and_is_hittable_say(
     # What a recovery keeps of the map at a clear (storage/recovery.py), read in one pass.
     table = _table(ops)
     assert table.hashes() == frozenset(table.counts())
-    assert table.hittable_hashes() == [h for h in table.counts() if table.is_hittable(h)]
+    assert sorted(table.hash_array()) == sorted(table.counts())
+    hittable = table.hittable_hash_array()
+    assert hittable.typecode == "Q"
+    assert sorted(hittable) == sorted(h for h in table.counts() if table.is_hittable(h))
 
 
 @settings(max_examples=200, deadline=None)
-@given(_ops, st.lists(_hashes, unique=True), st.integers(1, 64))
+@given(_ops, st.lists(_hashes, unique=True))
 def test_counts_over_other_hashes_are_the_per_hash_reads(
-    ops: list[tuple[bool, list[int], int | None]], others: list[int], size: int
+    ops: list[tuple[bool, list[int], int | None]], others: list[int]
 ) -> None:
     # What a recovery point reads of the map before the clear (storage/recovery.py).
     table = _table(ops)
-    hashes = frozenset(others) | table.hashes()
-    weights = {h: size + h % 3 for h in hashes}
+    hashes = array("Q", sorted(frozenset(others) | table.hashes()))
     assert table.count_cached(hashes) == sum(1 for h in hashes if h in table)
-    assert table.hittable_weight(weights) == sum(
-        w for h, w in weights.items() if table.is_hittable(h)
+    assert table.count_cached(hashes, hittable=True) == sum(
+        1 for h in hashes if table.is_hittable(h)
     )
