@@ -93,14 +93,7 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
         if not writable(path):
             return _read_only_sqlite(path)
     if parsed.get_backend_name() == "sqlite":
-        # No statement cache: a cached statement keeps a copy of the values last bound to it
-        # until it is bound again, a checkpoint's or a log chunk's blob among them, and the
-        # writer's multi-row statements change their text with their rows, so the cache saved
-        # few prepares.
-        engine = create_engine(
-            url,
-            connect_args={"timeout": 30, "check_same_thread": False, "cached_statements": 0},
-        )
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
