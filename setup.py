@@ -20,16 +20,16 @@ drain loop that feeds it;
 collector/_byte_planes.pyx lays snapshot columns out as byte planes, and
 collector/_checkpoint_columns.pyx drops what they repeat, _checkpoint_rows.pyx keeps a delta
 checkpoint's changed rows; storage/_token_granules.pyx cuts a batch's token ids into the log
-dictionary's content, and storage/_log_columns.pyx splits a log chunk's batches into columns and
-back (its walks in _log_walk.pxd, its buffer in _log_buf.pxd, the split's hash table and writes
-without the GIL in _log_split.pxd, its columns' rooms in _log_rooms.pxd, their reading back in
-_log_join.pxd), _log_planes.pyx lays its stamps and token ids out as byte planes,
-_log_known.pyx its hash literals against a checkpoint's hashes (format 6), and
-storage/_checkpoint_pacing.pyx counts each batch's
-block-events toward the next checkpoint, _rollup_counts.pyx its blocks per table toward the
-second's rollup, _queue_core.pyx the row queue's counts and the put of each batch,
-_reset_orphans.pyx a reset follower's orphans through each batch it replays, and
-_frozen_new.pyx makes its answers' groups (all Cython).
+dictionary's content (msgpack's widths by first byte in _msgpack_widths.pxd), and
+storage/_log_columns.pyx splits a log chunk's batches into columns and back (a chunk's packing
+in _log_run.pxd, its walks in _log_walk.pxd, its buffer in _log_buf.pxd, the split's hash table
+and writes without the GIL in _log_split.pxd, its columns' rooms in _log_rooms.pxd, their
+reading back in _log_join.pxd), _log_planes.pyx lays its stamps and token ids out as byte
+planes, _log_known.pyx its hash literals against a checkpoint's hashes (format 6), and
+storage/_checkpoint_pacing.pyx counts each batch's block-events toward the next checkpoint,
+_rollup_counts.pyx its blocks per table toward the second's rollup, _queue_core.pyx the row
+queue's counts and the put of each batch, _reset_orphans.pyx a reset follower's orphans through
+each batch it replays, and _frozen_new.pyx makes its answers' groups (all Cython).
 Installing kvscope therefore needs a C compiler and the Python headers, as any package with an
 extension built from source does.
 """

@@ -8,6 +8,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
 from kvscope.storage._log_buf cimport Buf, get_varint, grow_nogil, put_nogil, put_varint_nogil
+from kvscope.storage._msgpack_widths cimport kvscope_id_width
 
 
 cdef enum:
@@ -27,32 +28,6 @@ cdef class GranuleIndex:
     cdef bytes content
     cdef Granules g
     cdef Py_ssize_t starts_held  # entries allocated at `g.starts`
-
-
-cdef extern from *:
-    """
-    /* Bytes of a msgpack int of at most 4 bytes by its first byte, else 0 (a table: a token
-       run reads one per token id). */
-    static const unsigned char kvscope_id_width[256] = {
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 3, 5, 0,
-        2, 3, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    };
-    """
-    const uint8_t kvscope_id_width[256]
 
 
 cdef inline int id_width(uint8_t b) noexcept nogil:

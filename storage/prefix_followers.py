@@ -20,8 +20,7 @@ and followed again from there while there is room.
 
 An answer is as of the recovery the store holds: what the transaction wrote of it (`Written`)
 is passed in, not read back, where it is known to be all of it; the offsets stored before are
-read back once per reset and kept up with here (points this writer did not write may be stored:
-one that ran before a restart, or with other offsets, or under another lease).
+read back once per reset and kept up with (storage/recovery_known.py).
 
 Each answer is written (`store`) as what changed since the last one this stream's follower
 wrote, once that one is known committed (storage/prefix_groups_store.py). Writer thread only.
@@ -30,32 +29,18 @@ wrote, once that one is known committed (storage/prefix_groups_store.py). Writer
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
 from kvscope.collector.types import StreamId
-from kvscope.storage import schema
 from kvscope.storage.held_log import HeldLog
 from kvscope.storage.history import NotInStore
 from kvscope.storage.prefix_groups_store import StoredGroups, write_prefix_groups
+from kvscope.storage.recovery_known import KeptOffsets, Written
 from kvscope.storage.reset_follower import BeforeCopy, ResetFollower, follow_start
 from kvscope.storage.reset_prefix_types import ResetPrefixes
-from kvscope.storage.reset_prefixes import offsets_reached
 from kvscope.storage.rows import LogRow, ResetRow, Row
 from kvscope.storage.store_settings import StoreSettings
-
-
-@dataclass(frozen=True, slots=True)
-class Written:
-    """What the transaction just wrote of a reset's recovery (the row updated its reset)."""
-
-    complete: bool
-    offsets: Sequence[float]
-    """Its points' offsets: the store holds these and those stored before."""
-    lease: int | None
-    """The lease token the stream was written under (None: no leases)."""
-
 
 HOLD_BYTES = 256 << 20
 """The most payload bytes held for all followers: past it the largest logs are let go (their
@@ -89,12 +74,8 @@ class PrefixFollowers:
         """Followers started from the store (a reset's first offset, or a fallback)."""
         self.read_back = 0
         """Advances fed from the store (the batches were not held)."""
-        self._reached: dict[StreamId, tuple[int, int | None, tuple[float, ...]]] = {}
-        """Per stream, a reset's offsets stored (committed) as this writer knows them: read
-        back once, then kept up with what it writes (its lease the same), so that they need
-        not be read again while only this writer writes that reset's points."""
-        self._reaching: dict[StreamId, tuple[int, int | None, tuple[float, ...]]] = {}
-        """What this transaction stored (`committed` makes it `_reached`)."""
+        self.offsets = KeptOffsets()
+        """Each followed reset's offsets stored, as this writer knows them."""
         self.observe: Callable[[Connection, ResetPrefixes], None] | None = None
         """Told each answer, within the writer's transaction (for tests)."""
 
@@ -117,8 +98,7 @@ class PrefixFollowers:
         self._copies.clear()
         self._stored.clear()
         self._writing.clear()
-        self._reached.clear()
-        self._reaching.clear()
+        self.offsets.forget()
 
     def drop(self, stream: StreamId) -> None:
         """`stream` is followed no more here (its lease moved away)."""
@@ -127,8 +107,7 @@ class PrefixFollowers:
         self._copies.pop(stream, None)
         self._stored.pop(stream, None)
         self._writing.pop(stream, None)
-        self._reached.pop(stream, None)
-        self._reaching.pop(stream, None)
+        self.offsets.drop(stream)
 
     def store(
         self, conn: Connection, stream: StreamId, reset_id: int, recovery: Written | None = None
@@ -148,21 +127,17 @@ class PrefixFollowers:
         """The transaction that wrote the last answers landed."""
         self._stored.update(self._writing)
         self._writing.clear()
-        self._reached.update(self._reaching)
-        self._reaching.clear()
+        self.offsets.committed()
 
     def reset_written(self, reset_id: int) -> None:
-        """A reset row was written under `reset_id`: if that id was another's (pruned, and
-        SQLite gave it again, to any stream), its offsets known here are not this one's."""
-        for kept in (self._reached, self._reaching):
-            for other in [s for s, known in kept.items() if known[0] == reset_id]:
-                del kept[other]
+        """A reset row was written under `reset_id` (`KeptOffsets.reset_written`)."""
+        self.offsets.reset_written(reset_id)
 
     def logged(self, ordered: Sequence[Row], log: Sequence[LogRow]) -> None:
         """A transaction's rows as it writes them (`ordered`: its rare rows, `log`: its
         batches), before it asks for any groups: a reset's stream is held from its clear on."""
         self._writing.clear()  # a transaction begins: what one that failed wrote is not stored
-        self._reaching.clear()
+        self.offsets.begin()
         logs = self._logs
         if self.cap != 0:
             for row in ordered:
@@ -194,7 +169,7 @@ class PrefixFollowers:
         """The reset's answer as of the offsets stored for it now (NotInStore: as
         `reset_prefixes`). `written`: what this transaction wrote of its recovery, which the
         store holds now (its offsets beside those stored before)."""
-        complete, offsets = self._recovery(conn, stream, reset_id, written)
+        complete, offsets = self.offsets.recovery(conn, stream, reset_id, written)
         held = self._held.pop(stream, None)
         follower = held
         if follower is None or follower.reset_id != reset_id or not follower.follows(offsets):
@@ -232,33 +207,6 @@ class PrefixFollowers:
         if self.observe is not None:
             self.observe(conn, found)
         return found
-
-    def _recovery(
-        self, conn: Connection, stream: StreamId, reset_id: int, written: Written | None
-    ) -> tuple[bool, tuple[float, ...]]:
-        """Whether the reset's recovery is complete, and its offsets stored, as the store holds
-        them now: read back unless this transaction wrote them (the offsets: and this writer
-        knows what was stored before, read back once, since kept up with)."""
-        known = self._reached.get(stream)
-        if written is None:
-            r = schema.resets
-            found = conn.execute(select(r.c.recovery_complete).where(r.c.id == reset_id)).first()
-            if found is None:
-                raise NotInStore(f"no reset {reset_id}")
-            complete = bool(found[0])
-        else:  # the row updated the reset (it is there, locked), its figures with the rest
-            complete = written.complete
-        if written is not None and known is not None and known[:2] == (reset_id, written.lease):
-            offsets = tuple(sorted({*known[2], *map(float, written.offsets)}))
-        else:  # points may be stored that this writer did not write (before a restart)
-            offsets = offsets_reached(conn, reset_id)
-        newer = max((k[0] for k in (known, self._reaching.get(stream)) if k), default=0)
-        if written is not None and not complete:
-            if newer <= reset_id:  # a stream's newest reset is kept
-                self._reaching[stream] = (reset_id, written.lease, offsets)
-        elif known is not None and known[0] == reset_id:
-            del self._reached[stream]
-        return complete, offsets
 
     def _room_for(self, follower: ResetFollower) -> bool:
         """Whether `follower` may be held beside the others (the stream's own is out now)."""

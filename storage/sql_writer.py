@@ -23,8 +23,9 @@ from kvscope.storage.log_dictionaries_sql import insert_dictionaries
 from kvscope.storage.log_dictionary import DictionaryRow
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.log_repack import PreDictionaryRepack
-from kvscope.storage.prefix_followers import PrefixFollowers, Written
+from kvscope.storage.prefix_followers import PrefixFollowers
 from kvscope.storage.recovery import RecoveryPoint
+from kvscope.storage.recovery_known import WrittenRecoveries
 from kvscope.storage.rows import (
     CheckpointRow,
     EpochRow,
@@ -130,8 +131,7 @@ class RowWriter:
         self.packer = packer or LogPacker()
         self.checkpoints = checkpoints or CheckpointEncoder(0.0)
         self.repack = PreDictionaryRepack(self.packer.fmt)
-        self._recovered: dict[tuple[StreamId, tuple[int, int, str]], RecoveryRow] = {}
-        """This transaction's recovery rows (one per reset) whose reset they updated."""
+        self._recovered = WrittenRecoveries()
         self.streams_written = 0
         """The streams whose log the last transaction prepared held: how many the next may
         take rows for (`writer_state.rows_per_take`)."""
@@ -218,22 +218,22 @@ class RowWriter:
         self.followers.committed()
 
     def write(self, conn: Connection, prepared: Prepared) -> None:
-        tokens: dict[StreamId, int] | None = None
+        leases: dict[StreamId, int] | None = None
         if self.fence is not None:
             # Checked in this transaction, the lease rows held until it commits: a stream
             # taken over meanwhile gets none of these rows.
-            tokens = self.fence.held()
+            before = self.fence.held()
             admitted = self.fence.admit(conn, prepared.streams())
             after = self.fence.held()
             # The lease each stream was admitted under (unsure where it changed meanwhile).
-            tokens = {s: t for s, t in tokens.items() if after.get(s) == t}
+            leases = {s: t for s, t in before.items() if after.get(s) == t}
             for stream, rows in prepared.keep_only(admitted).items():
                 self.fence.refused(stream, rows)
                 self.packer.forget(stream)
                 self.checkpoints.forget(stream)
                 self.repack.forget(stream)
         # Epochs, resets and recoveries keep their order (a recovery needs its reset's id).
-        self._recovered.clear()
+        self._recovered.begin(leases)
         for row in one_recovery_each(prepared.ordered):
             self._write_one(conn, row)
         stream_id = partial(self._stream_id, conn)
@@ -248,14 +248,8 @@ class RowWriter:
         followed = {(r.stream, r.key) for r in prepared.ordered if type(r) is RecoveryRow}
         for stream, key in sorted(followed, key=str):
             reset_id = self._reset_id(conn, stream, key)
-            recovered = self._recovered.get((stream, key))
-            written = None
-            if recovered is not None and (tokens is None or stream in tokens):
-                offsets = tuple(p.offset_s for p in recovered.points)
-                lease = None if tokens is None else tokens[stream]
-                written = Written(recovered.complete, offsets, lease)
             try:
-                self.followers.store(conn, stream, reset_id, written)
+                self.followers.store(conn, stream, reset_id, self._recovered.written(stream, key))
             except NotInStore as exc:  # no groups, none made up
                 if isinstance(exc, ChunkError):  # its log cannot be read: said, not hidden
                     self.groups_unreadable += 1
@@ -316,7 +310,7 @@ class RowWriter:
             updated = update_recovery(conn, reset_id, figures, row.points)
             if updated is not None:
                 if updated:
-                    self._recovered[(row.stream, row.key)] = row
+                    self._recovered.updated(row)
                 return
             t = schema.resets
             updated = conn.execute(
@@ -333,7 +327,7 @@ class RowWriter:
             if row.points:
                 upsert_recovery_points(conn, reset_id, row.points)
             if updated:
-                self._recovered[(row.stream, row.key)] = row
+                self._recovered.updated(row)
         elif type(row) is IntervalRow:
             t = schema.intervals
             sid = self._stream_id(conn, row.stream)

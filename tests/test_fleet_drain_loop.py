@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 import pytest
-from vllm.distributed.kv_events import BlockStored, KVEventBatch
 
 from kvscope.collector._fleet_drain import DrainLoop
 from kvscope.collector.fleet import FleetSettings
@@ -16,24 +14,16 @@ from kvscope.collector.fleet_router import FleetRouter, Route
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.replay import ReplayRequest
 from kvscope.collector.types import StreamId
+from tests.fleet_support import message
 
 pytestmark = pytest.mark.vllm
 
 TOPICS = [b"kv@10.0.0.5:8000@m", b"kv@10.0.0.6:8000@m"]
 
 
-def message(topic: bytes, seq: int) -> list[bytes]:
-    event = BlockStored(
-        block_hashes=[seq * 2 + 1, seq * 2 + 2],
-        parent_block_hash=None,
-        token_ids=list(range(32)),
-        block_size=16,
-        lora_id=None,
-        medium="GPU",
-        lora_name=None,
-    )
-    batch = KVEventBatch(ts=1.0, events=[event], data_parallel_rank=0)
-    return [topic, seq.to_bytes(8, "big"), msgspec.msgpack.encode(batch)]
+def sent_at(topic: bytes, seq: int) -> list[bytes]:
+    """A message whose blocks are its seq's own."""
+    return message(topic, seq, hashes=(seq * 2 + 1, seq * 2 + 2))
 
 
 class Followed:
@@ -64,8 +54,8 @@ class Drain:
 
 
 def test_the_loop_routes_applies_registers_and_sends_what_the_ingest_asks() -> None:
-    sent = [message(TOPICS[0], 0), message(TOPICS[1], 0), message(TOPICS[0], 1)]
-    sent += [message(TOPICS[1], 3), [b"unrouted"], message(TOPICS[0], 2)]
+    sent = [sent_at(TOPICS[0], 0), sent_at(TOPICS[1], 0), sent_at(TOPICS[0], 1)]
+    sent += [sent_at(TOPICS[1], 3), [b"unrouted"], sent_at(TOPICS[0], 2)]
     queue = list(sent)
     streams: dict[StreamId, Any] = {}
     gone: set[StreamId] = set()

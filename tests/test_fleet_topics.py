@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from vllm.distributed.kv_events import BlockStored, KVEventBatch
 
 from kvscope.collector import _wire_fast, wire
 from kvscope.collector.engine_kind import engine_of
@@ -15,28 +14,11 @@ from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.limits import IngestLimits
 from kvscope.collector.types import StreamId
 from kvscope.collector.wire import BatchDecoder
+from tests.fleet_support import message, payload
 
 pytestmark = pytest.mark.vllm
 
 BIND = "tcp://127.0.0.1:5557"
-
-
-def payload(rank: int | None) -> bytes:
-    """A batch as vLLM's publisher encodes it."""
-    event = BlockStored(
-        block_hashes=[1, 2],
-        parent_block_hash=None,
-        token_ids=list(range(32)),
-        block_size=16,
-        lora_id=None,
-        medium="GPU",
-        lora_name=None,
-    )
-    return msgspec.msgpack.encode(KVEventBatch(ts=1.0, events=[event], data_parallel_rank=rank))
-
-
-def message(topic: bytes, rank: int | None = 0, seq: int = 0) -> list[bytes]:
-    return [topic, seq.to_bytes(8, "big"), payload(rank)]
 
 
 def test_the_default_pattern_reads_llm_d_topics() -> None:

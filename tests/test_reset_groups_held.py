@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from kvscope.collector import snapshot
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
-from kvscope.storage import batch_log, prefix_followers, schema
+from kvscope.storage import batch_log, prefix_followers, recovery_known, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.log_dictionaries_sql import open_chunk
 from kvscope.storage.reset_follower import ResetFollower
@@ -110,7 +110,7 @@ def test_no_log_is_held_from_an_answer_that_read_nothing(
     writer.close()
     followers = checked.followers
     followers.forget()
-    monkeypatch.setattr(prefix_followers, "offsets_reached", lambda conn, reset_id: ())
+    monkeypatch.setattr(recovery_known, "offsets_reached", lambda conn, reset_id: ())
     engine = open_store(store_url)
     resets = schema.resets
     with engine.begin() as conn:

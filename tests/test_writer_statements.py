@@ -247,7 +247,8 @@ def test_a_reset_id_given_again_drops_every_stream_s_kept_offsets() -> None:
 
     followers = PrefixFollowers()
     a, b = StreamId("a", 0), StreamId("b", 0)
-    followers._reached[a] = (7, None, (1.0, 5.0))
-    followers._reached[b] = (8, None, (1.0,))
+    kept = followers.offsets._reached
+    kept[a] = (7, None, (1.0, 5.0))
+    kept[b] = (8, None, (1.0,))
     followers.reset_written(7)  # b's new reset, under a's pruned reset's id
-    assert a not in followers._reached and b in followers._reached
+    assert a not in kept and b in kept
