@@ -1,13 +1,14 @@
 """What a SQLite store's connections hold: no copy of a large blob the writer wrote
 (storage/bulk_sql.py's `upsert_released`: a cached statement keeps the values last bound to it
 until it is bound again, and a checkpoint's or a reset's map, or a log dictionary, is
-megabytes)."""
+megabytes), and a page cache smaller than SQLite's default (storage/engine.py)."""
 
 from __future__ import annotations
 
 import _sqlite3
 import ctypes
 import os
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.snapshot import copy_map
 from kvscope.collector.types import Batch, StreamId
 from kvscope.storage import schema
-from kvscope.storage.engine import open_store
+from kvscope.storage.engine import SQLITE_CACHE_KIB, open_store
 from kvscope.storage.log_dictionaries_sql import insert_dictionaries
 from kvscope.storage.log_dictionary import DictionaryRow
 from kvscope.storage.rows import CheckpointRow, ResetRow, Row
@@ -93,4 +94,15 @@ def test_a_written_dictionary_is_not_held_after_its_transaction(tmp_path: Path) 
     with engine.connect() as conn:
         got = conn.execute(sa.select(t.c.digest, t.c.made_at, t.c.data).order_by(t.c.digest))
         assert [tuple(r) for r in got] == [(r.digest, r.made_at, r.data) for r in rows]
+    engine.dispose()
+
+
+def test_a_store_connection_caches_fewer_pages_than_sqlites_default(tmp_path: Path) -> None:
+    engine = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    with engine.connect() as conn:
+        default = sqlite3.connect(":memory:").execute("PRAGMA cache_size").fetchone()[0]
+        cache = conn.exec_driver_sql("PRAGMA cache_size").scalar_one()
+    # Negative: KiB, not pages.
+    assert default < 0 and cache < 0
+    assert -cache == SQLITE_CACHE_KIB < -default // 2
     engine.dispose()
