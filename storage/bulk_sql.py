@@ -18,7 +18,7 @@ cost the writer more than the statement's round trip.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from itertools import chain
 from typing import Any
@@ -241,3 +241,54 @@ def update_recovery(
     rows = list(chain.from_iterable(_point_rows(reset_id, points)))
     params = _arrays(schema.reset_recovery, rows) + (*figures, reset_id)
     return int(conn.exec_driver_sql(_recovery_sql(conn.dialect), params).rowcount)
+
+
+@lru_cache(maxsize=8)
+def _released_sql(
+    table: str,
+    columns: tuple[str, ...],
+    key: tuple[str, ...],
+    updated: tuple[str, ...],
+    returning: str | None,
+) -> str:
+    """SQLite's upsert of one row (names quoted where they must be), made only where its last
+    parameter is true."""
+    marks = ", ".join(["?"] * len(columns))
+    sets = ", ".join(f"{c} = excluded.{c}" for c in updated)
+    sql = (
+        f"INSERT INTO {table} ({', '.join(columns)}) SELECT {marks} WHERE ? "
+        f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}"
+    )
+    return sql if returning is None else f"{sql} RETURNING {returning}"
+
+
+def upsert_released(
+    conn: Connection,
+    table: Table,
+    key: tuple[str, ...],
+    values: Mapping[str, Any],
+    updated: tuple[str, ...] | None = None,
+    returning: str | None = None,
+) -> Any:
+    """SQLite only: upsert one row that holds a large blob (a map, a log dictionary), its
+    columns `updated` (default: all but `key`) overwritten where a row is there under `key`;
+    the `returning` column's value, if asked for.
+
+    sqlite3 caches each statement with the values last bound to it, a copy of the blob kept
+    until it is bound again: the statement is run once more with its row left out (every
+    value NULL, none made), which frees the copy at the cost of a step that does nothing."""
+    columns = tuple(values)
+    if updated is None:
+        updated = tuple(c for c in columns if c not in key)
+    quote = conn.dialect.identifier_preparer.quote
+    sql = _released_sql(
+        quote(table.name),
+        tuple(map(quote, columns)),
+        tuple(map(quote, key)),
+        tuple(map(quote, updated)),
+        None if returning is None else quote(returning),
+    )
+    found = conn.exec_driver_sql(sql, (*values.values(), 1))
+    value = None if returning is None else found.scalar_one()
+    conn.exec_driver_sql(sql, (None,) * len(columns) + (0,))
+    return value

@@ -36,6 +36,11 @@ SQLITE_PAGE_SIZE = 4096
 """SQLite's default. Each table and index takes a page at the least: with 16 KB pages a new
 store's empty pages outweighed all that a few minutes' lab recording stores besides
 (benchmarks/store.py), for a small saving of the writer's time on large streams."""
+SQLITE_CACHE_KIB = 512
+"""Each connection's page cache (SQLite's default is about 2 MB), held for as long as the
+connection: the writer's statements touch a few pages of each table and index, and the
+checkpoint and log blobs it writes and the rebuilds read pass through once; the OS keeps the
+file's pages either way."""
 
 
 class StoreError(RuntimeError):
@@ -103,6 +108,7 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")
             cursor.close()
 
         return engine

@@ -7,11 +7,12 @@ from collections.abc import Callable
 from functools import partial
 
 from sqlalchemy import Connection, and_, delete, exists, func, or_, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.bounded_cache import BoundedCache
+from kvscope.storage.bulk_sql import upsert_released
 from kvscope.storage.log_chunks import Chunk, ChunkError, known_name_of, named_dictionary
 from kvscope.storage.log_dictionary import Dictionary, DictionaryRow, from_stored
 from kvscope.storage.not_in_store import NotInStore
@@ -26,9 +27,19 @@ def insert_dictionaries(
 ) -> None:
     """A dictionary already there (a retried transaction, or the same content made again) is
     marked made now: retention keeps each stream's newest."""
-    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    if conn.dialect.name == "sqlite":  # the dictionary's copy not kept by SQLite after
+        for row in rows:
+            values = {
+                "stream_id": stream_id(row.stream),
+                "digest": row.digest,
+                "made_at": row.made_at,
+                "raw_bytes": row.raw_bytes,
+                "data": row.data,
+            }
+            upsert_released(conn, _t, ("stream_id", "digest"), values, updated=("made_at",))
+        return
     for row in rows:
-        statement = dialect_insert(_t).values(
+        statement = postgresql.insert(_t).values(
             stream_id=stream_id(row.stream),
             digest=row.digest,
             made_at=row.made_at,

@@ -14,7 +14,12 @@ from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.snapshot import blocks_named, encode_copy
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
-from kvscope.storage.bulk_sql import insert_log, update_recovery, upsert_recovery_points
+from kvscope.storage.bulk_sql import (
+    insert_log,
+    update_recovery,
+    upsert_recovery_points,
+    upsert_released,
+)
 from kvscope.storage.checkpoint_deltas import CheckpointEncoder
 from kvscope.storage.history import NotInStore
 from kvscope.storage.leases import Fence
@@ -280,7 +285,11 @@ class RowWriter:
                 "key_seq": row.key_seq,
                 "dictionary": blocks_named(row.packed),
             }
-            conn.execute(_upsert(conn, schema.checkpoints, ("stream_id", "epoch", "seq")), values)
+            at = ("stream_id", "epoch", "seq")
+            if conn.dialect.name == "sqlite":  # the map's copy not kept by SQLite after
+                upsert_released(conn, schema.checkpoints, at, values)
+            else:
+                conn.execute(_upsert(conn, schema.checkpoints, at), values)
         elif type(row) is ResetRow:
             epoch, seq, reason = row.key
             key = ("stream_id", "epoch", "seq", "reason")
@@ -300,8 +309,11 @@ class RowWriter:
             }
             # A retried reset sets its own columns only: its id (which its points refer to)
             # and the recovery written since stay.
-            upsert = _upsert(conn, schema.resets, key, values)
-            reset_id = conn.execute(upsert.returning(schema.resets.c.id), values).scalar_one()
+            if conn.dialect.name == "sqlite":
+                reset_id = upsert_released(conn, schema.resets, key, values, returning="id")
+            else:
+                upsert = _upsert(conn, schema.resets, key, values)
+                reset_id = conn.execute(upsert.returning(schema.resets.c.id), values).scalar_one()
             self._reset_ids[(row.stream, row.key)] = int(reset_id)
             self.followers.reset_written(int(reset_id))
         elif type(row) is RecoveryRow:

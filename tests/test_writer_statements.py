@@ -111,7 +111,13 @@ def test_a_resets_recovery_rows_in_one_transaction_are_written_once(
     transactions = _write_inline(engine, 100_000, monkeypatch)
     assert len(transactions) <= 2
     recovered = Counter(s for t in transactions for s in t)
-    resets = recovered["INSERT INTO resets (stream_id,"]
+    inserts = recovered["INSERT INTO resets (stream_id,"]
+    if store_url.startswith("sqlite"):
+        # Each upsert runs again with its row left out: SQLite lets go of the map's copy
+        # (storage/bulk_sql.py's `upsert_released`).
+        assert inserts % 2 == 0
+        inserts //= 2
+    resets = inserts
     assert resets >= 3
     if store_url.startswith("postgresql"):
         # The figures and the points in one statement: a round trip fewer.
