@@ -220,8 +220,8 @@ cdef class FusedApply(BatchRead):
             self.flush()
             self.busy = False
 
-    def prepare(self, prefix_map, payload, epoch, bint degraded, recv_ts,
-                int64_t max_block_size):
+    cpdef prepare(self, prefix_map, payload, epoch, bint degraded, recv_ts,
+                  int64_t max_block_size):
         """The first half of `live` (or of `apply_read`, for the batch `route_read` read last),
         for a stream whose sink is told before the map changes: the batch read (unless it is
         the one read last with `max_block_size`) and found within the map's limits. Its stamp,
@@ -253,7 +253,7 @@ cdef class FusedApply(BatchRead):
         self.bind(prefix_map, epoch, degraded, recv_ts, max_block_size)
         return roomy(self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload))
 
-    def apply_prepared(self, seq, dict changes):
+    cpdef apply_prepared(self, seq, dict changes):
         """Apply the batch `prepare` held, filling `changes` with its `[stored, removed]`
         blocks per table: what `live` returns. With none held, a RuntimeError, and whatever
         was held given up (as `release`): the reader is shared, and must not stay busy."""

@@ -12,15 +12,7 @@ from cpython.object cimport PyObject
 
 
 cdef class RollupCounts:
-    # The tables seen, in the order first seen; the sums of `_keys[i]` are at `_sums[2 * i]`.
-    cdef list _keys
-    cdef long long *_sums
-    cdef Py_ssize_t _capacity
-    # Gaps in the stream's seqs told since the counts were last taken.
-    cdef readonly long long gaps
-    # The map of the last batch counted, or instant seen (what a second still open at close is
-    # read from).
-    cdef public object view
+    # (its fields: storage/_rollup_counts.pxd)
 
     def __cinit__(self):
         self._keys = []
@@ -34,9 +26,13 @@ cdef class RollupCounts:
 
     cpdef long long applied(self, object batch) except -1:
         """Count one `AppliedBatch`; its block-events (blocks stored and removed)."""
-        self.view = batch.view
-        self.gaps += <long long>batch.gaps
-        return self.count(batch.changes)
+        return self.counted(batch.view, batch.gaps, batch.changes)
+
+    cdef long long counted(self, object view, object gaps, object changes) except -1:
+        """`applied`, of the batch's fields (the store's sink has no `AppliedBatch`)."""
+        self.view = view
+        self.gaps += <long long>gaps
+        return self.count(changes)
 
     cpdef long long count(self, object changes) except -1:
         """Add one batch's blocks stored and removed per table; its block-events."""
