@@ -12,7 +12,7 @@ are the Python subclass's methods.
 cimport cython
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
-from kvscope.collector._live_sink cimport LiveSink
+from kvscope.collector._live_sink cimport BatchChanges, LiveSink
 from kvscope.collector._replay cimport FusedApply
 from kvscope.collector.errors import MalformedKind
 from kvscope.collector.recent import KEPT_BYTES, kept
@@ -195,10 +195,17 @@ cdef class LiveIngest:
                     except BaseException:
                         reader.release()
                         raise
-                    changes = {}
                     if isinstance(reader, FusedApply):
+                        if isinstance(sink, LiveSink):  # counted in C: no dict nor lists
+                            if self._changes is None:
+                                self._changes = BatchChanges()
+                            self._changes.reset()
+                            changes = self._changes
+                        else:
+                            changes = {}
                         told = (<FusedApply>reader).apply_prepared(seq, changes)
                     else:
+                        changes = {}
                         told = reader.apply_prepared(seq, changes)
                     applied = told
         if applied < 0:

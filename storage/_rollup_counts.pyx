@@ -10,6 +10,8 @@ from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.object cimport PyObject
 
+from kvscope.collector._live_sink cimport BatchChanges
+
 
 cdef class RollupCounts:
     # (its fields: storage/_rollup_counts.pxd)
@@ -35,11 +37,21 @@ cdef class RollupCounts:
         return self.count(changes)
 
     cpdef long long count(self, object changes) except -1:
-        """Add one batch's blocks stored and removed per table; its block-events."""
+        """Add one batch's blocks stored and removed per table (a mapping, or the live path's
+        `BatchChanges`); its block-events."""
         cdef Py_ssize_t pos = 0
         cdef PyObject *key
         cdef PyObject *value
         cdef long long events = 0
+        cdef BatchChanges counted
+        cdef Py_ssize_t i
+        if isinstance(changes, BatchChanges):
+            counted = <BatchChanges>changes
+            for i in range(counted.n):
+                events += self._add_counts(
+                    counted.keys[i], counted.counts[2 * i], counted.counts[2 * i + 1]
+                )
+            return events
         if not PyDict_CheckExact(changes):
             for k, v in changes.items():
                 events += self._add(k, v)
@@ -50,12 +62,15 @@ cdef class RollupCounts:
 
     cdef long long _add(self, object key, object counts) except -1:
         cdef long long stores, removes
-        cdef Py_ssize_t i = self._slot(key)
         if PyList_CheckExact(counts) and PyList_GET_SIZE(counts) == 2:
             stores = <object>PyList_GET_ITEM(counts, 0)
             removes = <object>PyList_GET_ITEM(counts, 1)
         else:
             stores, removes = counts
+        return self._add_counts(key, stores, removes)
+
+    cdef long long _add_counts(self, object key, long long stores, long long removes) except -1:
+        cdef Py_ssize_t i = self._slot(key)
         self._sums[2 * i] += stores
         self._sums[2 * i + 1] += removes
         return stores + removes

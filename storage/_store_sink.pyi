@@ -37,7 +37,10 @@ class StreamState:
 class StoreSinkCore(LiveSink):
     """The writer's state that each batch reads, and `applied`, in C."""
 
-    _streams: dict[StreamId, StreamState]
+    @property
+    def _streams(self) -> dict[StreamId, StreamState]: ...
     _queue: RowQueue[Any]
+    def _forget_state(self, stream: StreamId) -> None:
+        """The stream's state goes (`forget`)."""
     def applied(self, batch: AppliedBatch) -> None:
         """After each batch changed the map (`EventSink.applied`)."""

@@ -12,7 +12,7 @@ methods, as `applied` left it; those that read the batch get an `AppliedBatch` o
 
 cimport cython
 
-from kvscope.collector._live_sink cimport LiveSink
+from kvscope.collector._live_sink cimport BatchChanges, LiveSink
 from kvscope.storage._checkpoint_pacing cimport CheckpointPacer
 from kvscope.storage._queue_core cimport QueueCore
 from kvscope.storage._rollup_counts cimport RollupCounts
@@ -22,6 +22,15 @@ from kvscope.storage.rows import EpochRow
 
 cdef object _APPLIED_BATCH = AppliedBatch
 cdef object _EPOCH_ROW = EpochRow
+
+
+cdef object _applied_batch(object stream, object epoch, object seq, object ts, object recv_ts,
+                           object payload, object decoded, object changes, object gaps,
+                           object view):
+    """The `AppliedBatch` of these fields (for a rare path that reads one)."""
+    if isinstance(changes, BatchChanges):
+        changes = (<BatchChanges>changes).as_dict()
+    return _APPLIED_BATCH(stream, epoch, seq, ts, recv_ts, payload, decoded, changes, gaps, view)
 
 
 @cython.final
@@ -57,14 +66,23 @@ cdef class StoreSinkCore(LiveSink):
     """The writer's state that each batch reads, and `applied`, in C. Its subclass supplies
     `_state`, `_put_always`, `_note_drop`, `_close_drop` and `_checkpoint`."""
 
-    cdef public dict _streams
+    cdef readonly dict _streams
     cdef public QueueCore _queue
+    # The stream of the last batch and its state: a stream's batches mostly come in a row, and
+    # a StreamId is hashed field by field at each lookup.
+    cdef object _last_stream
+    cdef StreamState _last_state
     # A subclass overrides `applied` (a test's tap): the live path's calls go through it too.
     cdef bint _applied_overridden
 
     def __cinit__(self, *args, **kwargs):
         self._streams = {}
         self._applied_overridden = type(self).applied is not StoreSinkCore.applied
+
+    def _forget_state(self, stream):
+        """The stream's state goes (`forget`)."""
+        self._streams.pop(stream, None)
+        self._last_stream = self._last_state = None
 
     def applied(self, batch):
         """After each batch changed the map (`EventSink.applied`)."""
@@ -91,8 +109,12 @@ cdef class StoreSinkCore(LiveSink):
         cheapest that says there is nothing to do."""
         cdef StreamState state
         cdef long long events
-        found = self._streams.get(stream)
-        state = self._state(stream) if found is None else found
+        if stream is self._last_stream:
+            state = self._last_state
+        else:
+            found = self._streams.get(stream)
+            state = self._state(stream) if found is None else found
+            self._last_stream, self._last_state = stream, state
         if state.epoch is not epoch and state.epoch != epoch:
             state.epoch = epoch
             self._put_always(_EPOCH_ROW(stream, epoch, recv_ts))
@@ -101,7 +123,7 @@ cdef class StoreSinkCore(LiveSink):
         if state.recoveries.followed:
             # Before the batch's log row: a store that holds the batch holds what it made known.
             if batch is None:
-                batch = _APPLIED_BATCH(
+                batch = _applied_batch(
                     stream, epoch, seq, ts, recv_ts, payload, decoded, changes, gaps, view
                 )
             for recovery in state.recoveries.after_batch(batch):
@@ -112,7 +134,7 @@ cdef class StoreSinkCore(LiveSink):
             self._close_drop(stream, state)
         if state.pacer.counted(events) and state.dropped_from is None:
             if batch is None:
-                batch = _APPLIED_BATCH(
+                batch = _applied_batch(
                     stream, epoch, seq, ts, recv_ts, payload, decoded, changes, gaps, view
                 )
             self._checkpoint(batch, state)

@@ -167,7 +167,7 @@ class StoreWriter(StoreSinkCore):
         """The stream left this collector (its lease given up or lost): its state goes, as in
         a crash; its next holder resumes from the store (`fence`: storage/leases.py). The
         writer thread's state of it goes once what it queued is written."""
-        self._streams.pop(stream, None)
+        self._forget_state(stream)
         self._loop.forget(stream)
 
     def degraded(self, change: DegradedChange) -> None:
