@@ -101,9 +101,11 @@ cdef class FusedApply(BatchRead):
         cdef dict changes_dict = None
         cdef Py_ssize_t slot = -1
         cdef Py_ssize_t run_stored = 0, run_removed = 0
-        if isinstance(changes, BatchChanges):
+        if changes is None:
+            pass
+        elif type(changes) is BatchChanges:
             counter = <BatchChanges>changes
-        elif changes is not None:
+        else:
             changes_dict = changes
         self.tally.batches += 1
         self.last_ts = ts
@@ -132,16 +134,17 @@ cdef class FusedApply(BatchRead):
                 table = tables.get(key)
                 if table is None:
                     table = tables[key] = BlockTable(key, ts_value)
-            if counter is not None and key is not counted:
-                if slot >= 0:
-                    _count(counter, slot, &run_stored, &run_removed)
+            if changes is not None and key is not counted:
                 counted = key
-                slot = counter.slot(key)
-            elif changes_dict is not None and key is not counted:
-                if counts is not None:
-                    _commit(counts, &run_stored, &run_removed)
-                counted = key
-                counts = changes_dict.setdefault(key, [0, 0])  # the key hashed once, not twice
+                if counter is not None:
+                    if slot >= 0:
+                        _count(counter, slot, &run_stored, &run_removed)
+                    slot = counter.slot(key)
+                else:
+                    if counts is not None:
+                        _commit(counts, &run_stored, &run_removed)
+                    # the key hashed once, not twice
+                    counts = changes_dict.setdefault(key, [0, 0])
             if op.kind == STORED:
                 table._store(
                     &self.hashes[op.hashes], op.n_hashes, op.has_parent, op.parent,
