@@ -15,8 +15,8 @@ the order _radix_sort.pxd sorts their hashes, as _log_known.pyx sorts a checkpoi
 _table_counts.pyx counts a before map's hashes against a table for a recovery point;
 collector/_zmq_recv.pyx receives a whole message with libzmq's own calls, _batch_rank.pyx reads
 a fleet's batch's DP rank and _fleet_route.pyx routes its usual message, _ingest_live.pyx
-is a stream's live path (each message in order, applied) and _fleet_drain.pyx the fleet's
-drain loop that feeds it;
+is a stream's live path (each message in order, applied), _live_sink.pyx the sink it tells of
+each batch in C, and _fleet_drain.pyx the fleet's drain loop that feeds it;
 collector/_byte_planes.pyx lays snapshot columns out as byte planes, and
 collector/_checkpoint_columns.pyx drops what they repeat, _checkpoint_rows.pyx keeps a delta
 checkpoint's changed rows; storage/_token_granules.pyx cuts a batch's token ids into the log
@@ -28,8 +28,9 @@ reading back in _log_join.pxd), _log_planes.pyx lays its stamps and token ids ou
 planes, _log_known.pyx its hash literals against a checkpoint's hashes (format 6), and
 storage/_checkpoint_pacing.pyx counts each batch's block-events toward the next checkpoint,
 _rollup_counts.pyx its blocks per table toward the second's rollup, _queue_core.pyx the row
-queue's counts and the put of each batch, _reset_orphans.pyx a reset follower's orphans through
-each batch it replays, and _frozen_new.pyx makes its answers' groups (all Cython).
+queue's counts and the put of each batch, _store_sink.pyx the store writer's part of each batch
+on the ingest thread, _reset_orphans.pyx a reset follower's orphans through each batch it
+replays, and _frozen_new.pyx makes its answers' groups (all Cython).
 Installing kvscope therefore needs a C compiler and the Python headers, as any package with an
 extension built from source does.
 """
@@ -77,6 +78,7 @@ setup(
             Extension("kvscope.collector._map_apply", ["collector/_map_apply.pyx"]),
             Extension("kvscope.collector._batch_rank", ["collector/_batch_rank.pyx"]),
             Extension("kvscope.collector._fleet_route", ["collector/_fleet_route.pyx"]),
+            Extension("kvscope.collector._live_sink", ["collector/_live_sink.pyx"]),
             Extension("kvscope.collector._ingest_live", ["collector/_ingest_live.pyx"]),
             Extension("kvscope.collector._fleet_drain", ["collector/_fleet_drain.pyx"]),
             Extension("kvscope.storage._token_granules", ["storage/_token_granules.pyx"]),
@@ -88,6 +90,7 @@ setup(
             Extension("kvscope.storage._checkpoint_pacing", ["storage/_checkpoint_pacing.pyx"]),
             Extension("kvscope.storage._rollup_counts", ["storage/_rollup_counts.pyx"]),
             Extension("kvscope.storage._queue_core", ["storage/_queue_core.pyx"]),
+            Extension("kvscope.storage._store_sink", ["storage/_store_sink.pyx"]),
             Extension("kvscope.storage._reset_orphans", ["storage/_reset_orphans.pyx"]),
             Extension("kvscope.storage._frozen_new", ["storage/_frozen_new.pyx"]),
             # dlopen/dlsym: libdl before glibc 2.34, an empty stub after.

@@ -155,7 +155,7 @@ def _leave_out(part: str, calls: type[NullSink]) -> None:
     elif part == "rollup":
         # An extension type again: the rollup is given counts without.
         class NoRollupCount(RollupCounts):
-            def applied(self, batch: object) -> int:
+            def count(self, changes: object) -> int:
                 return 0
 
         rollups_module.RollupCounts = NoRollupCount  # type: ignore[attr-defined]

@@ -2,6 +2,9 @@
 (collector/_fleet_drain.pyx), which hands it each message in C."""
 
 
+from kvscope.collector._live_sink cimport BatchChanges
+
+
 cdef class LiveIngest:
     cdef public object sink, map, counters, epoch, engine
     cdef public object expected, last_seq, last_message_at, max_message_bytes
@@ -11,6 +14,7 @@ cdef class LiveIngest:
     cdef object _decoder, _max_block_size, _layouts  # `decoder`, its limit and layouts
     cdef object _stream  # `stream`
     cdef long long _stream_rank  # its rank
+    cdef BatchChanges _changes  # a `LiveSink`'s batch changes, counted anew for each batch
 
     cdef live(self, frames, now, decoded)
     cdef apply_known(self, seq, payload, now, decoded)

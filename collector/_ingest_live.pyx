@@ -10,7 +10,9 @@ are the Python subclass's methods.
 """
 
 cimport cython
+from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
+from kvscope.collector._live_sink cimport BatchChanges, LiveSink
 from kvscope.collector._replay cimport FusedApply
 from kvscope.collector.errors import MalformedKind
 from kvscope.collector.recent import KEPT_BYTES, kept
@@ -136,7 +138,7 @@ cdef class LiveIngest:
         cdef long long applied = -1, rank
         cdef bint degraded = False
         cdef object fused, sink, max_block_size, reader, read_ts, ts = None, quiet, gaps
-        cdef object counters, changes = None, told
+        cdef object counters, changes = None, told, since, until
         self.expected = seq + 1
         self.last_seq = seq
         size = len(payload)
@@ -169,20 +171,42 @@ cdef class LiveIngest:
                 applied = told
             else:
                 reader = decoded if decoded is not None else fused
-                read_ts = reader.prepare(
-                    self.map, payload, self.epoch, degraded, now, max_block_size
-                )
+                if isinstance(reader, FusedApply):  # (its C calls, not its Python ones)
+                    read_ts = (<FusedApply>reader).prepare(
+                        self.map, payload, self.epoch, degraded, now, max_block_size
+                    )
+                else:
+                    read_ts = reader.prepare(
+                        self.map, payload, self.epoch, degraded, now, max_block_size
+                    )
                 if read_ts is not None:
                     ts = read_ts
                     try:
                         quiet = self._quiet
-                        if not quiet[0] <= ts < quiet[1]:
+                        # A `Span`'s bounds read as a tuple's items: indexing a subclass of
+                        # tuple goes through a Python-level `__getitem__` call.
+                        if PyTuple_Check(quiet) and PyTuple_GET_SIZE(quiet) == 2:
+                            since = <object>PyTuple_GET_ITEM(quiet, 0)
+                            until = <object>PyTuple_GET_ITEM(quiet, 1)
+                        else:
+                            since, until = quiet[0], quiet[1]
+                        if not since <= ts < until:
                             self._quiet = sink.instant(self._stream, ts, self.map)
                     except BaseException:
                         reader.release()
                         raise
-                    changes = {}
-                    told = reader.apply_prepared(seq, changes)
+                    if isinstance(reader, FusedApply):
+                        if isinstance(sink, LiveSink):  # counted in C: no dict nor lists
+                            if self._changes is None:
+                                self._changes = BatchChanges()
+                            self._changes.reset()
+                            changes = self._changes
+                        else:
+                            changes = {}
+                        told = (<FusedApply>reader).apply_prepared(seq, changes)
+                    else:
+                        changes = {}
+                        told = reader.apply_prepared(seq, changes)
                     applied = told
         if applied < 0:
             # What the router read, as a `Batch` (for the sink, or the engine to be told).
@@ -202,19 +226,25 @@ cdef class LiveIngest:
             self._degradation.known_again(seq, now)
         if sink is not None:  # `_tell_applied`, inline
             gaps = counters.gaps
-            sink.applied(
-                _APPLIED_BATCH(
-                    self._stream,
-                    self.epoch,
-                    seq,
-                    ts,
-                    now,
-                    payload,
-                    None,
-                    changes,
-                    gaps - self._gaps_told,
-                    self.map,
+            if isinstance(sink, LiveSink):  # told in C, with no `AppliedBatch` built for it
+                (<LiveSink>sink).batch_applied(
+                    self._stream, self.epoch, seq, ts, now, payload, None, changes,
+                    gaps - self._gaps_told, self.map,
                 )
-            )
+            else:
+                sink.applied(
+                    _APPLIED_BATCH(
+                        self._stream,
+                        self.epoch,
+                        seq,
+                        ts,
+                        now,
+                        payload,
+                        None,
+                        changes,
+                        gaps - self._gaps_told,
+                        self.map,
+                    )
+                )
             self._gaps_told = gaps
         return None

@@ -31,11 +31,16 @@ cdef class FusedApply(BatchRead):
     cdef int bind(self, prefix_map, epoch, bint degraded, recv_ts,
                   int64_t max_block_size) except -1
     cdef int flush(self) except -1
-    cdef int apply(self, object seq, double ts, dict changes, dict tables) except -1
+    cdef int apply(self, object seq, double ts, object changes, dict tables) except -1
     cdef bint fused(self, payload, seq) except -1
     cdef Py_ssize_t told(self)
     cdef bint ready(self, prefix_map, payload, epoch, bint degraded, recv_ts,
                     int64_t max_block_size) except -1
+    # The live path's two halves for a stream with a sink, called in C by
+    # collector/_ingest_live.pyx.
+    cpdef prepare(self, prefix_map, payload, epoch, bint degraded, recv_ts,
+                  int64_t max_block_size)
+    cpdef apply_prepared(self, seq, changes)
     cpdef route_read(self, seq_frame, payload, int64_t max_block_size)
     cpdef seq_read(self, payload)
     cpdef apply_read(self, prefix_map, payload, seq, epoch, bint degraded, recv_ts,

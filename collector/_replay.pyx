@@ -22,6 +22,7 @@ from libc.stdint cimport int64_t, uint64_t
 
 from kvscope.collector._admit cimport roomy
 from kvscope.collector._fused_read cimport BatchRead, Op
+from kvscope.collector._live_sink cimport BatchChanges
 from kvscope.collector._map_counters cimport MapCounters
 from kvscope.collector._table_core cimport TableCore
 from kvscope.collector._wire_scan cimport CLEARED, STORED
@@ -39,6 +40,15 @@ cdef inline int _commit(list counts, Py_ssize_t* stored, Py_ssize_t* removed) ex
         counts[0] += stored[0]
     if removed[0]:
         counts[1] += removed[0]
+    stored[0] = removed[0] = 0
+    return 0
+
+
+cdef inline int _count(BatchChanges counter, Py_ssize_t slot, Py_ssize_t* stored,
+                       Py_ssize_t* removed) except -1:
+    """`_commit`, into a `BatchChanges`."""
+    counter.counts[2 * slot] += stored[0]
+    counter.counts[2 * slot + 1] += removed[0]
     stored[0] = removed[0] = 0
     return 0
 
@@ -73,19 +83,30 @@ cdef class FusedApply(BatchRead):
         return 0
 
     # --- the second pass: `PrefixMap.apply` of the batch read ----------------------------------
-    cdef int apply(self, object seq, double ts, dict changes, dict tables) except -1:
+    cdef int apply(self, object seq, double ts, object changes, dict tables) except -1:
         """`changes`, if a dict: filled with the batch's `[stored, removed]` blocks per table,
-        as `PrefixMap.apply` returns them (a clear leaves both sides of it counted). `tables`:
-        the map's, as its caller just read them (an attribute read less a batch)."""
+        as `PrefixMap.apply` returns them (a clear leaves both sides of it counted); if a
+        `BatchChanges`, the same counted into it. `tables`: the map's, as its caller just read
+        them (an attribute read less a batch)."""
         cdef Py_ssize_t i
         cdef Op* op
         cdef TableCore table = self.last_table
         cdef object key, ts_value = ts
         cdef object last = self.last_table_key if tables is self.last_tables else None
-        # The run of events counted into `counts` (the changes of table `counted`).
+        # The run of events counted into `counts` (the changes of table `counted`), or into
+        # `counter`'s slot `slot` (-1: none yet).
         cdef object counted = None
         cdef list counts = None
+        cdef BatchChanges counter = None
+        cdef dict changes_dict = None
+        cdef Py_ssize_t slot = -1
         cdef Py_ssize_t run_stored = 0, run_removed = 0
+        if changes is None:
+            pass
+        elif type(changes) is BatchChanges:
+            counter = <BatchChanges>changes
+        else:
+            changes_dict = changes
         self.tally.batches += 1
         self.last_ts = ts
         self.pending = True
@@ -95,6 +116,9 @@ cdef class FusedApply(BatchRead):
                 if counts is not None:
                     _commit(counts, &run_stored, &run_removed)
                     counts = None
+                if slot >= 0:
+                    _count(counter, slot, &run_stored, &run_removed)
+                    slot = -1
                 self.tally.cleared_events += 1
                 self.flush()  # what `on_clear` may read
                 self.prefix_map.clear(
@@ -111,10 +135,16 @@ cdef class FusedApply(BatchRead):
                 if table is None:
                     table = tables[key] = BlockTable(key, ts_value)
             if changes is not None and key is not counted:
-                if counts is not None:
-                    _commit(counts, &run_stored, &run_removed)
                 counted = key
-                counts = changes.setdefault(key, [0, 0])  # the key hashed once, not twice
+                if counter is not None:
+                    if slot >= 0:
+                        _count(counter, slot, &run_stored, &run_removed)
+                    slot = counter.slot(key)
+                else:
+                    if counts is not None:
+                        _commit(counts, &run_stored, &run_removed)
+                    # the key hashed once, not twice
+                    counts = changes_dict.setdefault(key, [0, 0])
             if op.kind == STORED:
                 table._store(
                     &self.hashes[op.hashes], op.n_hashes, op.has_parent, op.parent,
@@ -131,6 +161,8 @@ cdef class FusedApply(BatchRead):
                 run_removed += op.n_hashes
         if counts is not None:
             _commit(counts, &run_stored, &run_removed)
+        if slot >= 0:
+            _count(counter, slot, &run_stored, &run_removed)
         self.last_tables, self.last_table_key, self.last_table = tables, last, table
         return 0
 
@@ -220,8 +252,8 @@ cdef class FusedApply(BatchRead):
             self.flush()
             self.busy = False
 
-    def prepare(self, prefix_map, payload, epoch, bint degraded, recv_ts,
-                int64_t max_block_size):
+    cpdef prepare(self, prefix_map, payload, epoch, bint degraded, recv_ts,
+                  int64_t max_block_size):
         """The first half of `live` (or of `apply_read`, for the batch `route_read` read last),
         for a stream whose sink is told before the map changes: the batch read (unless it is
         the one read last with `max_block_size`) and found within the map's limits. Its stamp,
@@ -253,9 +285,9 @@ cdef class FusedApply(BatchRead):
         self.bind(prefix_map, epoch, degraded, recv_ts, max_block_size)
         return roomy(self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload))
 
-    def apply_prepared(self, seq, dict changes):
-        """Apply the batch `prepare` held, filling `changes` with its `[stored, removed]`
-        blocks per table: what `live` returns. With none held, a RuntimeError, and whatever
+    cpdef apply_prepared(self, seq, changes):
+        """Apply the batch `prepare` held, filling `changes` (a dict, or a `BatchChanges`) with
+        its `[stored, removed]` blocks per table: what `live` returns. With none held, a RuntimeError, and whatever
         was held given up (as `release`): the reader is shared, and must not stay busy."""
         if not self.busy or self.read_payload is None:
             self.release()

@@ -20,14 +20,7 @@ disk (benchmarks/store.py)."""
 
 
 cdef class CheckpointPacer:
-    cdef readonly double per_block
-    cdef readonly double min_blocks
-    cdef readonly long long every_batches
-    cdef readonly long long batches_since
-    cdef readonly long long events_since
-    """Block-events (blocks stored and removed) applied since the last checkpoint."""
-    cdef readonly double due_events
-    """Events at which the next checkpoint is due; 0 while one is forced."""
+    # (its fields: storage/_checkpoint_pacing.pxd)
 
     def __init__(self, double per_block, long long every_batches, double min_blocks=MIN_BLOCKS):
         self.per_block = per_block

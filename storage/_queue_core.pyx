@@ -11,20 +11,7 @@ from collections import deque
 
 
 cdef class QueueCore:
-    cdef public long long droppable_limit
-    cdef public long long bytes_limit
-    cdef public long long _droppable_in
-    cdef public long long _droppable_out
-    cdef public long long _bytes_in
-    cdef public long long _bytes_out
-    # Rows queued but droppable ones in memory: rare rows, and rows spilled.
-    cdef public long long _others_in
-    cdef public object spill
-    cdef readonly object _rows
-    # The size of each row in `_rows`, as given to `put`.
-    cdef readonly object _sizes
-    cdef object _append_row
-    cdef object _append_size
+    # (its fields: storage/_queue_core.pxd)
 
     def __cinit__(self, *args, **kwargs):
         self._rows = deque()
@@ -36,7 +23,7 @@ cdef class QueueCore:
         self._others_in = 0
         self.spill = None
 
-    def put_batch(self, object row, long long nbytes):
+    cpdef bint put_batch(self, object row, long long nbytes) except -1:
         """`put(row, True, nbytes)`, called directly for each batch by the ingest thread: the
         common case (room in memory, no spill being drained) in as few steps as it takes."""
         cdef long long held = self._bytes_in - self._bytes_out

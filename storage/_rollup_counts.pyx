@@ -10,17 +10,11 @@ from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.object cimport PyObject
 
+from kvscope.collector._live_sink cimport BatchChanges
+
 
 cdef class RollupCounts:
-    # The tables seen, in the order first seen; the sums of `_keys[i]` are at `_sums[2 * i]`.
-    cdef list _keys
-    cdef long long *_sums
-    cdef Py_ssize_t _capacity
-    # Gaps in the stream's seqs told since the counts were last taken.
-    cdef readonly long long gaps
-    # The map of the last batch counted, or instant seen (what a second still open at close is
-    # read from).
-    cdef public object view
+    # (its fields: storage/_rollup_counts.pxd)
 
     def __cinit__(self):
         self._keys = []
@@ -34,16 +28,30 @@ cdef class RollupCounts:
 
     cpdef long long applied(self, object batch) except -1:
         """Count one `AppliedBatch`; its block-events (blocks stored and removed)."""
-        self.view = batch.view
-        self.gaps += <long long>batch.gaps
-        return self.count(batch.changes)
+        return self.counted(batch.view, batch.gaps, batch.changes)
+
+    cdef long long counted(self, object view, object gaps, object changes) except -1:
+        """`applied`, of the batch's fields (the store's sink has no `AppliedBatch`)."""
+        self.view = view
+        self.gaps += <long long>gaps
+        return self.count(changes)
 
     cpdef long long count(self, object changes) except -1:
-        """Add one batch's blocks stored and removed per table; its block-events."""
+        """Add one batch's blocks stored and removed per table (a mapping, or the live path's
+        `BatchChanges`); its block-events."""
         cdef Py_ssize_t pos = 0
         cdef PyObject *key
         cdef PyObject *value
         cdef long long events = 0
+        cdef BatchChanges counted
+        cdef Py_ssize_t i
+        if isinstance(changes, BatchChanges):
+            counted = <BatchChanges>changes
+            for i in range(counted.n):
+                events += self._add_counts(
+                    counted.keys[i], counted.counts[2 * i], counted.counts[2 * i + 1]
+                )
+            return events
         if not PyDict_CheckExact(changes):
             for k, v in changes.items():
                 events += self._add(k, v)
@@ -54,12 +62,15 @@ cdef class RollupCounts:
 
     cdef long long _add(self, object key, object counts) except -1:
         cdef long long stores, removes
-        cdef Py_ssize_t i = self._slot(key)
         if PyList_CheckExact(counts) and PyList_GET_SIZE(counts) == 2:
             stores = <object>PyList_GET_ITEM(counts, 0)
             removes = <object>PyList_GET_ITEM(counts, 1)
         else:
             stores, removes = counts
+        return self._add_counts(key, stores, removes)
+
+    cdef long long _add_counts(self, object key, long long stores, long long removes) except -1:
+        cdef Py_ssize_t i = self._slot(key)
         self._sums[2 * i] += stores
         self._sums[2 * i + 1] += removes
         return stores + removes

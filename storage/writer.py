@@ -35,6 +35,7 @@ from kvscope.collector.sink import (
 from kvscope.collector.snapshot import copy_map, copy_tables
 from kvscope.collector.types import StreamId
 from kvscope.storage._checkpoint_pacing import CheckpointPacer
+from kvscope.storage._store_sink import StoreSinkCore
 from kvscope.storage.checkpoint_deltas import CheckpointEncoder
 from kvscope.storage.gc_policy import raise_young_threshold
 from kvscope.storage.leases import Fence
@@ -46,7 +47,6 @@ from kvscope.storage.rollups import SecondRollup
 from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.rows import (
     CheckpointRow,
-    EpochRow,
     IntervalRow,
     ResetRow,
     Row,
@@ -60,7 +60,7 @@ from kvscope.storage.writer_state import StreamState, WriterStats
 logger = logging.getLogger(__name__)
 
 
-class StoreWriter:
+class StoreWriter(StoreSinkCore):
     """A `Collector`'s sink (collector/sink.py's `EventSink`), writing to one store."""
 
     def __init__(
@@ -74,14 +74,13 @@ class StoreWriter:
             if self.settings.spill_bytes > 0
             else None
         )
-        self._queue: RowQueue[Row] = RowQueue(
+        self._queue = RowQueue(
             self.settings.queue_rows,
             linger_s=self.settings.linger_s,
             spill=self._spill,
             bytes_limit=self.settings.queue_bytes,
             rare_bytes_limit=self.settings.rare_bytes,
         )
-        self._streams: dict[StreamId, StreamState] = {}
         self.fence = fence  # with leases: the streams held, and the lease counters
         self._sql = RowWriter(
             self.settings.shard,
@@ -104,29 +103,9 @@ class StoreWriter:
         self._thread = self._loop.thread
 
     # --- the sink (ingest thread) -------------------------------------------------------------
-    def applied(self, batch: AppliedBatch) -> None:
-        """Every batch: each test is the cheapest that says there is nothing to do."""
-        stream, epoch = batch.stream, batch.epoch
-        state = self._streams.get(stream) or self._state(stream)
-        if state.epoch != epoch:
-            state.epoch = epoch
-            self._put_always(EpochRow(stream, epoch, batch.recv_ts))
-        # Counted into the second's rollup; the block-events it counted pace checkpoints.
-        events = state.rollup.counts.applied(batch)
-        if state.recoveries.followed:
-            # Before the batch's log row: a store that holds the batch holds what it made known.
-            for recovery in state.recoveries.after_batch(batch):
-                self._put_always(recovery)
-        payload = batch.payload
-        nbytes = len(payload)
-        if not self._queue.put_batch(
-            (stream, epoch, batch.seq, batch.ts, batch.recv_ts, payload), nbytes
-        ):
-            self._note_drop(stream, state, epoch, batch.seq, batch.ts)
-        elif state.dropped_from is not None:
-            self._close_drop(stream, state)
-        if state.pacer.counted(events) and state.dropped_from is None:
-            self._checkpoint(batch, state)
+    # `applied`, each batch, is the base's (storage/_store_sink.pyx), in C: it calls `_state`,
+    # `_put_always`, `_note_drop`, `_close_drop` and `_checkpoint` below when there is more to
+    # do than count the batch and queue its row.
 
     def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
         """The map at each second's end (rollups) and at each recovery offset; the next call
@@ -188,7 +167,7 @@ class StoreWriter:
         """The stream left this collector (its lease given up or lost): its state goes, as in
         a crash; its next holder resumes from the store (`fence`: storage/leases.py). The
         writer thread's state of it goes once what it queued is written."""
-        self._streams.pop(stream, None)
+        self._forget_state(stream)
         self._loop.forget(stream)
 
     def degraded(self, change: DegradedChange) -> None:

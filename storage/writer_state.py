@@ -4,24 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvscope.storage._checkpoint_pacing import CheckpointPacer
-from kvscope.storage.recovery_follow import StreamRecoveries
-from kvscope.storage.rollups import SecondRollup
+from kvscope.storage._store_sink import StreamState
 from kvscope.storage.store_settings import StoreSettings
 
-
-@dataclass(slots=True)
-class StreamState:
-    """What the writer remembers per stream between batches (ingest thread only)."""
-
-    rollup: SecondRollup
-    recoveries: StreamRecoveries
-    pacer: CheckpointPacer
-    epoch: int | None = None
-    connected_since: float | None = None
-    dropped_from: tuple[int, int, float] | None = None
-    """(epoch, seq, ts) of the first batch dropped since the store last had room."""
-    dropped_to: tuple[int, float] | None = None
+__all__ = ["StreamState", "WriterStats", "rows_per_take"]
 
 
 @dataclass

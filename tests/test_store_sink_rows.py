@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
+from kvscope.collector._live_sink import LiveSink
 from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.sink import AppliedBatch
 from kvscope.collector.types import StreamId
 from kvscope.storage import write_loop
 from kvscope.storage.engine import open_store
@@ -52,12 +54,14 @@ def _events(rng: random.Random, cached: list[int]) -> list[dict[str, Any]]:
     return events
 
 
-def _rows_digest(queue_rows: int, monkeypatch: pytest.MonkeyPatch) -> str:
+def _rows_digest(
+    queue_rows: int, monkeypatch: pytest.MonkeyPatch, kind: type[StoreWriter] = StoreWriter
+) -> str:
     monkeypatch.setattr(write_loop.WriteLoop, "_run", lambda self: None)
     settings = StoreSettings(
         queue_rows=queue_rows, checkpoint_every_batches=97, spill_bytes=0, recovery_offsets_s=(1, 5)
     )
-    writer = StoreWriter(open_store("sqlite://"), settings)
+    writer = kind(open_store("sqlite://"), settings)
     ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
     rng = random.Random(20261203)
     cached: list[int] = []
@@ -98,3 +102,29 @@ def test_the_rows_queued_are_those_pinned(
     case: str, queue_rows: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert _rows_digest(queue_rows, monkeypatch) == PINNED[case]
+
+
+def test_the_live_path_tells_the_writer_in_c(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's writer is a `LiveSink`: the live path hands it each batch's fields in C,
+    with no `AppliedBatch` built (the rows it queues are pinned above)."""
+    monkeypatch.setattr(write_loop.WriteLoop, "_run", lambda self: None)
+    writer = StoreWriter(open_store("sqlite://"))
+    assert isinstance(writer, LiveSink)
+    writer.close(0)
+
+
+class _Tap(StoreWriter):
+    """A writer whose `applied` is overridden (as benchmarks/_store_disk.py's)."""
+
+    told: ClassVar[list[int]] = []
+
+    def applied(self, batch: AppliedBatch) -> None:
+        self.told.append(batch.seq)
+        super().applied(batch)
+
+
+def test_a_writer_overriding_applied_is_told_each_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live path's C call goes through a subclass's `applied`: each batch is told to it,
+    and the rows are those pinned."""
+    assert _rows_digest(1_000_000, monkeypatch, _Tap) == PINNED["roomy"]
+    assert len(_Tap.told) > 2000

@@ -1,0 +1,21 @@
+"""`QueueCore` (storage/_queue_core.pyx), declared for the store's sink
+(storage/_store_sink.pyx), which puts each batch's row in C."""
+
+
+cdef class QueueCore:
+    cdef public long long droppable_limit
+    cdef public long long bytes_limit
+    cdef public long long _droppable_in
+    cdef public long long _droppable_out
+    cdef public long long _bytes_in
+    cdef public long long _bytes_out
+    # Rows queued but droppable ones in memory: rare rows, and rows spilled.
+    cdef public long long _others_in
+    cdef public object spill
+    cdef readonly object _rows
+    # The size of each row in `_rows`, as given to `put`.
+    cdef readonly object _sizes
+    cdef object _append_row
+    cdef object _append_size
+
+    cpdef bint put_batch(self, object row, long long nbytes) except -1

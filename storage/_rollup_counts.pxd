@@ -1,0 +1,21 @@
+"""`RollupCounts` (storage/_rollup_counts.pyx), declared for the store's sink
+(storage/_store_sink.pyx), which counts each batch in C."""
+
+
+cdef class RollupCounts:
+    # The tables seen, in the order first seen; the sums of `_keys[i]` are at `_sums[2 * i]`.
+    cdef list _keys
+    cdef long long *_sums
+    cdef Py_ssize_t _capacity
+    # Gaps in the stream's seqs told since the counts were last taken.
+    cdef readonly long long gaps
+    # The map of the last batch counted, or instant seen (what a second still open at close is
+    # read from).
+    cdef public object view
+
+    cpdef long long applied(self, object batch) except -1
+    cdef long long counted(self, object view, object gaps, object changes) except -1
+    cpdef long long count(self, object changes) except -1
+    cdef long long _add(self, object key, object counts) except -1
+    cdef long long _add_counts(self, object key, long long stores, long long removes) except -1
+    cdef Py_ssize_t _slot(self, object key) except -1

@@ -1,0 +1,141 @@
+# cython: language_level=3
+"""The store's sink on the ingest thread, in C: `StoreSinkCore`, the base of storage/writer.py's
+`StoreWriter`, and `StreamState`, what it keeps per stream.
+
+The live path (collector/_ingest_live.pyx) tells the writer of each batch with a C call of its
+fields (`LiveSink.batch_applied`): the stream's state is found, the batch counted into the
+second's rollup, its log row put on the queue and the checkpoint pacer told, each a C call, with
+no `AppliedBatch` built and no Python frame run. What is rare (a stream's first batch, a new
+epoch, a recovery followed, a drop and its end, a checkpoint) is left to the writer's Python
+methods, as `applied` left it; those that read the batch get an `AppliedBatch` of it.
+"""
+
+cimport cython
+
+from kvscope.collector._live_sink cimport BatchChanges, LiveSink
+from kvscope.storage._checkpoint_pacing cimport CheckpointPacer
+from kvscope.storage._queue_core cimport QueueCore
+from kvscope.storage._rollup_counts cimport RollupCounts
+
+from kvscope.collector.sink import AppliedBatch
+from kvscope.storage.rows import EpochRow
+
+cdef object _APPLIED_BATCH = AppliedBatch
+cdef object _EPOCH_ROW = EpochRow
+
+
+cdef object _applied_batch(object stream, object epoch, object seq, object ts, object recv_ts,
+                           object payload, object decoded, object changes, object gaps,
+                           object view):
+    """The `AppliedBatch` of these fields (for a rare path that reads one)."""
+    if isinstance(changes, BatchChanges):
+        changes = (<BatchChanges>changes).as_dict()
+    return _APPLIED_BATCH(stream, epoch, seq, ts, recv_ts, payload, decoded, changes, gaps, view)
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class StreamState:
+    """What the writer remembers per stream between batches (ingest thread only)."""
+
+    cdef public object rollup  # its `SecondRollup`
+    cdef public object recoveries  # its `StreamRecoveries`
+    cdef public CheckpointPacer pacer
+    # `rollup.counts` (never replaced), counted into for each batch.
+    cdef readonly RollupCounts counts
+    cdef public object epoch
+    cdef public object connected_since
+    # (epoch, seq, ts) of the first batch dropped since the store last had room.
+    cdef public object dropped_from
+    cdef public object dropped_to
+
+    def __init__(self, rollup, recoveries, CheckpointPacer pacer not None, epoch=None,
+                 connected_since=None, dropped_from=None, dropped_to=None):
+        self.rollup = rollup
+        self.counts = rollup.counts
+        self.recoveries = recoveries
+        self.pacer = pacer
+        self.epoch = epoch
+        self.connected_since = connected_since
+        self.dropped_from = dropped_from
+        self.dropped_to = dropped_to
+
+
+@cython.auto_pickle(False)
+cdef class StoreSinkCore(LiveSink):
+    """The writer's state that each batch reads, and `applied`, in C. Its subclass supplies
+    `_state`, `_put_always`, `_note_drop`, `_close_drop` and `_checkpoint`."""
+
+    cdef readonly dict _streams
+    cdef public QueueCore _queue
+    # The stream of the last batch and its state: a stream's batches mostly come in a row, and
+    # a StreamId is hashed field by field at each lookup.
+    cdef object _last_stream
+    cdef StreamState _last_state
+    # A subclass overrides `applied` (a test's tap): the live path's calls go through it too.
+    cdef bint _applied_overridden
+
+    def __cinit__(self, *args, **kwargs):
+        self._streams = {}
+        self._applied_overridden = type(self).applied is not StoreSinkCore.applied
+
+    def _forget_state(self, stream):
+        """The stream's state goes (`forget`)."""
+        self._streams.pop(stream, None)
+        self._last_stream = self._last_state = None
+
+    def applied(self, batch):
+        """After each batch changed the map (`EventSink.applied`)."""
+        self.told(
+            batch.stream, batch.epoch, batch.seq, batch.ts, batch.recv_ts, batch.payload,
+            batch.decoded, batch.changes, batch.gaps, batch.view, batch,
+        )
+
+    cdef int batch_applied(self, object stream, object epoch, object seq, object ts,
+                           object recv_ts, object payload, object decoded, object changes,
+                           object gaps, object view) except -1:
+        if self._applied_overridden:
+            return LiveSink.batch_applied(
+                self, stream, epoch, seq, ts, recv_ts, payload, decoded, changes, gaps, view
+            )
+        return self.told(
+            stream, epoch, seq, ts, recv_ts, payload, decoded, changes, gaps, view, None
+        )
+
+    cdef int told(self, object stream, object epoch, object seq, object ts, object recv_ts,
+                  object payload, object decoded, object changes, object gaps, object view,
+                  object batch) except -1:
+        """Every batch (`batch`: its `AppliedBatch`, if it came as one): each test is the
+        cheapest that says there is nothing to do."""
+        cdef StreamState state
+        cdef long long events
+        if stream is self._last_stream:
+            state = self._last_state
+        else:
+            found = self._streams.get(stream)
+            state = self._state(stream) if found is None else found
+            self._last_stream, self._last_state = stream, state
+        if state.epoch is not epoch and state.epoch != epoch:
+            state.epoch = epoch
+            self._put_always(_EPOCH_ROW(stream, epoch, recv_ts))
+        # Counted into the second's rollup; the block-events it counted pace checkpoints.
+        events = state.counts.counted(view, gaps, changes)
+        if state.recoveries.followed:
+            # Before the batch's log row: a store that holds the batch holds what it made known.
+            if batch is None:
+                batch = _applied_batch(
+                    stream, epoch, seq, ts, recv_ts, payload, decoded, changes, gaps, view
+                )
+            for recovery in state.recoveries.after_batch(batch):
+                self._put_always(recovery)
+        if not self._queue.put_batch((stream, epoch, seq, ts, recv_ts, payload), len(payload)):
+            self._note_drop(stream, state, epoch, seq, ts)
+        elif state.dropped_from is not None:
+            self._close_drop(stream, state)
+        if state.pacer.counted(events) and state.dropped_from is None:
+            if batch is None:
+                batch = _applied_batch(
+                    stream, epoch, seq, ts, recv_ts, payload, decoded, changes, gaps, view
+                )
+            self._checkpoint(batch, state)
+        return 0
