@@ -43,6 +43,7 @@ from kvscope.storage.log_columns import (
     FORMAT_6_MAGIC,
 )
 from kvscope.storage.log_compress import (
+    COLUMNS_ZSTD_LEVEL,
     TOKENS_ZSTD_LEVEL,
     ZSTD_LEVEL,
     by_dictionary,
@@ -317,7 +318,7 @@ def pack(
     if fmt >= 3:
         frames = [parts for parts, _ in log_columns.columns_all(runs)]
         made = [c._replace(raw_bytes=sum(map(len, f))) for c, f in zip(made, frames, strict=True)]
-        return _pack_columns(made, frames, dictionaries or {}, names)
+        return _pack_columns(made, frames, dictionaries or {}, names, fmt)
     return _pack_format_2(made, dictionaries or {})
 
 
@@ -348,20 +349,25 @@ def _pack_columns(
     frames: list[list[bytes]],
     dictionaries: Mapping[Any, Dictionary],
     names: Sequence[bytes | None],
+    fmt: int,
 ) -> list[ChunkRow]:
-    """Formats 3 to 6: the token frame against the dictionary, the others without (`names`:
-    each chunk's known hashes' name in format 6)."""
+    """Formats 3 to 6 (`fmt`): the token frame against the dictionary, the others without
+    (`names`: each chunk's known hashes' name in format 6)."""
     # One call per compressor over all the chunks' frames: the GIL goes once per call.
     # Format 5 writes some chunks with a frame more than others: each chunk's own count.
     tokens = log_columns.TOKENS
+    # Format 3 names no granules: its token ids leave zstd the dictionary's matches to find.
+    level = TOKENS_ZSTD_LEVEL if fmt == 3 else COLUMNS_ZSTD_LEVEL
     plain = compress_all(
-        None, [f for chunk in frames for f in chunk[:tokens] + chunk[tokens + 1 :]]
+        None,
+        [f for chunk in frames for f in chunk[:tokens] + chunk[tokens + 1 :]],
+        COLUMNS_ZSTD_LEVEL,
     )
     ends = list(accumulate(len(chunk) - 1 for chunk in frames))
     packed = [plain[end - len(chunk) + 1 : end] for chunk, end in zip(frames, ends, strict=True)]
     out = list(made)
     for dictionary, where in by_dictionary([c.stream for c in made], dictionaries).items():
-        done = compress_all(dictionary, [frames[i][tokens] for i in where], TOKENS_ZSTD_LEVEL)
+        done = compress_all(dictionary, [frames[i][tokens] for i in where], level)
         digest = b"" if dictionary is None else dictionary.digest
         for k, i in enumerate(where):
             ordered = [*packed[i][:tokens], done[k], *packed[i][tokens:]]

@@ -18,8 +18,15 @@ ZSTD_LEVEL = 1
 DICTIONARY_ZSTD_LEVEL = 3
 """Format 2's: level 1 finds few of the matches a dictionary offers (benchmarks/store.py)."""
 TOKENS_ZSTD_LEVEL = 4
-"""Formats 3 to 5's token ids: level 4 finds more of the dictionary's matches than 3, and 5
-to 8 far fewer (benchmarks/_store_disk.py's stream)."""
+"""Format 3's token ids: level 4 finds more of the dictionary's matches than 3, and 5 to 8 far
+fewer (benchmarks/_store_disk.py's stream)."""
+COLUMNS_ZSTD_LEVEL = 1
+"""Formats 3 to 6's frames, and from format 4 on their token ids too: zstd's fast strategy.
+Each call makes a fresh context (one per transaction and compressor), whose tables the higher
+levels' double-fast strategy makes many times larger (cleared each time) and searches more
+slowly, for frames hardly smaller: the columns leave zstd little to find beyond long repeats,
+and the granules a dictionary holds are stored as their numbers (benchmarks/_store_disk.py,
+benchmarks/store_instructions.py)."""
 
 
 def by_dictionary(
