@@ -26,7 +26,6 @@ import struct
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from itertools import accumulate
 from typing import Any, NamedTuple
 
 import msgspec
@@ -49,6 +48,8 @@ from kvscope.storage.log_compress import (
     by_dictionary,
     compress_all,
     compressor,
+    random_like,
+    raw_frame,
     segments,
 )
 from kvscope.storage.log_dictionary import Dictionary
@@ -358,13 +359,25 @@ def _pack_columns(
     tokens = log_columns.TOKENS
     # Format 3 names no granules: its token ids leave zstd the dictionary's matches to find.
     level = TOKENS_ZSTD_LEVEL if fmt == 3 else COLUMNS_ZSTD_LEVEL
-    plain = compress_all(
-        None,
-        [f for chunk in frames for f in chunk[:tokens] + chunk[tokens + 1 :]],
-        COLUMNS_ZSTD_LEVEL,
+    # Hash literals drawn at random do not compress: stored as zstd's raw blocks, unsearched.
+    lits = log_columns.LITERALS
+    raw = [raw_frame(chunk[lits]) if random_like(chunk[lits]) else None for chunk in frames]
+    plain = iter(
+        compress_all(
+            None,
+            [
+                f
+                for chunk, kept in zip(frames, raw, strict=True)
+                for k, f in enumerate(chunk)
+                if k != tokens and (k != lits or kept is None)
+            ],
+            COLUMNS_ZSTD_LEVEL,
+        )
     )
-    ends = list(accumulate(len(chunk) - 1 for chunk in frames))
-    packed = [plain[end - len(chunk) + 1 : end] for chunk, end in zip(frames, ends, strict=True)]
+    packed = [
+        [kept if k == lits and kept is not None else next(plain) for k in range(len(chunk) - 1)]
+        for chunk, kept in zip(frames, raw, strict=True)
+    ]
     out = list(made)
     for dictionary, where in by_dictionary([c.stream for c in made], dictionaries).items():
         done = compress_all(dictionary, [frames[i][tokens] for i in where], level)

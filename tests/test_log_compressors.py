@@ -78,3 +78,24 @@ def test_columnar_frames_are_compressed_at_the_fast_level_and_read_back(
         assert [tuple(b) for b in map(got.batch, range(len(got)))] == [
             e for e in expected if chunk.first_seq <= e[0] <= chunk.last_seq
         ]
+
+
+@pytest.mark.parametrize(
+    "size", [0, 1, 255, 256, 257, 65_791, 65_792, 65_793, 131_071, 131_072, 131_073, 300_001]
+)
+def test_a_raw_frame_is_zstd_s_own_for_random_bytes(size: int) -> None:
+    """Bytes zstd cannot make smaller: the frame it writes for them, byte for byte."""
+    data = random.Random(size).randbytes(size)
+    frame = log_compress.raw_frame(data)
+    assert zstandard.frame_content_size(frame) == size
+    assert zstandard.ZstdDecompressor().decompress(frame) == data
+    assert frame == zstandard.ZstdCompressor(level=1).compress(data)
+
+
+def test_random_hash_literals_are_stored_raw_and_others_compressed() -> None:
+    rng = random.Random(5)
+    drawn = b"".join(rng.getrandbits(64).to_bytes(8, "big") for _ in range(400))
+    counted = b"".join((1 << 40 | k).to_bytes(8, "big") for k in range(400))
+    assert log_compress.random_like(drawn)
+    assert not log_compress.random_like(counted)
+    assert not log_compress.random_like(drawn[: 8 * (log_compress.RANDOM_SAMPLE - 1)])
