@@ -26,7 +26,6 @@ import struct
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from itertools import accumulate
 from typing import Any, NamedTuple
 
 import msgspec
@@ -43,11 +42,14 @@ from kvscope.storage.log_columns import (
     FORMAT_6_MAGIC,
 )
 from kvscope.storage.log_compress import (
+    COLUMNS_ZSTD_LEVEL,
     TOKENS_ZSTD_LEVEL,
     ZSTD_LEVEL,
     by_dictionary,
     compress_all,
     compressor,
+    random_like,
+    raw_frame,
     segments,
 )
 from kvscope.storage.log_dictionary import Dictionary
@@ -317,7 +319,7 @@ def pack(
     if fmt >= 3:
         frames = [parts for parts, _ in log_columns.columns_all(runs)]
         made = [c._replace(raw_bytes=sum(map(len, f))) for c, f in zip(made, frames, strict=True)]
-        return _pack_columns(made, frames, dictionaries or {}, names)
+        return _pack_columns(made, frames, dictionaries or {}, names, fmt)
     return _pack_format_2(made, dictionaries or {})
 
 
@@ -348,20 +350,37 @@ def _pack_columns(
     frames: list[list[bytes]],
     dictionaries: Mapping[Any, Dictionary],
     names: Sequence[bytes | None],
+    fmt: int,
 ) -> list[ChunkRow]:
-    """Formats 3 to 6: the token frame against the dictionary, the others without (`names`:
-    each chunk's known hashes' name in format 6)."""
+    """Formats 3 to 6 (`fmt`): the token frame against the dictionary, the others without
+    (`names`: each chunk's known hashes' name in format 6)."""
     # One call per compressor over all the chunks' frames: the GIL goes once per call.
     # Format 5 writes some chunks with a frame more than others: each chunk's own count.
     tokens = log_columns.TOKENS
-    plain = compress_all(
-        None, [f for chunk in frames for f in chunk[:tokens] + chunk[tokens + 1 :]]
+    # Format 3 names no granules: its token ids leave zstd the dictionary's matches to find.
+    level = TOKENS_ZSTD_LEVEL if fmt == 3 else COLUMNS_ZSTD_LEVEL
+    # Hash literals drawn at random do not compress: stored as zstd's raw blocks, unsearched.
+    lits = log_columns.LITERALS
+    raw = [raw_frame(chunk[lits]) if random_like(chunk[lits]) else None for chunk in frames]
+    plain = iter(
+        compress_all(
+            None,
+            [
+                f
+                for chunk, kept in zip(frames, raw, strict=True)
+                for k, f in enumerate(chunk)
+                if k != tokens and (k != lits or kept is None)
+            ],
+            COLUMNS_ZSTD_LEVEL,
+        )
     )
-    ends = list(accumulate(len(chunk) - 1 for chunk in frames))
-    packed = [plain[end - len(chunk) + 1 : end] for chunk, end in zip(frames, ends, strict=True)]
+    packed = [
+        [kept if k == lits and kept is not None else next(plain) for k in range(len(chunk) - 1)]
+        for chunk, kept in zip(frames, raw, strict=True)
+    ]
     out = list(made)
     for dictionary, where in by_dictionary([c.stream for c in made], dictionaries).items():
-        done = compress_all(dictionary, [frames[i][tokens] for i in where], TOKENS_ZSTD_LEVEL)
+        done = compress_all(dictionary, [frames[i][tokens] for i in where], level)
         digest = b"" if dictionary is None else dictionary.digest
         for k, i in enumerate(where):
             ordered = [*packed[i][:tokens], done[k], *packed[i][tokens:]]

@@ -5,6 +5,7 @@ its frames are joined (`log_columns.assemble`)."""
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -18,8 +19,15 @@ ZSTD_LEVEL = 1
 DICTIONARY_ZSTD_LEVEL = 3
 """Format 2's: level 1 finds few of the matches a dictionary offers (benchmarks/store.py)."""
 TOKENS_ZSTD_LEVEL = 4
-"""Formats 3 to 5's token ids: level 4 finds more of the dictionary's matches than 3, and 5
-to 8 far fewer (benchmarks/_store_disk.py's stream)."""
+"""Format 3's token ids: level 4 finds more of the dictionary's matches than 3, and 5 to 8 far
+fewer (benchmarks/_store_disk.py's stream)."""
+COLUMNS_ZSTD_LEVEL = 1
+"""Formats 3 to 6's frames, and from format 4 on their token ids too: zstd's fast strategy.
+Each call makes a fresh context (one per transaction and compressor), whose tables the higher
+levels' double-fast strategy makes many times larger (cleared each time) and searches more
+slowly, for frames hardly smaller: the columns leave zstd little to find beyond long repeats,
+and the granules a dictionary holds are stored as their numbers (benchmarks/_store_disk.py,
+benchmarks/store_instructions.py)."""
 
 
 def by_dictionary(
@@ -67,3 +75,45 @@ def plain_compressor(level: int) -> zstandard.ZstdCompressor:
     if found is None:
         found = kept[level] = zstandard.ZstdCompressor(level=level)
     return found
+
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+MAX_RAW_BLOCK = 1 << 17
+"""The most a zstd block holds."""
+RANDOM_SAMPLE = 64
+"""The literals whose first bytes are looked at (fewer are left to zstd): a sample is enough, a
+set of them all cost more than zstd's search it spares."""
+_RANDOM_DISTINCT = 0.9 * 256.0 * (1.0 - (255.0 / 256.0) ** RANDOM_SAMPLE)
+"""Distinct first bytes that random values' sample falls short of rarely (then zstd's search
+finds out: the same frame, at its cost)."""
+
+
+def raw_frame(data: bytes) -> bytes:
+    """`data` as a zstd frame of raw blocks, its size in its header (what zstd writes for bytes
+    it cannot make smaller, with no search first): any zstd decoder reads it back."""
+    n = len(data)
+    if n < 256:
+        head = struct.pack("<4sBB", ZSTD_MAGIC, 0x20, n)  # one segment, a 1-byte size
+    elif n < 256 + (1 << 16):
+        head = struct.pack("<4sBH", ZSTD_MAGIC, 0x60, n - 256)
+    elif n < 1 << 32:
+        head = struct.pack("<4sBI", ZSTD_MAGIC, 0xA0, n)
+    else:
+        head = struct.pack("<4sBQ", ZSTD_MAGIC, 0xE0, n)
+    view = memoryview(data)
+    parts: list[bytes | memoryview] = [head]
+    for start in range(0, max(n, 1), MAX_RAW_BLOCK):
+        size = min(MAX_RAW_BLOCK, n - start)
+        parts.append(((size << 3) | (start + size >= n)).to_bytes(3, "little"))  # raw, last?
+        parts.append(view[start : start + size])
+    return b"".join(parts)
+
+
+def random_like(literals: bytes) -> bool:
+    """Whether 8-byte values look drawn at random (hashes: zstd finds nothing to take out):
+    the first bytes of a sample take about as many distinct values as random ones would.
+    Values that share their upper bytes (small numbers, a counter) do not, and are left to
+    zstd."""
+    if len(literals) < 8 * RANDOM_SAMPLE:
+        return False
+    return len(set(literals[: 8 * RANDOM_SAMPLE : 8])) >= _RANDOM_DISTINCT

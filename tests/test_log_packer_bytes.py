@@ -1,23 +1,32 @@
 """The bytes the writer's log packing stores, pinned: the chunks, dictionaries and their order
 for a fixed stream of two streams' batches, against a digest of what main's packing wrote
-before the content noting moved into C. A change of any stored byte (a run noted or dropped
-otherwise, a dictionary's content in another order, a chunk's columns) shows here; a change
-meant to alter them must say so and pin the new digest."""
+(pinned again when the columnar frames' zstd level changed). A change of any stored byte (a
+run noted or dropped otherwise, a dictionary's content in another order, a chunk's columns)
+shows here; a change meant to alter them must say so and pin the new digest. The frames
+unpacked are pinned apart, and every chunk must read back as its batches: a change of zstd's
+level alone leaves both as they were."""
 
 from __future__ import annotations
 
 import hashlib
 import random
 
+import zstandard
+
 from kvscope.collector.types import StreamId
-from kvscope.storage.log_dictionary import GRANULE
+from kvscope.storage.log_chunks import Chunk, ChunkRow
+from kvscope.storage.log_columns import FORMAT_6_MAGIC, FRAMES, TOKENS, _get_varint
+from kvscope.storage.log_dictionary import GRANULE, Dictionary, from_stored
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.rows import LogRow
 from tests.test_log_dictionary import payload, removed, stored
 
 A, B = StreamId("a", 0), StreamId("b", 0)
-PINNED = "a76467d5e02e7c71d7c81244d89d1f824190cbbeea77c9f239b14ba37f906bc3"
-"""sha256 of the chunks and dictionaries main packed (0e4fca1), before the noting moved."""
+PINNED = "a0e959758a1fc91d18706b9e1ac200a225bdd25122463573bde0ba901d9517f1"
+"""sha256 of the chunks and dictionaries packed with the columnar frames at zstd's level 1."""
+UNPACKED = "259a60dc7879cc4ff61d2e52ee847d68485e8f1d53ef0eaa57b2a9939ac51be6"
+"""sha256 of the same chunks' frames unpacked, and the dictionaries' content: main's (95bbe97),
+packed at the levels before."""
 
 
 def batches(rng: random.Random, n: int) -> list[LogRow]:
@@ -38,26 +47,64 @@ def batches(rng: random.Random, n: int) -> list[LogRow]:
     return rows
 
 
-def packed_digest() -> str:
+def packed_digest() -> tuple[str, str]:
+    """The digests of the bytes stored and of the frames unpacked; each chunk checked to read
+    back as its batches."""
     rng = random.Random(16)
     rows = batches(rng, 2400)
     packer = LogPacker(cap=12_000, ratio=0.5)
-    digest = hashlib.sha256()
+    digest, unpacked = hashlib.sha256(), hashlib.sha256()
+    made: dict[bytes, Dictionary] = {}
     start = 0
     while start < len(rows):
         end = start + rng.randint(20, 90)
         chunks, dictionaries = packer.pack(rows[start:end])
+        for row in dictionaries:
+            made.setdefault(row.digest, from_stored(row.data))
         for chunk in chunks:
             digest.update(repr((chunk.stream, chunk.first_seq, chunk.last_seq)).encode())
             digest.update(chunk.dictionary or b"-")
             digest.update(chunk.data)
+            against = made[chunk.dictionary] if chunk.dictionary else None
+            for frame in frames_unpacked(chunk, against):
+                unpacked.update(len(frame).to_bytes(8, "little") + frame)
+            read = Chunk(chunk.data, against)
+            assert [tuple(read.batch(i)) for i in range(len(read))] == [
+                (r[2], r[3], r[4], r[5])
+                for r in rows[start:end]
+                if r[0] == chunk.stream and chunk.first_seq <= r[2] <= chunk.last_seq
+            ]
         for row in dictionaries:
             digest.update(repr((row.stream, row.raw_bytes)).encode() + row.digest + row.data)
+            unpacked.update(made[row.digest].content)
         if start % 3 == 0:
             packer.committed(dictionaries)
         start = end
-    return digest.hexdigest()
+    return digest.hexdigest(), unpacked.hexdigest()
 
 
-def test_packed_bytes_are_main_s() -> None:
-    assert packed_digest() == PINNED
+def frames_unpacked(chunk: ChunkRow, dictionary: Dictionary | None) -> list[bytes]:
+    """A columnar chunk's frames, unpacked (the token ids' against `dictionary`)."""
+    data = chunk.data
+    pos = 5 + data[4]
+    if data[:4] == FORMAT_6_MAGIC:
+        pos += 1 + data[pos]
+        n, pos = _get_varint(data, pos)
+    else:
+        n = FRAMES[data[:4]]
+    _, pos = _get_varint(data, pos)
+    lengths = []
+    for _ in range(n):
+        length, pos = _get_varint(data, pos)
+        lengths.append(length)
+    out = []
+    for i, length in enumerate(lengths):
+        zdict = dictionary.zstd if i == TOKENS and dictionary is not None else None
+        out.append(zstandard.ZstdDecompressor(dict_data=zdict).decompress(data[pos : pos + length]))
+        pos += length
+    assert pos == len(data)
+    return out
+
+
+def test_packed_bytes_are_pinned_and_unpack_as_main_s() -> None:
+    assert packed_digest() == (PINNED, UNPACKED)
