@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from functools import lru_cache
 from itertools import chain
 from typing import Any
@@ -288,7 +289,14 @@ def upsert_released(
         tuple(map(quote, updated)),
         None if returning is None else quote(returning),
     )
-    found = conn.exec_driver_sql(sql, (*values.values(), 1))
-    value = None if returning is None else found.scalar_one()
+    try:
+        found = conn.exec_driver_sql(sql, (*values.values(), 1))
+        value = None if returning is None else found.scalar_one()
+    except BaseException:
+        # The failed run's blob stays bound too, while the writer waits to retry: its values
+        # are replaced before the step, so they go even where the store refuses the step too.
+        with suppress(Exception):
+            conn.exec_driver_sql(sql, (None,) * len(columns) + (0,))
+        raise
     conn.exec_driver_sql(sql, (None,) * len(columns) + (0,))
     return value

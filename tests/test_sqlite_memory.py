@@ -106,3 +106,18 @@ def test_a_store_connection_caches_fewer_pages_than_sqlites_default(tmp_path: Pa
     assert default < 0 and cache < 0
     assert -cache == SQLITE_CACHE_KIB < -default // 2
     engine.dispose()
+
+
+def test_a_dictionary_whose_write_failed_is_not_held(tmp_path: Path) -> None:
+    """A write that fails (here its stream is missing; in an outage, a full disk) leaves no
+    copy of its blob bound to the cached statement while the writer waits to retry."""
+    engine = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    row = DictionaryRow(STREAM, bytes(16), 1.0, BLOB, os.urandom(BLOB))
+    before = _sqlite_heap()
+    with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:
+        insert_dictionaries(conn, [row], lambda _stream: 99)  # no such stream
+    assert _sqlite_heap() - before < BLOB // 2
+    stored = sa.select(sa.func.count()).select_from(schema.log_dictionaries)
+    with engine.connect() as conn:
+        assert conn.execute(stored).scalar_one() == 0  # rolled back, as before
+    engine.dispose()
