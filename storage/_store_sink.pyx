@@ -8,6 +8,9 @@ second's rollup, its log row put on the queue and the checkpoint pacer told, eac
 no `AppliedBatch` built and no Python frame run. What is rare (a stream's first batch, a new
 epoch, a recovery followed, a drop and its end, a checkpoint) is left to the writer's Python
 methods, as `applied` left it; those that read the batch get an `AppliedBatch` of it.
+A subclass that overrides `applied` is told of each batch through it (checked once, of the
+class): an `applied` set on an instance, or patched on the class after the writer is made, is
+not.
 """
 
 cimport cython
