@@ -195,9 +195,6 @@ class BlockTable(TableCore):
         return table
 
     # --- reads --------------------------------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self._slot_of)
-
     def stats(self) -> TableStats:
         return TableStats(len(self._slot_of), self.copies, self.hittable_count, self.orphan_count)
 
