@@ -39,6 +39,9 @@ Each window (`name:from:to`, seconds of the stream) is counted, in runs of its o
   `advance` (the batches fed), within it `orphans` (`Orphans.after`) and `states` (the
   groups counted at an offset); `result` (an answer made), `offsets` (the offsets read); and
   `store` (an answer written to `reset_prefix_groups`).
+- with `--parts`, the sink's calls on the ingest thread too (parts of `ingest`): `applied`
+  (each batch), `instant` (the map before a batch), `cleared` (a clear: also per reset) and
+  `checkpoint` (a checkpoint's copy of the map).
 `--reset-every` sets the stream's reset interval (seconds of a replica's stream): the default
 windows hold none at 40 s. `--per-reset` plays each window twice more, without resets, and
 prints the writer's count per reset (the difference over the resets the window holds).
@@ -85,6 +88,9 @@ RESET_PARTS = (
     "offsets",
     "store",
 )
+INGEST_PARTS = ("applied", "instant", "cleared", "checkpoint")
+"""The sink's calls on the ingest thread (`StoreWriter`'s): each batch, the map before a batch,
+a clear, a checkpoint's copy."""
 NO_RESETS_S = 1e9
 """`--per-reset`'s baseline: the same stream's batches with no reset in reach."""
 
@@ -127,6 +133,7 @@ def _patch(part: str) -> None:
     from kvscope.storage.prefix_followers import PrefixFollowers
     from kvscope.storage.reset_follower import ResetFollower
     from kvscope.storage.sql_writer import RowWriter
+    from kvscope.storage.writer import StoreWriter
 
     known: Any = prefix_followers  # where a reset's kept offsets were read back before
     with suppress(ImportError):
@@ -140,7 +147,7 @@ def _patch(part: str) -> None:
         "sql": ((RowWriter, "write"),),
         "groups": ((PrefixFollowers, "groups"),),
         "reads": ((batch_log, "open_chunk"),),
-        "before": ((sql_writer, "encode_copy"),),
+        "before": ((sql_writer, "encode_before"), (sql_writer, "encode_copy")),
         "start": ((ResetFollower, "__init__"),),
         "after_clear": ((reset_follower, "map_after_clear"), (reset_follower, "rebuild")),
         "chains": ((reset_follower, "chain_groups"),),
@@ -153,6 +160,10 @@ def _patch(part: str) -> None:
             (prefix_followers, "write_prefix_groups"),
             (sql_writer, "store_prefix_groups"),
         ),
+        "applied": ((StoreWriter, "applied"),),
+        "instant": ((StoreWriter, "instant"),),
+        "cleared": ((StoreWriter, "map_cleared"),),
+        "checkpoint": ((StoreWriter, "_checkpoint"),),
     }
     owner, name = next((o, n) for o, n in targets[part] if hasattr(o, n))
     setattr(owner, name, _counted(getattr(owner, name)))
@@ -196,7 +207,7 @@ def child(
     say_source(prefix_map.__file__)
     payloads, cum = msgspec.msgpack.decode(Path(data_file).read_bytes())
     write_loop.WriteLoop._run = lambda self: None  # type: ignore[method-assign]
-    if kind in PARTS or kind in RESET_PARTS:
+    if kind in PARTS or kind in RESET_PARTS or kind in INGEST_PARTS:
         _patch(kind)
     defaults = StoreSettings()
     rows_per_take = max(1, round(_fleet_take(defaults, fleet) * publishers / fleet))
@@ -326,7 +337,7 @@ def main() -> None:
         if any(isinstance(e, VllmAllBlocksCleared) for e in decode(payload).events)
     ]
     p = args.publishers
-    kinds = (*KINDS, *PARTS, *RESET_PARTS) if args.parts else KINDS
+    kinds = (*KINDS, *PARTS, *RESET_PARTS, *INGEST_PARTS) if args.parts else KINDS
     if args.kinds:
         kinds = tuple(args.kinds.split(","))
     unit = "s" if args.native else "instructions"
@@ -373,7 +384,7 @@ def main() -> None:
                 print(f"  {'sink':<12} {(per['ingest'] - per['memory']) * scale:12,.1f}")
             if "writer" in per:
                 print(f"  {'writer':<12} {per['writer'] * scale:12,.1f}")
-            for part in PARTS:
+            for part in (*PARTS, *INGEST_PARTS):
                 if part in per:
                     print(f"    {part:<10} {per[part] * scale:12,.1f}")
             if txs:
@@ -386,7 +397,7 @@ def main() -> None:
                     f"{extra / resets:,.4g} {unit}"
                 )
             if resets:  # (a part alone, `--kinds store`, is a quick measurement of its own)
-                for part in RESET_PARTS:
+                for part in (*RESET_PARTS, "cleared"):
                     if part in figures:
                         print(f"    {part:<10} {figures[part] / resets:12,.4g} {unit} per reset")
     print(f"kvscope from {', '.join(sorted(_sources))}")

@@ -95,6 +95,10 @@ cdef class TableCore:
     def __dealloc__(self):
         PyMem_Free(self._free_slots)
 
+    def __len__(self):
+        # In C: the store's recovery follower counts the map's blocks after every batch.
+        return self._slot_of._size
+
     def __contains__(self, block_hash):
         # In C: a reset's orphans (storage/reset_orphans.py) ask it of every block a followed
         # batch names, where a Python method's frame was most of the cost.

@@ -17,6 +17,17 @@ cdef extern from *:
     int bit_length32 "KVSCOPE_BIT_LENGTH32"(uint32_t v) noexcept nogil
 
 
+cdef extern from *:
+    """
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    #define KVSCOPE_LITTLE_ENDIAN 1
+    #else
+    #define KVSCOPE_LITTLE_ENDIAN 0
+    #endif
+    """
+    bint LITTLE_ENDIAN "KVSCOPE_LITTLE_ENDIAN"
+
+
 cdef inline int bit_length(uint32_t v) noexcept nogil:
     # One instruction where the compiler has it, not a step a bit.
     return bit_length32(v)
@@ -78,3 +89,37 @@ cdef inline void unpack(uint32_t* out, const uint8_t* packed, Py_ssize_t n, int 
         out[i] = <uint32_t>(acc & mask)
         acc >>= width
         held -= width
+
+
+cdef inline void unpack_within(
+    uint32_t* out, const uint8_t* packed, Py_ssize_t n, int width, Py_ssize_t readable
+) noexcept nogil:
+    """`unpack`, a token a load of 8 bytes wherever `readable` bytes from `packed` hold them
+    (the bits past the token are masked off: a column's blocks lie end to end), not a byte at a
+    time; the last tokens, near the end, as `unpack` reads them."""
+    if width == 32 or not LITTLE_ENDIAN:
+        unpack(out, packed, n, width)
+        return
+    cdef uint64_t mask = ((<uint64_t>1) << width) - 1, word, acc
+    cdef Py_ssize_t i = 0, bit = 0
+    cdef int held
+    while i < n and (bit >> 3) + 8 <= readable:
+        memcpy(&word, packed + (bit >> 3), 8)
+        out[i] = <uint32_t>((word >> (bit & 7)) & mask)
+        bit += width
+        i += 1
+    if i == n:
+        return
+    packed += bit >> 3
+    acc = packed[0] >> (bit & 7)
+    held = 8 - (bit & 7)
+    packed += 1
+    while i < n:
+        while held < width:
+            acc |= (<uint64_t>packed[0]) << held
+            packed += 1
+            held += 8
+        out[i] = <uint32_t>(acc & mask)
+        acc >>= width
+        held -= width
+        i += 1

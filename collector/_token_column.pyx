@@ -17,7 +17,14 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport uint8_t, uint32_t
 from libc.string cimport memcpy
 
-from kvscope.collector._token_bits cimport bit_length, largest, pack, packed_size, unpack
+from kvscope.collector._token_bits cimport (
+    bit_length,
+    largest,
+    pack,
+    packed_size,
+    unpack,
+    unpack_within,
+)
 
 cdef carray.array _BYTES = array.array("B")
 cdef carray.array _UINT32 = array.array("I")
@@ -82,10 +89,13 @@ cdef class TokenColumn:
 
     def to_uint32(self):
         """The whole column as uint32 tokens, a block a slot: a checkpoint's tokens column."""
-        cdef Py_ssize_t bs = self.block_size, slot
+        cdef Py_ssize_t bs = self.block_size, slot, end = self.slots * self.stride
         cdef carray.array tokens = carray.clone(_UINT32, self.slots * bs, False)
         for slot in range(self.slots):
-            unpack(tokens.data.as_uints + slot * bs, self.at(slot), bs, self.width)
+            unpack_within(
+                tokens.data.as_uints + slot * bs, self.at(slot), bs, self.width,
+                end - slot * self.stride,
+            )
         return tokens
 
     def assign(self, Py_ssize_t block_size, tokens):

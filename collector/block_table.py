@@ -59,6 +59,10 @@ def _column(typecode: str, data: Any) -> array[Any]:
     return column
 
 
+_ENTRY_BYTES = array("Q").itemsize + array("i").itemsize
+"""A slot map entry as `to_state` gives it: a hash and its slot."""
+
+
 @dataclass(frozen=True, slots=True)
 class BlockEntry:
     """One cached hash of a table, as a dump or an API shows it."""
@@ -143,6 +147,13 @@ class BlockTable(TableCore):
             "raw_parent": list(self._raw_parent.items()),
         }
 
+    def state_bytes(self) -> int:
+        """About the bytes of `to_state`'s arrays: the slot map's hashes and slots, a slot of
+        each column but the tokens, and the tokens (at 4 bytes a token) and what is held aside."""
+        return (
+            _ENTRY_BYTES * len(self._slot_of) + _SLOT_BYTES * len(self._count) + self.token_bytes()
+        )
+
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> BlockTable:
         table = cls(TableKey(state["medium"], state["group"]), state["base_ts"])
@@ -184,9 +195,6 @@ class BlockTable(TableCore):
         return table
 
     # --- reads --------------------------------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self._slot_of)
-
     def stats(self) -> TableStats:
         return TableStats(len(self._slot_of), self.copies, self.hittable_count, self.orphan_count)
 
@@ -372,3 +380,11 @@ class BlockTable(TableCore):
                 stack.append(child)
                 child = next_sibling[child]
         self.hittable_count += changed if hittable else -changed
+
+
+_SLOT_BYTES: int = sum(
+    getattr(BlockTable(TableKey("GPU", 0), 0.0), name).itemsize
+    for name in BlockTable._COLUMNS
+    if name != "_tokens"
+)
+"""A slot of every column but the tokens."""

@@ -56,6 +56,10 @@ class TableReader(Protocol):
         """What `collector/snapshot.py` encodes."""
         ...
 
+    def state_bytes(self) -> int:
+        """About the bytes of `to_state`'s arrays."""
+        ...
+
 
 class MapReader(Protocol):
     """One publisher's map, read only (`PrefixMap` is one)."""

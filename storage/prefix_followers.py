@@ -84,7 +84,7 @@ class PrefixFollowers:
 
     def held_bytes(self) -> int:
         logs = sum(log.nbytes for log in self._logs.values())
-        return logs + sum(len(copy.data) for copy in self._copies.values())
+        return logs + sum(copy.before.nbytes for copy in self._copies.values())
 
     def follower_bytes(self) -> int:
         """About what the held followers take (their logs aside)."""
@@ -144,7 +144,7 @@ class PrefixFollowers:
                 if type(row) is not ResetRow:
                     continue
                 self._copies.pop(row.stream, None)  # a stream follows its newest reset only
-                if self.held_bytes() + len(row.before) <= self.hold_bytes:
+                if self.held_bytes() + row.before.nbytes <= self.hold_bytes:
                     self._copies[row.stream] = BeforeCopy(row.key, row.before)
                 epoch, after = follow_start(*row.key)
                 have = logs.get(row.stream)

@@ -95,14 +95,19 @@ class RecoveryTracker:
         return new_points
 
     def after_batch(self, view: MapReader, ts: float) -> None:
-        totals = view.totals()
-        self.peak_orphans = max(self.peak_orphans, totals.orphans)
-        elapsed = ts - self.reset_ts
+        # Every batch while a recovery is followed: the two totals it needs, summed in line
+        # (not `view.totals()`'s four, and its struct).
+        blocks = orphans = 0
+        for table in view.tables.values():
+            blocks += len(table)
+            orphans += table.orphan_count
+        if orphans > self.peak_orphans:
+            self.peak_orphans = orphans
         if self.before_blocks:
-            if self.t50_s is None and totals.blocks >= 0.5 * self.before_blocks:
-                self.t50_s = elapsed
-            if self.t90_s is None and totals.blocks >= 0.9 * self.before_blocks:
-                self.t90_s = elapsed
+            if self.t50_s is None and blocks >= 0.5 * self.before_blocks:
+                self.t50_s = ts - self.reset_ts
+            if self.t90_s is None and blocks >= 0.9 * self.before_blocks:
+                self.t90_s = ts - self.reset_ts
         self.last_ts = ts
 
     @property

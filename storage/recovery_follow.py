@@ -63,11 +63,12 @@ class StreamRecoveries:
                 still.append(followed)  # the batch that carried the clear itself
                 continue
             tracker.after_batch(batch.view, batch.ts)
-            known = (tracker.t50_s is not None, tracker.t90_s is not None)
-            if tracker.done or known != (followed.t50_known, followed.t90_known):
-                followed.t50_known, followed.t90_known = known
+            done = tracker.done
+            t50, t90 = tracker.t50_s is not None, tracker.t90_s is not None
+            if done or t50 is not followed.t50_known or t90 is not followed.t90_known:
+                followed.t50_known, followed.t90_known = t50, t90
                 rows.append(self._row(followed))
-            if not tracker.done:
+            if not done:
                 still.append(followed)
         self.followed = still
         return rows

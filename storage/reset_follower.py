@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from itertools import chain
-from typing import NamedTuple, TypeAlias
+from typing import NamedTuple, TypeAlias, cast
 
 from sqlalchemy import Connection, select
 
@@ -23,7 +23,7 @@ from kvscope.collector._table_counts import add_group_counts
 from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.sink import ClearReason
-from kvscope.collector.snapshot import decode_copy, decode_tables
+from kvscope.collector.snapshot import decode_tables
 from kvscope.collector.types import StreamId, TableKey
 from kvscope.collector.wire import BatchDecoder
 from kvscope.storage import batch_log, schema
@@ -40,6 +40,7 @@ from kvscope.storage.reset_prefix_types import (
     ResetPrefixes,
     status_of,
 )
+from kvscope.storage.rows import BeforeMap
 
 _State: TypeAlias = "array[int]"
 _GROUP_FIELDS = tuple(f.name for f in dataclasses.fields(PrefixGroup))
@@ -73,11 +74,11 @@ def _state_of(view: PrefixMap, marks: dict[TableKey, SlotMap], groups: int) -> _
 
 
 class BeforeCopy(NamedTuple):
-    """A reset's `before` map as the store's writer holds it (`copy_tables`), under its
+    """A reset's `before` map as the store's writer holds it (the cleared tables), under its
     `ResetRow.key`: a follower made soon after reads it, not the snapshot just stored."""
 
     key: tuple[int, int, str]
-    data: bytes
+    before: BeforeMap
 
 
 class ResetFollower:
@@ -111,7 +112,9 @@ class ResetFollower:
         self.used_copy = False
         """Whether it read `copy` (else the stored snapshot)."""
         if copy is not None and copy.key == self.key:
-            before, self.signed = decode_copy(copy.data)
+            # A map's tables are `BlockTable`s (collector/prefix_map.py); only read here.
+            before = cast(Mapping[TableKey, BlockTable], copy.before.tables)
+            self.signed = copy.before.signed
             self.used_copy = True
         else:
             stored = conn.execute(select(r.c.before).where(r.c.id == reset_id)).scalar_one()
@@ -144,7 +147,7 @@ class ResetFollower:
         self._groups: tuple[PrefixGroup, ...] = ()
         """The last answer's groups, and the offsets, batches and states they were made of."""
 
-    def _take_before(self, before: dict[TableKey, BlockTable]) -> None:
+    def _take_before(self, before: Mapping[TableKey, BlockTable]) -> None:
         """What it keeps of the `before` map: its groups (each block's mark, each group's root,
         sizes and head), not the map itself."""
         self.roots: list[tuple[TableKey, int]] = []

@@ -5,9 +5,13 @@ Not frozen: frozen dataclasses are slow to build.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from kvscope.collector.types import StreamId
+from kvscope.collector.sink import TableReader
+from kvscope.collector.snapshot import copy_tables, decode_copy, encode_tables
+from kvscope.collector.types import StreamId, TableKey
 from kvscope.storage.recovery import RecoveryPoint
 
 LogRow = tuple[StreamId, int, int, float, float, bytes]
@@ -37,6 +41,36 @@ class CheckpointRow:
     """For a delta checkpoint: the seq of the key it is read with."""
 
 
+class BeforeMap:
+    """A reset's `before` map: the emptied tables themselves, which a clear hands over and
+    nothing changes again, read on the writer thread (encoded, and grouped by a prefix
+    follower) without a copy made on the ingest thread. Pickled (a row spilled to disk) as
+    their copy (`copy_tables`), so that a spilled row holds no tables."""
+
+    __slots__ = ("tables", "signed", "nbytes")
+
+    def __init__(self, tables: Mapping[TableKey, TableReader], signed: bool = False) -> None:
+        self.tables = tables
+        self.signed = signed
+        """What the snapshot says of the hashes' sign."""
+        self.nbytes = sum(table.state_bytes() for table in tables.values())
+        """About what a copy of them takes (what the queue and the followers count)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_before_of_copy, (copy_tables(self.tables, self.signed),))
+
+
+def _before_of_copy(copy: bytes) -> BeforeMap:
+    tables, signed = decode_copy(copy)
+    return BeforeMap(tables, signed)
+
+
+def encode_before(before: BeforeMap) -> bytes:
+    """The reset's `before` snapshot, compressed: the very bytes `encode_copy` makes of a copy
+    of the tables (writer thread)."""
+    return encode_tables(before.tables, before.signed)
+
+
 @dataclass(slots=True)
 class ResetRow:
     stream: StreamId
@@ -49,10 +83,10 @@ class ResetRow:
     before_hittable: int
     before_orphans: int
     before_tokens: int
-    before: bytes
-    """The emptied tables copied (`copy_tables`)."""
+    before: BeforeMap
+    """The emptied tables."""
     packed_before: bytes = b""
-    """`before` encoded (`encode_copy`), by the writer thread."""
+    """`before` encoded (`encode_before`), by the writer thread."""
 
 
 @dataclass(slots=True)

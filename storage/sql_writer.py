@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Insert, Table, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from kvscope.collector.ratelog import RateLimitedLog
-from kvscope.collector.snapshot import blocks_named, encode_copy
+from kvscope.collector.snapshot import blocks_named
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.bulk_sql import (
@@ -40,6 +40,7 @@ from kvscope.storage.rows import (
     ResetRow,
     RollupRow,
     Row,
+    encode_before,
 )
 
 
@@ -203,7 +204,7 @@ class RowWriter:
                     checkpoints += 1
                 elif type(row) is ResetRow and not row.packed_before:
                     # Outside the transaction: a 1M-block map takes a good part of a second.
-                    row.packed_before = encode_copy(row.before)
+                    row.packed_before = encode_before(row.before)
                 prepared.ordered.append(row)
         prepared.log = log
         prepared.chunks, prepared.dictionaries = self.packer.pack(log)

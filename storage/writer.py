@@ -32,7 +32,7 @@ from kvscope.collector.sink import (
     ResumePoint,
     Span,
 )
-from kvscope.collector.snapshot import copy_map, copy_tables
+from kvscope.collector.snapshot import copy_map
 from kvscope.collector.types import StreamId
 from kvscope.storage._checkpoint_pacing import CheckpointPacer
 from kvscope.storage._store_sink import StoreSinkCore
@@ -46,6 +46,7 @@ from kvscope.storage.recovery_resume import open_recovery
 from kvscope.storage.rollups import SecondRollup
 from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.rows import (
+    BeforeMap,
     CheckpointRow,
     IntervalRow,
     ResetRow,
@@ -131,7 +132,8 @@ class StoreWriter(StoreSinkCore):
             state.rollup.cleared()
         tables = cleared.tables
         key = (cleared.epoch, cleared.seq, cleared.reason.value)
-        before = copy_tables(tables)
+        # Handed over, not copied: the map starts from new tables, and these never change again.
+        before = BeforeMap(tables)
         self._put_always(
             ResetRow(
                 stream=cleared.stream,
@@ -145,7 +147,7 @@ class StoreWriter(StoreSinkCore):
                 before_tokens=sum(t.hittable_count * t.block_size for t in tables.values()),
                 before=before,
             ),
-            len(before),
+            before.nbytes,
         )
         # A new clear ends the recoveries still being followed on this stream.
         for row in state.recoveries.cleared(key, cleared.ts, tables):

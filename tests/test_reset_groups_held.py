@@ -126,22 +126,28 @@ def test_no_log_is_held_from_an_answer_that_read_nothing(
 def test_a_follower_starts_from_the_before_map_the_writer_holds(
     store_url: str, monkeypatch: pytest.MonkeyPatch, observing: list[bool]
 ) -> None:
-    """Not from the snapshot the same writer just stored (read back and decompressed)."""
-    used = {"copy": 0, "stored": 0}
+    """The cleared tables themselves: neither the snapshot the same writer just stored (read
+    back and decompressed) nor a copy of them is decoded into tables again."""
+    decoded = [0]
+    from_state = snapshot.table_from_state
 
-    def counted(name: str, decode: Any) -> Any:
-        def decoded(*args: Any) -> Any:
-            used[name] += not observing[0]
-            return decode(*args)
+    def counted(state: Any) -> Any:
+        decoded[0] += not observing[0]
+        return from_state(state)
 
-        return decoded
+    starts: list[bool] = []
 
-    follower = "kvscope.storage.reset_follower"
-    monkeypatch.setattr(f"{follower}.decode_copy", counted("copy", snapshot.decode_copy))
-    monkeypatch.setattr(f"{follower}.decode_tables", counted("stored", snapshot.decode_tables))
+    class Recorded(ResetFollower):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            if not observing[0]:
+                starts.append(self.used_copy)
+
+    monkeypatch.setattr(snapshot, "table_from_state", counted)
+    monkeypatch.setattr(prefix_followers, "ResetFollower", Recorded)
     checked = _play(store_url)
     assert checked.wrong == [] and len(checked.answers) >= 10
-    assert used["stored"] == 0 and used["copy"] >= 2
+    assert starts.count(True) >= 2 and decoded[0] == 0
 
 
 def test_a_newer_resets_copy_outlives_an_older_resets_follower(

@@ -22,7 +22,7 @@ from kvscope.storage import schema
 from kvscope.storage.engine import SQLITE_CACHE_KIB, open_store
 from kvscope.storage.log_dictionaries_sql import insert_dictionaries
 from kvscope.storage.log_dictionary import DictionaryRow
-from kvscope.storage.rows import CheckpointRow, ResetRow, Row
+from kvscope.storage.rows import BeforeMap, CheckpointRow, ResetRow, Row
 from kvscope.storage.sql_writer import RowWriter
 from tests.test_prefix_map import stored
 
@@ -37,10 +37,14 @@ def _sqlite_heap() -> int:
     return int(lib.sqlite3_memory_used())
 
 
-def _small_copy() -> bytes:
+def _small_map() -> PrefixMap:
     prefix_map = PrefixMap(STREAM)
     prefix_map.apply(Batch(0, 0.0, 0, [stored([11, 12], None)]))
-    return copy_map(prefix_map)
+    return prefix_map
+
+
+def _small_copy() -> bytes:
+    return copy_map(_small_map())
 
 
 def _checkpoint(blob: bytes) -> Row:
@@ -48,7 +52,8 @@ def _checkpoint(blob: bytes) -> Row:
 
 
 def _reset(blob: bytes) -> Row:
-    row = ResetRow(STREAM, (0, 5, "clear"), 5.0, 5.0, False, 2, 2, 0, 32, _small_copy())
+    before = BeforeMap(_small_map().tables)
+    row = ResetRow(STREAM, (0, 5, "clear"), 5.0, 5.0, False, 2, 2, 0, 32, before)
     row.packed_before = blob
     return row
 

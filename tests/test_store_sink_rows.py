@@ -15,10 +15,11 @@ import pytest
 from kvscope.collector._live_sink import LiveSink
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.sink import AppliedBatch
+from kvscope.collector.snapshot import copy_tables
 from kvscope.collector.types import StreamId
 from kvscope.storage import write_loop
 from kvscope.storage.engine import open_store
-from kvscope.storage.rows import RollupRow
+from kvscope.storage.rows import ResetRow, RollupRow
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 from tests.test_ingest import CLEAR, frames, payload, remove, store
@@ -84,7 +85,8 @@ def _rows_digest(
 
 def _canonical(rows: list[Any]) -> list[str]:
     """The rows' reprs; a second's rollup rows (one per tier) sorted, as their order follows
-    the process's string hashing."""
+    the process's string hashing. A reset's cleared tables are shown as their copy (what the
+    sink handed the writer thread before it handed the tables themselves)."""
     texts: list[str] = []
     run: list[str] = []
     for row in rows:
@@ -93,7 +95,11 @@ def _canonical(rows: list[Any]) -> list[str]:
             continue
         texts += sorted(run)
         run = []
-        texts.append(repr(row))
+        text = repr(row)
+        if type(row) is ResetRow:
+            copy = copy_tables(row.before.tables, row.before.signed)
+            text = text.replace(repr(row.before), repr(copy))
+        texts.append(text)
     return texts + sorted(run)
 
 

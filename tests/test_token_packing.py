@@ -45,3 +45,23 @@ def test_a_column_gives_back_the_tokens_it_packed(tokens: list[int], block_size:
     for slot in range(len(tokens) // block_size):
         block = tokens[slot * block_size : (slot + 1) * block_size]
         assert pack_query(array("I", block), block_size, width)[0] == reference(block, width)
+
+
+@st.composite
+def columns(draw: st.DrawFn) -> tuple[list[int], int]:
+    """Whole blocks of tokens below 2**width, for every width: a column's blocks lie end to
+    end, and each token is read back with the bits around it masked off."""
+    width = draw(st.integers(1, 32))
+    block_size = draw(st.integers(1, 20))
+    slots = draw(st.integers(1, 6))
+    token = st.integers(0, 2**width - 1)
+    tokens = draw(st.lists(token, min_size=block_size * slots, max_size=block_size * slots))
+    return tokens, block_size
+
+
+@given(columns())
+def test_a_column_of_any_width_gives_back_its_tokens(column: tuple[list[int], int]) -> None:
+    tokens, block_size = column
+    packed = TokenColumn()
+    packed.assign(block_size, array("I", tokens))
+    assert packed.to_uint32() == array("I", tokens)
