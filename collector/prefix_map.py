@@ -68,7 +68,17 @@ class PrefixMap:
         recv_ts: float | None = None,
     ) -> ClearedMap:
         """Empty every tier and group, handing what was there to `on_clear` first."""
-        cleared = ClearedMap(self.stream, epoch, reason, seq, ts, self.tables, degraded, recv_ts)
+        cleared = ClearedMap(
+            self.stream,
+            epoch,
+            reason,
+            seq,
+            ts,
+            self.tables,
+            degraded,
+            recv_ts,
+            self.counters.signed_hashes,
+        )
         self.tables = {}
         self.counters.clears += 1
         if self.on_clear is not None:

@@ -161,6 +161,8 @@ class ClearedMap:
     recv_ts: float | None = None
     """The collector's wall clock when the clear arrived (the engine's `ts` may be another
     clock: a lab's simulated time, or a skewed host)."""
+    signed_hashes: bool = False
+    """Whether the publisher sends its hashes as signed ints (SGLang): how they are shown."""
 
 
 class DegradedStep(StrEnum):

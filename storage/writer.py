@@ -133,7 +133,7 @@ class StoreWriter(StoreSinkCore):
         tables = cleared.tables
         key = (cleared.epoch, cleared.seq, cleared.reason.value)
         # Handed over, not copied: the map starts from new tables, and these never change again.
-        before = BeforeMap(tables)
+        before = BeforeMap(tables, cleared.signed_hashes)
         self._put_always(
             ResetRow(
                 stream=cleared.stream,

@@ -8,7 +8,8 @@ could meet in three places, each tested here:
 - within one stream, when its publisher restarts as the other engine (a pod replaced under the
   same name): the new epoch's map starts empty, is told its engine again, and shows its hashes
   in its own engine's form;
-- in the store: a stored instant of each epoch rebuilds that epoch's blocks only, in its form.
+- in the store: a stored instant of each epoch rebuilds that epoch's blocks only, in its form,
+  and a reset's before map keeps its engine's form too (its prefix groups' roots).
 
 SGLang's batches are built with tests/sglang_events.py, after SGLang 0.5.23's source (its
 package does not import here without its GPU stack).
@@ -19,15 +20,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+from sqlalchemy import select
 
-from kvscope.collector.dump import map_lines
+from kvscope.collector.dump import map_lines, show_hash
 from kvscope.collector.ingest import MESSAGES_BETWEEN_RESTARTS, StreamIngest
 from kvscope.collector.token_query import TokenQuery
 from kvscope.collector.types import StreamId
+from kvscope.storage import schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
+from kvscope.storage.reset_prefixes import reset_prefixes
 from kvscope.storage.writer import StoreWriter
-from tests.sglang_events import sglang_batch, sglang_stored
+from tests.sglang_events import sglang_batch, sglang_cleared, sglang_stored
 
 PAGE = 16
 SAME = 2**64 - 1
@@ -131,3 +135,18 @@ def test_vllms_own_session_id_does_not_make_it_sglang() -> None:
     sglang = StreamIngest(StreamId("s", 0), can_replay=False)
     sglang.live_frames(frames(0, sglang_batch(1.0, [sglang_event])), 1.0)
     assert (vllm.engine, sglang.engine) == ("vllm", "sglang")
+
+
+def test_an_sglang_resets_before_map_keeps_its_signed_hashes(tmp_path: Path) -> None:
+    engine = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    writer = StoreWriter(engine)
+    ingest = StreamIngest(StreamId("pod", 0), can_replay=False, sink=writer)
+    ingest.live_frames(frames(0, sglang_one(1.0)), 1.0)
+    ingest.live_frames(frames(1, sglang_batch(2.0, [sglang_cleared()])), 2.0)
+    writer.close()
+    with engine.connect() as conn:
+        reset_id = conn.execute(select(schema.resets.c.id)).scalar_one()
+        found = reset_prefixes(conn, reset_id)
+    engine.dispose()
+    assert found.signed
+    assert [show_hash(g.root, g.raw_root, found.signed) for g in found.groups] == [-1]
