@@ -209,12 +209,15 @@ def pack_runs(list runs, list indexes, list planes, list notes=None):
         for i in range(n):
             run_close(&work[i])
         free(work)
-        try:
-            for i in range(m):
-                if jobs[i].readers != NULL:
+        for i in range(m):  # every table let go, whichever ran out of memory
+            if jobs[i].readers != NULL:
+                try:
                     note_close(&jobs[i], <RunTable>noting[i][0])
-        finally:
-            free(jobs)
+                except MemoryError:
+                    failed = 2
+        free(jobs)
+    if failed == 2:
+        raise MemoryError()
     return parts
 
 

@@ -108,3 +108,16 @@ def test_noting_lets_go_of_the_gil_once_with_the_walk() -> None:
     assert _log_columns.walks_let_go() - before == 1
     table = packer._streams[STREAMS[0]].table
     assert table.noted is not None and table.noted[0] > 0
+
+
+def test_out_of_memory_in_one_note_lets_every_table_go() -> None:
+    rows = batches(random.Random(6), 200, 0.0)
+    packer = LogPacker(cap=6_000, ratio=0.5)
+    packer.pack(rows[:100])
+    tables = [packer._streams[stream].table for stream in STREAMS]
+    tables[0].fail_allocations_after(0)
+    with pytest.raises(MemoryError):
+        packer.pack(rows[100:])
+    tables[0].fail_allocations_after(-1)
+    for table in tables:
+        table.runs()  # not left busy
