@@ -1,6 +1,7 @@
 from typing import Any
 
 from kvscope.storage._granules import GranuleIndex
+from kvscope.storage._token_granules import RunTable
 
 def split(
     payloads: list[bytes], verbatim: bool = False, granules: GranuleIndex | None = None
@@ -17,10 +18,14 @@ def joins_back(
     """Whether `join` gives `payloads` back from `split`'s columns, exactly."""
 
 def pack_runs(
-    runs: list[list[bytes]], indexes: list[GranuleIndex | None], planes: list[bool]
+    runs: list[list[bytes]],
+    indexes: list[GranuleIndex | None],
+    planes: list[bool],
+    notes: list[tuple[RunTable, list[bytes], int, int]] | None = None,
 ) -> list[tuple[list[bytes], int]]:
     """Each run's columns as `split` gives them, checked as `joins_back` checks them, with
-    format 5's token planes where `planes` says; and the count kept verbatim."""
+    format 5's token planes where `planes` says; and the count kept verbatim. `notes`' content
+    noted as `RunTable.note` notes it, in the same let-go of the GIL."""
 
 def walks_let_go() -> int:
     """How many times `split`, `joins_back` and `pack_runs` have let go of the GIL."""

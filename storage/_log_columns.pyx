@@ -20,6 +20,7 @@ from kvscope.storage._log_rooms cimport COLUMNS, room_sizes
 from kvscope.storage._log_join cimport gathered, same_back
 from kvscope.storage._log_walk cimport join_all
 from kvscope.storage._granules cimport GranuleIndex, Granules
+from kvscope.storage._token_granules cimport NoteJob, RunTable, note_close, note_open, note_run
 from kvscope.storage._log_run cimport (
     Run, run_close, run_open, run_outgrown, run_pack, run_scratch, run_split
 )
@@ -154,27 +155,36 @@ def fields(list rows, Py_ssize_t width):
     return cols
 
 
-def pack_runs(list runs, list indexes, list planes):
+def pack_runs(list runs, list indexes, list planes, list notes=None):
     """Each run's payloads (a list of bytes) as `split`'s columns, checked as `joins_back`
     checks them (all verbatim where they do not join back), with format 5's token planes where
     `planes` says and the ids fit; as (columns, count kept verbatim) per run. The work of a
     transaction's chunks lets go of the GIL once: taking it back from a busy ingest thread can
-    cost a switch interval (and under load, the holder's wait for a CPU)."""
-    cdef Py_ssize_t n = len(runs), i
+    cost a switch interval (and under load, the holder's wait for a CPU). `notes`: (RunTable,
+    payloads, step, when) each, noted as `RunTable.note` notes them once the runs are packed, in
+    the same let-go (each table's `noted` then holds its counts)."""
+    cdef Py_ssize_t n = len(runs), i, m = 0 if notes is None else len(notes)
     if len(indexes) != n or len(planes) != n:  # read below without bounds checks
         raise ValueError(f"{n} runs, {len(indexes)} indexes, {len(planes)} plane flags")
     cdef Run* work = <Run*>calloc(n + 1, sizeof(Run))
+    cdef NoteJob* jobs = <NoteJob*>calloc(m + 1, sizeof(NoteJob))
     cdef list held = [tuple(run) for run in runs]  # their bytes stay alive meanwhile
+    cdef list noting = [] if notes is None else [tuple(note) for note in notes]
     cdef int failed = 0
     cdef Py_ssize_t tables = 0, most = 0
     cdef bint had
-    if work == NULL:
+    if work == NULL or jobs == NULL:
+        free(work)
+        free(jobs)
         raise MemoryError()
     try:
         for i in range(n):
             run_open(&work[i], held[i], indexes[i])
             work[i].planes = planes[i] and indexes[i] is not None
             tables += work[i].h.values != NULL
+        for i in range(m):
+            table, payloads, step, when = noting[i]
+            note_open(&jobs[i], table, payloads, step, when)
         most = tables
         global _walks_let_go, _scratch_most
         _walks_let_go += 1
@@ -187,15 +197,29 @@ def pack_runs(list runs, list indexes, list planes):
                     failed = 1
                     break
                 tables += (work[i].h.values != NULL) - had
+            if not failed:  # as before: the content is noted once the chunks are packed
+                for i in range(m):
+                    note_run(&jobs[i])
         _scratch_most = most
         if failed:
             raise MemoryError()
         shares_learned(work, n)
-        return [run_parts(&work[i]) for i in range(n)]
+        parts = [run_parts(&work[i]) for i in range(n)]
     finally:
         for i in range(n):
             run_close(&work[i])
         free(work)
+        for i in range(m):  # every table let go, whichever ran out of memory
+            if jobs[i].readers != NULL:
+                try:
+                    note_close(&jobs[i], <RunTable>noting[i][0])
+                except MemoryError:
+                    failed = 2
+        free(jobs)
+    if failed == 2:
+        raise MemoryError()
+    return parts
+
 
 
 def join(Py_ssize_t count, bytes sizes, bytes skel, bytes refs, bytes lits, bytes floats,

@@ -1,5 +1,7 @@
 class RunTable:
     granule: int
+    noted: tuple[int, int] | None
+    """The last note's counts, as `note` gives them (`pack_runs` notes too)."""
     def __init__(self, granule: int, cap: int = 0) -> None: ...
     def __len__(self) -> int: ...
     @property

@@ -11,6 +11,7 @@ import os
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
+from libc.string cimport memset
 
 from kvscope.collector._msgpack cimport MAX_DEPTH, Reader, read_array, read_map, skip
 from kvscope.storage._msgpack_widths cimport kvscope_scalar_width, kvscope_token_width
@@ -175,14 +176,67 @@ cdef int walk(Reader* r, int depth, Py_ssize_t granule, Table* seen, uint64_t wh
     return skip(r, depth)
 
 
+cdef int note_open(NoteJob* job, RunTable table, list payloads, Py_ssize_t step,
+                   uint64_t when) except -1:
+    """`job` (zeroed) set to note every `step`th of `payloads` (from the first) in `table`,
+    which is busy until `note_close`; the caller holds `payloads` meanwhile."""
+    if step < 1:
+        raise ValueError("step must be at least 1")
+    if table.busy:
+        raise RuntimeError("a RunTable is one thread's")
+    cdef Py_ssize_t n = (len(payloads) + step - 1) // step, i, k = 0
+    cdef Reader* readers = <Reader*>malloc(max(n, 1) * sizeof(Reader))
+    if readers == NULL:
+        raise MemoryError()
+    for i in range(0, len(payloads), step):
+        payload = payloads[i]
+        if type(payload) is not bytes:
+            free(readers)
+            raise TypeError("payloads are bytes")
+        # The list holds each payload, and bytes do not change: their buffers stay put.
+        readers[k].p = <const uint8_t*>PyBytes_AS_STRING(payload)
+        readers[k].pos = 0
+        readers[k].end = PyBytes_GET_SIZE(payload)
+        k += 1
+    job.t = &table.t
+    job.readers = readers
+    job.n = n
+    job.granule = table.granule
+    job.when = when
+    job.counts[0] = job.counts[1] = 0
+    job.done = 0
+    table.busy = True
+    return 0
+
+
+cdef void note_run(NoteJob* job) noexcept nogil:
+    """The job's walks (a job run once; one not opened does nothing)."""
+    cdef Py_ssize_t i
+    for i in range(job.n):
+        if walk(&job.readers[i], 0, job.granule, job.t, job.when, job.counts) == NO_MEMORY:
+            job.done = NO_MEMORY
+            break
+    job.n = 0
+
+
+cdef tuple note_close(NoteJob* job, RunTable table):
+    """The job's (bytes of runs new to the table, bytes of runs it held); its table free
+    again. Raises MemoryError where the walks ran out."""
+    if job.readers == NULL:
+        return None
+    free(job.readers)
+    job.readers = NULL
+    table.busy = False
+    if job.done == NO_MEMORY:
+        raise MemoryError()
+    table.noted = (job.counts[0], job.counts[1])
+    return table.noted
+
+
 cdef class RunTable:
     """A stream's distinct runs of `granule` token ids (their msgpack bytes), each with when it
     was last seen (a count the caller keeps), the least recently seen first; of those seen
     together, the first seen first (as a dict's insertion order kept them). One thread's."""
-
-    cdef Table t
-    cdef readonly Py_ssize_t granule
-    cdef bint busy
 
     def __cinit__(self, Py_ssize_t granule, Py_ssize_t cap=0):
         if granule < 1:
@@ -213,38 +267,15 @@ cdef class RunTable:
     def note(self, list payloads, Py_ssize_t step, uint64_t when):
         """Note the runs of every `step`th of `payloads` (from the first) as seen `when`, the
         GIL let go meanwhile: (bytes of runs new to the table, bytes of runs it held)."""
-        if step < 1:
-            raise ValueError("step must be at least 1")
-        if self.busy:
-            raise RuntimeError("a RunTable is one thread's")
-        cdef Py_ssize_t n = (len(payloads) + step - 1) // step, i, k = 0
-        cdef Py_ssize_t counts[2]
-        cdef int done = 0
-        cdef Reader* readers = <Reader*>malloc(max(n, 1) * sizeof(Reader))
-        if readers == NULL:
-            raise MemoryError()
-        for i in range(0, len(payloads), step):
-            payload = payloads[i]
-            if type(payload) is not bytes:
-                free(readers)
-                raise TypeError("payloads are bytes")
-            # The list holds each payload, and bytes do not change: their buffers stay put.
-            readers[k].p = <const uint8_t*>PyBytes_AS_STRING(payload)
-            readers[k].pos = 0
-            readers[k].end = PyBytes_GET_SIZE(payload)
-            k += 1
-        counts[0] = counts[1] = 0
-        self.busy = True
-        with nogil:
-            for i in range(n):
-                if walk(&readers[i], 0, self.granule, &self.t, when, counts) == NO_MEMORY:
-                    done = NO_MEMORY
-                    break
-        self.busy = False
-        free(readers)
-        if done == NO_MEMORY:
-            raise MemoryError()
-        return counts[0], counts[1]
+        cdef NoteJob job
+        memset(&job, 0, sizeof(NoteJob))
+        note_open(&job, self, payloads, step, when)
+        try:
+            with nogil:
+                note_run(&job)
+        finally:
+            done = note_close(&job, self)
+        return done
 
     def evict(self, Py_ssize_t held, double down_to):
         """Drop the least recently seen runs, one at least, until `held` (the bytes held, less

@@ -249,11 +249,15 @@ def pack(
     fmt: int = CHUNK_FORMAT,
     dictionaries: Mapping[Any, Dictionary] | None = None,
     known: Mapping[Any, Known] | None = None,
+    note: Callable[[Any, list[bytes]], log_columns.Note | None] | None = None,
 ) -> list[ChunkRow]:
     """`rows` (in the order applied) as chunks of format `fmt`, compressed; in formats 2 and 3,
     each stream's against its dictionary in `dictionaries`, if it has one; in format 6, each
     chunk of a stream in `known` that lies after its checkpoint (same epoch) against its hashes
-    (the caller cuts `rows` at its checkpoints: a chunk never spans one).
+    (the caller cuts `rows` at its checkpoints: a chunk never spans one). In formats 3 and up,
+    `note` is given each stream's payloads (in the order applied, the streams in the order they
+    first come), and what it gives back is noted in the columns' walk
+    (`log_columns.columns_all`); in another, it is not called.
 
     The writer thread holds the GIL for all of this but the compression, and the ingest thread
     waits meanwhile: rows are handled as columns (`zip`, `array`, `accumulate`, `bisect` run in
@@ -268,7 +272,14 @@ def pack(
     streams, epochs, seqs, ts, recv_ts, payloads = _fields_by_stream(rows)
     all_seqs, all_ts, all_recv = stamp_arrays(seqs, ts, recv_ts)
     made, runs, names = [], [], []
+    spans: dict[Any, list[int]] = {}
+    """Each stream's rows, start and end: `_fields_by_stream` put them together."""
     for start, end in _bounds(streams, epochs, ts, payloads):
+        span = spans.get(streams[start])
+        if span is None:
+            spans[streams[start]] = [start, end]
+        else:
+            span[1] = end
         run_seqs, run_ts, run_recv = all_seqs[start:end], all_ts[start:end], all_recv[start:end]
         (ts_low, ts_high), (recv_low, recv_high) = low_high(run_ts), low_high(run_recv)
         after = known_before(fmt, known, streams[start], epochs[start], run_seqs[0])
@@ -317,7 +328,14 @@ def pack(
         )
         return [chunk._replace(data=packed[i].tobytes()) for i, chunk in enumerate(made)]
     if fmt >= 3:
-        frames = [parts for parts, _ in log_columns.columns_all(runs)]
+        notes = []
+        for stream, (start, end) in spans.items():
+            if note is None:
+                break
+            noted = note(stream, payloads if end - start == len(payloads) else payloads[start:end])
+            if noted is not None:
+                notes.append(noted)
+        frames = [parts for parts, _ in log_columns.columns_all(runs, notes)]
         made = [c._replace(raw_bytes=sum(map(len, f))) for c, f in zip(made, frames, strict=True)]
         return _pack_columns(made, frames, dictionaries or {}, names, fmt)
     return _pack_format_2(made, dictionaries or {})

@@ -39,6 +39,7 @@ from kvscope.storage._granules import GranuleIndex
 from kvscope.storage._log_columns import join, pack_runs
 from kvscope.storage._log_known import KnownHashes, join_known, split_known
 from kvscope.storage._log_planes import tokens_of_planes, xor_planes
+from kvscope.storage._token_granules import RunTable
 
 FORMAT_3_MAGIC = b"KVL3"
 FORMAT_4_MAGIC = b"KVL4"
@@ -79,6 +80,10 @@ def columns(
     return columns_all([Run(seqs, ts, recv_ts, payloads, granules, planes, known)])[0]
 
 
+Note = tuple[RunTable, list[bytes], int, int]
+"""A stream's content to note as `RunTable.note` does: (table, payloads, step, when)."""
+
+
 class Run(NamedTuple):
     """A chunk's batches, and what `columns` is given with them."""
 
@@ -91,13 +96,18 @@ class Run(NamedTuple):
     known: KnownHashes | None = None
 
 
-def columns_all(runs: Sequence[Run]) -> list[tuple[list[bytes], int]]:
+def columns_all(
+    runs: Sequence[Run], notes: Sequence[Note] | None = None
+) -> list[tuple[list[bytes], int]]:
     """`columns` of each run: the walks of them all (the split, its check that the columns
-    give the payloads back, else all verbatim, and the planes) let go of the GIL once."""
+    give the payloads back, else all verbatim, and the planes) let go of the GIL once; so do
+    `notes`' (storage/log_dictionary.py's noting of a stream's content, once the runs are
+    packed)."""
     packed = pack_runs(
         [list(run.payloads) for run in runs],
         [run.granules for run in runs],
         [run.planes for run in runs],
+        None if notes is None else list(notes),
     )
     out = []
     for run, (parts, verbatim) in zip(runs, packed, strict=True):

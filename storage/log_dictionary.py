@@ -29,6 +29,9 @@ import zstandard
 from kvscope.storage._granules import GranuleIndex
 from kvscope.storage._token_granules import RunTable
 
+Note = tuple[RunTable, list[bytes], int, int]
+"""Content to note as `RunTable.note` does: (table, payloads, step, when)."""
+
 GRANULE = 16
 """Token ids per run kept: vLLM's usual block size (a larger one is a multiple of it)."""
 DEFAULT_CAP = 1 << 20
@@ -131,6 +134,7 @@ class StreamContent:
         "current",
         "_since",
         "_steady",
+        "_pending",
     )
 
     def __init__(self, cap: int = DEFAULT_CAP, ratio: float = DEFAULT_RATIO) -> None:
@@ -149,17 +153,32 @@ class StreamContent:
         """The last transaction's content was mostly seen before, and the cap nearly full."""
         self._since = 0
         """Log bytes stored against the current dictionary (or none)."""
+        self._pending = False
+        """`to_note` gave a walk whose counts `noted` has not taken yet."""
 
     def see(self, payloads: Sequence[bytes]) -> None:
         """Note the runs of `payloads` (a transaction's) as seen now: all of them while the
         content is short of the cap or changing, one batch in `SAMPLE` once it holds steady
         (less to walk; a change still shows in the sample). The walk lets go of the GIL."""
+        note = self.to_note(payloads)
+        if note is not None:
+            self.noted(*self._seen.note(*note[1:]))
+
+    def to_note(self, payloads: Sequence[bytes]) -> Note | None:
+        """`see`'s walk for another to run (the log's packing, in its own let-go of the GIL:
+        storage/log_columns.py), `noted` given its counts after; None where nothing is noted."""
         if not self.cap:
-            return
+            return None
         self._now += 1
+        self._pending = True
         step = SAMPLE if self._steady else 1
         listed = payloads if type(payloads) is list else list(payloads)
-        fresh, recurred = self._seen.note(listed, step, self._now)
+        return self._seen, listed, step, self._now
+
+    def noted(self, fresh: int, recurred: int) -> None:
+        """What `to_note`'s walk found: bytes of runs new to the content, and of runs it held."""
+        self._pending = False
+        step = SAMPLE if self._steady else 1
         self._steady = self._held >= EVICT_TO * self.cap and fresh < FRESH_SHARE * recurred
         self._held += fresh
         self._fresh += fresh
@@ -168,6 +187,14 @@ class StreamContent:
             # The least recently seen go, down to EVICT_TO of the cap: a sort per eviction,
             # not a move per run seen.
             self._held = self._seen.evict(self._held, EVICT_TO * self.cap)
+
+    @property
+    def table(self) -> RunTable:
+        return self._seen
+
+    def pending(self) -> bool:
+        """Whether a walk `to_note` gave waits for `noted`."""
+        return self._pending
 
     def runs(self) -> list[bytes]:
         """The runs held, least recently seen first (of those seen together, first seen first)."""

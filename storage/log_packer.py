@@ -18,6 +18,7 @@ from kvscope.storage.log_dictionary import (
     DEFAULT_RATIO,
     Dictionary,
     DictionaryRow,
+    Note,
     StreamContent,
     row_of,
 )
@@ -28,6 +29,10 @@ from kvscope.storage.rows import CheckpointRow, LogRow
 class LogPacker:
     """The writer's log packing: each stream's chunks against its current dictionary, and the
     dictionaries to store with them."""
+
+    note_in_walk = True
+    """Formats 3 and up note the content in the columns' walk (False: after it, apart: a
+    test's reference)."""
 
     def __init__(
         self, cap: int = DEFAULT_CAP, ratio: float = DEFAULT_RATIO, fmt: int = CHUNK_FORMAT
@@ -50,22 +55,20 @@ class LogPacker:
         """`log` in chunks of the format written, each stream's against its current dictionary,
         and the dictionaries they name that may not be stored yet; then what the log showed is kept,
         and a new dictionary made where one is due (for the next transaction's chunks)."""
-        chunks = pack(log, self.fmt, self.current(), self._known)
-        by_stream: dict[Any, list[bytes]] = {}
-        if len({chunk.stream for chunk in chunks}) == 1:  # nearly always: no loop in Python
-            by_stream[chunks[0].stream] = list(map(itemgetter(5), log))
+        if self.fmt >= 3 and self.note_in_walk:
+            # The content noted in the columns' walk (one let-go of the GIL): the chunks are
+            # packed against the dictionaries made before, as when it is noted after.
+            notes: dict[Any, StreamContent] = {}
+
+            def note(stream: Any, payloads: list[bytes]) -> Note | None:
+                content = notes[stream] = self._content(stream)
+                return content.to_note(payloads)
+
+            chunks = pack(log, self.fmt, self.current(), self._known, note)
+            self._made(chunks, notes)
         else:
-            for row in log:
-                by_stream.setdefault(row[0], []).append(row[5])
-        for chunk in chunks:
-            self._content(chunk.stream).stored(len(chunk.data))
-        now = time.time()
-        for stream, payloads in by_stream.items():
-            content = self._content(stream)
-            content.see(payloads)
-            made = content.refresh()
-            if made is not None:
-                self._unconfirmed[(stream, made.digest)] = row_of(stream, made, now)
+            chunks = pack(log, self.fmt, self.current(), self._known)
+            self._made(chunks, self._seen(chunks, log))
         named = {(c.stream, c.dictionary) for c in chunks if c.dictionary is not None}
         return chunks, [row for key, row in self._unconfirmed.items() if key in named]
 
@@ -120,6 +123,35 @@ class LogPacker:
 
     def current(self) -> Mapping[Any, Dictionary]:
         return {s: c.current for s, c in self._streams.items() if c.current is not None}
+
+    def _seen(self, chunks: Sequence[ChunkRow], log: Sequence[LogRow]) -> dict[Any, StreamContent]:
+        """Each stream's content, `log`'s payloads noted in it (the streams in the order they
+        first come)."""
+        by_stream: dict[Any, list[bytes]] = {}
+        if len({chunk.stream for chunk in chunks}) == 1:  # nearly always: no loop in Python
+            by_stream[chunks[0].stream] = list(map(itemgetter(5), log))
+        else:
+            for row in log:
+                by_stream.setdefault(row[0], []).append(row[5])
+        seen = {}
+        for stream, payloads in by_stream.items():
+            content = seen[stream] = self._content(stream)
+            content.see(payloads)
+        return seen
+
+    def _made(self, chunks: Sequence[ChunkRow], seen: Mapping[Any, StreamContent]) -> None:
+        """The chunks' bytes counted against their streams' dictionaries, then the
+        dictionaries due made (`seen`: the streams whose content was noted, in order)."""
+        for chunk in chunks:
+            self._content(chunk.stream).stored(len(chunk.data))
+        now = time.time()
+        for stream, content in seen.items():
+            noted = content.table.noted
+            if content.pending() and noted is not None:
+                content.noted(*noted)
+            made = content.refresh()
+            if made is not None:
+                self._unconfirmed[(stream, made.digest)] = row_of(stream, made, now)
 
     def _content(self, stream: Any) -> StreamContent:
         content = self._streams.get(stream)
