@@ -59,12 +59,18 @@ class LogPacker:
             # The content noted in the columns' walk (one let-go of the GIL): the chunks are
             # packed against the dictionaries made before, as when it is noted after.
             notes: dict[Any, StreamContent] = {}
+            before: dict[Any, tuple[int, int] | None] = {}
 
             def note(stream: Any, payloads: list[bytes]) -> Note | None:
                 content = notes[stream] = self._content(stream)
+                before[stream] = content.table.noted
                 return content.to_note(payloads)
 
-            chunks = pack(log, self.fmt, self.current(), self._known, note)
+            try:
+                chunks = pack(log, self.fmt, self.current(), self._known, note)
+            except BaseException:
+                self._walked(notes, before)
+                raise
             self._made(chunks, notes)
         else:
             chunks = pack(log, self.fmt, self.current(), self._known)
@@ -152,6 +158,20 @@ class LogPacker:
             made = content.refresh()
             if made is not None:
                 self._unconfirmed[(stream, made.digest)] = row_of(stream, made, now)
+
+    @staticmethod
+    def _walked(
+        notes: Mapping[Any, StreamContent], before: Mapping[Any, tuple[int, int] | None]
+    ) -> None:
+        """After a packing that raised: the walks that ran all the same (the others' when one
+        ran out of memory) counted, so that each content counts the runs its table holds. A
+        walk not run leaves its table's `noted` as it was, or closed as nothing seen."""
+        for stream, content in notes.items():
+            noted = content.table.noted
+            if noted is None or noted is before[stream] or noted == (0, 0):
+                continue
+            if content.pending():
+                content.noted(*noted)
 
     def _content(self, stream: Any) -> StreamContent:
         content = self._streams.get(stream)

@@ -121,3 +121,22 @@ def test_out_of_memory_in_one_note_lets_every_table_go() -> None:
     tables[0].fail_allocations_after(-1)
     for table in tables:
         table.runs()  # not left busy
+
+
+def test_walks_done_before_one_ran_out_of_memory_are_counted() -> None:
+    # Every walk runs in one let-go: where one stream's runs out of memory, the others' have
+    # noted their runs all the same, and their contents must count them (else they hold more
+    # than their cap says, for good).
+    rows = batches(random.Random(6), 200, 0.0)
+    packer = LogPacker(cap=6_000, ratio=0.5)
+    packer.pack(rows[:100])
+    order = list(dict.fromkeys(row[0] for row in rows[100:]))
+    failing = packer._streams[order[-1]].table
+    failing.fail_allocations_after(0)
+    with pytest.raises(MemoryError):
+        packer.pack(rows[100:])
+    failing.fail_allocations_after(-1)
+    for stream in order[:-1]:
+        content = packer._streams[stream]
+        assert not content.pending()
+        assert content._held == sum(map(len, content.runs()))
