@@ -18,4 +18,5 @@ cdef class QueueCore:
     cdef object _append_row
     cdef object _append_size
 
+    cdef bint put_row(self, object row, long long nbytes) except -1
     cpdef bint put_batch(self, object row, long long nbytes) except -1

@@ -26,6 +26,11 @@ cdef class QueueCore:
     cpdef bint put_batch(self, object row, long long nbytes) except -1:
         """`put(row, True, nbytes)`, called directly for each batch by the ingest thread: the
         common case (room in memory, no spill being drained) in as few steps as it takes."""
+        return self.put_row(row, nbytes)
+
+    cdef bint put_row(self, object row, long long nbytes) except -1:
+        """`put_batch` without a cpdef's look for an override (the store's sink calls this when
+        its queue's class has none)."""
         cdef long long held = self._bytes_in - self._bytes_out
         spill = self.spill
         if (

@@ -9,6 +9,11 @@ from kvscope.storage.recovery_follow import StreamRecoveries
 from kvscope.storage.rollups import SecondRollup
 from kvscope.storage.rowqueue import RowQueue
 
+class RecoveriesCore:
+    """The base of `StreamRecoveries`: the list the sink tests for each batch, a C field."""
+
+    followed: list[Any]
+
 class StreamState:
     """What the writer remembers per stream between batches (ingest thread only)."""
 

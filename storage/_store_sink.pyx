@@ -25,6 +25,8 @@ from kvscope.storage.rows import EpochRow
 
 cdef object _APPLIED_BATCH = AppliedBatch
 cdef object _EPOCH_ROW = EpochRow
+# The Python method, not its C function (which `QueueCore.put_batch` names in Cython).
+cdef object _CORE_PUT_BATCH = getattr(QueueCore, "put_batch")
 
 
 cdef object _applied_batch(object stream, object epoch, object seq, object ts, object recv_ts,
@@ -36,13 +38,22 @@ cdef object _applied_batch(object stream, object epoch, object seq, object ts, o
     return _APPLIED_BATCH(stream, epoch, seq, ts, recv_ts, payload, decoded, changes, gaps, view)
 
 
+@cython.auto_pickle(False)
+cdef class RecoveriesCore:
+    """The base of storage/recovery_follow.py's `StreamRecoveries`: the list the sink tests
+    for each batch, a C field."""
+
+    # The recoveries being followed: the sink tests it for each batch.
+    cdef public list followed
+
+
 @cython.final
 @cython.auto_pickle(False)
 cdef class StreamState:
     """What the writer remembers per stream between batches (ingest thread only)."""
 
     cdef public object rollup  # its `SecondRollup`
-    cdef public object recoveries  # its `StreamRecoveries`
+    cdef public RecoveriesCore recoveries  # its `StreamRecoveries`
     cdef public CheckpointPacer pacer
     # `rollup.counts` (never replaced), counted into for each batch.
     cdef readonly RollupCounts counts
@@ -70,7 +81,9 @@ cdef class StoreSinkCore(LiveSink):
     `_state`, `_put_always`, `_note_drop`, `_close_drop` and `_checkpoint`."""
 
     cdef readonly dict _streams
-    cdef public QueueCore _queue
+    cdef QueueCore _queue_core
+    # Its class overrides `put_batch` (a test's or a benchmark's): the sink calls that.
+    cdef bint _put_overridden
     # The stream of the last batch and its state: a stream's batches mostly come in a row, and
     # a StreamId is hashed field by field at each lookup.
     cdef object _last_stream
@@ -81,6 +94,15 @@ cdef class StoreSinkCore(LiveSink):
     def __cinit__(self, *args, **kwargs):
         self._streams = {}
         self._applied_overridden = type(self).applied is not StoreSinkCore.applied
+
+    @property
+    def _queue(self):
+        return self._queue_core
+
+    @_queue.setter
+    def _queue(self, QueueCore queue not None):
+        self._queue_core = queue
+        self._put_overridden = type(queue).put_batch is not _CORE_PUT_BATCH
 
     def _forget_state(self, stream):
         """The stream's state goes (`forget`)."""
@@ -112,6 +134,7 @@ cdef class StoreSinkCore(LiveSink):
         cheapest that says there is nothing to do."""
         cdef StreamState state
         cdef long long events
+        cdef bint put
         if stream is self._last_stream:
             state = self._last_state
         else:
@@ -131,7 +154,12 @@ cdef class StoreSinkCore(LiveSink):
                 )
             for recovery in state.recoveries.after_batch(batch):
                 self._put_always(recovery)
-        if not self._queue.put_batch((stream, epoch, seq, ts, recv_ts, payload), len(payload)):
+        row = (stream, epoch, seq, ts, recv_ts, payload)
+        if self._put_overridden:
+            put = self._queue_core.put_batch(row, len(payload))
+        else:
+            put = self._queue_core.put_row(row, len(payload))
+        if not put:
             self._note_drop(stream, state, epoch, seq, ts)
         elif state.dropped_from is not None:
             self._close_drop(stream, state)

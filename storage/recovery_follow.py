@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from kvscope.collector.sink import AppliedBatch, MapReader, TableReader
 from kvscope.collector.types import StreamId, TableKey
+from kvscope.storage._store_sink import RecoveriesCore
 from kvscope.storage.recovery import RecoveryTracker
 from kvscope.storage.rows import RecoveryRow
 
@@ -33,7 +34,7 @@ class _Followed:
     t90_known: bool = False
 
 
-class StreamRecoveries:
+class StreamRecoveries(RecoveriesCore):
     """The recoveries being followed on one stream (at most one, in practice: a clear ends the
     one before it)."""
 
@@ -41,7 +42,7 @@ class StreamRecoveries:
         self.stream = stream
         self.offsets = offsets
         self.followed: list[_Followed] = []
-        """The writer tests it for each batch: a list's truth takes no Python call."""
+        """The writer tests it for each batch (a C field of the base)."""
 
     def next_instants(self) -> Iterator[float]:
         """The engine-clock instants at which the next points are measured."""
