@@ -73,13 +73,11 @@ cdef inline void pack(uint8_t* out, const uint32_t* tokens, Py_ssize_t n, int wi
         held -= 8
 
 
-cdef inline void unpack(uint32_t* out, const uint8_t* packed, Py_ssize_t n, int width) noexcept nogil:
-    """Read `n` tokens that `pack` wrote at `width` bits."""
-    if width == 32:
-        memcpy(out, packed, n * 4)
-        return
-    cdef uint64_t acc = 0, mask = ((<uint64_t>1) << width) - 1
-    cdef int held = 0
+cdef inline void unpack_held(
+    uint32_t* out, const uint8_t* packed, Py_ssize_t n, int width, uint64_t acc, int held
+) noexcept nogil:
+    """`unpack`'s loop, a byte at a time, from `held` bits already read into `acc`."""
+    cdef uint64_t mask = ((<uint64_t>1) << width) - 1
     cdef Py_ssize_t i
     for i in range(n):
         while held < width:
@@ -91,6 +89,14 @@ cdef inline void unpack(uint32_t* out, const uint8_t* packed, Py_ssize_t n, int 
         held -= width
 
 
+cdef inline void unpack(uint32_t* out, const uint8_t* packed, Py_ssize_t n, int width) noexcept nogil:
+    """Read `n` tokens that `pack` wrote at `width` bits."""
+    if width == 32:
+        memcpy(out, packed, n * 4)
+        return
+    unpack_held(out, packed, n, width, 0, 0)
+
+
 cdef inline void unpack_within(
     uint32_t* out, const uint8_t* packed, Py_ssize_t n, int width, Py_ssize_t readable
 ) noexcept nogil:
@@ -100,9 +106,8 @@ cdef inline void unpack_within(
     if width == 32 or not LITTLE_ENDIAN:
         unpack(out, packed, n, width)
         return
-    cdef uint64_t mask = ((<uint64_t>1) << width) - 1, word, acc
+    cdef uint64_t mask = ((<uint64_t>1) << width) - 1, word
     cdef Py_ssize_t i = 0, bit = 0
-    cdef int held
     while i < n and (bit >> 3) + 8 <= readable:
         memcpy(&word, packed + (bit >> 3), 8)
         out[i] = <uint32_t>((word >> (bit & 7)) & mask)
@@ -111,15 +116,4 @@ cdef inline void unpack_within(
     if i == n:
         return
     packed += bit >> 3
-    acc = packed[0] >> (bit & 7)
-    held = 8 - (bit & 7)
-    packed += 1
-    while i < n:
-        while held < width:
-            acc |= (<uint64_t>packed[0]) << held
-            packed += 1
-            held += 8
-        out[i] = <uint32_t>(acc & mask)
-        acc >>= width
-        held -= width
-        i += 1
+    unpack_held(out + i, packed + 1, n - i, width, packed[0] >> (bit & 7), 8 - (bit & 7))
