@@ -61,8 +61,13 @@ class Sent:
 
     replica: str
     """Its stream's replica name, `127.0.0.1:<replay port>`."""
-    batches: int
+    sent_ts: array[float]
+    """When each batch went out, by seq."""
     replays: int
+
+    @property
+    def batches(self) -> int:
+        return len(self.sent_ts)
 
 
 def with_ts(payload: bytes, ts: float) -> bytes:
@@ -138,7 +143,7 @@ def run_publishers(
         wait_s = TICK_S if not due or stop_sending.is_set() else min(TICK_S, due[0][0] - now)
         for sock, _ in poller.poll(math.ceil(max(0.0, wait_s) * 1000)):
             by_router[sock].answer(payloads)
-    ready.send([Sent(r.name, len(r.sent_ts), r.replays) for r in replicas])
+    ready.send([Sent(r.name, r.sent_ts, r.replays) for r in replicas])
     for r in replicas:
         r.pub.close(linger=0)
         r.router.close(linger=0)

@@ -2,18 +2,17 @@
 
 The collector runs in this process (its loop thread and the store's writer thread, as
 `kvscope collect --bind` runs them); the publishers run in spawned processes
-(benchmarks/_fleet_publishers.py). The lag is observed through `LagProbe`, an `EventSink`
-wrapped around the store's writer: the collector calls it after each batch changed the map,
-so nothing of the product's hot path changes for the measurement.
+(benchmarks/_fleet_publishers.py). The lag is observed from outside the collector's path
+(`AppliedSampler`): the store's writer is the collector's sink, as in the daemon.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import tempfile
+import threading
 import time
 from array import array
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -24,17 +23,6 @@ from _pg import database_url, fresh_database
 from sqlalchemy import text
 
 from kvscope.collector.fleet import FleetSettings
-from kvscope.collector.sink import (
-    AppliedBatch,
-    ClearedMap,
-    ConnectionChange,
-    DegradedChange,
-    DegradedStep,
-    EventSink,
-    MapReader,
-    NullSink,
-    Span,
-)
 from kvscope.collector.subscriber import Collector, CollectorSettings
 from kvscope.collector.types import StreamId
 from kvscope.lab.ports import free_port
@@ -50,35 +38,61 @@ SETTLE_S = 10.0
 """How long the collector may take to apply the last batches sent before they count as lost."""
 
 
-class LagProbe:
-    """The store's sink (or none), plus: each batch's lag from its send time (its `ts`) to its
-    application, for batches sent from `since`; batches applied per stream; gaps left open."""
+class AppliedSampler:
+    """Which batch each stream has applied, read from the collector's ingests every `period_s`
+    on a thread of its own: the collector runs with the sink the daemon gives it (the store's
+    writer, told of each batch in C), with nothing of the measurement in its path. A batch
+    counts as applied at the first sample that shows it (so a lag is at most `period_s` long);
+    the thread's own CPU is kept to be taken off the collector's."""
 
-    def __init__(self, inner: EventSink) -> None:
-        self.inner = inner
-        self.since = float("inf")
-        self.lags = array("d")
-        self.applied_per_stream: Counter[StreamId] = Counter()
-        self.degraded_opened = 0
+    def __init__(self, collector: Collector, period_s: float = 0.01) -> None:
+        self._collector = collector
+        self._period_s = period_s
+        self.seen: dict[StreamId, tuple[array[float], array[int]]] = {}
+        """Per stream: the sample times at which its last applied seq moved, and that seq."""
+        self.cpu_s = 0.0
+        """This thread's CPU seconds so far."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="applied-sampler", daemon=True)
 
-    def applied(self, batch: AppliedBatch) -> None:
-        self.inner.applied(batch)
-        self.applied_per_stream[batch.stream] += 1
-        if batch.ts >= self.since:
-            self.lags.append(time.time() - batch.ts)
+    def start(self) -> None:
+        self._thread.start()
 
-    def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
-        return self.inner.instant(stream, ts, view)
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
-    def map_cleared(self, cleared: ClearedMap) -> None:
-        self.inner.map_cleared(cleared)
+    def _run(self) -> None:
+        seen = self.seen
+        while not self._stop.wait(self._period_s):
+            now = time.time()
+            for stream, ingest in self._collector.ingests.items():
+                seq = ingest.last_seq
+                if seq is None:
+                    continue
+                times, seqs = seen.get(stream) or seen.setdefault(stream, (array("d"), array("q")))
+                if not seqs or seqs[-1] != seq:
+                    times.append(now)
+                    seqs.append(seq)
+            self.cpu_s = time.thread_time()
 
-    def degraded(self, change: DegradedChange) -> None:
-        self.degraded_opened += change.step is DegradedStep.OPENED
-        self.inner.degraded(change)
+    def applied(self, stream: StreamId) -> int:
+        """Batches of `stream` applied (its seqs start at 0)."""
+        ingest = self._collector.ingests.get(stream)
+        return 0 if ingest is None or ingest.last_seq is None else ingest.last_seq + 1
 
-    def connection(self, change: ConnectionChange) -> None:
-        self.inner.connection(change)
+    def lags(self, stream: StreamId, sent_ts: array[float], since: float) -> Iterator[float]:
+        """Each batch's lag from its send time to the sample that first showed it applied, for
+        batches sent from `since`; a batch never shown has none."""
+        times, seqs = self.seen.get(stream, (array("d"), array("q")))
+        at = 0
+        for seq, ts in enumerate(sent_ts):
+            while at < len(seqs) and seqs[at] < seq:
+                at += 1
+            if at == len(seqs):
+                return
+            if ts >= since:
+                yield times[at] - ts
 
 
 @dataclass(frozen=True)
@@ -175,16 +189,17 @@ def run_trial(
         url, where = stack.enter_context(_store(kind))
         writer = None if url is None else StoreWriter(open_store(url))
         size_before = _size(kind, writer, where)
-        probe = LagProbe(writer or NullSink())
         bind = f"tcp://127.0.0.1:{free_port()}"
         collector = Collector(
             [],
             settings=CollectorSettings(),
-            sink=probe,
+            sink=writer,
             fleet=FleetSettings(bind, replay_template="tcp://{ip}:{port}", max_publishers=65_536),
             starter=None if writer is None else StoreStarter(writer),
         )
         collector.start()
+        sampler = AppliedSampler(collector)
+        sampler.start()
         stop_sending, stop = spawn.Event(), spawn.Event()
         children = []
         for p in range(procs):
@@ -204,11 +219,11 @@ def run_trial(
         t0 = time.time() + 0.2
         for _, _, start_at in children:
             start_at.send(t0)
-        probe.since = t0 + warmup_s
-        time.sleep(max(0.0, probe.since - time.time()))
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        since = t0 + warmup_s
+        time.sleep(max(0.0, since - time.time()))
+        cpu0, wall0 = time.process_time() - sampler.cpu_s, time.perf_counter()
         time.sleep(duration_s)
-        cpu1, wall1 = time.process_time(), time.perf_counter()
+        cpu1, wall1 = time.process_time() - sampler.cpu_s, time.perf_counter()
         stop_sending.set()
         sending_s = time.time() - t0
         sent: list[Sent] = []
@@ -219,10 +234,15 @@ def run_trial(
         expected = {StreamId(s.replica, 0): s.batches for s in sent}
         deadline = time.monotonic() + SETTLE_S
         while time.monotonic() < deadline and any(
-            probe.applied_per_stream[s] < n for s, n in expected.items()
+            sampler.applied(s) < n for s, n in expected.items()
         ):
             time.sleep(0.05)
+        sampler.stop()
         collector.stop()
+        lags = array("d")
+        for s in sent:
+            lags.extend(sampler.lags(StreamId(s.replica, 0), s.sent_ts, since))
+        degraded = sum(len(ingest.degraded_history) for ingest in collector.ingests.values())
         drain_started = time.perf_counter()
         if writer is not None:
             writer.flush(60)
@@ -233,18 +253,18 @@ def run_trial(
         size = _size(kind, writer, where) - size_before
         if writer is not None:
             writer.engine.dispose()
-        unapplied = sum(max(0, n - probe.applied_per_stream[s]) for s, n in expected.items())
+        unapplied = sum(max(0, n - sampler.applied(s)) for s, n in expected.items())
         return Trial(
             store=kind,
             replicas=replicas,
             seconds=wall1 - wall0,
             batches_sent=sum(expected.values()),
-            lag_p50_s=_percentile(probe.lags, 0.50),
-            lag_p99_s=_percentile(probe.lags, 0.99),
-            lag_max_s=max(probe.lags, default=0.0),
+            lag_p50_s=_percentile(lags, 0.50),
+            lag_p99_s=_percentile(lags, 0.99),
+            lag_max_s=max(lags, default=0.0),
             unapplied=unapplied,
             store_dropped=dropped,
-            degraded=probe.degraded_opened,
+            degraded=degraded,
             replays=sum(s.replays for s in sent),
             drain_s=drain_s,
             cpu_cores=(cpu1 - cpu0) / (wall1 - wall0),

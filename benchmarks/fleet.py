@@ -11,11 +11,12 @@ ROUTER) into one collector in bind mode (`Collector` with `FleetSettings`, as
 `kvscope collect --bind` runs it) with the store on (a fresh SQLite file; a fresh PostgreSQL
 database), or off (`none`: the baseline). Per trial (benchmarks/_fleet_trial.py):
 - lag: from a batch's send time (its `ts`) to its application to the map, p50/p99/max over the
-  batches sent after `--warmup`;
+  batches sent after `--warmup` (an application is seen by a thread that samples each stream's
+  last applied seq every 10 ms, outside the collector's path: a lag is at most 10 ms long);
 - lost: batches sent and never applied, dropped by the store, or in a gap left degraded;
 - drain: the time the store takes to write its backlog once sending stops;
-- CPU: the collector process's CPU seconds per second (loop, store writer and ZMQ threads)
-  over the measured span, per replica, and replicas per core;
+- CPU: the collector process's CPU seconds per second (loop, store writer and ZMQ threads; not
+  the sampler's) over the measured span, per replica, and replicas per core;
 - store bytes per replica-hour: the store's growth over the run.
 A trial keeps up when lag p99 <= 1 s, nothing is lost and the drain takes <= 1 s. For each
 store, N doubles from `--start` until a trial fails, then is bisected (to `--resolution`): the
