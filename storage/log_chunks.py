@@ -43,14 +43,13 @@ from kvscope.storage.log_columns import (
 )
 from kvscope.storage.log_compress import (
     COLUMNS_ZSTD_LEVEL,
+    DICTIONARY_ZSTD_LEVEL,
     TOKENS_ZSTD_LEVEL,
     ZSTD_LEVEL,
     by_dictionary,
     compress_all,
-    compressor,
     random_like,
     raw_frame,
-    segments,
 )
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.log_known import ChunkError as ChunkError
@@ -321,12 +320,6 @@ def pack(
                 None if after is None else after.seq,
             )
         )
-    if fmt == 1:
-        # A compressor object must not be shared between threads: one per call.
-        packed = zstandard.ZstdCompressor(level=ZSTD_LEVEL).multi_compress_to_buffer(
-            [chunk.data for chunk in made]
-        )
-        return [chunk._replace(data=packed[i].tobytes()) for i, chunk in enumerate(made)]
     if fmt >= 3:
         notes = []
         for stream, (start, end) in spans.items():
@@ -338,7 +331,14 @@ def pack(
         frames = [parts for parts, _ in log_columns.columns_all(runs, notes)]
         made = [c._replace(raw_bytes=sum(map(len, f))) for c, f in zip(made, frames, strict=True)]
         return _pack_columns(made, frames, dictionaries or {}, names, fmt)
-    return _pack_format_2(made, dictionaries or {})
+    encoded = [chunk.data for chunk in made]
+    if fmt == 1:  # a bare zstd frame, against no dictionary
+        return _compressed_by_dictionary(
+            made, {}, encoded, ZSTD_LEVEL, lambda i, _, frame: bytes(frame)
+        )
+    return _compressed_by_dictionary(
+        made, dictionaries or {}, encoded, DICTIONARY_ZSTD_LEVEL, _format_2
+    )
 
 
 def stamp_arrays(
@@ -396,25 +396,34 @@ def _pack_columns(
         [kept if k == lits and kept is not None else next(plain) for k in range(len(chunk) - 1)]
         for chunk, kept in zip(frames, raw, strict=True)
     ]
-    out = list(made)
-    for dictionary, where in by_dictionary([c.stream for c in made], dictionaries).items():
-        done = compress_all(dictionary, [frames[i][tokens] for i in where], level)
-        digest = b"" if dictionary is None else dictionary.digest
-        for k, i in enumerate(where):
-            ordered = [*packed[i][:tokens], done[k], *packed[i][tokens:]]
-            data = log_columns.assemble(digest, made[i].batches, ordered, names[i])
-            out[i] = made[i]._replace(data=data, dictionary=digest or None)
-    return out
+
+    def assemble(i: int, digest: bytes, token_frame: bytes | memoryview) -> bytes:
+        ordered = [*packed[i][:tokens], token_frame, *packed[i][tokens:]]
+        return log_columns.assemble(digest, made[i].batches, ordered, names[i])
+
+    token_frames = [chunk[tokens] for chunk in frames]
+    return _compressed_by_dictionary(made, dictionaries, token_frames, level, assemble)
 
 
-def _pack_format_2(made: list[ChunkRow], dictionaries: Mapping[Any, Dictionary]) -> list[ChunkRow]:
+def _format_2(i: int, digest: bytes, frame: bytes | memoryview) -> bytes:
+    """A chunk of format 2's bytes: its magic, the digest's length and the digest, the frame."""
+    return b"".join([FORMAT_2_MAGIC, bytes((len(digest),)), digest, frame])
+
+
+def _compressed_by_dictionary(
+    made: list[ChunkRow],
+    dictionaries: Mapping[Any, Dictionary],
+    frames: list[bytes],
+    level: int,
+    assemble: Callable[[int, bytes, bytes | memoryview], bytes],
+) -> list[ChunkRow]:
+    """`made` with each chunk's bytes `assemble(i, digest, frame)`: `frames[i]` compressed at
+    `level` against its stream's dictionary in `dictionaries` (digest empty where none), in one
+    call per dictionary (the GIL goes once each), and named by that dictionary's digest."""
     out = list(made)
     for dictionary, where in by_dictionary([c.stream for c in made], dictionaries).items():
-        packer = compressor(dictionary)
-        packed = segments(packer.multi_compress_to_buffer([made[i].data for i in where]))
+        done = compress_all(dictionary, [frames[i] for i in where], level)
         digest = b"" if dictionary is None else dictionary.digest
-        head = FORMAT_2_MAGIC + bytes((len(digest),)) + digest
         for k, i in enumerate(where):
-            data = b"".join([head, packed[k]])
-            out[i] = made[i]._replace(data=data, dictionary=digest or None)
+            out[i] = made[i]._replace(data=assemble(i, digest, done[k]), dictionary=digest or None)
     return out

@@ -131,4 +131,8 @@ class RollupRow:
 
 Row = LogRow | EpochRow | CheckpointRow | ResetRow | RecoveryRow | IntervalRow | RollupRow
 
-# Batches, rollups and checkpoints may be dropped when the queue is full; the rest never are.
+
+def droppable(row: Row) -> bool:
+    """Batches, rollups and checkpoints: the rows the queue may drop when it is full (the rest
+    never are)."""
+    return type(row) is tuple or type(row) is RollupRow or type(row) is CheckpointRow

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
-from functools import lru_cache, partial
+from functools import partial
 
-from sqlalchemy import Connection, Insert, Table, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection, insert, select, update
 
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.snapshot import blocks_named
@@ -23,14 +20,14 @@ from kvscope.storage.bulk_sql import (
 from kvscope.storage.checkpoint_deltas import CheckpointEncoder
 from kvscope.storage.history import NotInStore
 from kvscope.storage.leases import Fence
-from kvscope.storage.log_chunks import ChunkError, ChunkRow
+from kvscope.storage.log_chunks import ChunkError
 from kvscope.storage.log_dictionaries_sql import insert_dictionaries
-from kvscope.storage.log_dictionary import DictionaryRow
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.log_repack import PreDictionaryRepack
 from kvscope.storage.prefix_followers import PrefixFollowers
-from kvscope.storage.recovery import RecoveryPoint
+from kvscope.storage.prepared import Prepared
 from kvscope.storage.recovery_known import WrittenRecoveries
+from kvscope.storage.recovery_merge import one_recovery_each
 from kvscope.storage.rows import (
     CheckpointRow,
     EpochRow,
@@ -42,76 +39,7 @@ from kvscope.storage.rows import (
     Row,
     encode_before,
 )
-
-
-@dataclass
-class Prepared:
-    """Rows taken from the queue, made ready outside the transaction: the log packed into
-    chunks, checkpoints encoded and compressed (zstd and the byte planes run without the GIL,
-    and a retry redoes neither)."""
-
-    ordered: list[Row] = field(default_factory=list)
-    log: list[LogRow] = field(default_factory=list)
-    """The batches the chunks hold (for the prefix followers: storage/prefix_followers.py)."""
-    chunks: list[ChunkRow] = field(default_factory=list)
-    dictionaries: list[DictionaryRow] = field(default_factory=list)
-    """Those the chunks name that may not be stored yet."""
-    rollups: list[RollupRow] = field(default_factory=list)
-    droppable: int = 0
-    """Rows of the kinds the queue may drop (they count towards its bound)."""
-
-    def streams(self) -> set[StreamId]:
-        return {_stream(r) for rows in (self.ordered, self.chunks, self.rollups) for r in rows}
-
-    def keep_only(self, streams: set[StreamId]) -> dict[StreamId, int]:
-        """Leave out the rows of every other stream; the rows left out (batches for the log's
-        chunks), per stream."""
-        left: dict[StreamId, int] = {}
-        for r in (*self.ordered, *self.chunks, *self.rollups):
-            if (stream := _stream(r)) not in streams:
-                left[stream] = left.get(stream, 0) + (r.batches if type(r) is ChunkRow else 1)
-        self.ordered = [r for r in self.ordered if _stream(r) in streams]
-        self.log = [r for r in self.log if r[0] in streams]
-        self.chunks = [r for r in self.chunks if r.stream in streams]
-        self.dictionaries = [r for r in self.dictionaries if r.stream in streams]
-        self.rollups = [r for r in self.rollups if r.stream in streams]
-        return left
-
-
-def _stream(row: Row | ChunkRow | DictionaryRow) -> StreamId:
-    stream = row[0] if type(row) is tuple else row.stream  # type: ignore[union-attr]
-    assert isinstance(stream, StreamId)
-    return stream
-
-
-def one_recovery_each(ordered: list[Row]) -> list[Row]:
-    """`ordered` with each reset's recovery rows made one, at the last one's place: its figures
-    the last's, its points all of theirs (the later's where two give an offset), as writing
-    each in turn leaves the store. A row holds all its reset's points so far, so a transaction
-    that several of them reached wrote each point as many times over, each UPDATE and point a
-    statement step (and a GIL hand-back) of its own."""
-    recoveries = [row for row in ordered if type(row) is RecoveryRow]
-    if len(recoveries) == len({(row.stream, row.key) for row in recoveries}):
-        return ordered
-    points: dict[tuple[StreamId, tuple[int, int, str]], dict[float, RecoveryPoint]] = {}
-    last: dict[tuple[StreamId, tuple[int, int, str]], RecoveryRow] = {}
-    for recovery in recoveries:
-        key = (recovery.stream, recovery.key)
-        points.setdefault(key, {}).update((p.offset_s, p) for p in recovery.points)
-        last[key] = recovery
-    merged: list[Row] = []
-    for row in ordered:
-        if type(row) is RecoveryRow:
-            if last[row.stream, row.key] is not row:
-                continue
-            row = replace(row, points=tuple(points[row.stream, row.key].values()))
-        merged.append(row)
-    return merged
-
-
-def droppable(row: Row) -> bool:
-    """Batches, rollups and checkpoints: the rows the queue may drop when it is full."""
-    return type(row) is tuple or type(row) is RollupRow or type(row) is CheckpointRow
+from kvscope.storage.upsert import upsert_statement
 
 
 class RowWriter:
@@ -290,7 +218,7 @@ class RowWriter:
             if conn.dialect.name == "sqlite":  # the map's copy not kept by SQLite after
                 upsert_released(conn, schema.checkpoints, at, values)
             else:
-                conn.execute(_upsert(conn, schema.checkpoints, at), values)
+                conn.execute(upsert_statement(conn, schema.checkpoints, at), values)
         elif type(row) is ResetRow:
             epoch, seq, reason = row.key
             key = ("stream_id", "epoch", "seq", "reason")
@@ -313,7 +241,7 @@ class RowWriter:
             if conn.dialect.name == "sqlite":
                 reset_id = upsert_released(conn, schema.resets, key, values, returning="id")
             else:
-                upsert = _upsert(conn, schema.resets, key, values)
+                upsert = upsert_statement(conn, schema.resets, key, values)
                 reset_id = conn.execute(upsert.returning(schema.resets.c.id), values).scalar_one()
             self._reset_ids[(row.stream, row.key)] = int(reset_id)
             self.followers.reset_written(int(reset_id))
@@ -379,33 +307,3 @@ class RowWriter:
             )
         ).scalar_one()
         return int(found)
-
-
-def _upsert(
-    conn: Connection, table: Table, key: tuple[str, ...], only: Iterable[str] | None = None
-) -> Insert:
-    """An INSERT that overwrites the row already under `key` (its columns in `only`, default
-    all): a transaction retried after its commit landed but the answer was lost (the connection
-    dropped) writes the same rows again, and must not fail on them forever; a recovery written
-    again, fuller, replaces what it said before."""
-    names = None if only is None else tuple(sorted(only))
-    return _upsert_of(conn.dialect.name, table, key, names)
-
-
-@lru_cache(maxsize=64)
-def _upsert_of(
-    dialect: str, table: Table, key: tuple[str, ...], only: tuple[str, ...] | None
-) -> Insert:
-    """`_upsert`'s statement, made once: building one costs more than the row's write, and a
-    statement is immutable, so every transaction (and thread) can run the same one."""
-    dialect_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = dialect_insert(table)
-    names = {c.name for c in table.columns} if only is None else set(only)
-    return statement.on_conflict_do_update(
-        index_elements=list(key),
-        set_={
-            c.name: statement.excluded[c.name]
-            for c in table.columns
-            if c.name in names and c.name not in key
-        },
-    )

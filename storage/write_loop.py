@@ -18,9 +18,10 @@ from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.types import StreamId
 from kvscope.storage.engine import store_down
 from kvscope.storage.heap_trim import rss_bytes, trim_heap
+from kvscope.storage.prepared import Prepared
 from kvscope.storage.rowqueue import RowQueue
-from kvscope.storage.rows import Row
-from kvscope.storage.sql_writer import Prepared, RowWriter, droppable
+from kvscope.storage.rows import Row, droppable
+from kvscope.storage.sql_writer import RowWriter
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer_state import WriterStats, rows_per_take
 

@@ -20,9 +20,10 @@ from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
+from kvscope.storage.prepared import Prepared
 from kvscope.storage.recovery import RecoveryPoint
 from kvscope.storage.rows import RecoveryRow
-from kvscope.storage.sql_writer import Prepared, RowWriter
+from kvscope.storage.sql_writer import RowWriter
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.write_loop import WriteLoop
 from kvscope.storage.writer import StoreWriter
