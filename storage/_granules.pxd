@@ -37,15 +37,29 @@ cdef inline int id_width(uint8_t b) noexcept nogil:
 
 cdef inline Py_ssize_t ids_bytes(const uint8_t* p, Py_ssize_t end, Py_ssize_t count) noexcept nogil:
     """Bytes of `count` such ints from `p` (`end` bytes there), else -1."""
-    cdef Py_ssize_t pos = 0, k
+    cdef Py_ssize_t pos = 0, k = 0
     cdef int w
-    for k in range(count):
+    if end >= 5 * count:  # room for the widest ids: no bound to check per id
+        for k in range(count):
+            w = id_width(p[pos])
+            if w == 0:
+                return -1
+            pos += w
+        return pos
+    while k < count and end - pos >= 5:  # room for the widest id: one test, not two
+        w = id_width(p[pos])
+        if w == 0:
+            return -1
+        pos += w
+        k += 1
+    while k < count:
         if pos >= end:
             return -1
         w = id_width(p[pos])
         if w == 0 or w > end - pos:
             return -1
         pos += w
+        k += 1
     return pos
 
 

@@ -31,6 +31,7 @@ cdef struct Run:
     bint planes  # format 5: the token ids as byte planes where they fit
     Py_ssize_t plane_ids  # -1: they do not fit
     Buf rest  # the upper planes (the low one takes the tokens' place)
+    Buf recs  # the split's record of each token run, for its check (`same_all`)
 
 
 cdef inline int run_open(Run* r, tuple payloads, GranuleIndex granules) except -1:
@@ -64,6 +65,7 @@ cdef inline void run_close(Run* r) noexcept:
     for i in range(7):
         free(r.cols[i].p)
     free(r.rest.p)
+    free(r.recs.p)
     free(r.ptrs)
     free(r.lens)
 
@@ -78,12 +80,14 @@ cdef inline void run_outgrown(Run* r) noexcept nogil:
 cdef inline int run_split(Run* r, bint verbatim, const Py_ssize_t* shares) noexcept nogil:
     """The payloads into the columns, from empty ones made at `shares` of their bytes (all
     verbatim if `verbatim`, which leaves the hash table alone); -1 if memory ran out."""
-    cdef Buf* bufs[6]
+    cdef Buf* bufs[7]
     cdef int i
     if rooms_made(r.cols, r.rooms, r.count, r.total, -1 if r.g == NULL else r.g.n, shares) < 0:
         return -1
     for i in range(6):
         bufs[i] = &r.cols[i + 1]
+    bufs[6] = &r.recs
+    r.recs.n = 0
     r.kept = 0
     return split_all(r.ptrs, r.lens, r.count, verbatim, &r.cols[0], bufs, &r.h, &r.kept, r.g)
 
@@ -102,7 +106,13 @@ cdef inline int run_columns(Run* r, const Py_ssize_t* shares) noexcept nogil:
         if r.cols[i].p != NULL:
             cols[i] = r.cols[i].p
         lens[i] = r.cols[i].n
-    same = 0 if r.count > lens[0] + 1 else same_back(r.count, cols, lens, r.g, r.ptrs, r.lens)
+    same = 0 if r.count > lens[0] + 1 else same_back(
+        r.count, cols, lens, r.g, r.ptrs, r.lens, <const Py_ssize_t*>r.recs.p,
+        r.recs.n // (2 * sizeof(Py_ssize_t))
+    )
+    free(r.recs.p)  # scratch: the check's alone
+    r.recs.p = NULL
+    r.recs.n = r.recs.cap = 0
     if same < 0 or (same == 0 and run_split(r, True, shares) < 0):
         return -1
     for i in range(7):

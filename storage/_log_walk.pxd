@@ -2,12 +2,15 @@
 # the columns and back, without the GIL. All inline: they compile into the module that cimports
 # them.
 from libc.stdint cimport uint8_t, uint64_t
-from libc.stdlib cimport free
-from libc.string cimport memcpy, memset
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcmp, memcpy, memset
 
 from kvscope.storage._log_buf cimport Buf, get_varint, grow_nogil, put_nogil, put_varint_nogil
 from kvscope.storage._log_split cimport Hashes, hashes_note
-from kvscope.storage._granules cimport Granules, granules_join, granules_put, ids_bytes
+from kvscope.storage._msgpack_widths cimport kvscope_column_span
+from kvscope.storage._granules cimport (
+    GRANULE_IDS, Granules, granules_join, granules_put, ids_bytes
+)
 
 
 cdef enum:
@@ -27,15 +30,14 @@ cdef inline Py_ssize_t token(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
     """Bytes of the token at `pos` that stay together (a scalar whole, a container's header);
     `items`: an array's length, else -1. -1 if cut short or not msgpack."""
     cdef uint8_t b = p[pos]
-    cdef Py_ssize_t n, w
+    cdef Py_ssize_t n = kvscope_column_span[b], w
     items[0] = -1
-    if b <= 0x8F or b >= 0xE0 or b == 0xC0 or b == 0xC2 or b == 0xC3:
-        n = 1
-    elif b <= 0x9F:
+    if n:  # nearly every token: a load, not a branch per format
+        return n if n <= end - pos else -1
+    # The others: an array's header, a length and its body, a map16/32's header, 0xC1.
+    if 0x90 <= b <= 0x9F:
         items[0] = b & 0x0F
         n = 1
-    elif b <= 0xBF:
-        n = 1 + (b & 0x1F)
     elif b == 0xC1:
         return -1
     elif b <= 0xC9 or 0xD9 <= b <= 0xDB:  # bin, ext, str: a length, then the body
@@ -43,12 +45,6 @@ cdef inline Py_ssize_t token(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
         if end - pos < 1 + w:
             return -1
         n = 1 + w + be(p + pos + 1, <int>w) + (1 if 0xC7 <= b <= 0xC9 else 0)
-    elif b == 0xCA:
-        n = 5
-    elif b <= 0xD3:
-        n = 1 + (1 << ((b - 0xCC) & 3))
-    elif b <= 0xD8:
-        n = 2 + (1 << (b - 0xD4))
     else:  # array16/32, map16/32
         w = 2 if b == 0xDC or b == 0xDE else 4
         if end - pos < 1 + w:
@@ -63,15 +59,18 @@ cdef inline Py_ssize_t token(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
 
 cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs, Buf* lits,
                    Buf* floats, Buf* toks, Hashes* h, uint8_t* prev_float, const Granules* g,
-                   Buf* grefs) noexcept nogil:
+                   Buf* grefs, Buf* recs) noexcept nogil:
     """One payload into the columns (a token run's granules into `grefs` where `g` is
-    given: format 4): 0, -1 if it is not msgpack the walk reads whole, -2 if memory ran out."""
+    given: format 4), and in `recs` each token run's count of ids and bytes (what the check
+    of the columns reads rather than walk the ids again: `same_all`): 0, -1 if it is not
+    msgpack the walk reads whole, -2 if memory ran out."""
     # The payload's bytes that go to the skeleton as they are go a run at a time, from `run`
     # (a hash's or a float's first byte with the run before it), as `join_one` gives them back.
     cdef Py_ssize_t pos = 0, n, items, k, run = 0
     cdef uint64_t v
     cdef uint8_t b
     cdef uint8_t x[8]
+    cdef Py_ssize_t rec[2]
     while pos < end:
         b = p[pos]
         if b == 0xCF or b == 0xD3 or b == 0xCB:
@@ -111,6 +110,10 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
                         return -2
                 elif put_nogil(toks, p + pos, n) < 0:
                     return -2
+                rec[0] = items
+                rec[1] = n
+                if put_nogil(recs, <uint8_t*>rec, sizeof(rec)) < 0:
+                    return -2
                 pos += n
                 run = pos
     return -2 if put_nogil(skel, p + run, pos - run) < 0 else 0
@@ -120,25 +123,25 @@ cdef inline int split_all(const uint8_t** ptrs, Py_ssize_t* lens, Py_ssize_t cou
                    Buf* sizes, Buf** bufs, Hashes* h, Py_ssize_t* kept,
                    const Granules* g) noexcept nogil:
     """Every payload into the columns (`bufs`: skeleton, references, literals, floats,
-    tokens, granules); -1 if memory ran out."""
+    tokens, granules, and the token runs' records: `split_one`'s); -1 if memory ran out."""
     cdef uint8_t prev_float[8]
     cdef uint8_t saved[8]
-    cdef Py_ssize_t marks[6]
+    cdef Py_ssize_t marks[7]
     cdef Py_ssize_t hn, k, n
     cdef int i, done
     memset(prev_float, 0, 8)
     for k in range(count):
         n = lens[k]
-        for i in range(6):
+        for i in range(7):
             marks[i] = bufs[i].n
         hn = h.n
         memcpy(saved, prev_float, 8)
         done = -1 if verbatim else split_one(ptrs[k], n, bufs[0], bufs[1], bufs[2], bufs[3],
-                                             bufs[4], h, prev_float, g, bufs[5])
+                                             bufs[4], h, prev_float, g, bufs[5], bufs[6])
         if done == -2:
             return -1
         if done < 0:
-            for i in range(6):
+            for i in range(7):
                 bufs[i].n = marks[i]
             h.n = hn
             memcpy(prev_float, saved, 8)
@@ -258,4 +261,145 @@ cdef inline int join_all(Py_ssize_t count, const uint8_t** cols, const Py_ssize_
                    or fp != lens[4] or tp != lens[5] or gp != lens[6]):
         r = -4
     starts[count] = out.n
+    return r
+
+
+cdef inline int same_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, const uint8_t* p,
+                         Py_ssize_t plen, const uint8_t* refs, Py_ssize_t* rp, Py_ssize_t re,
+                         const uint8_t* lits, Py_ssize_t* lp, Py_ssize_t le,
+                         const uint8_t* floats, Py_ssize_t* fp, Py_ssize_t fe,
+                         const uint8_t* toks, Py_ssize_t* tp, Py_ssize_t te,
+                         uint64_t* seen, Py_ssize_t* sn, uint8_t* prev_float,
+                         const Granules* g, const uint8_t* grefs, Py_ssize_t* gp, Py_ssize_t ge,
+                         Buf* scratch, const Py_ssize_t* recs, Py_ssize_t* ri,
+                         Py_ssize_t nrecs) noexcept nogil:
+    """`join_one`'s walk, each piece it would put compared with the payload `p` (of `plen`
+    bytes) where it would go instead: 1 if it gives `p` back whole, 0 if not, -2 if memory ran
+    out. The same reads of the columns, in the same order, as `join_one`'s. `recs` (NULL: none),
+    without a granule index that holds any: the split's record of each token run, (its ids,
+    their bytes), `nrecs` of them, `ri` the next: where the run's ids are those the split
+    counted, in the same place of the token column (the runs before came back whole), the
+    bytes `ids_bytes` would count there are the record's, and are not counted again."""
+    cdef Py_ssize_t n, items, k, run = pos, q = 0
+    cdef uint64_t back, v
+    cdef uint8_t b
+    while pos < end:
+        b = s[pos]
+        if b == 0xCF or b == 0xD3 or b == 0xCB:
+            n = pos - run
+            if plen - q < n + 9 or memcmp(p + q, s + run, n) != 0 or p[q + n] != b:
+                return 0
+            q += n + 1
+            pos += 1
+            run = pos
+            if b == 0xCB:
+                if fe - fp[0] < 8:
+                    return 0
+                for k in range(8):
+                    prev_float[k] ^= floats[fp[0] + k]
+                fp[0] += 8
+                if memcmp(p + q, prev_float, 8) != 0:
+                    return 0
+            else:
+                if get_varint(refs, rp, re, &back) < 0:
+                    return 0
+                if back == 0:
+                    if le - lp[0] < 8:
+                        return 0
+                    memcpy(&v, lits + lp[0], 8)
+                    lp[0] += 8
+                elif back <= <uint64_t>sn[0]:
+                    v = seen[sn[0] - <Py_ssize_t>back]
+                else:
+                    return 0
+                seen[sn[0]] = v
+                sn[0] += 1
+                if memcmp(p + q, &v, 8) != 0:
+                    return 0
+            q += 8
+            continue
+        n = token(s, pos, end, &items)
+        if n < 0:
+            return 0
+        pos += n
+        if items > 0 and pos < end and s[pos] == MARK:
+            n = pos - run
+            if plen - q < n or memcmp(p + q, s + run, n) != 0:
+                return 0
+            q += n
+            pos += 1
+            run = pos
+            if g != NULL and g.n != 0:
+                scratch.n = 0
+                n = granules_join(g, items, toks, tp, te, grefs, gp, ge, scratch)
+                if n < 0:
+                    return 0 if n == -1 else -2
+                if plen - q < scratch.n or memcmp(p + q, scratch.p, scratch.n) != 0:
+                    return 0
+                q += scratch.n
+                continue
+            if g != NULL:  # an empty index: each granule's number 0 (`granules_join`'s)
+                for k in range(items // GRANULE_IDS):
+                    if get_varint(grefs, gp, ge, &back) < 0 or back != 0:
+                        return 0
+            if recs != NULL:
+                if ri[0] >= nrecs or recs[2 * ri[0]] != items:
+                    return 0
+                n = recs[2 * ri[0] + 1]
+                ri[0] += 1
+                if n > te - tp[0]:
+                    return 0
+            else:
+                n = ids_bytes(toks + tp[0], te - tp[0], items)
+            if n <= 0 or plen - q < n or memcmp(p + q, toks + tp[0], n) != 0:
+                return 0
+            tp[0] += n
+            q += n
+    n = pos - run
+    return plen - q == n and memcmp(p + q, s + run, n) == 0
+
+
+cdef inline int same_all(Py_ssize_t count, const uint8_t** cols, const Py_ssize_t* lens,
+                         const Granules* g, const uint8_t** ptrs, const Py_ssize_t* plens,
+                         const Py_ssize_t* recs, Py_ssize_t nrecs) noexcept nogil:
+    """Whether `join_all` gives the `count` payloads `ptrs` (of `plens` bytes) back exactly,
+    walked as it walks but compared in place of being put (`recs`, `nrecs`: the split's
+    records of the token runs, or NULL: `same_one`'s): 1, 0 if not, -1 if memory ran out."""
+    cdef Buf scratch
+    cdef Py_ssize_t sp = 0, zp = 0, rp = 0, lp = 0, fp = 0, tp = 0, gp = 0, sn = 0, ri = 0, k, n
+    cdef uint64_t size
+    cdef uint8_t prev_float[8]
+    # A hash takes a byte of the references at least: never more of them than its bytes.
+    cdef uint64_t* seen = <uint64_t*>malloc((lens[2] + 1) * sizeof(uint64_t))
+    cdef int r = 1
+    if seen == NULL:
+        return -1
+    memset(&scratch, 0, sizeof(Buf))
+    memset(prev_float, 0, 8)
+    for k in range(count):
+        if get_varint(cols[0], &zp, lens[0], &size) < 0 or (size >> 1) > <uint64_t>(
+            lens[1] - sp
+        ):
+            r = 0
+            break
+        n = <Py_ssize_t>(size >> 1)
+        if size & 1:
+            if n != plens[k] or memcmp(cols[1] + sp, ptrs[k], n) != 0:
+                r = 0
+                break
+        else:
+            r = same_one(cols[1], sp, sp + n, ptrs[k], plens[k], cols[2], &rp, lens[2],
+                         cols[3], &lp, lens[3], cols[4], &fp, lens[4], cols[5], &tp, lens[5],
+                         seen, &sn, prev_float, g, cols[6], &gp, lens[6], &scratch,
+                         recs if g == NULL or g.n == 0 else NULL, &ri, nrecs)
+            if r != 1:
+                break
+        sp += n
+    free(seen)
+    free(scratch.p)
+    if r == -2:
+        return -1
+    if r == 1 and (sp != lens[1] or zp != lens[0] or rp != lens[2] or lp != lens[3]
+                   or fp != lens[4] or tp != lens[5] or gp != lens[6]):
+        r = 0
     return r
