@@ -11,7 +11,15 @@ cimport cython
 
 from kvscope.collector._fleet_route cimport RouteTable
 from kvscope.collector._ingest_live cimport LiveIngest
+from kvscope.collector._slot_attr cimport slot_get
 from kvscope.collector._zmq_recv cimport MessageReceiver
+
+from kvscope.collector.fleet_router import Route
+
+# A `Route`'s slots, read for every message through their descriptors (_slot_attr.pxd).
+cdef object _ROUTE = Route
+cdef object _ROUTE_STREAM = Route.__dict__["stream"]
+cdef object _ROUTE_NEW = Route.__dict__["new"]
 
 
 @cython.final
@@ -43,7 +51,7 @@ cdef class DrainLoop:
 
     cdef int step(self) except -1:
         """One message: 0 if the socket had none, else 1."""
-        cdef object frames, to, batch, key, stream, ingest, request
+        cdef object frames, to, batch, key, new, stream, ingest, request
         if self.receiver is not None:
             frames = self.receiver.receive()
         else:
@@ -57,8 +65,12 @@ cdef class DrainLoop:
             to, batch = self.route(frames)
         if to is None:
             return 1
-        key = to.stream
-        if to.new:
+        if type(to) is _ROUTE:  # (no lookup of the names in the class)
+            key = slot_get(_ROUTE_STREAM, to)
+            new = slot_get(_ROUTE_NEW, to)
+        else:
+            key, new = to.stream, to.new
+        if new:
             stream = self.drain._register(to, self.now())
         else:
             stream = self.streams[key]

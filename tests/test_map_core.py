@@ -34,4 +34,3 @@ def test_the_fused_path_reads_the_fields_as_python_set_them() -> None:
     assert replay(prefix_map, [(0, STORED)], 0) == 1
     assert prefix_map.tables is first and prefix_map.totals().blocks == 2
     assert prefix_map.counters.batches == 1 and prefix_map.counters.stored_blocks == 2
-
