@@ -9,7 +9,8 @@ collector/_wire_fast.pyx decodes the common vLLM batch straight from its msgpack
 msgpack reads inline in _msgpack.pxd, its scan of an event map in _wire_scan.pxd), and
 collector/_replay.pyx applies such batches of a rebuild's log straight to the tables (read first
 by _fused_read.pyx), and
-_map_apply.pyx a live batch's events, _map_counters.pyx a map's counters that both add to;
+_map_apply.pyx a live batch's events, _map_counters.pyx a map's counters that both add to,
+_map_core.pyx the map's fields that both read;
 collector/_table_chains.pyx groups a table's blocks by chain for a reset's prefix groups (in
 the order _radix_sort.pxd sorts their hashes, as _log_known.pyx sorts a checkpoint's),
 _table_counts.pyx counts a before map's hashes against a table for a recovery point;
@@ -75,6 +76,7 @@ setup(
             Extension("kvscope.collector._fused_read", ["collector/_fused_read.pyx"]),
             Extension("kvscope.collector._replay", ["collector/_replay.pyx"]),
             Extension("kvscope.collector._map_counters", ["collector/_map_counters.pyx"]),
+            Extension("kvscope.collector._map_core", ["collector/_map_core.pyx"]),
             Extension("kvscope.collector._map_apply", ["collector/_map_apply.pyx"]),
             Extension("kvscope.collector._batch_rank", ["collector/_batch_rank.pyx"]),
             Extension("kvscope.collector._fleet_route", ["collector/_fleet_route.pyx"]),

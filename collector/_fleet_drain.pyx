@@ -9,7 +9,17 @@ A publisher heard for the first time, or heard again after it was gone, is the d
 
 cimport cython
 
+from kvscope.collector._fleet_route cimport RouteTable
 from kvscope.collector._ingest_live cimport LiveIngest
+from kvscope.collector._slot_attr cimport slot_get
+from kvscope.collector._zmq_recv cimport MessageReceiver
+
+from kvscope.collector.fleet_router import Route
+
+# A `Route`'s slots, read for every message through their descriptors (_slot_attr.pxd).
+cdef object _ROUTE = Route
+cdef object _ROUTE_STREAM = Route.__dict__["stream"]
+cdef object _ROUTE_NEW = Route.__dict__["new"]
 
 
 @cython.final
@@ -18,6 +28,10 @@ cdef class DrainLoop:
     """One drain of a fleet's socket: `run` up to a number of messages, or one per call."""
 
     cdef object read, route, now, streams, gone, drain
+    # The router whose `route_batch` `route` is (its own, not a subclass's): called in C.
+    cdef RouteTable router
+    # `read`, where it is libzmq's own receive (collector/_zmq_recv.pyx): called in C.
+    cdef MessageReceiver receiver
 
     def __init__(self, read, route, now, streams, gone, drain):
         """`read`: the socket's `MessageReader`; `route`: the router's `route_batch`; `now`: the
@@ -25,18 +39,38 @@ cdef class DrainLoop:
         `send_replay`); `gone`: the fleet's publishers gone; `drain`: the `FleetDrain`."""
         self.read, self.route, self.now = read, route, now
         self.streams, self.gone, self.drain = streams, gone, drain
+        owner = getattr(route, "__self__", None)
+        if (
+            isinstance(owner, RouteTable)
+            and getattr(route, "__name__", None) == "route_batch"
+            and type(owner).route_batch is RouteTable.route_batch
+        ):
+            self.router = <RouteTable>owner
+        if type(read) is MessageReceiver:
+            self.receiver = <MessageReceiver>read
 
     cdef int step(self) except -1:
         """One message: 0 if the socket had none, else 1."""
-        cdef object frames, to, batch, key, stream, ingest, request
-        frames = self.read()
+        cdef object frames, to, batch, key, new, stream, ingest, request
+        if self.receiver is not None:
+            frames = self.receiver.receive()
+        else:
+            frames = self.read()
         if frames is None:
             return 0
-        to, batch = self.route(frames)
+        if self.router is not None:  # (no call through Python, no tuple)
+            to = self.router.route(frames)
+            batch, self.router.routed_batch = self.router.routed_batch, None
+        else:
+            to, batch = self.route(frames)
         if to is None:
             return 1
-        key = to.stream
-        if to.new:
+        if type(to) is _ROUTE:  # (no lookup of the names in the class)
+            key = slot_get(_ROUTE_STREAM, to)
+            new = slot_get(_ROUTE_NEW, to)
+        else:
+            key, new = to.stream, to.new
+        if new:
             stream = self.drain._register(to, self.now())
         else:
             stream = self.streams[key]

@@ -15,32 +15,43 @@ from kvscope.collector._replay cimport FusedApply
 cdef class RouteTable:
     """The routes a `FleetRouter` (its subclass) registered, by topic then rank."""
 
-    cdef public dict _ranks
-    """topic -> {rank: Route}: a topic is here while it has a route."""
-    cdef public object _reader
-    """The router's `FusedApply`, or None: each batch decoded (`_route_rest`)."""
-    cdef public object _max_block_size
-    """The limit the reader reads each batch with (the default limits')."""
+    # (its fields: collector/_fleet_route.pxd)
+    # `_ranks`: topic -> {rank: Route}: a topic is here while it has a route.
+    # `_reader`: the router's `FusedApply`, or None: each batch decoded (`_route_rest`).
+    # `_max_block_size`: the limit the reader reads each batch with (the default limits').
 
     def __cinit__(self, *args, **kwargs):
         self._ranks = {}
 
     def route_batch(self, frames):
         """The stream of one message and its batch as read (see `FleetRouter.route_batch`)."""
+        to = self.route(frames)
+        batch, self.routed_batch = self.routed_batch, None
+        return to, batch
+
+    cdef object route(self, frames):
+        """`route_batch`'s route, its batch left in `routed_batch`: no tuple made for the
+        usual message (the drain calls this in C)."""
         cdef object ranks, known, reader = self._reader, rank
         if len(frames) != 3:
-            return self._route_rest(frames, -1, None)  # refused there
+            return self._rest(frames, -1, None)  # refused there
         topic, seq, payload = frames
         ranks = self._ranks.get(topic)
         if ranks is None or reader is None:  # not followed (yet): not read; or decoded there
-            return self._route_rest(frames, -1, None)
+            return self._rest(frames, -1, None)
         if type(reader) is FusedApply:
             rank = (<FusedApply>reader).route_read(seq, payload, self._max_block_size)
         else:
             rank = reader.route_read(seq, payload, self._max_block_size)
         if rank < 0:  # the reader declined it: its rank is scanned for there
-            return self._route_rest(frames, -1, None)
+            return self._rest(frames, -1, None)
         known = (<dict>ranks).get(rank)
         if known is None:  # a new rank of the topic
-            return self._route_rest(frames, rank, reader)
-        return known, reader
+            return self._rest(frames, rank, reader)
+        self.routed_batch = reader
+        return known
+
+    cdef object _rest(self, frames, rank, reader):
+        """`_route_rest`'s route, its batch left in `routed_batch`."""
+        to, self.routed_batch = self._route_rest(frames, rank, reader)
+        return to

@@ -14,10 +14,12 @@ from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 from kvscope.collector._live_sink cimport BatchChanges, LiveSink
 from kvscope.collector._replay cimport FusedApply
+from kvscope.collector._slot_attr cimport slot_get, slot_set
 from kvscope.collector.errors import MalformedKind
 from kvscope.collector.recent import KEPT_BYTES, kept
 from kvscope.collector.replay import SEQ_BYTES, can_hold, hold
 from kvscope.collector.sink import AppliedBatch
+from kvscope.collector.stream_counters import StreamCounters
 from kvscope.collector.types import Batch
 from kvscope.collector.wire import MAP_LAYOUT
 
@@ -32,6 +34,10 @@ cdef object _hold = hold
 cdef Py_ssize_t _KEPT_BYTES = KEPT_BYTES
 cdef Py_ssize_t _SEQ_BYTES = SEQ_BYTES
 cdef object _MAX_SEQ = 2**63 - 1
+# `StreamCounters`' slots written for every batch, through their descriptors (_slot_attr.pxd).
+cdef object _STREAM_COUNTERS = StreamCounters
+cdef object _BATCHES_APPLIED = StreamCounters.__dict__["batches_applied"]
+cdef object _GAPS = StreamCounters.__dict__["gaps"]
 
 
 @cython.auto_pickle(False)
@@ -221,11 +227,17 @@ cdef class LiveIngest:
         rank = (applied >> 1) - 1  # -1: none
         if rank >= 0 and rank != self._stream_rank:
             counters.rank_mismatches += 1
-        counters.batches_applied += 1
+        if type(counters) is _STREAM_COUNTERS:  # (no lookup of the name in the class)
+            slot_set(_BATCHES_APPLIED, counters, slot_get(_BATCHES_APPLIED, counters) + 1)
+        else:
+            counters.batches_applied += 1
         if degraded and applied & 1:
             self._degradation.known_again(seq, now)
         if sink is not None:  # `_tell_applied`, inline
-            gaps = counters.gaps
+            gaps = (
+                slot_get(_GAPS, counters) if type(counters) is _STREAM_COUNTERS
+                else counters.gaps
+            )
             if isinstance(sink, LiveSink):  # told in C, with no `AppliedBatch` built for it
                 (<LiveSink>sink).batch_applied(
                     self._stream, self.epoch, seq, ts, now, payload, None, changes,

@@ -23,6 +23,7 @@ from libc.stdint cimport int64_t, uint64_t
 from kvscope.collector._admit cimport roomy
 from kvscope.collector._fused_read cimport BatchRead, Op
 from kvscope.collector._live_sink cimport BatchChanges
+from kvscope.collector._map_core cimport MapCore
 from kvscope.collector._map_counters cimport MapCounters
 from kvscope.collector._table_core cimport TableCore
 from kvscope.collector._wire_scan cimport CLEARED, STORED
@@ -32,6 +33,25 @@ from kvscope.collector.sink import ClearReason
 from kvscope.collector.wire import BatchDecoder
 
 cdef object _ALL_BLOCKS_CLEARED = ClearReason.ALL_BLOCKS_CLEARED
+
+
+# A map's fields, read in C where it is a `PrefixMap` (a `MapCore`): each batch reads them.
+cdef inline object _tables(object prefix_map):
+    if isinstance(prefix_map, MapCore):
+        return (<MapCore>prefix_map).tables
+    return prefix_map.tables
+
+
+cdef inline object _limits(object prefix_map):
+    if isinstance(prefix_map, MapCore):
+        return (<MapCore>prefix_map).limits
+    return prefix_map.limits
+
+
+cdef inline object _counters(object prefix_map):
+    if isinstance(prefix_map, MapCore):
+        return (<MapCore>prefix_map).counters
+    return prefix_map.counters
 
 
 cdef inline int _commit(list counts, Py_ssize_t* stored, Py_ssize_t* removed) except -1:
@@ -67,7 +87,7 @@ cdef class FusedApply(BatchRead):
         if prefix_map is not self.prefix_map:
             self.flush()
             self.prefix_map = prefix_map
-        self.limits = prefix_map.limits
+        self.limits = _limits(prefix_map)
         self.epoch, self.degraded, self.recv_ts = epoch, degraded, recv_ts
         self.max_block_size = max_block_size
         return 0
@@ -76,7 +96,7 @@ cdef class FusedApply(BatchRead):
         cdef MapCounters c
         if not self.pending:
             return 0
-        c = self.prefix_map.counters
+        c = _counters(self.prefix_map)
         c.add(&self.tally)
         c.last_ts = self.last_ts
         self.pending = False
@@ -124,7 +144,7 @@ cdef class FusedApply(BatchRead):
                 self.prefix_map.clear(
                     _ALL_BLOCKS_CLEARED, seq, ts_value, self.epoch, self.degraded, self.recv_ts
                 )
-                tables = self.prefix_map.tables  # later events go to the emptied map
+                tables = _tables(self.prefix_map)  # later events go to the emptied map
                 last = counted = None
                 self.pending = True  # (last_ts, and what follows)
                 continue
@@ -173,7 +193,7 @@ cdef class FusedApply(BatchRead):
         if type(payload) is not bytes or self.read(payload, &ts) < 0:
             return False
         # As `admit` does first; a batch it would have to count goes the usual way.
-        cdef dict tables = self.prefix_map.tables
+        cdef dict tables = _tables(self.prefix_map)
         if not roomy(self.limits, tables, self.n_ops, PyBytes_GET_SIZE(payload)):
             return False
         self.apply(seq, ts, None, tables)
@@ -241,7 +261,7 @@ cdef class FusedApply(BatchRead):
         self.busy = True
         try:
             self.bind(prefix_map, epoch, degraded, recv_ts, max_block_size)
-            tables = self.prefix_map.tables
+            tables = _tables(self.prefix_map)
             if not roomy(self.limits, tables, self.n_ops, PyBytes_GET_SIZE(payload)):
                 return -1
             self.read_payload = None  # applied once
@@ -283,7 +303,7 @@ cdef class FusedApply(BatchRead):
                 payload, max_block_size, ts
             )
         self.bind(prefix_map, epoch, degraded, recv_ts, max_block_size)
-        return roomy(self.limits, self.prefix_map.tables, self.n_ops, PyBytes_GET_SIZE(payload))
+        return roomy(self.limits, _tables(self.prefix_map), self.n_ops, PyBytes_GET_SIZE(payload))
 
     cpdef apply_prepared(self, seq, changes):
         """Apply the batch `prepare` held, filling `changes` (a dict, or a `BatchChanges`) with
@@ -294,7 +314,7 @@ cdef class FusedApply(BatchRead):
             raise RuntimeError("no batch prepared")
         try:
             self.read_payload = None  # applied once
-            self.apply(seq, self.read_ts, changes, self.prefix_map.tables)
+            self.apply(seq, self.read_ts, changes, _tables(self.prefix_map))
             self.taken += 1
             return self.told()
         finally:

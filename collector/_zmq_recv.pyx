@@ -101,9 +101,7 @@ def available():
 cdef class MessageReceiver:
     """Receives whole messages from one pyzmq socket, without waiting."""
 
-    cdef object _socket
-    cdef void* _handle
-    cdef bint _generic  # its attributes are read as object's: its `__getattr__` passed over
+    # (its fields: collector/_zmq_recv.pxd)
 
     def __init__(self, socket):
         if not _AVAILABLE:
@@ -114,6 +112,10 @@ cdef class MessageReceiver:
 
     def __call__(self):
         """The next message's frames as bytes, or None when no message is waiting."""
+        return self.receive()
+
+    cdef object receive(self):
+        """`__call__`, for a caller in C (the fleet's drain): no call through Python."""
         # pyzmq's own recv checks this flag (`_check_closed`); its `closed` property also asks
         # libzmq (a getsockopt through its attribute hook): most of this call's cost. Even
         # `_closed` read the usual way goes through that hook (`Socket.__getattr__`, its

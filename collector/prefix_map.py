@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from kvscope.collector._map_apply import apply_batch
+from kvscope.collector._map_core import MapCore
 from kvscope.collector._map_counters import MapCounters
 from kvscope.collector.block_table import BlockTable, TableStats
 from kvscope.collector.limits import DEFAULT_LIMITS, IngestLimits
@@ -31,8 +32,9 @@ class PrefixMatch(NamedTuple):
     tokens: int
 
 
-class PrefixMap:
-    """The cached blocks of one publisher (one replica's data-parallel rank)."""
+class PrefixMap(MapCore):
+    """The cached blocks of one publisher (one replica's data-parallel rank). Its `tables`,
+    `counters` and `limits` are `MapCore`'s C fields, read in C for each batch."""
 
     def __init__(
         self, stream: StreamId, on_clear: Callable[[ClearedMap], None] | None = None

@@ -2,6 +2,10 @@
 (storage/_store_sink.pyx), which puts each batch's row in C."""
 
 
+cdef class SpillState:
+    cdef public bint active
+
+
 cdef class QueueCore:
     cdef public long long droppable_limit
     cdef public long long bytes_limit

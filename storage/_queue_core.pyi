@@ -1,6 +1,12 @@
 from collections import deque
 from typing import Any
 
+class SpillState:
+    """The base of storage/spill.py's `Spill`: whether rows wait there (`active`), a C field,
+    which the put reads for every batch."""
+
+    active: bool
+
 class QueueCore:
     droppable_limit: int
     bytes_limit: int

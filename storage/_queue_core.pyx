@@ -10,6 +10,14 @@
 from collections import deque
 
 
+cdef class SpillState:
+    """The base of storage/spill.py's `Spill`: whether rows wait there (`active`), a C field,
+    which the put reads for every batch (a Python attribute cost a lookup in the type and the
+    instance's dict each time)."""
+
+    # (its field: storage/_queue_core.pxd)
+
+
 cdef class QueueCore:
     # (its fields: storage/_queue_core.pxd)
 
@@ -36,7 +44,12 @@ cdef class QueueCore:
         if (
             self._droppable_in - self._droppable_out < self.droppable_limit
             and (held + nbytes <= self.bytes_limit or not held)
-            and (spill is None or not spill.active)
+            and (
+                spill is None
+                or not (
+                    (<SpillState>spill).active if isinstance(spill, SpillState) else spill.active
+                )
+            )
         ):
             self._droppable_in += 1
             # `_keep`: its size first (the consumer pops as many sizes as it finds rows).

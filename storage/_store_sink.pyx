@@ -14,6 +14,9 @@ not.
 """
 
 cimport cython
+from cpython.list cimport PyList_GET_ITEM
+from cpython.object cimport PyObject
+from libc.stdint cimport uintptr_t
 
 from kvscope.collector._live_sink cimport BatchChanges, LiveSink
 from kvscope.storage._checkpoint_pacing cimport CheckpointPacer
@@ -27,6 +30,9 @@ cdef object _APPLIED_BATCH = AppliedBatch
 cdef object _EPOCH_ROW = EpochRow
 # The Python method, not its C function (which `QueueCore.put_batch` names in Cython).
 cdef object _CORE_PUT_BATCH = getattr(QueueCore, "put_batch")
+# Places of `StoreSinkCore`'s recent streams (a power of two): a fleet's publishers in turn.
+cdef enum:
+    _RECENT = 256
 
 
 cdef object _applied_batch(object stream, object epoch, object seq, object ts, object recv_ts,
@@ -84,15 +90,19 @@ cdef class StoreSinkCore(LiveSink):
     cdef QueueCore _queue_core
     # Its class overrides `put_batch` (a test's or a benchmark's): the sink calls that.
     cdef bint _put_overridden
-    # The stream of the last batch and its state: a stream's batches mostly come in a row, and
-    # a StreamId is hashed field by field at each lookup.
-    cdef object _last_stream
-    cdef StreamState _last_state
+    # The streams of recent batches and their states, by where each stream object's address
+    # falls (`_RECENT` places): a stream's batches mostly come in a row, a fleet's in turn, and
+    # a StreamId is hashed field by field at each lookup in `_streams`. Each place holds a
+    # stream and its state, or None; all are emptied when a state goes.
+    cdef list _recent_streams
+    cdef list _recent_states
     # A subclass overrides `applied` (a test's tap): the live path's calls go through it too.
     cdef bint _applied_overridden
 
     def __cinit__(self, *args, **kwargs):
         self._streams = {}
+        self._recent_streams = [None] * _RECENT
+        self._recent_states = [None] * _RECENT
         self._applied_overridden = type(self).applied is not StoreSinkCore.applied
 
     @property
@@ -107,7 +117,8 @@ cdef class StoreSinkCore(LiveSink):
     def _forget_state(self, stream):
         """The stream's state goes (`forget`)."""
         self._streams.pop(stream, None)
-        self._last_stream = self._last_state = None
+        self._recent_streams[:] = [None] * _RECENT
+        self._recent_states[:] = [None] * _RECENT
 
     def applied(self, batch):
         """After each batch changed the map (`EventSink.applied`)."""
@@ -135,12 +146,14 @@ cdef class StoreSinkCore(LiveSink):
         cdef StreamState state
         cdef long long events
         cdef bint put
-        if stream is self._last_stream:
-            state = self._last_state
+        cdef Py_ssize_t place = (<Py_ssize_t>(<uintptr_t><PyObject*>stream >> 4)) & (_RECENT - 1)
+        if PyList_GET_ITEM(self._recent_streams, place) == <PyObject*>stream:
+            state = <StreamState><object>PyList_GET_ITEM(self._recent_states, place)
         else:
             found = self._streams.get(stream)
             state = self._state(stream) if found is None else found
-            self._last_stream, self._last_state = stream, state
+            self._recent_streams[place] = stream
+            self._recent_states[place] = state
         if state.epoch is not epoch and state.epoch != epoch:
             state.epoch = epoch
             self._put_always(_EPOCH_ROW(stream, epoch, recv_ts))

@@ -17,11 +17,15 @@ import tempfile
 import threading
 from typing import IO, Generic, TypeVar
 
+from kvscope.storage._queue_core import SpillState
+
 Row = TypeVar("Row")
 _LEN = 4
 
 
-class Spill(Generic[Row]):
+class Spill(SpillState, Generic[Row]):
+    """`active` is `SpillState`'s C field: the queue's put reads it for every batch."""
+
     def __init__(self, max_bytes: int, directory: str | None = None) -> None:
         self.max_bytes = max_bytes
         self.directory = directory
