@@ -4,6 +4,11 @@ CPython frees a drained queue's payloads to the C allocator, which keeps their p
 store outage or a burst of large batches the process stayed hundreds of MiB larger although
 it held nothing. glibc's `malloc_trim(0)` returns the free pages of every arena. Elsewhere (musl,
 macOS) there is no such call and nothing is done.
+
+`malloc_trim` leaves the top of a thread's arena alone, though: glibc gives that back on a free
+only past its trim threshold, which it raises (with its mmap threshold) each time a large
+mapped block is freed, up to 64 MiB. The writer thread's large blocks (a checkpoint's copy, its
+known hashes as they are made) then stayed resident once freed. `pin_thresholds` fixes both.
 """
 
 from __future__ import annotations
@@ -24,6 +29,38 @@ def _malloc_trim() -> Callable[[int], int] | None:
         return ctypes.CDLL(name).malloc_trim
     except (OSError, AttributeError):
         return None
+
+
+PINNED_THRESHOLD = 4 << 20
+"""Blocks this large are mapped apart (and unmapped when freed), and an arena's free top past
+it goes back to the OS: few blocks are, so few calls are made."""
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+@cache
+def _mallopt() -> Callable[[int, int], int] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        return ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):
+        return None
+
+
+def pin_thresholds() -> bool:
+    """Fix glibc's trim and mmap thresholds at `PINNED_THRESHOLD` (no longer raised by large
+    frees); False where they cannot be set (not glibc)."""
+    if _malloc_trim() is None:  # mallopt is glibc's; musl's takes nothing and says so
+        return False
+    mallopt = _mallopt()
+    if mallopt is None:
+        return False
+    return bool(
+        mallopt(_M_TRIM_THRESHOLD, PINNED_THRESHOLD)
+        and mallopt(_M_MMAP_THRESHOLD, PINNED_THRESHOLD)
+    )
 
 
 def trim_heap() -> bool:

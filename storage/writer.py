@@ -38,6 +38,7 @@ from kvscope.storage._checkpoint_pacing import CheckpointPacer
 from kvscope.storage._store_sink import StoreSinkCore
 from kvscope.storage.checkpoint_deltas import CheckpointEncoder
 from kvscope.storage.gc_policy import raise_young_threshold
+from kvscope.storage.heap_trim import pin_thresholds
 from kvscope.storage.leases import Fence
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.prefix_followers import PrefixFollowers
@@ -100,6 +101,8 @@ class StoreWriter(StoreSinkCore):
         if switch is not None and switch < sys.getswitchinterval():
             sys.setswitchinterval(switch)
         raise_young_threshold(self.settings.gc_young_threshold)
+        # The writer thread's large blocks go back to the OS once freed (storage/heap_trim.py).
+        pin_thresholds()
         self._loop = WriteLoop(engine, self._queue, self._sql, self.settings, self.stats)
         self._thread = self._loop.thread
 

@@ -9,7 +9,11 @@ that never held that much never trims."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
@@ -62,3 +66,53 @@ def test_trim_heap_runs_here_and_rss_is_read() -> None:
     assert trim_heap() is True
     rss = rss_bytes()
     assert rss is not None and rss > 10 << 20
+
+
+_FREED_IN_A_THREAD = """
+import sys, threading
+from kvscope.storage.heap_trim import pin_thresholds, rss_bytes
+if sys.argv[1] == "pin":
+    assert pin_thresholds()
+big = b"x" * (8 << 20)  # mapped apart; freeing it raises glibc's thresholds unless pinned
+del big
+out = []
+def run():
+    held = b"y" * (6 << 20)  # in the thread's own arena once the thresholds rose
+    before = rss_bytes()
+    del held
+    out.append(before - rss_bytes())
+t = threading.Thread(target=run)
+t.start(); t.join()
+print(out[0])
+"""
+
+
+@pytest.mark.skipif(not trim_heap(), reason="glibc's malloc only")
+def test_a_large_block_freed_by_the_writer_thread_goes_back_to_the_os() -> None:
+    """glibc raises its mmap and trim thresholds after a large free, so a thread's later large
+    blocks land at its arena's top and stay there once freed (malloc_trim leaves a thread
+    arena's top alone): the writer pins them."""
+    out = subprocess.run(
+        [sys.executable, "-c", _FREED_IN_A_THREAD, "pin"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert int(out) >= 5 << 20
+
+
+def test_a_store_writer_pins_the_thresholds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kvscope.storage.writer as writer_module
+
+    calls: list[bool] = []
+
+    def pin() -> bool:
+        calls.append(True)
+        return True
+
+    monkeypatch.setattr(writer_module, "pin_thresholds", pin)
+    writer = StoreWriter(open_store(f"sqlite:///{tmp_path / 's.sqlite'}"))
+    writer.close(10)
+    assert calls == [True]

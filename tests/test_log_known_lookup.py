@@ -88,3 +88,13 @@ def test_every_listed_hash_is_found_at_its_position_and_no_other(
 def test_hashes_not_strictly_increasing_are_refused(values: list[int]) -> None:
     with pytest.raises(ValueError, match="strictly increasing"):
         KnownHashes(be(values))
+
+
+def test_random_hashes_held_in_fewer_bytes_than_their_list() -> None:
+    """The writer holds its latest checkpoint's hashes for as long as the checkpoint is the
+    latest: each hash's bits below its bucket's, not all 8 bytes, and a bucket per several."""
+    rnd = random.Random(7)
+    hashes = sorted({rnd.getrandbits(64) for _ in range(800_000)})
+    known = KnownHashes(be(hashes))
+    assert known.nbytes <= 7 * len(hashes)
+    assert known.values == be(hashes)
