@@ -31,7 +31,8 @@ Each window (`name:from:to`, seconds of the stream) is counted, in runs of its o
 - with `--parts`, parts of `writer`: `prepare` (packing, checkpoint encoding), `pack` (the log
   into chunks, and its dictionaries), `chunks` (the packing alone), `dictionary` (new
   dictionaries made), `checkpoints` (their encoding), `sql` (the transaction's statements).
-- with `--parts`, the reset's parts of `writer` too: `groups` (the prefix groups followed at
+- with `--parts`, the reset's parts of `writer` too: `logged` (each transaction's batches
+  held for the followers, `PrefixFollowers.logged`), `groups` (the prefix groups followed at
   each recovery row, `PrefixFollowers.groups`), `reads` (the log chunks opened for them and
   for the rebuilds they start from, `batch_log.open_chunk`), `before` (the reset's `before`
   map encoded), and the steps of `groups`: `start` (a follower made, `ResetFollower()`), within
@@ -75,6 +76,7 @@ CLOCK_START = 1_796_051_000.0
 KINDS = ("memory", "ingest", "writer")
 PARTS = ("prepare", "pack", "chunks", "dictionary", "checkpoints", "sql")
 RESET_PARTS = (
+    "logged",
     "groups",
     "reads",
     "before",
@@ -145,6 +147,7 @@ def _patch(part: str) -> None:
         "dictionary": ((StreamContent, "refresh"),),
         "checkpoints": ((CheckpointEncoder, "encode"),),
         "sql": ((RowWriter, "write"),),
+        "logged": ((PrefixFollowers, "logged"),),
         "groups": ((PrefixFollowers, "groups"),),
         "reads": ((batch_log, "open_chunk"),),
         "before": ((sql_writer, "encode_before"), (sql_writer, "encode_copy")),

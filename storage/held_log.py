@@ -19,6 +19,7 @@ from kvscope.storage.log_chunks import LoggedBatch
 from kvscope.storage.rows import LogRow
 
 _seq = itemgetter(2)
+_payload = itemgetter(5)
 
 
 class HeldLog:
@@ -70,7 +71,7 @@ class HeldLog:
         if after <= self.after:
             return
         start = bisect_right(self.rows, after, key=_seq)
-        self.nbytes -= sum(len(r[5]) for r in self.rows[:start])
+        self.nbytes -= sum(map(len, map(_payload, self.rows[:start])))
         del self.rows[:start]
         self.after = after
         self.next = max(self.next, after + 1)

@@ -50,6 +50,7 @@ from kvscope.storage.rows import (
     BeforeMap,
     CheckpointRow,
     IntervalRow,
+    RecoveryRow,
     ResetRow,
     Row,
 )
@@ -314,10 +315,13 @@ class StoreWriter(StoreSinkCore):
         return self._queue.put(row, True, nbytes)
 
     def _put_always(self, row: Row, nbytes: int = 0) -> None:
-        """Rare rows (resets, epochs, intervals) are never dropped and never block, and go out
-        without lingering: a reset is asked for as soon as it happened."""
+        """Rare rows (resets, epochs, intervals, recoveries) are never dropped and never block,
+        and go out without lingering (a reset is asked for as soon as it happened), but for a
+        recovery's: it rides the take of the batches it follows, which linger anyway. In a
+        fleet each reset makes several, and each hurry made a transaction of its own."""
         self._queue.put(row, False, nbytes)
-        self._queue.hurry()
+        if type(row) is not RecoveryRow:
+            self._queue.hurry()
 
     def _note_drop(
         self, stream: StreamId, state: StreamState, epoch: int, seq: int, ts: float
