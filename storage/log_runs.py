@@ -10,6 +10,7 @@ from operator import itemgetter
 from typing import Any
 
 from kvscope.storage._log_columns import fields
+from kvscope.storage._row_streams import fields_by_stream
 from kvscope.storage.rows import LogRow
 
 MAX_CHUNK_BATCHES = 2000
@@ -40,8 +41,10 @@ def _columns(rows: Sequence[LogRow]) -> list[list[Any]]:
 
 
 def _fields_by_stream(rows: Sequence[LogRow]) -> list[list[Any]]:
-    """`_columns(_by_stream(rows))`: rows of one stream (nearly always) read once, and told one
-    stream's by a count in C rather than a test per row in Python."""
+    """`_columns(_by_stream(rows))`, the rows read once, and grouped, in C."""
+    cols = fields_by_stream(rows if type(rows) is list else list(rows), _LOG_FIELDS)
+    if cols is not None:
+        return cols
     cols = _columns(rows)
     streams = cols[0]
     if streams.count(streams[0]) == len(streams):

@@ -149,9 +149,9 @@ class RowQueue(QueueCore, Generic[Row]):
                         break
                     self._hurry.wait(min(self.poll_s, left))
                 n = self._taken = min(max_rows, len(rows))
-                self._taken_bytes = sum(islice(iter(self._sizes.popleft, None), n))
+                taken, self._taken_bytes = self._take_front(n)
                 self._took(n)
-                return list(islice(iter(rows.popleft, None), n))  # popleft n times, in C
+                return taken
             if self._closing.is_set():
                 if rows or self.spill_active:  # put just before the close
                     continue

@@ -1,0 +1,3 @@
+from typing import Any
+
+def fields_by_stream(rows: list[Any], width: int) -> list[list[Any]] | None: ...

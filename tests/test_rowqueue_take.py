@@ -1,0 +1,33 @@
+"""A take pops the queue's first rows and their sizes: all of them in one copy, some one by one,
+and a size put ahead of its row left for the next take."""
+
+from __future__ import annotations
+
+from kvscope.storage.rowqueue import RowQueue
+
+
+def _queue(n: int) -> RowQueue[int]:
+    queue: RowQueue[int] = RowQueue(1000, linger_s=0.0)
+    for i in range(n):
+        assert queue.put(i, True, 10 + i)
+    return queue
+
+
+def test_take_all_and_part() -> None:
+    queue = _queue(6)
+    assert queue.take(4) == [0, 1, 2, 3]
+    assert queue.memory_bytes == sum(range(10, 16))  # held until `done`
+    queue.done(4)
+    assert queue.memory_bytes == 14 + 15
+    assert queue.take(100) == [4, 5]
+    queue.done(2)
+    assert queue.memory_bytes == 0
+    assert len(queue._rows) == len(queue._sizes) == 0
+
+
+def test_a_size_ahead_of_its_row_stays() -> None:
+    queue = _queue(3)
+    queue._sizes.append(7)  # a put half done: its size in, its row not yet
+    assert queue._take_front(3) == ([0, 1, 2], 10 + 11 + 12)
+    assert list(queue._sizes) == [7]
+    assert queue._take_front(0) == ([], 0)
