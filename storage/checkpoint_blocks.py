@@ -4,8 +4,9 @@ A checkpoint's token blocks are mostly among its stream's recent content, which 
 current dictionary holds (storage/log_dictionary.py): a checkpoint numbers those instead of
 holding them, and names the dictionary by its digest. The dictionary's content is runs of
 `GRANULE` token ids as msgpack ints; a snapshot takes blocks as uint32 records, so they are
-read out (storage/_content_ids.pyx) once per dictionary (kept by digest: the writer encodes
-many checkpoints against one, a rebuild reads one or two).
+read out (storage/_content_ids.pyx): kept by digest for readers (a rebuild reads one or two
+dictionaries, many times), read out again for each checkpoint the writer encodes (one in many
+batches: a copy kept would double its current dictionary's content for the whole run).
 """
 
 from __future__ import annotations
@@ -27,9 +28,13 @@ def known_of(found: Dictionary) -> KnownBlocks:
     known = _kept.get(found.digest)
     if known is not None:
         return known
+    return _kept.put(found.digest, read_known(found))
+
+
+def read_known(found: Dictionary) -> KnownBlocks:
+    """`known_of`'s blocks read out again, not kept."""
     records = content_ids(found.content, GRANULE)
-    known = known_blocks(found.digest, records.tobytes(), GRANULE * _TOKEN_ITEM)
-    return _kept.put(found.digest, known)
+    return known_blocks(found.digest, records.tobytes(), GRANULE * _TOKEN_ITEM)
 
 
 def stored_blocks(conn: Connection, sid: int) -> BlocksNamed:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from kvscope.collector.snapshot import encode_copy
 from kvscope.collector.snapshot_delta import Key, encode_delta, encode_key
 from kvscope.collector.types import StreamId
-from kvscope.storage.checkpoint_blocks import known_of
+from kvscope.storage.checkpoint_blocks import read_known
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.rows import CheckpointRow
 
@@ -46,7 +46,7 @@ class CheckpointEncoder:
         checkpoint without deltas numbers the blocks `dictionary` (its stream's current, which
         must be stored with it) holds, and names it (`blocks_named`)."""
         if self.delta_share <= 0:
-            known = None if dictionary is None else known_of(dictionary)
+            known = None if dictionary is None else read_known(dictionary)
             row.packed, row.key_seq = encode_copy(row.snapshot, known=known), None
             return
         held = self._keys.get(row.stream)

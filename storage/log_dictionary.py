@@ -51,7 +51,7 @@ STORED_LEVEL = 3
 class Dictionary:
     """A raw-content zstd dictionary, named by its content's digest."""
 
-    __slots__ = ("digest", "zstd", "_level", "_kept", "_granules")
+    __slots__ = ("digest", "zstd", "_level", "_kept", "_granules", "_content")
 
     def __init__(self, content: bytes) -> None:
         self.digest = digest_of(content)
@@ -61,6 +61,8 @@ class Dictionary:
         self._kept: tuple[int, int, zstandard.ZstdCompressor] | None = None
         """(thread, level, compressor): the last compressor made, for that thread only."""
         self._granules: GranuleIndex | None = None
+        self._content: bytes | None = None
+        """The content the granule index holds, once made: read from there, not copied."""
 
     @property
     def granules(self) -> GranuleIndex:
@@ -68,12 +70,16 @@ class Dictionary:
         two equal ones, and one assignment keeps either."""
         made = self._granules
         if made is None:
-            made = self._granules = GranuleIndex(self.content)
+            content = self.content
+            made = self._granules = GranuleIndex(content)
+            self._content = content
         return made
 
     @property
     def content(self) -> bytes:
-        return self.zstd.as_bytes()
+        """zstd's copy of it, which each read copies again, until the granule index holds one."""
+        held = self._content
+        return self.zstd.as_bytes() if held is None else held
 
     def zstd_for(self, level: int) -> zstandard.ZstdCompressionDict:
         """The dictionary with zstd's tables for compressing at `level` made once (each

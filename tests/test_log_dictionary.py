@@ -256,3 +256,11 @@ def test_a_stream_that_left_the_writer_takes_its_content_along() -> None:
     assert not writer.packer.current()
     chunks = writer.prepare(list[Row](rows[200:])).chunks
     assert [c.dictionary for c in chunks] == [None]
+
+
+def test_a_dictionary_s_content_is_its_granule_index_s_once_that_is_made() -> None:
+    """Each read of zstd's copy makes another: those who read it share the index's instead."""
+    dictionary = Dictionary(b"".join(msgspec.msgpack.encode(i) for i in range(GRANULE * 4)))
+    assert len(dictionary.granules) == 4
+    assert dictionary.content is dictionary.content
+    assert dictionary.content == dictionary.zstd.as_bytes()
