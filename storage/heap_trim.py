@@ -21,12 +21,13 @@ from functools import cache
 
 
 @cache
-def _malloc_trim() -> Callable[[int], int] | None:
+def _libc(function: str) -> Callable[..., int] | None:
+    """The C library's `function`, or None where it has none (not glibc)."""
     name = ctypes.util.find_library("c")
     if name is None:
         return None
     try:
-        return ctypes.CDLL(name).malloc_trim
+        return getattr(ctypes.CDLL(name), function)  # type: ignore[no-any-return]
     except (OSError, AttributeError):
         return None
 
@@ -38,23 +39,12 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 
 
-@cache
-def _mallopt() -> Callable[[int, int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        return ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return None
-
-
 def pin_thresholds() -> bool:
     """Fix glibc's trim and mmap thresholds at `PINNED_THRESHOLD` (no longer raised by large
     frees); False where they cannot be set (not glibc)."""
-    if _malloc_trim() is None:  # mallopt is glibc's; musl's takes nothing and says so
+    if _libc("malloc_trim") is None:  # mallopt is glibc's; musl's takes nothing and says so
         return False
-    mallopt = _mallopt()
+    mallopt = _libc("mallopt")
     if mallopt is None:
         return False
     return bool(
@@ -65,7 +55,7 @@ def pin_thresholds() -> bool:
 
 def trim_heap() -> bool:
     """Ask the allocator to return its free pages; False where it cannot be asked."""
-    trim = _malloc_trim()
+    trim = _libc("malloc_trim")
     if trim is None:
         return False
     trim(0)
