@@ -65,8 +65,7 @@ cdef class QueueCore:
     def _take_front(self, Py_ssize_t n):
         """The first `n` rows (`n` at most those queued), popped, and the sum of their sizes.
         All of them (the usual take, after a linger) in one copy rather than a pop each: from
-        the copy to the clear nothing lets another thread run, so a put lands after or not
-        at all; where one landed meanwhile, the rows are popped one by one."""
+        the copy to the clear nothing lets another thread run (the GIL is held throughout)."""
         rows = self._rows
         sizes = self._sizes
         cdef list taken
@@ -74,25 +73,14 @@ cdef class QueueCore:
         cdef long long total = 0
         if n == len(rows):
             taken = list(rows)
-            if len(taken) == n and len(rows) == n:
-                rows.clear()
-            else:
-                taken = [rows.popleft() for i in range(n)]
+            rows.clear()
         else:
             taken = [rows.popleft() for i in range(n)]
-        # Sizes go in before their rows: there may be more of them than rows taken.
+        # Sizes go in before their rows: a put between its two appends left one more size.
         if len(sizes) == n:
-            i = 0
-            for size in sizes:  # the first `n`: one put meanwhile adds its size after them
-                if i == n:
-                    break
+            for size in sizes:
                 total += <long long>size
-                i += 1
-            if len(sizes) == n:
-                sizes.clear()
-            else:
-                for i in range(n):
-                    sizes.popleft()
+            sizes.clear()
         else:
             for i in range(n):
                 total += <long long>sizes.popleft()
