@@ -58,7 +58,7 @@ from kvscope.storage.log_known import known_name_of as known_name_of
 from kvscope.storage.log_runs import MAX_CHUNK_BATCHES as MAX_CHUNK_BATCHES
 from kvscope.storage.log_runs import MAX_CHUNK_RAW_BYTES as MAX_CHUNK_RAW_BYTES
 from kvscope.storage.log_runs import MAX_CHUNK_SPAN_S as MAX_CHUNK_SPAN_S
-from kvscope.storage.log_runs import _bounds, _fields_by_stream
+from kvscope.storage.log_runs import bounds, columns_by_stream
 from kvscope.storage.log_runs import split as split
 from kvscope.storage.rows import LogRow
 
@@ -268,12 +268,12 @@ def pack(
         raise ValueError(f"log chunk format {fmt} is not one this version writes")
     if not rows:
         return []
-    streams, epochs, seqs, ts, recv_ts, payloads = _fields_by_stream(rows)
+    streams, epochs, seqs, ts, recv_ts, payloads = columns_by_stream(rows)
     all_seqs, all_ts, all_recv = stamp_arrays(seqs, ts, recv_ts)
     made, runs, names = [], [], []
     spans: dict[Any, list[int]] = {}
-    """Each stream's rows, start and end: `_fields_by_stream` put them together."""
-    for start, end in _bounds(streams, epochs, ts, payloads):
+    """Each stream's rows, start and end: `columns_by_stream` put them together."""
+    for start, end in bounds(streams, epochs, ts, payloads):
         span = spans.get(streams[start])
         if span is None:
             spans[streams[start]] = [start, end]
