@@ -26,7 +26,8 @@ from kvscope.collector.snapshot import SNAPSHOT_FORMATS, recode
 from kvscope.collector.types import StreamId
 from kvscope.storage.checkpoint_blocks import stored_blocks
 from kvscope.storage.engine import open_store
-from kvscope.storage.log_chunks import WRITABLE_FORMATS, pack
+from kvscope.storage.log_chunk_pack import pack
+from kvscope.storage.log_chunks import WRITABLE_FORMATS
 from kvscope.storage.log_columns import FORMAT_6_MAGIC, FRAMES, KNOWN_FRAMES, _get_varint
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.rows import LogRow

@@ -1,4 +1,5 @@
-"""The batch log's rows: runs of one epoch's consecutive batches, compressed together.
+"""The batch log's rows: runs of one epoch's consecutive batches, compressed together; their
+formats, and their reading back (`Chunk`). storage/log_chunk_pack.py packs them.
 
 A row per batch cost the writer a B-tree insert and a kilobyte of page writes for each one, the
 largest part of the store's work. A chunk holds up to `MAX_CHUNK_BATCHES` batches (fewer, when
@@ -22,10 +23,9 @@ literals found among a checkpoint's hashes as their position there, and names th
 
 from __future__ import annotations
 
-import struct
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import msgspec
@@ -34,33 +34,20 @@ import zstandard
 from kvscope.storage import log_columns
 from kvscope.storage._granules import GranuleIndex
 from kvscope.storage._log_known import KnownHashes
-from kvscope.storage._log_planes import low_high
 from kvscope.storage.log_columns import (
     FORMAT_3_MAGIC,
     FORMAT_4_MAGIC,
     FORMAT_5_MAGIC,
     FORMAT_6_MAGIC,
 )
-from kvscope.storage.log_compress import (
-    COLUMNS_ZSTD_LEVEL,
-    DICTIONARY_ZSTD_LEVEL,
-    TOKENS_ZSTD_LEVEL,
-    ZSTD_LEVEL,
-    by_dictionary,
-    compress_all,
-    random_like,
-    raw_frame,
-)
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.log_known import ChunkError as ChunkError
-from kvscope.storage.log_known import Known, checked_hashes, known_before
+from kvscope.storage.log_known import Known, checked_hashes
 from kvscope.storage.log_known import known_name_of as known_name_of
 from kvscope.storage.log_runs import MAX_CHUNK_BATCHES as MAX_CHUNK_BATCHES
 from kvscope.storage.log_runs import MAX_CHUNK_RAW_BYTES as MAX_CHUNK_RAW_BYTES
 from kvscope.storage.log_runs import MAX_CHUNK_SPAN_S as MAX_CHUNK_SPAN_S
-from kvscope.storage.log_runs import _bounds, _fields_by_stream
 from kvscope.storage.log_runs import split as split
-from kvscope.storage.rows import LogRow
 
 CHUNK_FORMAT = 6
 """The format written unless a store is set to another (`StoreSettings.log_chunk_format`): the
@@ -154,7 +141,7 @@ class Chunk:
             zdict = dictionary.zstd
         fmt = _COLUMNAR.get(bytes(data[:4]), 0)
         if fmt and len(data) >= 5:
-            granules = _granules(fmt, None if named is None else dictionary)
+            granules = granules_for(fmt, None if named is None else dictionary)
             try:
                 seqs, ts, recv_ts, payloads_of = log_columns.open_stamps(data, zdict, granules)
             except (zstandard.ZstdError, ValueError, IndexError) as exc:
@@ -243,187 +230,9 @@ def _joined(
         raise ChunkError(f"not a log chunk: {exc}") from exc
 
 
-def pack(
-    rows: Sequence[LogRow],
-    fmt: int = CHUNK_FORMAT,
-    dictionaries: Mapping[Any, Dictionary] | None = None,
-    known: Mapping[Any, Known] | None = None,
-    note: Callable[[Any, list[bytes]], log_columns.Note | None] | None = None,
-) -> list[ChunkRow]:
-    """`rows` (in the order applied) as chunks of format `fmt`, compressed; in formats 2 and 3,
-    each stream's against its dictionary in `dictionaries`, if it has one; in format 6, each
-    chunk of a stream in `known` that lies after its checkpoint (same epoch) against its hashes
-    (the caller cuts `rows` at its checkpoints: a chunk never spans one). In formats 3 and up,
-    `note` is given each stream's payloads (in the order applied, the streams in the order they
-    first come), and what it gives back is noted in the columns' walk
-    (`log_columns.columns_all`); in another, it is not called.
-
-    The writer thread holds the GIL for all of this but the compression, and the ingest thread
-    waits meanwhile: rows are handled as columns (`zip`, `array`, `accumulate`, `bisect` run in
-    C), the columnar chunks are walked in one call and compressed in one call per dictionary,
-    which lets the GIL go once each rather than per chunk (taking it back from a busy ingest
-    thread can cost a whole switch interval).
-    """
-    if fmt not in WRITABLE_FORMATS:
-        raise ValueError(f"log chunk format {fmt} is not one this version writes")
-    if not rows:
-        return []
-    streams, epochs, seqs, ts, recv_ts, payloads = _fields_by_stream(rows)
-    all_seqs, all_ts, all_recv = stamp_arrays(seqs, ts, recv_ts)
-    made, runs, names = [], [], []
-    spans: dict[Any, list[int]] = {}
-    """Each stream's rows, start and end: `_fields_by_stream` put them together."""
-    for start, end in _bounds(streams, epochs, ts, payloads):
-        span = spans.get(streams[start])
-        if span is None:
-            spans[streams[start]] = [start, end]
-        else:
-            span[1] = end
-        run_seqs, run_ts, run_recv = all_seqs[start:end], all_ts[start:end], all_recv[start:end]
-        (ts_low, ts_high), (recv_low, recv_high) = low_high(run_ts), low_high(run_recv)
-        after = known_before(fmt, known, streams[start], epochs[start], run_seqs[0])
-        if fmt >= 3:
-            dictionary = (dictionaries or {}).get(streams[start])
-            granules = _granules(fmt, dictionary)
-            planes = fmt >= 5 and dictionary is None
-            runs.append(
-                log_columns.Run(
-                    run_seqs,
-                    run_ts,
-                    run_recv,
-                    payloads[start:end],
-                    granules,
-                    planes,
-                    None if after is None else after.hashes,
-                )
-            )
-            names.append(None if after is None else after.name)
-            raw = b""
-        else:
-            raw = msgspec.msgpack.encode(
-                (fmt, run_seqs.tobytes(), run_ts.tobytes(), run_recv.tobytes(), payloads[start:end])
-            )
-        made.append(
-            ChunkRow(
-                streams[start],
-                epochs[start],
-                run_seqs[0],
-                run_seqs[-1],
-                ts_low,
-                ts_high,
-                end - start,
-                len(raw),  # formats 3 to 5: their frames' below
-                raw,
-                recv_low,
-                recv_high,
-                None,
-                None if after is None else after.seq,
-            )
-        )
-    if fmt >= 3:
-        notes = []
-        for stream, (start, end) in spans.items():
-            if note is None:
-                break
-            noted = note(stream, payloads if end - start == len(payloads) else payloads[start:end])
-            if noted is not None:
-                notes.append(noted)
-        frames = [parts for parts, _ in log_columns.columns_all(runs, notes)]
-        made = [c._replace(raw_bytes=sum(map(len, f))) for c, f in zip(made, frames, strict=True)]
-        return _pack_columns(made, frames, dictionaries or {}, names, fmt)
-    encoded = [chunk.data for chunk in made]
-    if fmt == 1:  # a bare zstd frame, against no dictionary
-        return _compressed_by_dictionary(
-            made, {}, encoded, ZSTD_LEVEL, lambda i, _, frame: bytes(frame)
-        )
-    return _compressed_by_dictionary(
-        made, dictionaries or {}, encoded, DICTIONARY_ZSTD_LEVEL, _format_2
-    )
-
-
-def stamp_arrays(
-    seqs: Sequence[int], ts: Sequence[float], recv_ts: Sequence[float]
-) -> tuple[array[int], array[float], array[float]]:
-    """A transaction's seqs, times and receive times as arrays, as `array` makes them: through
-    `struct`, which converts each value in C, where `array` parses each as a call's argument
-    (while the writer holds the GIL)."""
-    n = len(seqs)
-    return (
-        array("q", struct.pack(f"{n}q", *seqs)),
-        array("d", struct.pack(f"{n}d", *ts)),
-        array("d", struct.pack(f"{n}d", *recv_ts)),
-    )
-
-
-def _granules(fmt: int, dictionary: Dictionary | None) -> GranuleIndex | None:
+def granules_for(fmt: int, dictionary: Dictionary | None) -> GranuleIndex | None:
     """The index a columnar chunk of `fmt` is split or joined with: none in format 3 (whose
     chunks need not build one), an empty one in format 4 without a dictionary."""
     if fmt == 3:
         return None
     return log_columns.NO_GRANULES if dictionary is None else dictionary.granules
-
-
-def _pack_columns(
-    made: list[ChunkRow],
-    frames: list[list[bytes]],
-    dictionaries: Mapping[Any, Dictionary],
-    names: Sequence[bytes | None],
-    fmt: int,
-) -> list[ChunkRow]:
-    """Formats 3 to 6 (`fmt`): the token frame against the dictionary, the others without
-    (`names`: each chunk's known hashes' name in format 6)."""
-    # One call per compressor over all the chunks' frames: the GIL goes once per call.
-    # Format 5 writes some chunks with a frame more than others: each chunk's own count.
-    tokens = log_columns.TOKENS
-    # Format 3 names no granules: its token ids leave zstd the dictionary's matches to find.
-    level = TOKENS_ZSTD_LEVEL if fmt == 3 else COLUMNS_ZSTD_LEVEL
-    # Hash literals drawn at random do not compress: stored as zstd's raw blocks, unsearched.
-    lits = log_columns.LITERALS
-    raw = [raw_frame(chunk[lits]) if random_like(chunk[lits]) else None for chunk in frames]
-    plain = iter(
-        compress_all(
-            None,
-            [
-                f
-                for chunk, kept in zip(frames, raw, strict=True)
-                for k, f in enumerate(chunk)
-                if k != tokens and (k != lits or kept is None)
-            ],
-            COLUMNS_ZSTD_LEVEL,
-        )
-    )
-    packed = [
-        [kept if k == lits and kept is not None else next(plain) for k in range(len(chunk) - 1)]
-        for chunk, kept in zip(frames, raw, strict=True)
-    ]
-
-    def assemble(i: int, digest: bytes, token_frame: bytes | memoryview) -> bytes:
-        ordered = [*packed[i][:tokens], token_frame, *packed[i][tokens:]]
-        return log_columns.assemble(digest, made[i].batches, ordered, names[i])
-
-    token_frames = [chunk[tokens] for chunk in frames]
-    return _compressed_by_dictionary(made, dictionaries, token_frames, level, assemble)
-
-
-def _format_2(i: int, digest: bytes, frame: bytes | memoryview) -> bytes:
-    """A chunk of format 2's bytes: its magic, the digest's length and the digest, the frame."""
-    return b"".join([FORMAT_2_MAGIC, bytes((len(digest),)), digest, frame])
-
-
-def _compressed_by_dictionary(
-    made: list[ChunkRow],
-    dictionaries: Mapping[Any, Dictionary],
-    frames: list[bytes],
-    level: int,
-    assemble: Callable[[int, bytes, bytes | memoryview], bytes],
-) -> list[ChunkRow]:
-    """`made` with each chunk's bytes `assemble(i, digest, frame)`: `frames[i]` compressed at
-    `level` against its stream's dictionary in `dictionaries` (digest empty where none), in one
-    call per dictionary (the GIL goes once each), and named by that dictionary's digest."""
-    out = list(made)
-    for dictionary, where in by_dictionary([c.stream for c in made], dictionaries).items():
-        done = compress_all(dictionary, [frames[i] for i in where], level)
-        digest = b"" if dictionary is None else dictionary.digest
-        for k, i in enumerate(where):
-            out[i] = made[i]._replace(data=assemble(i, digest, done[k]), dictionary=digest or None)
-    return out

@@ -12,7 +12,8 @@ from typing import Any
 
 import msgspec
 
-from kvscope.storage.log_chunks import CHUNK_FORMAT, ChunkRow, pack
+from kvscope.storage.log_chunk_pack import pack
+from kvscope.storage.log_chunks import CHUNK_FORMAT, ChunkRow
 from kvscope.storage.log_dictionary import (
     DEFAULT_CAP,
     DEFAULT_RATIO,

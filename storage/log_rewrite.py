@@ -11,7 +11,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kvscope.storage.log_chunks import known_name_of, pack
+from kvscope.storage.log_chunk_pack import pack
+from kvscope.storage.log_chunks import known_name_of
 from kvscope.storage.log_dictionaries_sql import dictionary, open_chunk
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.log_known_sql import known_hashes

@@ -6,11 +6,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import accumulate, groupby
-from operator import itemgetter
 from typing import Any
 
-from kvscope.storage._log_columns import fields
-from kvscope.storage._row_streams import fields_by_stream
+from kvscope.storage._row_streams import by_stream, fields_by_stream
 from kvscope.storage.rows import LogRow
 
 MAX_CHUNK_BATCHES = 2000
@@ -26,46 +24,26 @@ def split(rows: Sequence[LogRow]) -> list[Sequence[LogRow]]:
     """The runs of `rows` that `pack` makes chunks of."""
     if not rows:
         return []
-    rows = _by_stream(rows)
-    streams, epochs, _, ts, _, payloads = _columns(rows)
-    return [rows[start:end] for start, end in _bounds(streams, epochs, ts, payloads)]
+    rows = by_stream(_listed(rows))
+    streams, epochs, _, ts, _, payloads = fields_by_stream(rows, _LOG_FIELDS)
+    return [rows[start:end] for start, end in bounds(streams, epochs, ts, payloads)]
 
 
-def _columns(rows: Sequence[LogRow]) -> list[list[Any]]:
-    """The rows' fields, a list each, read in C: `zip(*rows)` would make an iterator per row,
-    and with them collections, while the writer holds the GIL."""
-    cols = fields(rows if type(rows) is list else list(rows), _LOG_FIELDS)
-    if cols is None:  # not the writer's plain tuples
-        return [list(map(itemgetter(k), rows)) for k in range(_LOG_FIELDS)]
-    return cols
+def columns_by_stream(rows: Sequence[LogRow]) -> list[list[Any]]:
+    """The rows' fields, a list each, each stream's rows together (in the order applied, the
+    streams in the order they first come), read once in C (storage/_row_streams.pyx).
+
+    A fleet's transaction interleaves its streams batch by batch, and a chunk holds one
+    stream's run: left interleaved, every batch would be a chunk of its own. `zip(*rows)` would
+    make an iterator per row, and with them collections, while the writer holds the GIL."""
+    return fields_by_stream(_listed(rows), _LOG_FIELDS)
 
 
-def _fields_by_stream(rows: Sequence[LogRow]) -> list[list[Any]]:
-    """`_columns(_by_stream(rows))`, the rows read once, and grouped, in C."""
-    cols = fields_by_stream(rows if type(rows) is list else list(rows), _LOG_FIELDS)
-    if cols is not None:
-        return cols
-    cols = _columns(rows)
-    streams = cols[0]
-    if streams.count(streams[0]) == len(streams):
-        return cols
-    return _columns(_by_stream(rows))
+def _listed(rows: Sequence[LogRow]) -> list[LogRow]:
+    return rows if type(rows) is list else list(rows)
 
 
-def _by_stream(rows: Sequence[LogRow]) -> Sequence[LogRow]:
-    """Each stream's rows together, in the order applied. A fleet's transaction interleaves its
-    streams batch by batch, and a chunk holds one stream's run: left interleaved, every batch
-    would be a chunk of its own."""
-    first = rows[0][0]
-    if all(row[0] == first for row in rows):
-        return rows
-    grouped: dict[Any, list[LogRow]] = {}
-    for row in rows:
-        grouped.setdefault(row[0], []).append(row)
-    return [row for group in grouped.values() for row in group]
-
-
-def _bounds(
+def bounds(
     streams: Sequence[Any], epochs: Sequence[int], ts: Sequence[float], payloads: Sequence[bytes]
 ) -> list[tuple[int, int]]:
     """[start, end) of each run: a new one at a stream or epoch change, and before one would
@@ -75,21 +53,21 @@ def _bounds(
     stamps = list(ts)
     if streams.count(streams[0]) == n and epochs.count(epochs[0]) == n:
         return _bounds_within(0, n, stamps, before)
-    # A fleet's transaction, each stream's rows together (`_by_stream`): each stream and epoch
-    # is cut as if it came alone, not row by row for all.
-    bounds: list[tuple[int, int]] = []
+    # A fleet's transaction, each stream's rows together (`columns_by_stream`): each stream and
+    # epoch is cut as if it came alone, not row by row for all.
+    cut: list[tuple[int, int]] = []
     start = 0
     for _, same in groupby(zip(streams, epochs, strict=True)):
         end = start + len(list(same))
-        bounds += _bounds_within(start, end, stamps, before)
+        cut += _bounds_within(start, end, stamps, before)
         start = end
-    return bounds
+    return cut
 
 
 def _bounds_within(
     start: int, stop: int, stamps: list[float], before: list[int]
 ) -> list[tuple[int, int]]:
-    """`_bounds` of rows [start, stop), all of one stream and epoch."""
+    """`bounds` of rows [start, stop), all of one stream and epoch."""
     if stamps[start:stop] != sorted(stamps[start:stop]):
         return _bounds_row_by_row(start, stop, stamps, before)
     bounds = []

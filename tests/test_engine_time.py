@@ -15,7 +15,8 @@ from kvscope.storage import batch_log, schema
 from kvscope.storage.backfill import backfill
 from kvscope.storage.bulk_sql import insert_chunks
 from kvscope.storage.engine import open_store
-from kvscope.storage.log_chunks import Chunk, pack
+from kvscope.storage.log_chunk_pack import pack
+from kvscope.storage.log_chunks import Chunk
 
 STREAM = StreamId("a", 0)
 

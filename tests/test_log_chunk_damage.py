@@ -15,7 +15,8 @@ import zstandard
 from kvscope.storage import log_columns, log_dictionaries_sql, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import NotInStore, Position, position_at_seq, rebuild, stream_id
-from kvscope.storage.log_chunks import Chunk, ChunkError, pack
+from kvscope.storage.log_chunk_pack import pack
+from kvscope.storage.log_chunks import Chunk, ChunkError
 from tests.migration_support import write
 from tests.test_log_dictionary import A, block_log, token_pool
 from tests.test_log_dictionary_store import row_writer

@@ -16,13 +16,13 @@ from sqlalchemy import Engine, insert, select
 from kvscope.collector.types import StreamId
 from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store, upgrade
+from kvscope.storage.log_chunk_pack import pack
 from kvscope.storage.log_chunks import (
     MAX_CHUNK_BATCHES,
     MAX_CHUNK_RAW_BYTES,
     MAX_CHUNK_SPAN_S,
     Chunk,
     ChunkError,
-    pack,
     split,
 )
 from kvscope.storage.rows import LogRow

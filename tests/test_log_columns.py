@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from kvscope.collector.capture import read_capture
 from kvscope.storage._log_columns import join, split
-from kvscope.storage.log_chunks import FORMAT_2_MAGIC, Chunk, pack
+from kvscope.storage.log_chunk_pack import pack
+from kvscope.storage.log_chunks import FORMAT_2_MAGIC, Chunk
 from kvscope.storage.log_columns import FORMAT_3_MAGIC
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.rows import LogRow

@@ -12,7 +12,8 @@ import pytest
 import zstandard
 
 from kvscope.storage import log_compress
-from kvscope.storage.log_chunks import Chunk, pack
+from kvscope.storage.log_chunk_pack import pack
+from kvscope.storage.log_chunks import Chunk
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.log_known import Known, hashes_of
 from tests.test_log_dictionary import A, B, block_log, runs_of, token_pool

@@ -14,7 +14,8 @@ import pytest
 
 from kvscope.collector.types import StreamId
 from kvscope.storage._token_granules import RunTable
-from kvscope.storage.log_chunks import Chunk, ChunkError, named_dictionary, pack
+from kvscope.storage.log_chunk_pack import pack
+from kvscope.storage.log_chunks import Chunk, ChunkError, named_dictionary
 from kvscope.storage.log_dictionary import (
     GRANULE,
     SAMPLE,

@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvscope.storage._granules import GranuleIndex
-from kvscope.storage.log_chunks import CHUNK_FORMAT, SETTABLE_FORMATS, Chunk, pack
+from kvscope.storage.log_chunk_pack import pack
+from kvscope.storage.log_chunks import CHUNK_FORMAT, SETTABLE_FORMATS, Chunk
 from kvscope.storage.log_columns import FORMAT_3_MAGIC, FORMAT_4_MAGIC
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.rows import LogRow

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvscope.storage.log_chunks import Chunk, ChunkError, known_name_of, pack
+from kvscope.storage.log_chunk_pack import pack
+from kvscope.storage.log_chunks import Chunk, ChunkError, known_name_of
 from kvscope.storage.log_columns import FORMAT_5_MAGIC, FORMAT_6_MAGIC
 from kvscope.storage.log_known import Known, hashes_of
 from kvscope.storage.rows import LogRow

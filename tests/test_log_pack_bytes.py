@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from kvscope.storage._log_columns import rooms_outgrown, set_room_shares
-from kvscope.storage.log_chunks import pack
+from kvscope.storage.log_chunk_pack import pack
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.log_known import Known, hashes_of
 from kvscope.storage.rows import LogRow

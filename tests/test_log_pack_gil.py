@@ -10,7 +10,7 @@ import random
 import pytest
 
 from kvscope.storage._log_columns import pack_runs, walks_let_go
-from kvscope.storage.log_chunks import pack
+from kvscope.storage.log_chunk_pack import pack
 from kvscope.storage.log_dictionary import Dictionary
 from tests.test_log_dictionary import A, B, block_log, runs_of, token_pool
 

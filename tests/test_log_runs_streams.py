@@ -1,17 +1,38 @@
 """The log's rows read as columns, each stream's together (storage/_row_streams.pyx), as the
-rows grouped in Python and read then."""
+rows grouped in Python and read then; NamedTuple rows (tuples too) read as plain ones."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
+
+import pytest
 
 from kvscope.collector.types import StreamId
 from kvscope.storage import log_runs
-from kvscope.storage._row_streams import fields_by_stream
+from kvscope.storage._row_streams import by_stream, fields_by_stream
+
+
+class NamedLogRow(NamedTuple):
+    """A log row's fields by name: a tuple subclass, as rows from Python code may be."""
+
+    stream: StreamId
+    epoch: int
+    seq: int
+    ts: float
+    recv_ts: float
+    payload: bytes
+
+
+def _grouped(rows: list[Any]) -> list[Any]:
+    """Each stream's rows together, the streams in the order they first come."""
+    groups: dict[Any, list[Any]] = {}
+    for row in rows:
+        groups.setdefault(row[0], []).append(row)
+    return [row for group in groups.values() for row in group]
 
 
 def _reference(rows: list[Any]) -> list[list[Any]]:
-    return log_runs._columns(log_runs._by_stream(rows))
+    return [[row[k] for row in _grouped(rows)] for k in range(6)]
 
 
 def _rows(streams: list[StreamId], n: int) -> list[Any]:
@@ -23,6 +44,7 @@ def test_interleaved_streams_come_together_in_first_order() -> None:
     rows = _rows(streams, 53)
     rows[7:9] = rows[8:6:-1]  # not round-robin everywhere
     assert fields_by_stream(rows, 6) == _reference(rows)
+    assert by_stream(rows) == _grouped(rows)
 
 
 def test_equal_streams_that_are_other_objects_are_one() -> None:
@@ -33,15 +55,35 @@ def test_equal_streams_that_are_other_objects_are_one() -> None:
     assert out[2][:6] == [0, 2, 4, 6, 8, 99]
 
 
+def test_named_rows_are_grouped_as_plain_tuples_are() -> None:
+    plain = _rows([StreamId("a", 0), StreamId("b", 1), StreamId("c", 0)], 31)
+    named = [NamedLogRow(*row) for row in plain]
+    mixed = [row if i % 3 else named[i] for i, row in enumerate(plain)]
+    for rows in (named, mixed):
+        assert fields_by_stream(rows, 6) == fields_by_stream(plain, 6) == _reference(plain)
+        grouped = by_stream(rows)
+        assert [id(row) for row in grouped] == [id(row) for row in _grouped(rows)]
+        assert log_runs.split(rows) == log_runs.split(plain)
+
+
 def test_one_stream_and_none() -> None:
     rows = _rows([StreamId("a", 0)], 4)
-    assert fields_by_stream(rows, 6) == log_runs._columns(rows)
+    assert fields_by_stream(rows, 6) == [list(column) for column in zip(*rows, strict=True)]
     assert fields_by_stream([], 6) == [[] for _ in range(6)]
-    assert fields_by_stream([*rows, [StreamId("a", 0), 1, 2, 3.0, 4.0, b""]], 6) is None
-    assert fields_by_stream([(StreamId("a", 0), 1)], 6) is None
+    assert by_stream([]) == []
 
 
-def test_fields_by_stream_in_log_runs() -> None:
+def test_rows_that_are_no_tuples_of_the_fields_are_refused() -> None:
+    rows = _rows([StreamId("a", 0)], 4)
+    with pytest.raises(TypeError, match="log row"):
+        fields_by_stream([*rows, [StreamId("a", 0), 1, 2, 3.0, 4.0, b""]], 6)
+    with pytest.raises(TypeError, match="log row"):
+        fields_by_stream([(StreamId("a", 0), 1)], 6)
+    with pytest.raises(TypeError, match="log row"):
+        by_stream([*rows, ()])
+
+
+def test_columns_by_stream_in_log_runs() -> None:
     rows = _rows([StreamId("a", 0), StreamId("b", 1), StreamId("c", 0)], 30)
-    assert log_runs._fields_by_stream(rows) == _reference(rows)
-    assert log_runs._fields_by_stream(tuple(rows)) == _reference(rows)
+    assert log_runs.columns_by_stream(rows) == _reference(rows)
+    assert log_runs.columns_by_stream(tuple(rows)) == _reference(rows)

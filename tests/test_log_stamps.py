@@ -15,7 +15,7 @@ import pytest
 from kvscope.collector.types import StreamId
 from kvscope.storage._log_columns import fields
 from kvscope.storage._log_planes import low_high
-from kvscope.storage.log_chunks import stamp_arrays
+from kvscope.storage.log_chunk_pack import stamp_arrays
 
 
 @pytest.mark.parametrize("seed", range(5))

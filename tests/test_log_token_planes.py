@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from kvscope.collector.capture import read_capture
 from kvscope.storage._log_planes import token_planes, tokens_of_planes
-from kvscope.storage.log_chunks import Chunk, pack
+from kvscope.storage.log_chunk_pack import pack
+from kvscope.storage.log_chunks import Chunk
 from kvscope.storage.log_columns import FORMAT_4_MAGIC, FORMAT_5_MAGIC
 from kvscope.storage.log_dictionary import Dictionary
 from kvscope.storage.rows import LogRow

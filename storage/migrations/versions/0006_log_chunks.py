@@ -15,7 +15,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from kvscope.storage.log_chunks import Chunk, pack
+from kvscope.storage.log_chunk_pack import pack
+from kvscope.storage.log_chunks import Chunk
 
 revision = "0006"
 down_revision = "0005"

@@ -14,7 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from kvscope.storage.log_chunks import FORMAT_2_MAGIC, pack
+from kvscope.storage.log_chunk_pack import pack
+from kvscope.storage.log_chunks import FORMAT_2_MAGIC
 from kvscope.storage.log_dictionaries_sql import open_chunk
 from kvscope.storage.row_heads import key_where, keys_starting
 
