@@ -68,6 +68,9 @@ class WriteLoop:
                 self.stats.transactions += 1
                 self.stats.writer_cpu_seconds_total = time.thread_time() - cpu_started
                 self.queue.done(droppable)
+                # Not held while the next take waits (a take's payloads, up to
+                # `rows_per_transaction` of them), nor through a trim.
+                del rows
                 self._forget_left()
                 self._trim_after_backlog()
         except Exception as exc:  # said, not hidden: see `failure`
