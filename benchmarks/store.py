@@ -14,7 +14,10 @@ asserted):
    machine's, where the writer's GIL-held work cannot overlap the ingest thread's); and per
    database a `time_split_s` line: the ingest loop's wall and CPU seconds, the wait for the
    writer after it, the writer thread's CPU seconds and its wall seconds in transactions,
-   beside the memory-only loop's, and which thread bounds the store's share;
+   beside the memory-only loop's, and which thread bounds the store's share; and each thread's
+   wall past its CPU split (Linux's per-thread counts, benchmarks/_thread_clock.py) into the
+   wait for a core (the machine's other load) and the time blocked (the GIL; the writer also
+   the disk and its takes), with how many times it blocked;
 2. bytes on disk per block-event (the SQLite file after the run, WAL checkpointed), split into
    the log, checkpoints and the rest, with the log's batches packed in each chunk format (today's
    layout beside the new one), on the benchmark stream and on the bundled lab recordings; and
@@ -37,6 +40,7 @@ import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -49,6 +53,7 @@ from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.log_chunks import SETTABLE_FORMATS
 from kvscope.storage.store_settings import StoreSettings
+from kvscope.storage.write_loop import WRITER_THREAD
 from kvscope.storage.writer import StoreWriter
 from kvscope.storage.writer_state import WriterStats
 
@@ -56,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _ingest_stream import make_stream
 from _pg import database_url, fresh_database
 from _store_disk import measure, projection, recordings, stream_log
+from _thread_clock import ThreadClock, thread_clock
 
 STREAM = StreamId("bench", 0)
 
@@ -65,18 +71,32 @@ def frames_of(payloads: list[bytes]) -> list[list[bytes]]:
 
 
 class TimeSplit(NamedTuple):
-    """Where a run's seconds went: which thread bounds the store's share of ingest."""
+    """Where a run's seconds went: which thread bounds the store's share of ingest, and what
+    each thread's wall was besides its CPU (benchmarks/_thread_clock.py): waiting for a core
+    (the machine's other load) or blocked (the GIL; the writer also on the disk and its takes)."""
 
     loop_wall: float
     """The ingest loop, on its thread."""
     loop_cpu: float
     """The ingest thread's CPU seconds in the loop."""
     writer_wait: float
-    """After the loop: the wait for the writer to commit the rest (`close`)."""
+    """After the loop: the wait for the writer to commit the rest (`flush`, `close`)."""
     writer_cpu: float
     """The writer thread's CPU seconds."""
     writer_in_transactions: float
     """The writer's wall seconds inside its transactions."""
+    loop_run_queue: float = 0.0
+    """The ingest thread's seconds in the loop ready to run, waiting for a core."""
+    loop_blocked: float = 0.0
+    """The ingest thread's seconds in the loop blocked: waiting for the GIL."""
+    loop_waits: int = 0
+    """The times it blocked."""
+    writer_run_queue: float = 0.0
+    """The writer thread's seconds in the run ready to run, waiting for a core."""
+    writer_blocked: float = 0.0
+    """The writer thread's seconds in the run blocked: the GIL, the disk, its takes' waits."""
+    writer_waits: int = 0
+    """The times it blocked."""
 
     def bound_by(self) -> str:
         """The thread that worked the longer: with the GIL between them, the other waited."""
@@ -84,16 +104,36 @@ class TimeSplit(NamedTuple):
 
     def line(self, what: str, memory_only: TimeSplit) -> str:
         return (
-            f"time_split_s {what}: ingest loop {self.loop_wall:.2f} wall / {self.loop_cpu:.2f} "
-            f"CPU, then {self.writer_wait:.2f} waiting for the writer; writer "
-            f"{self.writer_cpu:.2f} CPU, {self.writer_in_transactions:.2f} wall in transactions; "
-            f"memory-only loop {memory_only.loop_wall:.2f} wall / {memory_only.loop_cpu:.2f} CPU "
+            f"time_split_s {what}: ingest loop {self.loop_wall:.2f} wall = {self.loop_cpu:.2f} "
+            f"CPU + {self.loop_run_queue:.2f} waiting for a core + {self.loop_blocked:.2f} "
+            f"blocked ({self.loop_waits:.0f} times), then {self.writer_wait:.2f} waiting for "
+            f"the writer; writer {self.writer_cpu:.2f} CPU + {self.writer_run_queue:.2f} "
+            f"waiting for a core + {self.writer_blocked:.2f} blocked ({self.writer_waits:.0f} "
+            f"times), {self.writer_in_transactions:.2f} wall in transactions; memory-only loop "
+            f"{memory_only.loop_wall:.2f} wall = {memory_only.loop_cpu:.2f} CPU + "
+            f"{memory_only.loop_run_queue:.2f} waiting for a core "
             f"(bound by the {self.bound_by()} thread)"
         )
 
     @staticmethod
     def median(splits: list[TimeSplit]) -> TimeSplit:
         return TimeSplit(*(statistics.median(f) for f in zip(*splits, strict=True)))
+
+
+NO_CLOCK = ThreadClock(math.nan, math.nan, 0)
+"""Where Linux's per-thread counts are not to be had."""
+
+
+def clock_of(thread: threading.Thread | None) -> ThreadClock:
+    if thread is None or thread.native_id is None:
+        return ThreadClock(0.0, 0.0, 0)
+    return thread_clock(thread.native_id) or NO_CLOCK
+
+
+def writer_thread() -> threading.Thread:
+    """The store writer's thread (the benchmark runs one store at a time)."""
+    (found,) = [t for t in threading.enumerate() if t.name == WRITER_THREAD]
+    return found
 
 
 def ingest_rate(
@@ -106,13 +146,22 @@ def ingest_rate(
     """Block-events per second; with `busy`, the run's CPU seconds (this process, all threads)
     per second appended to it; with `splits`, its `TimeSplit`."""
     ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
+    this_thread = threading.current_thread()
+    other = writer_thread() if writer is not None else None
+    clocks = clock_of(this_thread), clock_of(other)
     started, cpu = time.perf_counter(), time.process_time()
     thread_cpu = time.thread_time()
     for frame in frames:
         ingest.live_frames(frame, time.time())
     looped, loop_cpu = time.perf_counter(), time.thread_time() - thread_cpu
+    loop_clock = clock_of(this_thread) - clocks[0]
+    writer_clock, writer_read = ThreadClock(0.0, 0.0, 0), looped
     if writer is not None:
-        writer.close(600)  # the rows are only kept once committed
+        # The rows are only kept once committed; the writer thread read before it ends.
+        assert writer.flush(600), "the writer stopped"
+        writer_clock = clock_of(other) - clocks[1]
+        writer_read = time.perf_counter()
+        writer.close(600)
         assert writer.stats.batches_dropped == 0, "the store fell behind: raise queue_rows"
     ended = time.perf_counter()
     elapsed = ended - started
@@ -127,6 +176,12 @@ def ingest_rate(
                 ended - looped,
                 stats.writer_cpu_seconds_total,
                 stats.write_seconds_total,
+                loop_clock.run_queue,
+                looped - started - loop_cpu - loop_clock.run_queue,
+                loop_clock.waits,
+                writer_clock.run_queue,
+                writer_clock.blocked(writer_read - started) if writer is not None else 0.0,
+                writer_clock.waits,
             )
         )
     assert ingest.counters.batches_applied == len(frames) and ingest.degraded is None

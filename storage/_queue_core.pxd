@@ -21,6 +21,10 @@ cdef class QueueCore:
     cdef readonly object _sizes
     cdef object _append_row
     cdef object _append_size
+    # The `_droppable_in` at which a take waiting for rows has all it asked for (-1: none
+    # waits), and what the put that reaches it sets to wake it (storage/rowqueue.py).
+    cdef public long long _wake_at
+    cdef public object _wake
 
     cdef bint put_row(self, object row, long long nbytes) except -1
     cpdef bint put_batch(self, object row, long long nbytes) except -1

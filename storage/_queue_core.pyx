@@ -30,6 +30,8 @@ cdef class QueueCore:
         self._droppable_in = self._droppable_out = self._bytes_in = self._bytes_out = 0
         self._others_in = 0
         self.spill = None
+        self._wake_at = -1
+        self._wake = None
 
     cpdef bint put_batch(self, object row, long long nbytes) except -1:
         """`put(row, True, nbytes)`, called directly for each batch by the ingest thread: the
@@ -56,6 +58,9 @@ cdef class QueueCore:
             self._append_size(nbytes)
             self._bytes_in += nbytes
             self._append_row(row)
+            if self._droppable_in == self._wake_at:
+                self._wake_at = -1
+                self._wake.set()  # the waiting take has all it asked for
             return True
         if spill is None or not spill.put(row):
             return False

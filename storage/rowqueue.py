@@ -66,6 +66,7 @@ class RowQueue(QueueCore, Generic[Row]):
         """The spill's row number of the last rare row put there."""
         self._closing = threading.Event()
         self._hurry = threading.Event()
+        self._wake = self._hurry
         self._hurry_to = 0
         """`put_total` when last hurried: the hurry ends with the take that reaches that row."""
         self._taken_total = 0
@@ -147,7 +148,7 @@ class RowQueue(QueueCore, Generic[Row]):
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
-                    self._hurry.wait(min(self.poll_s, left))
+                    self._wait_for(max_rows, min(self.poll_s, left))
                 n = self._taken = min(max_rows, len(rows))
                 taken, self._taken_bytes = self._take_front(n)
                 self._took(n)
@@ -157,7 +158,17 @@ class RowQueue(QueueCore, Generic[Row]):
                     continue
                 return None
             self._hurry.clear()
-            self._hurry.wait(self.poll_s)
+            self._wait_for(max_rows, self.poll_s)
+
+    def _wait_for(self, max_rows: int, timeout: float) -> None:
+        """Wait up to `timeout` for a hurry, or for the put that brings the rows queued to
+        `max_rows`: a writer behind starts the moment a whole take is queued, not at its next
+        poll (for a full take there is nothing to linger for)."""
+        self._wake_at = self._droppable_in + max_rows - len(self._rows)
+        try:
+            self._hurry.wait(timeout)
+        finally:
+            self._wake_at = -1
 
     def _take_with_spill(self, max_rows: int) -> list[Row]:
         """What is queued in memory (the rare rows, and droppable ones older than any spilled),

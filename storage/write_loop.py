@@ -27,6 +27,9 @@ from kvscope.storage.writer_state import WriterStats, rows_per_take
 
 logger = logging.getLogger("kvscope.storage.writer")
 
+WRITER_THREAD = "kvscope-store-writer"
+"""The writer thread's name (benchmarks/store.py reads its times by it)."""
+
 
 class WriteLoop:
     def __init__(
@@ -49,7 +52,7 @@ class WriteLoop:
         self._leaving: list[tuple[int, StreamId]] = []
         """Streams to forget once the queue's rows up to each mark are written."""
         self._leaving_lock = threading.Lock()
-        self.thread = threading.Thread(target=self._run, name="kvscope-store-writer", daemon=True)
+        self.thread = threading.Thread(target=self._run, name=WRITER_THREAD, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:

@@ -1,0 +1,73 @@
+"""A take waiting for rows is woken by the put that fills it (storage/rowqueue.py), not at its
+next poll: a writer behind, idle meanwhile, starts the moment a whole transaction's rows are
+queued. Shown with polls and lingers of an hour: only the wake can end the wait."""
+
+from __future__ import annotations
+
+import threading
+
+from kvscope.storage.rowqueue import RowQueue
+
+HOUR = 3600.0
+
+
+def _taking(queue: RowQueue[int], max_rows: int) -> tuple[threading.Thread, list[list[int]]]:
+    taken: list[list[int]] = []
+
+    def take() -> None:
+        rows = queue.take(max_rows)
+        assert rows is not None
+        taken.append(rows)
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    return thread, taken
+
+
+def _wait_until_waiting(queue: RowQueue[int]) -> None:
+    """Until the taker waits for a full take (it says at which put)."""
+    for _ in range(100_000):
+        if queue._wake_at >= 0:
+            return
+        threading.Event().wait(0.001)
+    raise AssertionError("the take never waited")
+
+
+def test_an_empty_queue_s_take_is_woken_by_the_put_that_fills_it() -> None:
+    queue: RowQueue[int] = RowQueue(1000, poll_s=HOUR, linger_s=HOUR)
+    thread, taken = _taking(queue, 3)
+    _wait_until_waiting(queue)
+    for i in range(3):
+        assert queue.put(i, True)
+    thread.join(60)
+    try:
+        assert taken == [[0, 1, 2]]
+        assert queue._wake_at < 0
+    finally:
+        queue.close()
+
+
+def test_a_lingering_take_is_woken_by_the_put_that_fills_it() -> None:
+    queue: RowQueue[int] = RowQueue(1000, poll_s=HOUR, linger_s=HOUR)
+    assert queue.put(0, True)
+    thread, taken = _taking(queue, 3)
+    _wait_until_waiting(queue)
+    assert queue.put(1, True)
+    assert queue.put(2, True)
+    thread.join(60)
+    try:
+        assert taken == [[0, 1, 2]]
+    finally:
+        queue.close()
+
+
+def test_a_wake_leaves_the_next_take_free_to_linger() -> None:
+    queue: RowQueue[int] = RowQueue(1000, poll_s=HOUR, linger_s=0.05)
+    thread, taken = _taking(queue, 2)
+    _wait_until_waiting(queue)
+    for i in range(3):
+        assert queue.put(i, True)
+    thread.join(60)
+    assert taken == [[0, 1]]
+    assert not queue._hurry.is_set()  # the next take, of fewer rows, may linger for more
+    assert queue.take(2) == [2]
