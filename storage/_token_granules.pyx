@@ -68,31 +68,44 @@ cdef int note_runs(Reader* r, Py_ssize_t n, Py_ssize_t granule, Table* seen, uin
     return 0
 
 
+cdef inline int token_width(const uint8_t* p, Py_ssize_t pos) noexcept nogil:
+    """Bytes of the token id at `pos` (`all_tokens`' test), else 0; the caller knows there is
+    room for its bytes (or for the widest id's)."""
+    cdef uint8_t b = p[pos]
+    cdef int w = kvscope_token_width[b]
+    if w == 0:
+        return 0
+    if w == 9:  # uint64, int64: the upper half is zero (which clears the sign too)
+        if p[pos + 1] | p[pos + 2] | p[pos + 3] | p[pos + 4]:
+            return 0
+    elif b >= 0xD0 and p[pos + 1] & 0x80:  # int8..int32 below zero
+        return 0
+    return w
+
+
 cdef bint tokens_cut(Reader* r, Py_ssize_t n, Py_ssize_t granule, Py_ssize_t* cuts) noexcept nogil:
     """`all_tokens`, keeping where each whole granule ends (from the array's first id) in
-    `cuts` (room for `n // granule`)."""
+    `cuts` (room for `n // granule + 1`: the ids after the last whole granule end there too)."""
     cdef const uint8_t* p = r.p
-    cdef Py_ssize_t k, pos = r.pos, start = r.pos, left = granule, j = 0
+    cdef Py_ssize_t k, pos = r.pos, start = r.pos, j, ids
     cdef int w
-    cdef uint8_t b
-    for k in range(n):
-        if pos >= r.end:
-            return False
-        b = p[pos]
-        w = kvscope_token_width[b]
-        if w == 0 or r.end - pos < w:
-            return False
-        if w == 9:  # uint64, int64: the upper half is zero (which clears the sign too)
-            if p[pos + 1] | p[pos + 2] | p[pos + 3] | p[pos + 4]:
-                return False
-        elif b >= 0xD0 and p[pos + 1] & 0x80:  # int8..int32 below zero
-            return False
-        pos += w
-        left -= 1
-        if left == 0:
-            cuts[j] = pos - start
-            j += 1
-            left = granule
+    for j in range(n // granule + 1):
+        ids = granule if j < n // granule else n % granule
+        if r.end - pos >= 9 * ids:  # room for the widest ids: no bound to test per id
+            for k in range(ids):
+                w = token_width(p, pos)
+                if w == 0:
+                    return False
+                pos += w
+        else:
+            for k in range(ids):
+                if pos >= r.end or r.end - pos < kvscope_token_width[p[pos]]:
+                    return False
+                w = token_width(p, pos)  # its bytes there: read only now
+                if w == 0:
+                    return False
+                pos += w
+        cuts[j] = pos - start
     r.pos = pos
     return True
 
@@ -130,7 +143,7 @@ cdef int walk(Reader* r, int depth, Py_ssize_t granule, Table* seen, uint64_t wh
               Py_ssize_t* counts) noexcept nogil:
     """0, or -1 where the payload stops reading (what was noted stays), or NO_MEMORY."""
     cdef Py_ssize_t n, k, start
-    cdef Py_ssize_t cuts[CUTS]
+    cdef Py_ssize_t cuts[CUTS + 1]
     cdef uint8_t b
     cdef int done
     if depth > MAX_DEPTH or r.pos >= r.end:
