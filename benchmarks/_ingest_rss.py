@@ -7,6 +7,12 @@ benchmark made is counted. With the store on, the same blocks come as vLLM's pay
 whole run in its queue), and RSS is read once the writer has written everything, the heap
 trimmed as the writer does after a backlog (storage/heap_trim.py): what a collector that stores
 holds for its map, its log's dictionary and its latest checkpoint's known hashes.
+
+Two ways of feeding the store: `--keep-up` waits for the writer after each take's worth of the
+stream at an H200's rate (`H200_BLOCK_EVENTS_PER_S` over the store's `linger_s`), as a collector
+that keeps up holds at most that much unwritten; without it the whole map is queued before the
+writer catches up (a backlog of the entire run: what the allocator keeps after such a transient
+is counted too).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import msgspec
 from _ingest_stream import (
     BLOCK_SIZE,
     EPOCH,
+    H200_BLOCK_EVENTS_PER_S,
     STEP_S,
     TOKEN_POOL,
     VOCAB,
@@ -107,12 +114,41 @@ def rss_child(blocks: int, seed: int) -> None:
     print(json.dumps({"blocks": totals.blocks, "before": before, "after": after}))
 
 
-def store_rss_child(blocks: int, seed: int) -> None:
-    """The same, with the store on (a SQLite file): RSS once the writer has written it all."""
+PER_TAKE = H200_BLOCK_EVENTS_PER_S * StoreSettings().linger_s
+"""Block-events a collector that keeps up at an H200's rate holds unwritten at most: a take's."""
+
+
+def feed_store(
+    ingest: StreamIngest,
+    writer: StoreWriter,
+    stores: Iterator[tuple[list[int], int | None, list[int]]],
+    keep_up: bool,
+) -> list[int]:
+    """Each store as vLLM's payload into `ingest`; with `keep_up`, the writer waited for after
+    each `PER_TAKE` block-events. The block-events fed at each wait."""
+    encode = msgspec.msgpack.Encoder().encode
+    waits: list[int] = []
+    fed = unwritten = 0
+    for seq, (hashes, parent, tokens) in enumerate(stores):
+        event = VllmBlockStored(hashes, parent, tokens, BLOCK_SIZE, None, "GPU", None)
+        payload = encode(VllmEventBatch(EPOCH + seq * STEP_S, [event]))
+        ingest.live_frames([b"", seq.to_bytes(8, "big"), payload], EPOCH + seq * STEP_S)
+        fed += len(hashes)
+        unwritten += len(hashes)
+        if keep_up and unwritten >= PER_TAKE:
+            if not writer.flush(600):
+                raise RuntimeError("the writer did not catch up within 600 s")
+            waits.append(fed)
+            unwritten = 0
+    return waits
+
+
+def store_rss_child(blocks: int, seed: int, keep_up: bool) -> None:
+    """The same, with the store on (a SQLite file): RSS once the writer has written it all;
+    with `keep_up`, the writer waited for after each take's worth of the stream."""
     rng = random.Random(seed)
     pool = _token_pool(rng)
     stores = _stores(blocks, seed, rng, pool)
-    encode = msgspec.msgpack.Encoder().encode
     with tempfile.TemporaryDirectory() as tmp:
         writer = StoreWriter(
             open_store(f"sqlite:///{Path(tmp) / 'rss.sqlite'}"),
@@ -122,11 +158,7 @@ def store_rss_child(blocks: int, seed: int) -> None:
         gc.collect()
         trim_heap()
         before = _rss_bytes()
-        for seq, (hashes, parent, tokens) in enumerate(stores):
-            event = VllmBlockStored(hashes, parent, tokens, BLOCK_SIZE, None, "GPU", None)
-            payload = encode(VllmEventBatch(EPOCH + seq * STEP_S, [event]))
-            ingest.live_frames([b"", seq.to_bytes(8, "big"), payload], EPOCH + seq * STEP_S)
-        del hashes, tokens, event, payload
+        feed_store(ingest, writer, stores, keep_up)
         if not writer.flush(600) or writer.stats.batches_dropped:
             raise RuntimeError(f"the writer did not write everything: {writer.stats}")
         gc.collect()
@@ -137,9 +169,9 @@ def store_rss_child(blocks: int, seed: int) -> None:
     print(json.dumps({"blocks": blocks_held, "before": before, "after": after}))
 
 
-def measure_rss(blocks: int, seed: int, store: bool = False) -> float:
+def measure_rss(blocks: int, seed: int, store: bool = False, keep_up: bool = False) -> float:
     """RSS per cached block of a map of `blocks` built in a fresh interpreter; with `store`,
-    with the store on."""
+    with the store on (with `keep_up`, the writer kept up with the stream)."""
     out = subprocess.run(
         [
             sys.executable,
@@ -148,6 +180,7 @@ def measure_rss(blocks: int, seed: int, store: bool = False) -> float:
             "--seed",
             str(seed),
             *(["--store"] if store else []),
+            *(["--keep-up"] if keep_up else []),
         ],
         check=True,
         capture_output=True,
@@ -164,5 +197,11 @@ if __name__ == "__main__":
     parser.add_argument("blocks", type=int)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--store", action="store_true", help="with the store on (SQLite)")
+    parser.add_argument(
+        "--keep-up", action="store_true", help="with --store: wait for the writer after each take"
+    )
     args = parser.parse_args()
-    (store_rss_child if args.store else rss_child)(args.blocks, args.seed)
+    if args.store:
+        store_rss_child(args.blocks, args.seed, args.keep_up)
+    else:
+        rss_child(args.blocks, args.seed)

@@ -19,6 +19,8 @@ TOKEN_POOL = 16_384
 EPOCH = 1_796_051_000.0
 STEP_S = 0.02
 """Simulated seconds per engine step (the batch `ts`)."""
+H200_BLOCK_EVENTS_PER_S = 2_500
+"""A replica on an H200 under load (the issue's figure)."""
 
 MAX_RUNNING = 24
 ARRIVAL_P = 0.35

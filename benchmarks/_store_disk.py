@@ -16,6 +16,7 @@ from pathlib import Path
 
 import msgspec
 from _content_floor import ContentFloor, content_floor
+from _ingest_stream import H200_BLOCK_EVENTS_PER_S
 from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.exc import OperationalError
 
@@ -34,8 +35,6 @@ from kvscope.storage.rows import LogRow
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 
-H200_BLOCK_EVENTS_PER_S = 2_500
-"""A replica on an H200 under load (the issue's figure)."""
 FLEET_REPLICAS, FLEET_DAYS = 100, 7
 REPO = Path(__file__).resolve().parents[1]
 RECORDINGS = (
