@@ -18,10 +18,11 @@ HASH_MASK = (1 << 64) - 1
 MEDIUM_GPU = "GPU"
 
 
-class StreamId(msgspec.Struct, frozen=True, gc=False):
+class StreamId(msgspec.Struct, frozen=True, gc=False, cache_hash=True):
     """One publisher: a replica's data-parallel rank. Each has its own seq counter and map.
 
-    A frozen Struct like TableKey: the store's hooks look their state up by it once per batch.
+    A frozen Struct like TableKey: the store's hooks look their state up by it once per batch,
+    and a fleet's drain its stream once per message; its hash is kept (`cache_hash`).
     """
 
     replica: str

@@ -79,3 +79,11 @@ def test_the_loop_routes_applies_registers_and_sends_what_the_ingest_asks() -> N
     assert streams[a].sent == []
     assert router.refused
     assert loop() is False  # one message a call: none left
+
+
+def test_a_stream_id_keeps_its_hash() -> None:
+    # The drain looks each message's stream up by its `StreamId` (and the store's sink each
+    # batch's state): a hash kept with the object is not computed field by field each time.
+    assert StreamId.__struct_config__.cache_hash
+    stream = StreamId("r", 1)
+    assert hash(stream) == hash(StreamId("r", 1)) and stream == StreamId("r", 1)
