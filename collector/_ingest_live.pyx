@@ -155,13 +155,14 @@ cdef class LiveIngest:
         cdef long long applied = -1, rank
         cdef bint degraded = False
         cdef object fused, sink, max_block_size, reader, read_ts, ts = None, quiet, gaps
-        cdef object counters, changes = None, told, since, until, degradation
+        cdef object counters, changes = None, told, since, until, degradation, nbytes
         self.expected = seq + 1
         self.last_seq = seq
         size = len(payload)
+        nbytes = size  # (one int object, for the batch kept and the limit's test)
         # `self._recent.add`, without its call; `kept` only for a large payload.
-        self._recent_append((seq, size, payload if size <= _KEPT_BYTES else _kept(payload)))
-        if size > self.max_message_bytes:
+        self._recent_append((seq, nbytes, payload if size <= _KEPT_BYTES else _kept(payload)))
+        if nbytes > self.max_message_bytes:
             self._malformed(_OVERSIZE, seq, f"{size} bytes")
             self._degrade("oversize batch dropped", seq, seq, now)
             return None
