@@ -7,6 +7,8 @@ from kvscope.collector._live_sink cimport BatchChanges
 
 cdef class LiveIngest:
     cdef public object sink, map, counters, epoch, engine
+    # What the usual batch is applied from its bytes with (`FusedIngest.fused`), or None.
+    cdef public object fused
     cdef public object expected, last_seq, last_message_at, max_message_bytes
     cdef public object _replay, _outbox, _quiet, _gaps_told, _degradation, _malformed
     cdef public long long _messages

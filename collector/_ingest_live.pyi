@@ -12,7 +12,12 @@ from kvscope.collector.stream_counters import StreamCounters
 from kvscope.collector.types import Batch, StreamId
 from kvscope.collector.wire import BatchDecoder
 
+SHARED_FUSED: FusedApply
+
 class LiveIngest:
+    fused: FusedApply | None
+    """What the usual batch is applied from its bytes with (`SHARED_FUSED`), or None: each
+    batch decoded."""
     stream: StreamId
     sink: EventSink | None
     map: PrefixMap

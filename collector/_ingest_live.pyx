@@ -15,6 +15,7 @@ from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from kvscope.collector._live_sink cimport BatchChanges, LiveSink
 from kvscope.collector._replay cimport FusedApply
 from kvscope.collector._slot_attr cimport slot_get, slot_set
+from kvscope.collector.degraded import Degradation
 from kvscope.collector.errors import MalformedKind
 from kvscope.collector.recent import KEPT_BYTES, kept
 from kvscope.collector.replay import SEQ_BYTES, can_hold, hold
@@ -38,6 +39,13 @@ cdef object _MAX_SEQ = 2**63 - 1
 cdef object _STREAM_COUNTERS = StreamCounters
 cdef object _BATCHES_APPLIED = StreamCounters.__dict__["batches_applied"]
 cdef object _GAPS = StreamCounters.__dict__["gaps"]
+# `Degradation.open`, read for every batch through its slot's descriptor.
+cdef object _DEGRADATION = Degradation
+cdef object _DEGRADATION_OPEN = Degradation.__dict__["open"]
+
+SHARED_FUSED = FusedApply()
+"""What every stream applies the usual batch from its bytes with (each stream's `fused`, a C
+field read for every batch, starts as this one)."""
 
 
 @cython.auto_pickle(False)
@@ -45,6 +53,9 @@ cdef class LiveIngest:
     """The fields `live_frames` and `_apply` read (see `StreamIngest` for what each holds)."""
 
     # (its fields: collector/_ingest_live.pxd)
+
+    def __cinit__(self, *args, **kwargs):
+        self.fused = SHARED_FUSED
 
     property stream:
         """The stream's `StreamId`; its rank kept beside it, to check each batch's against."""
@@ -144,13 +155,14 @@ cdef class LiveIngest:
         cdef long long applied = -1, rank
         cdef bint degraded = False
         cdef object fused, sink, max_block_size, reader, read_ts, ts = None, quiet, gaps
-        cdef object counters, changes = None, told, since, until
+        cdef object counters, changes = None, told, since, until, degradation, nbytes
         self.expected = seq + 1
         self.last_seq = seq
         size = len(payload)
+        nbytes = size  # (one int object, for the batch kept and the limit's test)
         # `self._recent.add`, without its call; `kept` only for a large payload.
-        self._recent_append((seq, size, payload if size <= _KEPT_BYTES else _kept(payload)))
-        if size > self.max_message_bytes:
+        self._recent_append((seq, nbytes, payload if size <= _KEPT_BYTES else _kept(payload)))
+        if nbytes > self.max_message_bytes:
             self._malformed(_OVERSIZE, seq, f"{size} bytes")
             self._degrade("oversize batch dropped", seq, seq, now)
             return None
@@ -160,7 +172,11 @@ cdef class LiveIngest:
         fused = self.fused
         sink = self.sink
         if self.engine is not None and fused is not None:
-            degraded = bool(self._degradation.open)
+            degradation = self._degradation
+            degraded = bool(
+                slot_get(_DEGRADATION_OPEN, degradation) if type(degradation) is _DEGRADATION
+                else degradation.open
+            )
             max_block_size = self._max_block_size
             if sink is None and decoded is not None:
                 if isinstance(decoded, FusedApply):

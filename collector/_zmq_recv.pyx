@@ -13,10 +13,13 @@ they cannot be found (not Linux, or a pyzmq built another way), `available()` is
 caller keeps pyzmq's own receive.
 """
 
-from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.object cimport PyObject_GenericGetAttr
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyObject_GenericGetAttr, Py_TYPE
 from libc.errno cimport EAGAIN, EINTR
-from libc.stdint cimport uintptr_t
+from libc.stdint cimport uint64_t, uintptr_t
+from libc.string cimport memcmp, memcpy
+
+from kvscope.collector._slot_attr cimport slot_get
 
 import zmq
 
@@ -40,8 +43,14 @@ ctypedef int (*errno_t)() noexcept nogil
 cdef int ZMQ_DONTWAIT = 1
 # A message of more frames than a live one (three) is refused whole: the frames past the fourth
 # are received and dropped without a copy, so a message of thousands of frames costs nothing.
-MAX_FRAMES_KEPT = 4
+MAX_FRAMES_KEPT = 4  # (`receive` keeps them in as many variables)
 cdef Py_ssize_t _FRAMES_KEPT = MAX_FRAMES_KEPT  # compared in C, not as Python ints
+# A first frame (a topic) of at most this many bytes is kept in `_TOPIC_PLACES` places, by a
+# hash of its bytes: the same topic heard again is handed over as the same `bytes`, which
+# costs no allocation, and whose hash (the router looks each topic up) is computed once.
+cdef enum:
+    _TOPIC_BYTES = 256
+    _TOPIC_PLACES = 1024  # a power of two
 
 cdef msg_init_t _msg_init = NULL
 cdef msg_recv_t _msg_recv = NULL
@@ -98,6 +107,21 @@ def available():
     return _AVAILABLE
 
 
+cdef inline Py_ssize_t _topic_place(const char* data, size_t size) noexcept nogil:
+    """Where a topic of these bytes is kept: FNV-1a's steps over 8 bytes at a time."""
+    cdef uint64_t h = 14695981039346656037ULL ^ size, word
+    cdef size_t i = 0
+    while i + 8 <= size:
+        memcpy(&word, data + i, 8)
+        h = (h ^ word) * 1099511628211ULL
+        i += 8
+    if i < size:
+        word = 0
+        memcpy(&word, data + i, size - i)
+        h = (h ^ word) * 1099511628211ULL
+    return <Py_ssize_t>((h ^ (h >> 29)) & (_TOPIC_PLACES - 1))
+
+
 cdef class MessageReceiver:
     """Receives whole messages from one pyzmq socket, without waiting."""
 
@@ -109,6 +133,19 @@ cdef class MessageReceiver:
         self._socket = socket  # keeps it alive: the handle is its libzmq socket
         self._handle = <void*><uintptr_t>socket.underlying
         self._generic = type(socket).__getattribute__ is object.__getattribute__
+        self._closed_descriptor = None
+        if self._generic:
+            # `_closed` as a data descriptor of its class (pyzmq's, a C field): called directly.
+            for klass in type(socket).__mro__:
+                if "_closed" in klass.__dict__:
+                    found = klass.__dict__["_closed"]
+                    if (
+                        Py_TYPE(found).tp_descr_get != NULL
+                        and Py_TYPE(found).tp_descr_set != NULL
+                    ):
+                        self._closed_descriptor = found
+                    break
+        self._topics = [None] * _TOPIC_PLACES
 
     def __call__(self):
         """The next message's frames as bytes, or None when no message is waiting."""
@@ -120,32 +157,71 @@ cdef class MessageReceiver:
         # libzmq (a getsockopt through its attribute hook): most of this call's cost. Even
         # `_closed` read the usual way goes through that hook (`Socket.__getattr__`, its
         # sockopts by name), which looks up both `__getattribute__` and `__getattr__` first.
-        if (
-            PyObject_GenericGetAttr(self._socket, "_closed") if self._generic
-            else self._socket._closed
-        ):
+        if self._closed_descriptor is not None:
+            closed = slot_get(self._closed_descriptor, self._socket)
+        elif self._generic:
+            closed = PyObject_GenericGetAttr(self._socket, "_closed")
+        else:
+            closed = self._socket._closed
+        if closed:
             raise zmq.ZMQError(zmq.ENOTSOCK)
         cdef zmq_msg_t msg
-        cdef list frames = []
+        cdef object frame, f0 = None, f1 = None, f2 = None, f3 = None  # those kept
+        cdef Py_ssize_t n = 0
         cdef int rc, err
         cdef bint more = True
-        while more:
-            _msg_init(&msg)
-            # Never blocks: a message's frames arrive together, so only the first can be
-            # missing. No GIL release is needed for a call that returns at once.
-            rc = _msg_recv(&msg, self._handle, ZMQ_DONTWAIT)
-            if rc < 0:
-                err = _errno()
-                _msg_close(&msg)
-                if not frames and (err == EAGAIN or err == EINTR):
-                    return None
-                raise zmq.ZMQError(err)
-            try:
-                if len(frames) < _FRAMES_KEPT:
-                    frames.append(
-                        PyBytes_FromStringAndSize(<char*>_msg_data(&msg), _msg_size(&msg))
-                    )
+        cdef const char* data
+        cdef size_t size
+        # One zmq_msg_t for every frame: libzmq's receive drops what it held before.
+        _msg_init(&msg)
+        try:
+            while more:
+                # Never blocks: a message's frames arrive together, so only the first can be
+                # missing. No GIL release is needed for a call that returns at once.
+                rc = _msg_recv(&msg, self._handle, ZMQ_DONTWAIT)
+                if rc < 0:
+                    err = _errno()
+                    if n == 0 and (err == EAGAIN or err == EINTR):
+                        return None
+                    raise zmq.ZMQError(err)
+                if n < _FRAMES_KEPT:
+                    data = <const char*>_msg_data(&msg)
+                    size = _msg_size(&msg)
+                    if n == 0:
+                        f0 = self._topic(data, size)
+                    else:
+                        frame = PyBytes_FromStringAndSize(data, size)
+                        if n == 1:
+                            f1 = frame
+                        elif n == 2:
+                            f2 = frame
+                        else:
+                            f3 = frame
+                    n += 1
                 more = _msg_more(&msg)
-            finally:
-                _msg_close(&msg)
-        return frames
+        finally:
+            _msg_close(&msg)
+        if n == 3:
+            return [f0, f1, f2]
+        if n == 1:
+            return [f0]
+        if n == 2:
+            return [f0, f1]
+        return [f0, f1, f2, f3]
+
+    cdef object _topic(self, const char* data, size_t size):
+        """The first frame: the `bytes` kept for a topic of these bytes, else a new one (kept,
+        if it is short enough)."""
+        if size > _TOPIC_BYTES:
+            return PyBytes_FromStringAndSize(data, size)
+        cdef Py_ssize_t place = _topic_place(data, size)
+        cdef object held = self._topics[place]
+        if (
+            held is not None
+            and <size_t>PyBytes_GET_SIZE(held) == size
+            and memcmp(PyBytes_AS_STRING(held), data, size) == 0
+        ):
+            return held
+        held = PyBytes_FromStringAndSize(data, size)
+        self._topics[place] = held
+        return held

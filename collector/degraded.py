@@ -54,6 +54,9 @@ class Degradation:
     """A stream's open degraded intervals, one per cause (`open`; `current` is the oldest: the
     map has been unknown since it began), and the last `MAX_HISTORY` it had (`history`)."""
 
+    # Slots: the live path reads `open` for every batch through its descriptor.
+    __slots__ = ("stream", "open", "history", "_log", "_sink")
+
     def __init__(self, stream: StreamId, log: RateLimitedLog, sink: EventSink | None) -> None:
         self.stream = stream
         self.open: list[DegradedInterval] = []

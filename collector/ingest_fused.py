@@ -1,5 +1,5 @@
 """A stream's apply from bytes: `_apply` (collector/_ingest_live.pyx's `LiveIngest`, in C)
-applies nearly every batch in one pass over its bytes with the `FusedApply` here
+applies nearly every batch in one pass over its bytes with a `FusedApply`
 (collector/_replay.pyx), leaves the rest to decode + apply (collector/ingest.py's
 `_apply_decoded`), and tells the sink of each batch applied (`_tell_applied`, which the path
 from bytes repeats inline).
@@ -10,16 +10,16 @@ keep each file to one concern.
 
 from __future__ import annotations
 
-from kvscope.collector._ingest_live import LiveIngest
-from kvscope.collector._replay import FusedApply
+from kvscope.collector._ingest_live import SHARED_FUSED, LiveIngest
 from kvscope.collector.sink import AppliedBatch, EventSink
 from kvscope.collector.types import Batch, TableKey
 
+__all__ = ["SHARED_FUSED", "FusedIngest"]
+
 
 class FusedIngest(LiveIngest):
-    fused: FusedApply | None = FusedApply()
-    """Applies the usual batch straight from its bytes, for every stream (a class attribute,
-    not an instance's); None on a stream: its every batch decoded."""
+    # `fused` (a C field of `LiveIngest`): applies the usual batch straight from its bytes,
+    # `SHARED_FUSED` for every stream; None on a stream: its every batch decoded.
 
     # --- what StreamIngest supplies -----------------------------------------------------------
     def _apply_decoded(self, seq: int, payload: bytes, now: float, decoded: Batch | None) -> None:

@@ -18,10 +18,11 @@ HASH_MASK = (1 << 64) - 1
 MEDIUM_GPU = "GPU"
 
 
-class StreamId(msgspec.Struct, frozen=True, gc=False):
+class StreamId(msgspec.Struct, frozen=True, gc=False, cache_hash=True):
     """One publisher: a replica's data-parallel rank. Each has its own seq counter and map.
 
-    A frozen Struct like TableKey: the store's hooks look their state up by it once per batch.
+    A frozen Struct like TableKey: the store's hooks look their state up by it once per batch,
+    and a fleet's drain its stream once per message; its hash is kept (`cache_hash`).
     """
 
     replica: str
@@ -31,10 +32,11 @@ class StreamId(msgspec.Struct, frozen=True, gc=False):
         return f"{self.replica}/dp{self.rank}"
 
 
-class TableKey(msgspec.Struct, frozen=True, gc=False):
+class TableKey(msgspec.Struct, frozen=True, gc=False, cache_hash=True):
     """The part of a block's identity besides its hash: vLLM keeps tiers and KV groups apart.
 
-    A frozen Struct: it keys the tables and is hashed once per event, which a Struct does in C.
+    A frozen Struct: it keys the tables and is hashed once per event, which a Struct does in C;
+    its hash is kept (`cache_hash`: keys are interned, one per table).
     Equal only to another TableKey (unlike a tuple); ordered by nothing (sort by its fields).
     """
 

@@ -17,14 +17,19 @@ cdef class QueueCore:
     cdef public long long _others_in
     cdef public object spill
     cdef readonly object _rows
-    # The size of each row in `_rows`, as given to `put`.
-    cdef readonly object _sizes
+    # The size of each row in `_rows`, as given to `put`: a ring of C integers (its capacity a
+    # power of two, or 0), `_size_count` of them from `_size_head` on.
+    cdef long long* _size_ring
+    cdef Py_ssize_t _size_capacity
+    cdef Py_ssize_t _size_head
+    cdef Py_ssize_t _size_count
     cdef object _append_row
-    cdef object _append_size
     # The `_droppable_in` at which a take waiting for rows has all it asked for (-1: none
     # waits), and what the put that reaches it sets to wake it (storage/rowqueue.py).
     cdef public long long _wake_at
     cdef public object _wake
 
     cdef bint put_row(self, object row, long long nbytes) except -1
+    cdef int _push_size(self, long long nbytes) except -1
+    cdef long long _pop_sizes(self, Py_ssize_t n)
     cpdef bint put_batch(self, object row, long long nbytes) except -1

@@ -1,13 +1,19 @@
 # The row queue's counts (storage/rowqueue.py), and the put that the ingest thread makes for
 # each batch, in C.
 #
-# A put is a few comparisons and two appends, but in Python each counter read, each sum and each
+# A put is a few comparisons, an append and a size kept, but in Python each counter read, each sum and each
 # attribute write costs an object's worth of work (the byte counts are past the small ints
 # Python keeps), on the ingest thread, for every batch. Here the counts are C integers; each is
 # written by one thread only (`_in`: the producer, `_out`: the consumer), and every step below
 # runs holding the GIL, so none is seen half done.
 
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+
 from collections import deque
+
+# The size ring's first capacity (a power of two); it doubles when full, and never shrinks.
+cdef enum:
+    _FIRST_SIZES = 64
 
 
 cdef class SpillState:
@@ -23,15 +29,67 @@ cdef class QueueCore:
 
     def __cinit__(self, *args, **kwargs):
         self._rows = deque()
-        self._sizes = deque()
         self._append_row = self._rows.append
-        self._append_size = self._sizes.append
+        self._size_ring = NULL
+        self._size_capacity = self._size_head = self._size_count = 0
         self.droppable_limit = self.bytes_limit = 0
         self._droppable_in = self._droppable_out = self._bytes_in = self._bytes_out = 0
         self._others_in = 0
         self.spill = None
         self._wake_at = -1
         self._wake = None
+
+    def __dealloc__(self):
+        PyMem_Free(self._size_ring)
+
+    cdef int _push_size(self, long long nbytes) except -1:
+        """A row's size, kept after those before it (no Python integer made)."""
+        cdef Py_ssize_t i, capacity = self._size_capacity, head = self._size_head
+        cdef Py_ssize_t count = self._size_count
+        cdef long long* ring
+        if count == capacity:
+            ring = <long long*>PyMem_Malloc(
+                (2 * capacity if capacity else _FIRST_SIZES) * sizeof(long long)
+            )
+            if ring is NULL:
+                raise MemoryError()
+            for i in range(count):
+                ring[i] = self._size_ring[(head + i) & (capacity - 1)]
+            PyMem_Free(self._size_ring)
+            self._size_ring = ring
+            capacity = self._size_capacity = 2 * capacity if capacity else _FIRST_SIZES
+            head = self._size_head = 0
+        self._size_ring[(head + count) & (capacity - 1)] = nbytes
+        self._size_count = count + 1
+        return 0
+
+    cdef long long _pop_sizes(self, Py_ssize_t n):
+        """The sum of the first `n` sizes kept (`n` at most `_size_count`), popped."""
+        cdef long long total = 0
+        cdef Py_ssize_t i, mask = self._size_capacity - 1, head = self._size_head
+        for i in range(n):
+            total += self._size_ring[(head + i) & mask]
+        if n:
+            self._size_head = (head + n) & mask
+            self._size_count -= n
+        return total
+
+    @property
+    def _sizes(self):
+        """The sizes kept, oldest first (a copy)."""
+        cdef Py_ssize_t i, mask = self._size_capacity - 1
+        return [self._size_ring[(self._size_head + i) & mask] for i in range(self._size_count)]
+
+    def _put_size(self, long long nbytes):
+        """Half a put: the size kept, its row not yet (as a put that another thread interrupted
+        between the two would leave it)."""
+        self._push_size(nbytes)
+
+    def _take_sizes(self, Py_ssize_t n):
+        """The sum of the first `n` sizes, popped (`n` at most those kept)."""
+        if not 0 <= n <= self._size_count:
+            raise ValueError(f"{n} sizes asked for, {self._size_count} kept")
+        return self._pop_sizes(n)
 
     cpdef bint put_batch(self, object row, long long nbytes) except -1:
         """`put(row, True, nbytes)`, called directly for each batch by the ingest thread: the
@@ -55,7 +113,7 @@ cdef class QueueCore:
         ):
             self._droppable_in += 1
             # `_keep`: its size first (the consumer pops as many sizes as it finds rows).
-            self._append_size(nbytes)
+            self._push_size(nbytes)
             self._bytes_in += nbytes
             self._append_row(row)
             if self._droppable_in == self._wake_at:
@@ -72,27 +130,20 @@ cdef class QueueCore:
         All of them (the usual take, after a linger) in one copy rather than a pop each: from
         the copy to the clear nothing lets another thread run (the GIL is held throughout)."""
         rows = self._rows
-        sizes = self._sizes
         cdef list taken
         cdef Py_ssize_t i
-        cdef long long total = 0
+        if not 0 <= n <= len(rows):
+            raise ValueError(f"{n} rows asked for, {len(rows)} queued")
         if n == len(rows):
             taken = list(rows)
             rows.clear()
         else:
             taken = [rows.popleft() for i in range(n)]
-        # Sizes go in before their rows: a put between its two appends left one more size.
-        if len(sizes) == n:
-            for size in sizes:
-                total += <long long>size
-            sizes.clear()
-        else:
-            for i in range(n):
-                total += <long long>sizes.popleft()
-        return taken, total
+        # Sizes go in before their rows: a put between the two left one more size.
+        return taken, self._pop_sizes(n)
 
     def _keep(self, object row, long long nbytes):
         # Its size first: the consumer pops as many sizes as it finds rows.
-        self._append_size(nbytes)
+        self._push_size(nbytes)
         self._bytes_in += nbytes
         self._append_row(row)

@@ -176,7 +176,7 @@ class RowQueue(QueueCore, Generic[Row]):
         rows = self._rows
         n = len(rows)
         taken = list(islice(iter(rows.popleft, None), n))
-        self._taken_bytes = sum(islice(iter(self._sizes.popleft, None), n))
+        self._taken_bytes = self._take_sizes(n)
         assert self.spill is not None
         spilled = self.spill.take(max_rows - n, self.take_spilled_bytes)
         self._taken = n + len(spilled)

@@ -13,7 +13,7 @@ from kvscope.collector.fleet import FleetSettings
 from kvscope.collector.fleet_router import FleetRouter, Route
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.replay import ReplayRequest
-from kvscope.collector.types import StreamId
+from kvscope.collector.types import StreamId, TableKey
 from tests.fleet_support import message
 
 pytestmark = pytest.mark.vllm
@@ -79,3 +79,14 @@ def test_the_loop_routes_applies_registers_and_sends_what_the_ingest_asks() -> N
     assert streams[a].sent == []
     assert router.refused
     assert loop() is False  # one message a call: none left
+
+
+def test_stream_ids_and_table_keys_keep_their_hashes() -> None:
+    # The drain looks each message's stream up by its `StreamId` (and the store's sink each
+    # batch's state), the apply each batch's table by its `TableKey` (interned, and the fleet's
+    # streams take turns): a hash kept with the object is not computed field by field each time.
+    assert StreamId.__struct_config__.cache_hash
+    assert TableKey.__struct_config__.cache_hash
+    stream, key = StreamId("r", 1), TableKey("GPU", 0)
+    assert hash(stream) == hash(StreamId("r", 1)) and stream == StreamId("r", 1)
+    assert hash(key) == hash(TableKey("GPU", 0)) and key == TableKey("GPU", 0)

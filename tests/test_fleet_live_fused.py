@@ -19,6 +19,7 @@ from kvscope.collector.capture import read_capture
 from kvscope.collector.fleet import FleetSettings, batch_rank
 from kvscope.collector.fleet_router import FleetRouter
 from kvscope.collector.ingest import StreamIngest
+from kvscope.collector.ingest_fused import SHARED_FUSED
 from kvscope.collector.limits import IngestLimits
 from kvscope.collector.sink import (
     EVERY_BATCH,
@@ -140,7 +141,7 @@ def run(
     # Today's path: the router decodes each batch of a followed topic, the stream applies it.
     router = FleetRouter(FleetSettings("tcp://127.0.0.1:5557"), from_bytes=fused)
     streams: dict[StreamId, StreamIngest] = {}
-    shared = StreamIngest.fused  # what a stream applies from bytes with, but the router's read
+    shared = SHARED_FUSED  # what a stream applies from bytes with, but the router's read
     before = shared.taken if shared is not None else 0
     seqs = dict.fromkeys(TOPICS, 0)
     answers: list[object] = []

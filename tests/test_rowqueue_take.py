@@ -27,7 +27,23 @@ def test_take_all_and_part() -> None:
 
 def test_a_size_ahead_of_its_row_stays() -> None:
     queue = _queue(3)
-    queue._sizes.append(7)  # a put half done: its size in, its row not yet
+    queue._put_size(7)  # a put half done: its size in, its row not yet
     assert queue._take_front(3) == ([0, 1, 2], 10 + 11 + 12)
     assert list(queue._sizes) == [7]
     assert queue._take_front(0) == ([], 0)
+
+
+def test_sizes_kept_across_wrapping_and_growing() -> None:
+    # The sizes are a ring that grows when full: taken in part, put past its end, grown while
+    # wrapped, each take still sums its own rows' sizes.
+    queue: RowQueue[int] = RowQueue(10_000, linger_s=0.0)
+    put = taken = 0
+    for puts, takes in [(50, 30), (40, 50), (200, 7), (500, 700), (3, 6)]:
+        for _ in range(puts):
+            assert queue.put(put, True, 1000 + put)
+            put += 1
+        rows, total = queue._take_front(takes)
+        assert rows == list(range(taken, taken + takes))
+        assert total == sum(1000 + r for r in rows)
+        taken += takes
+    assert queue._sizes == [] and len(queue._rows) == 0

@@ -124,3 +124,25 @@ def test_a_socket_that_reads_its_own_attributes_is_asked_whether_it_is_closed() 
     finally:
         sub.close(linger=0)
         ctx.term()
+
+
+def test_a_topic_heard_again_is_the_same_bytes_object(
+    pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]],
+) -> None:
+    # The fleet's router looks each topic up: one object per topic keeps its hash computed once.
+    pub, sub = pair
+    read = _zmq_recv.MessageReceiver(sub)
+    topics = [b"kv@10.0.0.1:5557@m", b"kv@10.0.0.2:5557@m", b"kv@10.0.0.1:5557@n"]
+    sent = [[topic, (seq).to_bytes(8, "big"), b"x"] for seq in range(3) for topic in topics]
+    for message in sent:
+        pub.send_multipart(message)
+    _arrive(sub)
+    got = []
+    for _ in sent:
+        frames = read()
+        assert frames is not None
+        got.append(frames)
+    assert got == sent
+    firsts = {id(message[0]) for message in got}
+    assert len(firsts) == len(topics)
+    assert [message[0] for message in got[:3]] == topics
