@@ -142,6 +142,16 @@ cdef class QueueCore:
         # Sizes go in before their rows: a put between the two left one more size.
         return taken, self._pop_sizes(n)
 
+    def _arm_wake(self, Py_ssize_t max_rows):
+        """The wake set for the put that brings the rows queued to `max_rows`; False, none set,
+        where they are queued already. One step holding the GIL: a put between reading the
+        counts and setting the mark would leave a mark no later put reaches."""
+        cdef Py_ssize_t missing = max_rows - len(self._rows)
+        if missing <= 0:
+            return False
+        self._wake_at = self._droppable_in + missing
+        return True
+
     def _keep(self, object row, long long nbytes):
         # Its size first: the consumer pops as many sizes as it finds rows.
         self._push_size(nbytes)

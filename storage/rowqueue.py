@@ -164,7 +164,8 @@ class RowQueue(QueueCore, Generic[Row]):
         """Wait up to `timeout` for a hurry, or for the put that brings the rows queued to
         `max_rows`: a writer behind starts the moment a whole take is queued, not at its next
         poll (for a full take there is nothing to linger for)."""
-        self._wake_at = self._droppable_in + max_rows - len(self._rows)
+        if not self._arm_wake(max_rows):
+            return  # queued since the take looked: there is nothing to wait for
         try:
             self._hurry.wait(timeout)
         finally:

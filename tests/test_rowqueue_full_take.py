@@ -71,3 +71,27 @@ def test_a_wake_leaves_the_next_take_free_to_linger() -> None:
     assert taken == [[0, 1]]
     assert not queue._hurry.is_set()  # the next take, of fewer rows, may linger for more
     assert queue.take(2) == [2]
+
+
+class _WaitsSeen(threading.Event):
+    """An event whose waits are counted, not made (each returns at once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        return self.is_set()
+
+
+def test_rows_queued_before_the_wake_is_set_are_not_waited_for() -> None:
+    """The rows a take wants came after it looked, before it set its wake (the ingest thread
+    ran between): no later put reaches the mark, so a wait would last its whole poll."""
+    queue: RowQueue[int] = RowQueue(1000, poll_s=HOUR, linger_s=HOUR)
+    seen = queue._hurry = queue._wake = _WaitsSeen()
+    for i in range(3):
+        assert queue.put(i, True)
+    queue._wait_for(3, HOUR)
+    assert seen.waits == []
+    assert queue._wake_at < 0
