@@ -11,9 +11,11 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
 from collections import deque
 
-# The size ring's first capacity (a power of two); it doubles when full, and never shrinks.
+# The size ring's first capacity (a power of two); it doubles when full. Emptied at a capacity
+# above `_KEPT_SIZES` it is freed: a backlog's peak is not held for good.
 cdef enum:
     _FIRST_SIZES = 64
+    _KEPT_SIZES = 4096
 
 
 cdef class SpillState:
@@ -72,6 +74,10 @@ cdef class QueueCore:
         if n:
             self._size_head = (head + n) & mask
             self._size_count -= n
+        if self._size_count == 0 and self._size_capacity > _KEPT_SIZES:
+            PyMem_Free(self._size_ring)
+            self._size_ring = NULL
+            self._size_capacity = self._size_head = 0
         return total
 
     @property
@@ -79,6 +85,11 @@ cdef class QueueCore:
         """The sizes kept, oldest first (a copy)."""
         cdef Py_ssize_t i, mask = self._size_capacity - 1
         return [self._size_ring[(self._size_head + i) & mask] for i in range(self._size_count)]
+
+    @property
+    def _sizes_room(self):
+        """How many sizes the ring holds before it grows."""
+        return self._size_capacity
 
     def _put_size(self, long long nbytes):
         """Half a put: the size kept, its row not yet (as a put that another thread interrupted

@@ -47,3 +47,16 @@ def test_sizes_kept_across_wrapping_and_growing() -> None:
         assert total == sum(1000 + r for r in rows)
         taken += takes
     assert queue._sizes == [] and len(queue._rows) == 0
+
+
+def test_the_sizes_ring_gives_its_room_back_once_a_backlog_is_taken() -> None:
+    # A backlog grows the ring to its peak; emptied, it keeps no more than a small one (the old
+    # deque gave its blocks back too): the collector's RSS after a backlog is the map's.
+    queue: RowQueue[int] = RowQueue(1_000_000, linger_s=0.0)
+    for i in range(100_000):
+        assert queue.put(i, True, 1)
+    assert queue._sizes_room >= 100_000
+    rows, total = queue._take_front(100_000)
+    assert len(rows) == total == 100_000
+    assert queue._sizes_room <= 4096
+    assert queue.put(7, True, 3) and queue._take_front(1) == ([7], 3)

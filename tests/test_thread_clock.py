@@ -13,10 +13,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from _thread_clock import ThreadClock, thread_clock
 
-pytestmark = pytest.mark.skipif(
-    not Path("/proc/thread-self/schedstat").exists(), reason="Linux's per-thread schedstat"
-)
-
 
 def _clock_of(tid: int) -> ThreadClock:
     clock = thread_clock(tid)
@@ -45,7 +41,7 @@ def test_a_thread_s_sleeps_count_as_blocked_not_as_cpu() -> None:
     went.wait()
     after = _clock_of(tid[0])
     assert after.waits - before.waits >= 20
-    assert after.cpu - before.cpu < 0.02
+    assert after.cpu - before.cpu < 20 * 0.002  # less than it slept: sleeps are not CPU
     assert after.run_queue >= before.run_queue >= 0
 
 
