@@ -27,7 +27,9 @@ in _log_run.pxd, its walks in _log_walk.pxd, its buffer in _log_buf.pxd, the spl
 and writes without the GIL in _log_split.pxd, its columns' rooms in _log_rooms.pxd, their
 reading back in _log_join.pxd), _log_planes.pyx lays its stamps and token ids out as byte
 planes, _log_known.pyx its hash literals against a checkpoint's hashes (format 6),
-_row_streams.pyx reads a transaction's log rows as columns, each stream's together, and
+_row_streams.pyx reads a transaction's log rows as columns, each stream's together,
+_run_bounds.pyx cuts them into chunks' runs, _pg_arrays.pyx makes a table's columns
+PostgreSQL's binary arrays, and
 storage/_checkpoint_pacing.pyx counts each batch's block-events toward the next checkpoint,
 _rollup_counts.pyx its blocks per table toward the second's rollup, _queue_core.pyx the row
 queue's counts and the put of each batch, _store_sink.pyx the store writer's part of each batch
@@ -89,6 +91,8 @@ setup(
             Extension("kvscope.storage._content_ids", ["storage/_content_ids.pyx"]),
             Extension("kvscope.storage._log_columns", ["storage/_log_columns.pyx"]),
             Extension("kvscope.storage._row_streams", ["storage/_row_streams.pyx"]),
+            Extension("kvscope.storage._pg_arrays", ["storage/_pg_arrays.pyx"]),
+            Extension("kvscope.storage._run_bounds", ["storage/_run_bounds.pyx"]),
             Extension("kvscope.storage._log_planes", ["storage/_log_planes.pyx"]),
             Extension("kvscope.storage._log_known", ["storage/_log_known.pyx"]),
             Extension("kvscope.storage._checkpoint_pacing", ["storage/_checkpoint_pacing.pyx"]),

@@ -10,9 +10,10 @@ sqlite3 steps row by row) starved the writer until ingest paused.
 PostgreSQL gets one array per column instead (`INSERT ... SELECT * FROM unnest(...)`): psycopg
 parses a statement's placeholders in Python, and caches only statements of at most 50 of them,
 so thousands of placeholders were parsed again at every transaction, most of the writer's time.
-A column of numbers goes as one array literal in text (`{1,2,NULL}`), made by `str.join` in C:
+Each column goes as one array in PostgreSQL's binary form, made in C (storage/pg_arrays.py):
 psycopg dumps a list element by element in Python (and scans it for its type first), which
-cost the writer more than the statement's round trip.
+cost the writer more than the statement's round trip, and a column of numbers sent as text
+costs a `str` of each.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from functools import lru_cache
 from itertools import chain
 from typing import Any
 
-from sqlalchemy import Connection, Float, Integer, Table
+from sqlalchemy import BigInteger, Connection, Float, Integer, LargeBinary, String, Table
 
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
-from kvscope.storage.log_chunks import COLUMNS as CHUNK_COLUMNS
 from kvscope.storage.log_chunks import ChunkRow
+from kvscope.storage.pg_arrays import BYTEA, FLOAT8, INT4, INT8, TEXT, BinaryArray, columns
 from kvscope.storage.recovery import RecoveryPoint
 from kvscope.storage.rows import RollupRow
 
@@ -56,14 +57,9 @@ def _insert_sql(
 
 @lru_cache(maxsize=8)
 def _unnest_sql(table: Table, key: tuple[str, ...], dialect: Any) -> str:
-    """PostgreSQL's INSERT of any number of rows, one array parameter per column: a column of
-    numbers as an array literal in text (`_numbers_array`), the others as lists."""
+    """PostgreSQL's INSERT of any number of rows, one array parameter per column (`_arrays`)."""
     columns = [c.name for c in table.columns]
-    numbers = set(_number_columns(table))
-    arrays = ", ".join(
-        f"%{'t' if i in numbers else 'b'}::{c.type.compile(dialect=dialect)}[]"
-        for i, c in enumerate(table.columns)
-    )
+    arrays = ", ".join(f"%b::{c.type.compile(dialect=dialect)}[]" for c in table.columns)
     sql = f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM unnest({arrays})"
     if key:
         updated = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
@@ -72,18 +68,42 @@ def _unnest_sql(table: Table, key: tuple[str, ...], dialect: Any) -> str:
 
 
 @lru_cache(maxsize=8)
-def _number_columns(table: Table) -> tuple[int, ...]:
-    """The positions of `table`'s integer and floating-point columns."""
-    return tuple(i for i, c in enumerate(table.columns) if isinstance(c.type, Integer | Float))
+def _kinds(table: Table) -> bytes:
+    """The kind of array (storage/pg_arrays.py) each of `table`'s columns goes as."""
+    kinds = bytearray()
+    for c in table.columns:
+        if isinstance(c.type, BigInteger):
+            kinds.append(INT8)
+        elif isinstance(c.type, Integer):
+            kinds.append(INT4)
+        elif isinstance(c.type, Float):
+            kinds.append(FLOAT8)
+        elif isinstance(c.type, LargeBinary):
+            kinds.append(BYTEA)
+        elif isinstance(c.type, String):
+            kinds.append(TEXT)
+        else:
+            raise TypeError(f"{table.name}.{c.name}: no binary array for {c.type!r}")
+    return bytes(kinds)
 
 
-def _numbers_array(values: list[Any]) -> str:
-    """PostgreSQL's text form of an array of numbers (ints and floats alike, None as NULL):
-    `str` of a float is its shortest exact form, which PostgreSQL reads back to the same
-    double."""
-    if None in values:
-        return "{" + ",".join(["NULL" if v is None else str(v) for v in values]) + "}"
-    return "{" + ",".join(map(str, values)) + "}"
+def _arrays(
+    table: Table, rows: Sequence[Any], ids: dict[Any, int] | None = None
+) -> tuple[BinaryArray, ...]:
+    """`rows` (tuples of all `table`'s columns) as `_unnest_sql`'s parameters; with `ids`, each
+    row's first value (its stream) put as its id."""
+    return columns(rows, _kinds(table), ids)
+
+
+def _stream_ids(
+    rows: Sequence[Any], stream_id: Callable[[StreamId], int], ids: dict[Any, int] | None = None
+) -> dict[Any, int]:
+    """The ids of the streams `rows` start with (added to `ids`, if given)."""
+    ids = {} if ids is None else ids
+    for stream in dict.fromkeys([row[0] for row in rows]):
+        if stream not in ids:
+            ids[stream] = stream_id(stream)
+    return ids
 
 
 def _rows_per_statement(conn: Connection, width: int) -> int:
@@ -105,33 +125,32 @@ def _flat_with_ids(rows: list[Any], width: int, stream_id: Callable[[StreamId], 
     return params
 
 
-def _execute_in_chunks(
+def _execute(
     conn: Connection,
     table: Table,
-    columns: tuple[str, ...],
     key: tuple[str, ...],
-    params: list[Any],
+    rows: Sequence[Any],
+    stream_id: Callable[[StreamId], int] | None,
     most: int,
 ) -> None:
+    """`rows` (tuples of all `table`'s columns; with `stream_id`, each starting with its stream,
+    put as its id) in one statement on PostgreSQL, in as many as it takes of at most `most` rows
+    on SQLite."""
+    columns = tuple(c.name for c in table.columns)
     width = len(columns)
     if conn.dialect.name == "postgresql":
-        assert columns == tuple(c.name for c in table.columns)
-        conn.exec_driver_sql(_unnest_sql(table, key, conn.dialect), _arrays(table, params))
+        ids = None if stream_id is None else _stream_ids(rows, stream_id)
+        conn.exec_driver_sql(_unnest_sql(table, key, conn.dialect), _arrays(table, rows, ids))
         return
+    if stream_id is None:
+        params: list[Any] = list(chain.from_iterable(rows))
+    else:
+        params = _flat_with_ids(list(rows), width, stream_id)
     step = min(most, _rows_per_statement(conn, width)) * width
     for start in range(0, len(params), step):
         chunk = tuple(params[start : start + step])
         sql = _insert_sql(table.name, columns, key, conn.dialect.paramstyle, len(chunk) // width)
         conn.exec_driver_sql(sql, chunk)
-
-
-def _arrays(table: Table, params: list[Any]) -> tuple[Any, ...]:
-    """`params` (rows of all `table`'s columns, flat) as `_unnest_sql`'s parameters."""
-    width = len(table.columns)
-    arrays: list[Any] = [params[i::width] for i in range(width)]
-    for i in _number_columns(table):
-        arrays[i] = _numbers_array(arrays[i])
-    return tuple(arrays)
 
 
 @lru_cache(maxsize=4)
@@ -146,8 +165,7 @@ def _log_sql(dialect: Any) -> str:
 def upsert_rows(conn: Connection, table: Table, key: tuple[str, ...], rows: Sequence[Any]) -> None:
     """`rows` (tuples of all `table`'s columns, in its order) in one statement (SQLite: one per
     as many as it takes); a row already there under `key` is overwritten."""
-    columns = tuple(c.name for c in table.columns)
-    _execute_in_chunks(conn, table, columns, key, list(chain.from_iterable(rows)), 1000)
+    _execute(conn, table, key, rows, None, 1000)
 
 
 def insert_chunks(
@@ -156,8 +174,7 @@ def insert_chunks(
     """One statement for the transaction's chunks (sqlite3's executemany lets go of the GIL and
     takes it back for every row). A chunk already there is overwritten with itself: the
     transaction is being retried after a commit whose answer was lost."""
-    params = _flat_with_ids(chunks, len(CHUNK_COLUMNS), stream_id)
-    _execute_in_chunks(conn, schema.log_chunks, CHUNK_COLUMNS, CHUNK_KEY, params, 1000)
+    _execute(conn, schema.log_chunks, CHUNK_KEY, chunks, stream_id, 1000)
 
 
 def upsert_rollups(
@@ -165,18 +182,18 @@ def upsert_rollups(
 ) -> None:
     """A second can come twice (its batches straddle a restart, or a resumed collector goes over
     it again): the last one wins."""
-    params = _rollup_params(rows, stream_id)
-    _execute_in_chunks(conn, schema.rollups, ROLLUP_COLUMNS, ROLLUP_KEY, params, 5000)
+    _execute(conn, schema.rollups, ROLLUP_KEY, _rollup_values(rows), stream_id, 5000)
 
 
-def _rollup_params(rows: list[RollupRow], stream_id: Callable[[StreamId], int]) -> list[Any]:
-    latest = {(r.stream, r.second, r.medium, r.group): r for r in rows}  # once per statement
-    values = [
+def _rollup_values(rows: list[RollupRow]) -> list[tuple[Any, ...]]:
+    """Each row's columns, its stream first; the last of each key's rows alone (one statement
+    may not set a row twice)."""
+    latest = {(r.stream, r.second, r.medium, r.group): r for r in rows}
+    return [
         (r.stream, r.second, r.medium, r.group, r.stored, r.hittable, r.orphans)
         + (r.stores, r.removes, r.clears, r.gaps)
         for r in latest.values()
     ]
-    return _flat_with_ids(values, len(ROLLUP_COLUMNS), stream_id)
 
 
 def insert_log(
@@ -194,8 +211,9 @@ def insert_log(
         if rollups:
             upsert_rollups(conn, rollups, stream_id)
         return
-    params = _arrays(schema.log_chunks, _flat_with_ids(chunks, len(CHUNK_COLUMNS), stream_id))
-    params += _arrays(schema.rollups, _rollup_params(rollups, stream_id))
+    values = _rollup_values(rollups)
+    ids = _stream_ids(values, stream_id, _stream_ids(chunks, stream_id))
+    params = _arrays(schema.log_chunks, chunks, ids) + _arrays(schema.rollups, values, ids)
     conn.exec_driver_sql(_log_sql(conn.dialect), params)
 
 
@@ -239,8 +257,7 @@ def update_recovery(
     resets updated (0 or 1); None (nothing done) elsewhere, or without points."""
     if conn.dialect.name != "postgresql" or not points:
         return None
-    rows = list(chain.from_iterable(_point_rows(reset_id, points)))
-    params = _arrays(schema.reset_recovery, rows) + (*figures, reset_id)
+    params = (*_arrays(schema.reset_recovery, _point_rows(reset_id, points)), *figures, reset_id)
     return int(conn.exec_driver_sql(_recovery_sql(conn.dialect), params).rowcount)
 
 

@@ -30,6 +30,8 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from kvscope.storage.pg_arrays import register
+
 DEFAULT_STORE = "sqlite:///kvscope.sqlite"
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_PAGE_SIZE = 4096
@@ -114,6 +116,8 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
         return engine
     engine = create_engine(url)
     _ping_after_idle(engine)
+    # Each connection as it opens: the writer's bulk statements send binary arrays.
+    event.listen(engine, "connect", lambda dbapi_connection, _record: register(dbapi_connection))
     return engine
 
 

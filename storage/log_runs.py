@@ -9,6 +9,7 @@ from itertools import accumulate, groupby
 from typing import Any
 
 from kvscope.storage._row_streams import by_stream, fields_by_stream
+from kvscope.storage._run_bounds import run_bounds
 from kvscope.storage.rows import LogRow
 
 MAX_CHUNK_BATCHES = 2000
@@ -47,7 +48,24 @@ def bounds(
     streams: Sequence[Any], epochs: Sequence[int], ts: Sequence[float], payloads: Sequence[bytes]
 ) -> list[tuple[int, int]]:
     """[start, end) of each run: a new one at a stream or epoch change, and before one would
-    grow past its bounds (a run holds at least one batch, however large)."""
+    grow past its bounds (a run holds at least one batch, however large). Cut in C
+    (storage/_run_bounds.pyx) but where a stamp is NaN."""
+    found = run_bounds(
+        list(streams),
+        list(epochs),
+        list(ts),
+        list(payloads),
+        MAX_CHUNK_BATCHES,
+        MAX_CHUNK_RAW_BYTES,
+        MAX_CHUNK_SPAN_S,
+    )
+    return _bounds_in_python(streams, epochs, ts, payloads) if found is None else found
+
+
+def _bounds_in_python(
+    streams: Sequence[Any], epochs: Sequence[int], ts: Sequence[float], payloads: Sequence[bytes]
+) -> list[tuple[int, int]]:
+    """`bounds`, the same cuts made in Python (where a stamp is NaN, for `sorted`'s order)."""
     n = len(ts)
     before = list(accumulate(map(len, payloads), initial=0))  # bytes before each row
     stamps = list(ts)

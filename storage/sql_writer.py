@@ -11,6 +11,7 @@ from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.snapshot import blocks_named
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
+from kvscope.storage._row_streams import plain_tuples
 from kvscope.storage.bulk_sql import (
     insert_log,
     update_recovery,
@@ -111,7 +112,7 @@ class RowWriter:
     def prepare(self, rows: list[Row]) -> Prepared:
         prepared = Prepared()
         # Nearly every row is a batch for the log: those are picked out in one pass.
-        log: list[LogRow] = [row for row in rows if type(row) is tuple]
+        log: list[LogRow] = plain_tuples(rows)
         checkpoints = 0
         named: list[tuple[StreamId, bytes]] = []
         if len(log) < len(rows):

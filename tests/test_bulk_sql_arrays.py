@@ -1,6 +1,6 @@
 """The writer's many-row statements (storage/bulk_sql.py) store each value exactly, and on
-PostgreSQL send a column of numbers as one text value, not a list that psycopg dumps element
-by element in Python."""
+PostgreSQL send each column as one array in binary, made in C, not a list that psycopg dumps
+element by element in Python nor numbers formatted as text."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from sqlalchemy import event, select
 from kvscope.storage import schema
 from kvscope.storage.bulk_sql import upsert_rows
 from kvscope.storage.engine import open_store
+from kvscope.storage.pg_arrays import BinaryArray
 
 POINTS = [
     (1, 0.1, 0, 2**31 - 1, -(2**31), 1 / 3, 5e-324),
@@ -64,7 +65,7 @@ def test_values_come_back_exactly(store_url: str) -> None:
     engine.dispose()
 
 
-def test_numbers_go_as_one_text_value_per_column(pg_url: str) -> None:
+def test_each_column_goes_as_one_binary_array(pg_url: str) -> None:
     engine = open_store(pg_url)
     sent: list[tuple[Any, ...]] = []
 
@@ -78,5 +79,6 @@ def test_numbers_go_as_one_text_value_per_column(pg_url: str) -> None:
         upsert_rows(conn, schema.reset_recovery, ("reset_id", "offset_s"), POINTS)
     event.remove(engine, "before_cursor_execute", executed)
     assert len(sent) == 1
-    assert all(type(column) is str for column in sent[0])
+    assert len(sent[0]) == len(schema.reset_recovery.columns)
+    assert all(isinstance(column, BinaryArray) for column in sent[0])
     engine.dispose()

@@ -1,5 +1,6 @@
 """The log's rows read as columns, each stream's together (storage/_row_streams.pyx), as the
-rows grouped in Python and read then; NamedTuple rows (tuples too) read as plain ones."""
+rows grouped in Python and read then; NamedTuple rows (tuples too) read as plain ones; and the
+log's rows picked out of a transaction's."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 
 from kvscope.collector.types import StreamId
 from kvscope.storage import log_runs
-from kvscope.storage._row_streams import by_stream, fields_by_stream
+from kvscope.storage._row_streams import by_stream, fields_by_stream, plain_tuples
+from kvscope.storage.log_chunks import ChunkRow
+from kvscope.storage.rows import RollupRow
 
 
 class NamedLogRow(NamedTuple):
@@ -87,3 +90,14 @@ def test_columns_by_stream_in_log_runs() -> None:
     rows = _rows([StreamId("a", 0), StreamId("b", 1), StreamId("c", 0)], 30)
     assert log_runs.columns_by_stream(rows) == _reference(rows)
     assert log_runs.columns_by_stream(tuple(rows)) == _reference(rows)
+
+
+def test_the_log_rows_are_the_plain_tuples_in_order() -> None:
+    stream = StreamId("a", 0)
+    log = [(stream, 1, i, float(i), float(i) + 0.5, b"x" * i) for i in range(5)]
+    rollup = RollupRow(stream, 1, "GPU", 0, 1, 1, 0, 1, 0, 0, 0)
+    named = ChunkRow(stream, 0, 0, 0, 0.0, 0.0, 1, 1, b"", 0.0, 0.0)  # a tuple, not a plain one
+    rows = [log[0], rollup, log[1], log[2], named, [stream], log[3], log[4]]
+    assert plain_tuples(rows) == log
+    assert plain_tuples(log) == log and plain_tuples(log) is not log
+    assert plain_tuples([]) == []

@@ -1,0 +1,161 @@
+# cython: boundscheck=False, wraparound=False
+"""A table's columns of many rows, each as one PostgreSQL array in its binary form (what the
+server's `array_recv` reads): storage/bulk_sql.py's `unnest` statements send them as they are,
+with no number formatted as text and no element dumped one by one by the driver.
+
+The binary form: the dimensions (1, or 0 for an empty array), whether any element is NULL, the
+element type's oid, the length and lower bound (1), then each element as its length (-1: NULL)
+and its bytes, every integer big-endian. Integers go as int4 or int8, floats as float8 (their
+8 bytes: exactly the double), bytes as bytea, strings as text in UTF-8."""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_GET_SIZE
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_AsDouble, PyFloat_CheckExact
+from cpython.long cimport PyLong_AsLongLong
+from cpython.ref cimport PyObject
+from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
+    bint PyUnicode_Check(object o)
+    PyObject *PyErr_Occurred()
+
+
+INT4 = ord("i")
+INT8 = ord("q")
+FLOAT8 = ord("d")
+BYTEA = ord("b")
+TEXT = ord("t")
+OIDS = {INT4: 23, INT8: 20, FLOAT8: 701, BYTEA: 17, TEXT: 25}
+"""Each kind's element type."""
+ARRAY_OIDS = {INT4: 1007, INT8: 1016, FLOAT8: 1022, BYTEA: 1001, TEXT: 1009}
+"""Each kind's array type: what the driver must say the parameter is."""
+
+
+cdef inline void _put32(unsigned char *at, uint32_t n) noexcept nogil:
+    at[0] = <unsigned char>(n >> 24)
+    at[1] = <unsigned char>(n >> 16)
+    at[2] = <unsigned char>(n >> 8)
+    at[3] = <unsigned char>n
+
+
+cdef inline void _put64(unsigned char *at, uint64_t n) noexcept nogil:
+    _put32(at, <uint32_t>(n >> 32))
+    _put32(at + 4, <uint32_t>n)
+
+
+cdef union _Double:
+    double d
+    uint64_t u
+
+
+cdef Py_ssize_t _width(int kind) except -1:
+    if kind == INT4:
+        return 4
+    if kind == INT8 or kind == FLOAT8:
+        return 8
+    if kind == BYTEA or kind == TEXT:
+        return 0
+    raise ValueError(f"unknown array kind {kind!r}")
+
+
+cdef inline object _value(list rows, Py_ssize_t i, Py_ssize_t c, dict ids):
+    value = <object>PyTuple_GET_ITEM(rows[i], c)
+    return value if ids is None else ids[value]
+
+
+cdef object _array(list rows, Py_ssize_t c, int kind, dict ids):
+    """Column `c` of `rows` (each row's value put as `ids[value]`, with `ids`)."""
+    cdef Py_ssize_t n = len(rows), i, size = 0, nulls = 0, length
+    cdef Py_ssize_t width = _width(kind)
+    cdef object value
+    cdef const char *text
+    cdef list parts = None
+    if width == 0:
+        parts = [None] * n  # each element's bytes (a str's in UTF-8), kept while copied
+        for i in range(n):
+            value = _value(rows, i, c, ids)
+            if value is None:
+                nulls += 1
+                continue
+            if kind == TEXT:
+                if not PyUnicode_Check(value):
+                    raise TypeError(f"a text array takes str, not {type(value).__name__}")
+                PyUnicode_AsUTF8AndSize(value, &length)
+            else:
+                if not PyBytes_CheckExact(value):
+                    value = bytes(value)
+                length = PyBytes_GET_SIZE(value)
+            parts[i] = value
+            size += length
+    else:
+        for i in range(n):
+            if _value(rows, i, c, ids) is None:
+                nulls += 1
+        size = (n - nulls) * width
+    cdef Py_ssize_t head = 12 + (8 if n else 0)
+    out = PyBytes_FromStringAndSize(NULL, head + 4 * n + size)
+    cdef unsigned char *at = <unsigned char *>PyBytes_AS_STRING(out)
+    _put32(at, 1 if n else 0)
+    _put32(at + 4, 1 if nulls else 0)
+    _put32(at + 8, OIDS[kind])
+    if n:
+        _put32(at + 12, <uint32_t>n)
+        _put32(at + 16, 1)
+    at += head
+    cdef int64_t whole
+    cdef _Double real
+    for i in range(n):
+        value = _value(rows, i, c, ids) if parts is None else parts[i]
+        if value is None:
+            _put32(at, 0xFFFFFFFF)
+            at += 4
+            continue
+        if kind == INT8:
+            whole = PyLong_AsLongLong(value)
+            _put32(at, 8)
+            _put64(at + 4, <uint64_t>whole)
+            at += 12
+        elif kind == INT4:
+            whole = PyLong_AsLongLong(value)
+            if whole < -2147483648 or whole > 2147483647:
+                raise OverflowError(f"{whole} does not fit PostgreSQL's integer")
+            _put32(at, 4)
+            _put32(at + 4, <uint32_t>whole)
+            at += 8
+        elif kind == FLOAT8:
+            if PyFloat_CheckExact(value):
+                real.d = PyFloat_AS_DOUBLE(value)
+            else:
+                real.d = PyFloat_AsDouble(value)
+                if real.d == -1.0 and PyErr_Occurred():
+                    raise TypeError(f"a float array takes numbers, not {type(value).__name__}")
+            _put32(at, 8)
+            _put64(at + 4, real.u)
+            at += 12
+        else:
+            if kind == TEXT:
+                text = PyUnicode_AsUTF8AndSize(value, &length)
+            else:
+                text = PyBytes_AS_STRING(value)
+                length = PyBytes_GET_SIZE(value)
+            _put32(at, <uint32_t>length)
+            memcpy(at + 4, text, length)
+            at += 4 + length
+    return out
+
+
+def arrays(list rows, bytes kinds, dict ids=None):
+    """Each column of `rows` (tuples of at least `len(kinds)` values) as the binary form of an
+    array of its kind (`kinds`: one of INT4, INT8, FLOAT8, BYTEA, TEXT a column; None is
+    NULL); with `ids`, each row's first value put as `ids[value]`."""
+    cdef Py_ssize_t width = len(kinds), i
+    cdef object row
+    for i in range(len(rows)):
+        row = rows[i]
+        if not PyTuple_Check(row) or PyTuple_GET_SIZE(row) < width:
+            raise TypeError(f"row {i} is not a tuple of {width} values at least")
+    return [_array(rows, c, kinds[c], ids if c == 0 else None) for c in range(width)]
