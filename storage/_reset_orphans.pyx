@@ -36,6 +36,10 @@ def add_chain(dict under, parent, hashes):
 
 def orphans_after(orphans, view, events, ts):
     """`Orphans.after(view, events, ts)`."""
+    _orphans_after(orphans, view, events, ts)
+
+
+cdef int _orphans_after(orphans, view, events, ts) except -1:
     cdef dict removed = {}
     cdef list stored = []
     cdef bint cleared = False
@@ -85,7 +89,7 @@ def orphans_after(orphans, view, events, ts):
         found.append(orphans._entry(table, head, named, ts))
     orphans.children += added
     if not removed:
-        return
+        return 0
     cdef set seen = orphans._seen_evicted
     cdef list evicted = orphans.evicted
     for key, gone in removed.items():
@@ -106,15 +110,16 @@ def orphans_after(orphans, view, events, ts):
                 if (key, h) not in seen:
                     seen.add((key, h))
                     evicted.append(orphans._entry(table, h, parent, ts))
+    return 0
 
 
-def follow_batches(follower, batches, double last_instant):
-    """`ResetFollower.advance`'s loop over `batches` (LoggedBatch, in order): each batch up to
-    `last_instant` applied to the follower's map and its orphans followed through it, the
-    states taken at the offsets it passes. Each batch is applied from its bytes (as `replay`
-    does) and its events built from that read, not decoded again; one the compiled read does
-    not take is decoded and applied. Returns the batches left (the first past
-    `last_instant`, and the rest), or None."""
+def follow_batches(follower, batches, double last_instant, bint rows):
+    """`ResetFollower.advance`'s loop over `batches` (in order; `rows`: `LogRow`s, as the
+    writer holds them, else `LoggedBatch`es): each batch up to `last_instant` applied to the
+    follower's map and its orphans followed through it, the states taken at the offsets it
+    passes. Each batch is applied from its bytes (as `replay` does) and its events built from
+    that read, not decoded again; one the compiled read does not take is decoded and applied.
+    Returns the batches left (the first past `last_instant`, and the rest), or None."""
     view, epoch, orphans = follower.view, follower.epoch, follower.orphans
     decoder = follower._decoder
     cdef list states = follower.states
@@ -122,18 +127,26 @@ def follow_batches(follower, batches, double last_instant):
     state.bind(view, epoch, False, None, decoder.max_block_size)
     cdef double ts, next_instant = follower._next_instant()
     cdef Py_ssize_t replayed = 0
+    # Where a batch's seq, ts and payload are in it (both are tuples: read as such in C).
+    cdef Py_ssize_t at_seq = 2 if rows else 0
+    cdef Py_ssize_t at_ts = at_seq + 1, at_payload = at_seq + 3
+    cdef tuple row
     cdef bint told = False  # the decoder knows the stream speaks the map layout
     last_ts = after = None
     try:
         for batch in batches:
-            ts = batch[1]
+            if not isinstance(batch, tuple):  # (a NamedTuple is one: read as a tuple)
+                raise TypeError(f"a batch is a tuple, not {type(batch).__name__}")
+            row = <tuple>batch
+            ts_value = row[at_ts]
+            ts = ts_value
             while ts > next_instant:
                 state.flush()  # (the state reads the map's tables only; kept exact anyway)
                 states.append(follower._state())
                 next_instant = follower._next_instant()
             if ts > last_instant:
                 return chain((batch,), batches)  # not applied: fed once a later offset is
-            payload, seq = batch[3], batch[0]
+            payload, seq = row[at_payload], row[at_seq]
             if state.fused(payload, seq):
                 decoded = state.built(payload, seq, ts)
                 if not told:  # as its `decode` would have been told
@@ -142,10 +155,10 @@ def follow_batches(follower, batches, double last_instant):
             else:
                 state.flush()
                 decoded = decoder.decode(payload, seq)
-                told = False
                 view.apply(decoded, epoch)
-            orphans_after(orphans, view, decoded.events, ts)
-            last_ts, after = batch[1], seq
+                told = False
+            _orphans_after(orphans, view, decoded.events, ts_value)
+            last_ts, after = ts_value, seq
             replayed += 1
     finally:
         state.flush()

@@ -40,7 +40,7 @@ from kvscope.storage.reset_prefix_types import (
     ResetPrefixes,
     status_of,
 )
-from kvscope.storage.rows import BeforeMap
+from kvscope.storage.rows import BeforeMap, LogRow
 
 _State: TypeAlias = "array[int]"
 _GROUP_FIELDS = tuple(f.name for f in dataclasses.fields(PrefixGroup))
@@ -218,23 +218,23 @@ class ResetFollower:
         self,
         conn: Connection,
         offsets: tuple[float, ...],
-        held: Iterator[LoggedBatch] | None = None,
+        held: Iterator[LogRow] | None = None,
     ) -> Iterator[LoggedBatch]:
         """Feeds the batches logged since the last call, up to the last offset of `offsets`:
         `held` (every batch of the epoch logged past `after`, as the writer wrote them), else
-        those read back from the store. Returns the batches left (past the last offset)."""
+        those read back from the store. Returns the batches read back and left (past the last
+        offset; none when `held`: the writer holds them)."""
         assert self.follows(offsets)
         self.offsets = offsets
         if not offsets:
             return iter(())
         last_instant = self.ts + offsets[-1]
-        batches = held
-        if batches is None:
-            batches = batch_log.batches_between(
-                conn, self.stream_id, self.epoch, self.after, 2**63 - 1
-            )
         # In Cython (storage/_reset_orphans.pyx): every batch a follower replays goes through it.
-        left = follow_batches(self, batches, last_instant)
+        if held is not None:
+            follow_batches(self, held, last_instant, True)
+            return iter(())
+        batches = batch_log.batches_between(conn, self.stream_id, self.epoch, self.after, 2**63 - 1)
+        left = follow_batches(self, batches, last_instant, False)
         return iter(()) if left is None else left
 
     def _next_instant(self) -> float:
