@@ -2,7 +2,11 @@
 # Cython: the follower calls it for every batch it replays, and in Python its steps per event
 # and per block (the record of what was stored under what, the removals' checks) were most of
 # a follower's advance. The same steps in the same order: the rare ones (an orphan found, one
-# settled) call back the `Orphans` methods.
+# settled) call back the `Orphans` methods. `follow_batches` is the advance's loop itself.
+from itertools import chain
+
+from kvscope.collector._replay cimport FusedApply
+
 from kvscope.collector.types import BlocksRemoved, BlocksStored
 
 cdef object _STORED = BlocksStored
@@ -32,6 +36,10 @@ def add_chain(dict under, parent, hashes):
 
 def orphans_after(orphans, view, events, ts):
     """`Orphans.after(view, events, ts)`."""
+    _orphans_after(orphans, view, events, ts)
+
+
+cdef int _orphans_after(orphans, view, events, ts) except -1:
     cdef dict removed = {}
     cdef list stored = []
     cdef bint cleared = False
@@ -81,7 +89,7 @@ def orphans_after(orphans, view, events, ts):
         found.append(orphans._entry(table, head, named, ts))
     orphans.children += added
     if not removed:
-        return
+        return 0
     cdef set seen = orphans._seen_evicted
     cdef list evicted = orphans.evicted
     for key, gone in removed.items():
@@ -102,3 +110,59 @@ def orphans_after(orphans, view, events, ts):
                 if (key, h) not in seen:
                     seen.add((key, h))
                     evicted.append(orphans._entry(table, h, parent, ts))
+    return 0
+
+
+def follow_batches(follower, batches, double last_instant, bint rows):
+    """`ResetFollower.advance`'s loop over `batches` (in order; `rows`: `LogRow`s, as the
+    writer holds them, else `LoggedBatch`es): each batch up to `last_instant` applied to the
+    follower's map and its orphans followed through it, the states taken at the offsets it
+    passes. Each batch is applied from its bytes (as `replay` does) and its events built from
+    that read, not decoded again; one the compiled read does not take is decoded and applied.
+    Returns the batches left (the first past `last_instant`, and the rest), or None."""
+    view, epoch, orphans = follower.view, follower.epoch, follower.orphans
+    decoder = follower._decoder
+    cdef list states = follower.states
+    cdef FusedApply state = FusedApply()
+    state.bind(view, epoch, False, None, decoder.max_block_size)
+    cdef double ts, next_instant = follower._next_instant()
+    cdef Py_ssize_t replayed = 0
+    # Where a batch's seq, ts and payload are in it (both are tuples: read as such in C).
+    cdef Py_ssize_t at_seq = 2 if rows else 0
+    cdef Py_ssize_t at_ts = at_seq + 1, at_payload = at_seq + 3
+    cdef tuple row
+    cdef bint told = False  # the decoder knows the stream speaks the map layout
+    last_ts = after = None
+    try:
+        for batch in batches:
+            if not isinstance(batch, tuple):  # (a NamedTuple is one: read as a tuple)
+                raise TypeError(f"a batch is a tuple, not {type(batch).__name__}")
+            row = <tuple>batch
+            ts_value = row[at_ts]
+            ts = ts_value
+            while ts > next_instant:
+                state.flush()  # (the state reads the map's tables only; kept exact anyway)
+                states.append(follower._state())
+                next_instant = follower._next_instant()
+            if ts > last_instant:
+                return chain((batch,), batches)  # not applied: fed once a later offset is
+            payload, seq = row[at_payload], row[at_seq]
+            if state.fused(payload, seq):
+                decoded = state.built(payload, seq, ts)
+                if not told:  # as its `decode` would have been told
+                    decoder.took_map_layout()
+                    told = True
+            else:
+                state.flush()
+                decoded = decoder.decode(payload, seq)
+                view.apply(decoded, epoch)
+                told = False
+            _orphans_after(orphans, view, decoded.events, ts_value)
+            last_ts, after = ts_value, seq
+            replayed += 1
+    finally:
+        state.flush()
+        if replayed:
+            follower.last_ts, follower.after = last_ts, after
+            follower.replayed += replayed
+    return None

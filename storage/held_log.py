@@ -59,12 +59,13 @@ class HeldLog:
         i = bisect_right(self.rows, seq, key=_seq) - 1
         return i >= 0 and self.rows[i][2] == seq and self.rows[i][5] == row[5]
 
-    def since(self, epoch: int, after: int) -> Iterator[LoggedBatch] | None:
-        """The batches of `epoch` past `after`, in order (None: they are not all held)."""
+    def since(self, epoch: int, after: int) -> Iterator[LogRow] | None:
+        """The batches of `epoch` past `after`, in order, as written (None: they are not all
+        held)."""
         if epoch != self.epoch or after < self.after:
             return None
         start = bisect_right(self.rows, after, key=_seq)
-        return (LoggedBatch(r[2], r[3], r[4], r[5]) for r in self.rows[start:])
+        return iter(self.rows[start:])
 
     def trim(self, after: int) -> None:
         """Only the batches past `after` are wanted from now on."""

@@ -11,7 +11,6 @@ import dataclasses
 import math
 from array import array
 from collections.abc import Iterator, Mapping
-from itertools import chain
 from typing import NamedTuple, TypeAlias, cast
 
 from sqlalchemy import Connection, select
@@ -28,6 +27,7 @@ from kvscope.collector.types import StreamId, TableKey
 from kvscope.collector.wire import BatchDecoder
 from kvscope.storage import batch_log, schema
 from kvscope.storage._frozen_new import frozen_new
+from kvscope.storage._reset_orphans import follow_batches
 from kvscope.storage.history import NotInStore, Position, unknown_because
 from kvscope.storage.log_chunks import LoggedBatch
 from kvscope.storage.reset_orphans import Orphans
@@ -40,7 +40,7 @@ from kvscope.storage.reset_prefix_types import (
     ResetPrefixes,
     status_of,
 )
-from kvscope.storage.rows import BeforeMap
+from kvscope.storage.rows import BeforeMap, LogRow
 
 _State: TypeAlias = "array[int]"
 _GROUP_FIELDS = tuple(f.name for f in dataclasses.fields(PrefixGroup))
@@ -218,35 +218,24 @@ class ResetFollower:
         self,
         conn: Connection,
         offsets: tuple[float, ...],
-        held: Iterator[LoggedBatch] | None = None,
+        held: Iterator[LogRow] | None = None,
     ) -> Iterator[LoggedBatch]:
         """Feeds the batches logged since the last call, up to the last offset of `offsets`:
         `held` (every batch of the epoch logged past `after`, as the writer wrote them), else
-        those read back from the store. Returns the batches left (past the last offset)."""
+        those read back from the store. Returns the batches read back and left (past the last
+        offset; none when `held`: the writer holds them)."""
         assert self.follows(offsets)
         self.offsets = offsets
         if not offsets:
             return iter(())
         last_instant = self.ts + offsets[-1]
-        view, epoch = self.view, self.epoch
-        batches = held
-        if batches is None:
-            batches = batch_log.batches_between(conn, self.stream_id, epoch, self.after, 2**63 - 1)
-        states, decode, after = self.states, self._decoder.decode, self.orphans.after
-        next_instant = self._next_instant()
-        for batch in batches:
-            ts = batch.ts
-            while ts > next_instant:
-                states.append(self._state())
-                next_instant = self._next_instant()
-            if ts > last_instant:
-                return chain((batch,), batches)  # not applied: fed once a later offset is
-            decoded = decode(batch.payload, batch.seq)
-            view.apply(decoded, epoch)
-            after(view, decoded.events, ts)
-            self.last_ts, self.after = ts, batch.seq
-            self.replayed += 1
-        return iter(())
+        # In Cython (storage/_reset_orphans.pyx): every batch a follower replays goes through it.
+        if held is not None:
+            follow_batches(self, held, last_instant, True)
+            return iter(())
+        batches = batch_log.batches_between(conn, self.stream_id, self.epoch, self.after, 2**63 - 1)
+        left = follow_batches(self, batches, last_instant, False)
+        return iter(()) if left is None else left
 
     def _next_instant(self) -> float:
         """The instant past which the next offset's state is taken (inf: all are)."""

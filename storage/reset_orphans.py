@@ -16,16 +16,20 @@ eviction once, the first time.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.types import BlocksStored, KVEvent, TableKey
+from kvscope.storage._frozen_new import frozen_new
 from kvscope.storage._reset_orphans import add_chain, orphans_after
 from kvscope.storage.reset_prefix_types import ResetOrphan
 
 __all__ = ["Orphans", "add_chain"]
+
+_ORPHAN_FIELDS = tuple(f.name for f in dataclasses.fields(ResetOrphan))
 
 
 class Orphans:
@@ -49,15 +53,21 @@ class Orphans:
         self.children = 0
         """About the blocks recorded in `_children`: each stored since the clear (those evicted
         under a parent that stays are kept too), so that a follower says what it holds."""
+        self.changes = 0
+        """Entries made or closed so far: the records an answer lists change with it only."""
+        self._made: tuple[int, tuple[ResetOrphan, ...], tuple[ResetOrphan, ...]] | None = None
+        """The last records made (`result`, `evicted_result`), as of `changes`."""
 
     def _entry(self, table: BlockTable, h: int, parent: int, ts: float) -> list[Any]:
         entry = [table.key, h, parent, ts, None, None, table.raw_hash(h), table.raw_parent(h)]
         self._open[table.key, h] = entry
         self._open_under.setdefault((table.key, parent), set()).add(h)
+        self.changes += 1
         return entry
 
     def _close(self, entry: list[Any]) -> None:
         key, h, parent = entry[0], entry[1], entry[2]
+        self.changes += 1
         del self._open[key, h]
         under = self._open_under[key, parent]
         under.discard(h)
@@ -121,23 +131,30 @@ class Orphans:
         self._close(entry)
 
     def _records(self, rows: list[list[Any]]) -> tuple[ResetOrphan, ...]:
+        # `ResetOrphan(...)`, made in C (storage/_frozen_new.pyx): an answer lists every one.
         return tuple(
-            ResetOrphan(
-                key,
-                h,
-                parent,
-                since,
-                rejoined,
-                removed,
-                raw,
-                raw_parent,
-                self.root_before(key, parent),
+            frozen_new(
+                ResetOrphan,
+                _ORPHAN_FIELDS,
+                (*row, self.root_before(row[0], row[2])),
             )
-            for key, h, parent, since, rejoined, removed, raw, raw_parent in rows
+            for row in rows
         )
 
+    def _made_now(self) -> tuple[int, tuple[ResetOrphan, ...], tuple[ResetOrphan, ...]]:
+        """The records as of now: made again only once an entry was made or closed since (an
+        answer is made at every offset reached, and most pass with no orphan's news)."""
+        made = self._made
+        if made is None or made[0] != self.changes:
+            made = self._made = (
+                self.changes,
+                self._records(self.found),
+                self._records(self.evicted),
+            )
+        return made
+
     def result(self) -> tuple[ResetOrphan, ...]:
-        return self._records(self.found)
+        return self._made_now()[1]
 
     def evicted_result(self) -> tuple[ResetOrphan, ...]:
-        return self._records(self.evicted)
+        return self._made_now()[2]

@@ -3,7 +3,9 @@ name: it finds what a scan of every open orphan at every batch (as it did before
 random streams of stores, removals and clears. And its batch step in Cython
 (storage/_reset_orphans.pyx) finds what the same step in Python (as it was before) found, and
 records as many children, on hashes with the high bits set too (the Python step's own record
-of what was stored under what is its reference, not the compiled one's)."""
+of what was stored under what is its reference, not the compiled one's). Its records, asked
+for after every batch (as a follower answers at every offset) and kept while no entry changed,
+are those made anew each time."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from kvscope.collector.types import (
     TableKey,
 )
 from kvscope.storage.reset_orphans import Orphans
+from kvscope.storage.reset_prefix_types import ResetOrphan
 
 KEYS = (TableKey("GPU", 0), TableKey("CPU", 0))
 
@@ -57,6 +60,16 @@ def _python_add_chain(
             else:
                 kids.add(h)
         parent = h
+
+
+class FreshRecords(Orphans):
+    """Its records made anew at every answer, as before they were kept."""
+
+    def result(self) -> tuple[ResetOrphan, ...]:
+        return self._records(self.found)
+
+    def evicted_result(self) -> tuple[ResetOrphan, ...]:
+        return self._records(self.evicted)
 
 
 class PythonOrphans(Orphans):
@@ -170,8 +183,10 @@ def _assert_same(
     first: list[list[KVEvent]],
     rest: list[list[KVEvent]],
     clears: int,
+    every_batch: bool = False,
 ) -> None:
-    """Both followed from the map just after the clear (`first` applied) through `rest`."""
+    """Both followed from the map just after the clear (`first` applied) through `rest`
+    (`every_batch`: their records compared after each batch too)."""
     view = PrefixMap(StreamId("r", 0))
     for seq, events in enumerate(_weighted(first, clears)):
         view.apply(Batch(seq, float(seq), 0, events))
@@ -181,6 +196,9 @@ def _assert_same(
         view.apply(Batch(seq, float(seq), 0, events))
         mine.after(view, events, float(seq))
         reference.after(view, events, float(seq))
+        if every_batch:
+            assert mine.result() == reference.result()
+            assert mine.evicted_result() == reference.evicted_result()
     assert mine.result() == reference.result()
     assert mine.evicted_result() == reference.evicted_result()
     assert mine.children == reference.children
@@ -201,3 +219,11 @@ def test_compiled_step_finds_what_python_found(
     first: list[list[KVEvent]], rest: list[list[KVEvent]], clears: int
 ) -> None:
     _assert_same(Orphans(_root), PythonOrphans(_root), first, rest, clears)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_batches, _batches, st.integers(1, 6))
+def test_records_kept_are_those_made_anew(
+    first: list[list[KVEvent]], rest: list[list[KVEvent]], clears: int
+) -> None:
+    _assert_same(Orphans(_root), FreshRecords(_root), first, rest, clears, every_batch=True)
