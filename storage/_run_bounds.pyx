@@ -18,28 +18,19 @@ cdef inline bint _same(object a, object b) except -1:
     return a is b or PyObject_RichCompareBool(a, b, Py_EQ)
 
 
-cdef Py_ssize_t _bisect_sizes(
-    const Py_ssize_t *before, Py_ssize_t x, Py_ssize_t lo, Py_ssize_t hi
+ctypedef fused _Sorted:
+    Py_ssize_t
+    double
+
+
+cdef Py_ssize_t _bisect_right(
+    const _Sorted *values, _Sorted x, Py_ssize_t lo, Py_ssize_t hi
 ) noexcept:
-    """`bisect_right(before, x, lo, hi)`."""
+    """`bisect_right(values, x, lo, hi)`, over the rows' sizes before each or their stamps."""
     cdef Py_ssize_t mid
     while lo < hi:
         mid = (lo + hi) // 2
-        if x < before[mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
-cdef Py_ssize_t _bisect_stamps(
-    const double *stamps, double x, Py_ssize_t lo, Py_ssize_t hi
-) noexcept:
-    """`bisect_right(stamps, x, lo, hi)`."""
-    cdef Py_ssize_t mid
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if x < stamps[mid]:
+        if x < values[mid]:
             hi = mid
         else:
             lo = mid + 1
@@ -67,9 +58,9 @@ cdef void _within(
     if ordered:  # the usual case, a chunk at a time: a clock ahead
         while start < stop:
             end = min(stop, start + max_batches)
-            bound = _bisect_sizes(before, before[start] + max_bytes, start, stop + 1) - 1
+            bound = _bisect_right(before, before[start] + max_bytes, start, stop + 1) - 1
             end = min(end, bound)
-            end = min(end, _bisect_stamps(stamps, stamps[start] + max_span, start, stop))
+            end = min(end, _bisect_right(stamps, stamps[start] + max_span, start, stop))
             end = max(end, start + 1)
             bounds.append((start, end))
             start = end
