@@ -6,11 +6,13 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import accumulate, groupby
-from typing import Any
+from typing import Any, TypeVar
 
 from kvscope.storage._row_streams import by_stream, fields_by_stream
 from kvscope.storage._run_bounds import run_bounds
 from kvscope.storage.rows import LogRow
+
+_T = TypeVar("_T")
 
 MAX_CHUNK_BATCHES = 2000
 MAX_CHUNK_RAW_BYTES = 2 << 20
@@ -40,8 +42,9 @@ def columns_by_stream(rows: Sequence[LogRow]) -> list[list[Any]]:
     return fields_by_stream(_listed(rows), _LOG_FIELDS)
 
 
-def _listed(rows: Sequence[LogRow]) -> list[LogRow]:
-    return rows if type(rows) is list else list(rows)
+def _listed(values: Sequence[_T]) -> list[_T]:
+    """`values` as a list: itself where it is one (the writer's columns are: no copy a row)."""
+    return values if type(values) is list else list(values)
 
 
 def bounds(
@@ -51,10 +54,10 @@ def bounds(
     grow past its bounds (a run holds at least one batch, however large). Cut in C
     (storage/_run_bounds.pyx) but where a stamp is NaN."""
     found = run_bounds(
-        list(streams),
-        list(epochs),
-        list(ts),
-        list(payloads),
+        _listed(streams),
+        _listed(epochs),
+        _listed(ts),
+        _listed(payloads),
         MAX_CHUNK_BATCHES,
         MAX_CHUNK_RAW_BYTES,
         MAX_CHUNK_SPAN_S,
