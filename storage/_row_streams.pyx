@@ -8,7 +8,7 @@
 from libc.stdlib cimport free, malloc
 
 
-cdef Py_ssize_t _group(list rows, Py_ssize_t width, Py_ssize_t* group, Py_ssize_t* starts) except -1:
+cdef Py_ssize_t _group(tuple rows, Py_ssize_t width, Py_ssize_t* group, Py_ssize_t* starts) except -1:
     """Each row's group (by its stream) in `group`, where each group begins in `starts`;
     TypeError where a row is no tuple of at least `width` items."""
     cdef Py_ssize_t n = len(rows), i, g = 0, groups = 0, count, total = 0
@@ -53,8 +53,11 @@ def by_stream(list rows):
     return _by_stream(rows, 1, True)[0]
 
 
-cdef list _by_stream(list rows, Py_ssize_t width, bint whole):
+cdef list _by_stream(list given, Py_ssize_t width, bint whole):
     """`fields_by_stream`'s lists, or (`whole`) one list of the rows themselves."""
+    # Read from a tuple: a stream's `__eq__` or `__hash__` (Python code) could change the list
+    # under the unchecked reads below.
+    cdef tuple rows = tuple(given)
     cdef Py_ssize_t n = len(rows), i, k, pos
     cdef list cols = [[None] * n for k in range(1 if whole else width)]
     if n == 0:

@@ -4,6 +4,8 @@ log's rows picked out of a transaction's."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any, NamedTuple
 
 import pytest
@@ -101,3 +103,34 @@ def test_the_log_rows_are_the_plain_tuples_in_order() -> None:
     assert plain_tuples(rows) == log
     assert plain_tuples(log) == log and plain_tuples(log) is not log
     assert plain_tuples([]) == []
+
+
+_CHANGES_ITS_LIST = """
+from kvscope.storage._row_streams import by_stream, fields_by_stream
+
+class Key:
+    # Keys of one hash: telling them apart runs `__eq__`, which empties the rows' list.
+    def __init__(self, name, rows):
+        self.name, self.rows = name, rows
+    def __hash__(self):
+        return 1
+    def __eq__(self, other):
+        self.rows.clear()
+        return self.name == other.name
+
+for grouping in (by_stream, lambda rows: fields_by_stream(rows, 2)):
+    rows = []
+    rows += [(Key(i % 2, rows), i) for i in range(2000)]
+    grouped = grouping(rows)
+    print(len(grouped[0]) if grouping is not by_stream else len(grouped))
+"""
+
+
+def test_a_key_that_changes_the_rows_list_cannot_crash_the_grouping() -> None:
+    """The grouping reads rows unchecked in C: a stream key's Python `__eq__` that empties the
+    list as it runs must not make it read freed memory (run apart: a crash would end pytest)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CHANGES_ITS_LIST], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["2000", "2000"]
