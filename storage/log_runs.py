@@ -28,7 +28,8 @@ def split(rows: Sequence[LogRow]) -> list[Sequence[LogRow]]:
     if not rows:
         return []
     rows = by_stream(_listed(rows))
-    streams, epochs, _, ts, _, payloads = fields_by_stream(rows, _LOG_FIELDS)
+    # Already grouped: the columns are a plain transpose (this is not the writer's path).
+    streams, epochs, _, ts, _, payloads = map(list, zip(*rows, strict=True))
     return [rows[start:end] for start, end in bounds(streams, epochs, ts, payloads)]
 
 
