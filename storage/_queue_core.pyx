@@ -168,3 +168,9 @@ cdef class QueueCore:
         self._push_size(nbytes)
         self._bytes_in += nbytes
         self._append_row(row)
+        if self._wake_at >= 0:
+            # The mark counts droppable puts: a rare row is one of the take's rows too.
+            self._wake_at -= 1
+            if self._droppable_in >= self._wake_at:
+                self._wake_at = -1
+                self._wake.set()
