@@ -1,3 +1,4 @@
+from collections.abc import Callable
 from typing import Any
 
 INT4: int
@@ -5,7 +6,11 @@ INT8: int
 FLOAT8: int
 BYTEA: int
 TEXT: int
-OIDS: dict[int, int]
 ARRAY_OIDS: dict[int, int]
 
-def arrays(rows: list[Any], kinds: bytes, ids: dict[Any, int] | None = None) -> list[bytes]: ...
+def arrays(
+    rows: list[Any],
+    kinds: bytes,
+    ids: dict[Any, int] | None = None,
+    stream_id: Callable[[Any], int] | None = None,
+) -> list[bytes]: ...

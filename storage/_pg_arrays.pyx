@@ -10,6 +10,7 @@ and its bytes, every integer big-endian. Integers go as int4 or int8, floats as 
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize
 from cpython.bytes cimport PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_GetItemWithError
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_AsDouble, PyFloat_CheckExact
 from cpython.long cimport PyLong_AsLongLong
 from cpython.ref cimport PyObject
@@ -24,13 +25,19 @@ cdef extern from "Python.h":
     PyObject *PyErr_Occurred()
 
 
-INT4 = ord("i")
-INT8 = ord("q")
-FLOAT8 = ord("d")
-BYTEA = ord("b")
-TEXT = ord("t")
-OIDS = {INT4: 23, INT8: 20, FLOAT8: 701, BYTEA: 17, TEXT: 25}
-"""Each kind's element type."""
+cdef enum:
+    # C constants, not module globals: each element's kind is tested in its loop.
+    _INT4 = 105  # "i"
+    _INT8 = 113  # "q"
+    _FLOAT8 = 100  # "d"
+    _BYTEA = 98  # "b"
+    _TEXT = 116  # "t"
+
+INT4 = _INT4
+INT8 = _INT8
+FLOAT8 = _FLOAT8
+BYTEA = _BYTEA
+TEXT = _TEXT
 ARRAY_OIDS = {INT4: 1007, INT8: 1016, FLOAT8: 1022, BYTEA: 1001, TEXT: 1009}
 """Each kind's array type: what the driver must say the parameter is."""
 
@@ -53,22 +60,55 @@ cdef union _Double:
 
 
 cdef Py_ssize_t _width(int kind) except -1:
-    if kind == INT4:
+    if kind == _INT4:
         return 4
-    if kind == INT8 or kind == FLOAT8:
+    if kind == _INT8 or kind == _FLOAT8:
         return 8
-    if kind == BYTEA or kind == TEXT:
+    if kind == _BYTEA or kind == _TEXT:
         return 0
     raise ValueError(f"unknown array kind {kind!r}")
 
 
-cdef inline object _value(list rows, Py_ssize_t i, Py_ssize_t c, dict ids):
-    value = <object>PyTuple_GET_ITEM(rows[i], c)
-    return value if ids is None else ids[value]
+cdef uint32_t _oid(int kind) noexcept:
+    if kind == _INT4:
+        return 23
+    if kind == _INT8:
+        return 20
+    if kind == _FLOAT8:
+        return 701
+    if kind == _BYTEA:
+        return 17
+    return 25
 
 
-cdef object _array(list rows, Py_ssize_t c, int kind, dict ids):
-    """Column `c` of `rows` (each row's value put as `ids[value]`, with `ids`)."""
+cdef inline object _value(list rows, Py_ssize_t i, Py_ssize_t c, list mapped):
+    if mapped is not None:
+        return mapped[i]
+    return <object>PyTuple_GET_ITEM(rows[i], c)
+
+
+cdef list _ids_of(list rows, dict ids, object stream_id):
+    """Each row's first value as its id in `ids`; one missing there is `stream_id(value)`,
+    kept in `ids` (asked in the order the rows first name them)."""
+    cdef Py_ssize_t n = len(rows), i
+    cdef list out = [None] * n
+    cdef PyObject *found
+    for i in range(n):
+        value = <object>PyTuple_GET_ITEM(rows[i], 0)
+        found = PyDict_GetItemWithError(ids, value)
+        if found is NULL:
+            if stream_id is None:
+                raise KeyError(value)
+            made = stream_id(value)
+            ids[value] = made
+            out[i] = made
+        else:
+            out[i] = <object>found
+    return out
+
+
+cdef object _array(list rows, Py_ssize_t c, int kind, list mapped):
+    """Column `c` of `rows` (or its values `mapped`, where given)."""
     cdef Py_ssize_t n = len(rows), i, size = 0, nulls = 0, length
     cdef Py_ssize_t width = _width(kind)
     cdef object value
@@ -77,11 +117,11 @@ cdef object _array(list rows, Py_ssize_t c, int kind, dict ids):
     if width == 0:
         parts = [None] * n  # each element's bytes (a str's in UTF-8), kept while copied
         for i in range(n):
-            value = _value(rows, i, c, ids)
+            value = _value(rows, i, c, mapped)
             if value is None:
                 nulls += 1
                 continue
-            if kind == TEXT:
+            if kind == _TEXT:
                 if not PyUnicode_Check(value):
                     raise TypeError(f"a text array takes str, not {type(value).__name__}")
                 PyUnicode_AsUTF8AndSize(value, &length)
@@ -93,7 +133,7 @@ cdef object _array(list rows, Py_ssize_t c, int kind, dict ids):
             size += length
     else:
         for i in range(n):
-            if _value(rows, i, c, ids) is None:
+            if _value(rows, i, c, mapped) is None:
                 nulls += 1
         size = (n - nulls) * width
     cdef Py_ssize_t head = 12 + (8 if n else 0)
@@ -101,7 +141,7 @@ cdef object _array(list rows, Py_ssize_t c, int kind, dict ids):
     cdef unsigned char *at = <unsigned char *>PyBytes_AS_STRING(out)
     _put32(at, 1 if n else 0)
     _put32(at + 4, 1 if nulls else 0)
-    _put32(at + 8, OIDS[kind])
+    _put32(at + 8, _oid(kind))
     if n:
         _put32(at + 12, <uint32_t>n)
         _put32(at + 16, 1)
@@ -109,24 +149,24 @@ cdef object _array(list rows, Py_ssize_t c, int kind, dict ids):
     cdef int64_t whole
     cdef _Double real
     for i in range(n):
-        value = _value(rows, i, c, ids) if parts is None else parts[i]
+        value = _value(rows, i, c, mapped) if parts is None else parts[i]
         if value is None:
             _put32(at, 0xFFFFFFFF)
             at += 4
             continue
-        if kind == INT8:
+        if kind == _INT8:
             whole = PyLong_AsLongLong(value)
             _put32(at, 8)
             _put64(at + 4, <uint64_t>whole)
             at += 12
-        elif kind == INT4:
+        elif kind == _INT4:
             whole = PyLong_AsLongLong(value)
             if whole < -2147483648 or whole > 2147483647:
                 raise OverflowError(f"{whole} does not fit PostgreSQL's integer")
             _put32(at, 4)
             _put32(at + 4, <uint32_t>whole)
             at += 8
-        elif kind == FLOAT8:
+        elif kind == _FLOAT8:
             if PyFloat_CheckExact(value):
                 real.d = PyFloat_AS_DOUBLE(value)
             else:
@@ -137,7 +177,7 @@ cdef object _array(list rows, Py_ssize_t c, int kind, dict ids):
             _put64(at + 4, real.u)
             at += 12
         else:
-            if kind == TEXT:
+            if kind == _TEXT:
                 text = PyUnicode_AsUTF8AndSize(value, &length)
             else:
                 text = PyBytes_AS_STRING(value)
@@ -148,14 +188,19 @@ cdef object _array(list rows, Py_ssize_t c, int kind, dict ids):
     return out
 
 
-def arrays(list rows, bytes kinds, dict ids=None):
+def arrays(list rows, bytes kinds, dict ids=None, object stream_id=None):
     """Each column of `rows` (tuples of at least `len(kinds)` values) as the binary form of an
     array of its kind (`kinds`: one of INT4, INT8, FLOAT8, BYTEA, TEXT a column; None is
-    NULL); with `ids`, each row's first value put as `ids[value]`."""
-    cdef Py_ssize_t width = len(kinds), i
+    NULL); with `ids`, each row's first value put as `ids[value]`, where `stream_id` (given)
+    makes the ids `ids` lacks (and adds them to it)."""
+    cdef Py_ssize_t width = len(kinds), i, c
     cdef object row
     for i in range(len(rows)):
         row = rows[i]
         if not PyTuple_Check(row) or PyTuple_GET_SIZE(row) < width:
             raise TypeError(f"row {i} is not a tuple of {width} values at least")
-    return [_array(rows, c, kinds[c], ids if c == 0 else None) for c in range(width)]
+    cdef list mapped = None
+    if ids is not None and width:
+        mapped = _ids_of(rows, ids, stream_id)
+    cdef const unsigned char *kind = <const unsigned char *>PyBytes_AS_STRING(kinds)
+    return [_array(rows, c, kind[c], mapped if c == 0 else None) for c in range(width)]

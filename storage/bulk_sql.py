@@ -88,22 +88,14 @@ def _kinds(table: Table) -> bytes:
 
 
 def _arrays(
-    table: Table, rows: Sequence[Any], ids: dict[Any, int] | None = None
+    table: Table,
+    rows: Sequence[Any],
+    ids: dict[Any, int] | None = None,
+    stream_id: Callable[[StreamId], int] | None = None,
 ) -> tuple[BinaryArray, ...]:
     """`rows` (tuples of all `table`'s columns) as `_unnest_sql`'s parameters; with `ids`, each
-    row's first value (its stream) put as its id."""
-    return columns(rows, _kinds(table), ids)
-
-
-def _stream_ids(
-    rows: Sequence[Any], stream_id: Callable[[StreamId], int], ids: dict[Any, int] | None = None
-) -> dict[Any, int]:
-    """The ids of the streams `rows` start with (added to `ids`, if given)."""
-    ids = {} if ids is None else ids
-    for stream in dict.fromkeys([row[0] for row in rows]):
-        if stream not in ids:
-            ids[stream] = stream_id(stream)
-    return ids
+    row's first value (its stream) put as its id, made by `stream_id` where `ids` lacks it."""
+    return columns(rows, _kinds(table), ids, stream_id)
 
 
 def _rows_per_statement(conn: Connection, width: int) -> int:
@@ -139,8 +131,9 @@ def _execute(
     columns = tuple(c.name for c in table.columns)
     width = len(columns)
     if conn.dialect.name == "postgresql":
-        ids = None if stream_id is None else _stream_ids(rows, stream_id)
-        conn.exec_driver_sql(_unnest_sql(table, key, conn.dialect), _arrays(table, rows, ids))
+        ids: dict[Any, int] | None = None if stream_id is None else {}
+        arrays = _arrays(table, rows, ids, stream_id)
+        conn.exec_driver_sql(_unnest_sql(table, key, conn.dialect), arrays)
         return
     if stream_id is None:
         params: list[Any] = list(chain.from_iterable(rows))
@@ -201,19 +194,21 @@ def insert_log(
     chunks: list[ChunkRow],
     rollups: list[RollupRow],
     stream_id: Callable[[StreamId], int],
+    ids: dict[Any, int] | None = None,
 ) -> None:
     """A transaction's chunks (`insert_chunks`) and rollups (`upsert_rollups`): on PostgreSQL
     both in one statement, a round trip (and the GIL let go and taken back several times)
-    fewer in nearly every transaction."""
+    fewer in nearly every transaction, each stream's id read from `ids` (the writer's cache,
+    which gets those `stream_id` makes) before `stream_id` is asked."""
     if conn.dialect.name != "postgresql" or not chunks or not rollups:
         if chunks:
             insert_chunks(conn, chunks, stream_id)
         if rollups:
             upsert_rollups(conn, rollups, stream_id)
         return
-    values = _rollup_values(rollups)
-    ids = _stream_ids(values, stream_id, _stream_ids(chunks, stream_id))
-    params = _arrays(schema.log_chunks, chunks, ids) + _arrays(schema.rollups, values, ids)
+    ids = {} if ids is None else ids
+    params = _arrays(schema.log_chunks, chunks, ids, stream_id)
+    params += _arrays(schema.rollups, _rollup_values(rollups), ids, stream_id)
     conn.exec_driver_sql(_log_sql(conn.dialect), params)
 
 

@@ -8,7 +8,7 @@ psycopg looks a parameter's dumper up by its Python type."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from psycopg.abc import AdaptContext
@@ -57,9 +57,13 @@ def register(context: AdaptContext) -> None:
 
 
 def columns(
-    rows: Sequence[Any], kinds: bytes, ids: dict[Any, int] | None = None
+    rows: Sequence[Any],
+    kinds: bytes,
+    ids: dict[Any, int] | None = None,
+    stream_id: Callable[[Any], int] | None = None,
 ) -> tuple[BinaryArray, ...]:
     """Each column of `rows` (tuples) as a `BinaryArray` of its kind (`kinds`: one a column);
-    with `ids`, each row's first value put as `ids[value]`."""
-    made = arrays(rows if type(rows) is list else list(rows), kinds, ids)
+    with `ids`, each row's first value put as `ids[value]`, where `stream_id` makes (into
+    `ids`) those it lacks: looked up in C, not gathered in Python first."""
+    made = arrays(rows if type(rows) is list else list(rows), kinds, ids, stream_id)
     return tuple(_CLASSES[kind](data) for kind, data in zip(kinds, made, strict=True))

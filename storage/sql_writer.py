@@ -174,7 +174,7 @@ class RowWriter:
         stream_id = partial(self._stream_id, conn)
         if prepared.dictionaries:  # before the chunks that name them
             insert_dictionaries(conn, prepared.dictionaries, stream_id)
-        insert_log(conn, prepared.chunks, prepared.rollups, stream_id)
+        insert_log(conn, prepared.chunks, prepared.rollups, stream_id, self._stream_ids)
         if prepared.chunks:
             self.repack.repack(conn, prepared.chunks, self.packer.current().get, stream_id)
         # After the log: the groups follow it (the batches up to an offset came before the

@@ -8,10 +8,13 @@ from typing import Any
 
 from sqlalchemy import event, select
 
+from kvscope.collector.types import StreamId
 from kvscope.storage import schema
-from kvscope.storage.bulk_sql import upsert_rows
+from kvscope.storage.bulk_sql import insert_log, upsert_rows
 from kvscope.storage.engine import open_store
+from kvscope.storage.log_chunk_pack import pack
 from kvscope.storage.pg_arrays import BinaryArray
+from kvscope.storage.rows import RollupRow
 
 POINTS = [
     (1, 0.1, 0, 2**31 - 1, -(2**31), 1 / 3, 5e-324),
@@ -81,4 +84,24 @@ def test_each_column_goes_as_one_binary_array(pg_url: str) -> None:
     assert len(sent) == 1
     assert len(sent[0]) == len(schema.reset_recovery.columns)
     assert all(isinstance(column, BinaryArray) for column in sent[0])
+    engine.dispose()
+
+
+def test_the_log_asks_no_stream_id_it_is_given(pg_url: str) -> None:
+    """The writer's cached ids go with the log's rows: the arrays look each stream up there,
+    in C, and ask for none of them."""
+    stream = StreamId("a", 0)
+    chunks = pack([(stream, 0, seq, 1.0 + seq, 2.0 + seq, b"x" * 50) for seq in range(5)])
+    rollup = RollupRow(stream, 7, "gpu", 0, 1, 2, 3, 4, 5, 6, 7)
+    engine = open_store(pg_url)
+
+    def ask(_: StreamId) -> int:
+        raise AssertionError("asked for an id it was given")
+
+    with engine.begin() as conn:
+        conn.execute(schema.streams.insert().values(id=9, replica="a", rank=0))
+        insert_log(conn, chunks, [rollup], ask, {stream: 9})
+    with engine.connect() as conn:
+        assert conn.execute(select(schema.log_chunks.c.stream_id)).scalars().all() == [9]
+        assert conn.execute(select(schema.rollups.c.stream_id)).scalars().all() == [9]
     engine.dispose()

@@ -85,3 +85,25 @@ def test_a_value_the_array_cannot_hold_is_refused(
 def test_a_short_row_is_refused() -> None:
     with pytest.raises(TypeError, match="row 1"):
         columns([(1, 2), (1,)], b"ii")
+
+
+def test_ids_missing_are_made_once_each_in_order() -> None:
+    asked: list[str] = []
+
+    def stream_id(stream: str) -> int:
+        asked.append(stream)
+        return 10 + len(asked)
+
+    ids = {"b": 5}
+    rows = [("a", "x"), ("b", "y"), ("c", "z"), ("a", "w")]
+    with_ids = columns(rows, b"it", ids, stream_id)
+    assert asked == ["a", "c"]
+    assert ids == {"b": 5, "a": 11, "c": 12}
+    assert [c.data for c in with_ids] == [
+        c.data for c in columns([(11, "x"), (5, "y"), (12, "z"), (11, "w")], b"it")
+    ]
+
+
+def test_an_id_missing_without_a_maker_is_refused() -> None:
+    with pytest.raises(KeyError):
+        columns([("a", 1)], b"ii", {"b": 5})
