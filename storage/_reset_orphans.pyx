@@ -5,7 +5,13 @@
 # settled) call back the `Orphans` methods. `follow_batches` is the advance's loop itself.
 from itertools import chain
 
+from cpython.long cimport PyLong_FromUnsignedLongLong
+from libc.stdint cimport uint64_t
+
+from kvscope.collector._fused_read cimport BatchRead, Op
 from kvscope.collector._replay cimport FusedApply
+from kvscope.collector._table_core cimport TableCore
+from kvscope.collector._wire_scan cimport CLEARED, STORED
 
 from kvscope.collector.types import BlocksRemoved, BlocksStored
 
@@ -28,6 +34,27 @@ cdef int _add_chain(dict under, object parent, object hashes) except -1:
                 under[parent] = {kids, h}
         parent = h
     return 0
+
+
+cdef object _add_read_chain(dict under, object parent, const uint64_t* hashes, Py_ssize_t n):
+    """`_add_chain` of hashes as the fused read holds them (C values): the first one's int
+    (None: none)."""
+    cdef object h, kids, head = None
+    cdef Py_ssize_t k
+    for k in range(n):
+        h = PyLong_FromUnsignedLongLong(hashes[k])
+        if k == 0:
+            head = h
+        if parent is not None:
+            kids = under.get(parent)
+            if kids is None:
+                under[parent] = h
+            elif type(kids) is set:
+                (<set>kids).add(h)
+            elif kids != h:
+                under[parent] = {kids, h}
+        parent = h
+    return head
 
 
 def add_chain(dict under, parent, hashes):
@@ -61,7 +88,9 @@ cdef int _orphans_after(orphans, view, events, ts) except -1:
             cleared = True
     cdef dict opened = orphans._open
     if opened:  # (none open: none to close, whatever the batch did)
-        orphans._rejoined_or_removed(view, removed, stored, cleared, ts)
+        orphans._rejoined_or_removed(
+            view, removed, [(event.table, event.hashes) for event in stored], cleared, ts
+        )
     cdef dict tables = view.tables
     cdef dict children = orphans._children
     cdef list found = orphans.found
@@ -88,10 +117,18 @@ cdef int _orphans_after(orphans, view, events, ts) except -1:
             continue  # stored under a cached parent this batch removed: below
         found.append(orphans._entry(table, head, named, ts))
     orphans.children += added
-    if not removed:
-        return 0
+    if removed:
+        _evicted(orphans, tables, children, removed, opened, ts)
+    return 0
+
+
+cdef int _evicted(orphans, dict tables, dict children, dict removed, dict opened, ts) except -1:
+    """The blocks stored since the clear under a parent a batch removed (`removed`), left
+    cached without it: orphaned by eviction, each recorded once."""
     cdef set seen = orphans._seen_evicted
     cdef list evicted = orphans.evicted
+    cdef object key, gone, table, found_under, parent, kids
+    cdef dict under
     for key, gone in removed.items():
         table = tables.get(key)
         found_under = children.get(key)
@@ -113,12 +150,83 @@ cdef int _orphans_after(orphans, view, events, ts) except -1:
     return 0
 
 
+cdef list _read_hashes(BatchRead read, Op* op):
+    return [PyLong_FromUnsignedLongLong(read.hashes[k])
+            for k in range(op.hashes, op.hashes + op.n_hashes)]
+
+
+cdef int _orphans_after_read(orphans, view, BatchRead read, ts) except -1:
+    """`_orphans_after` of the batch `read` holds, just applied: from its ops, the hashes as
+    C values until a dict or set needs them, no events built."""
+    cdef dict removed = {}
+    cdef list stored
+    cdef bint cleared = False
+    cdef Py_ssize_t i, k
+    cdef Op* op
+    cdef object key, gone, named, head, table, kids, parent
+    cdef TableCore core
+    cdef dict under
+    cdef Py_ssize_t added = 0
+    for i in range(read.n_ops):
+        op = &read.ops[i]
+        if op.kind == CLEARED:
+            cleared = True
+        elif op.kind != STORED:
+            key = read.keys[op.key]
+            gone = removed.get(key)
+            if gone is None:
+                gone = removed[key] = set()
+            for k in range(op.hashes, op.hashes + op.n_hashes):
+                (<set>gone).add(PyLong_FromUnsignedLongLong(read.hashes[k]))
+    cdef dict opened = orphans._open
+    if opened:  # (none open: none to close, whatever the batch did)
+        stored = [
+            (read.keys[read.ops[i].key], _read_hashes(read, &read.ops[i]))
+            for i in range(read.n_ops) if read.ops[i].kind == STORED
+        ]
+        orphans._rejoined_or_removed(view, removed, stored, cleared, ts)
+    cdef dict tables = view.tables
+    cdef dict children = orphans._children
+    cdef list found = orphans.found
+    for i in range(read.n_ops):
+        op = &read.ops[i]
+        if op.kind != STORED:
+            continue
+        key = read.keys[op.key]
+        found_under = children.get(key)
+        if found_under is None:
+            found_under = children[key] = {}
+        named = PyLong_FromUnsignedLongLong(op.parent) if op.has_parent else None
+        head = _add_read_chain(<dict>found_under, named, &read.hashes[op.hashes], op.n_hashes)
+        added += op.n_hashes
+        if op.n_hashes == 0 or named is None:
+            continue
+        table = tables.get(key)
+        if table is None:
+            continue
+        core = <TableCore?>table
+        # `head in table` and `named in table`, on the C values
+        if core._slot_of._find(read.hashes[op.hashes]) < 0 or core._slot_of._find(op.parent) >= 0:
+            continue
+        if (key, head) in opened:
+            continue
+        gone = removed.get(key)
+        if gone is not None and named in <set>gone:
+            continue  # stored under a cached parent this batch removed: below
+        found.append(orphans._entry(table, head, named, ts))
+    orphans.children += added
+    if removed:
+        _evicted(orphans, tables, children, removed, opened, ts)
+    return 0
+
+
 def follow_batches(follower, batches, double last_instant, bint rows):
     """`ResetFollower.advance`'s loop over `batches` (in order; `rows`: `LogRow`s, as the
     writer holds them, else `LoggedBatch`es): each batch up to `last_instant` applied to the
     follower's map and its orphans followed through it, the states taken at the offsets it
-    passes. Each batch is applied from its bytes (as `replay` does) and its events built from
-    that read, not decoded again; one the compiled read does not take is decoded and applied.
+    passes. Each batch is applied from its bytes (as `replay` does) and its orphans followed
+    from that read (its ops, no events built); one the compiled read does not take is decoded,
+    applied and followed from its events.
     Returns the batches left (the first past `last_instant`, and the rest), or None."""
     view, epoch, orphans = follower.view, follower.epoch, follower.orphans
     decoder = follower._decoder
@@ -148,7 +256,7 @@ def follow_batches(follower, batches, double last_instant, bint rows):
                 return chain((batch,), batches)  # not applied: fed once a later offset is
             payload, seq = row[at_payload], row[at_seq]
             if state.fused(payload, seq):
-                decoded = state.built(payload, seq, ts)
+                _orphans_after_read(orphans, view, state, ts_value)
                 if not told:  # as its `decode` would have been told
                     decoder.took_map_layout()
                     told = True
@@ -157,7 +265,7 @@ def follow_batches(follower, batches, double last_instant, bint rows):
                 decoded = decoder.decode(payload, seq)
                 view.apply(decoded, epoch)
                 told = False
-            _orphans_after(orphans, view, decoded.events, ts_value)
+                _orphans_after(orphans, view, decoded.events, ts_value)
             last_ts, after = ts_value, seq
             replayed += 1
     finally:
