@@ -5,7 +5,9 @@
 # settled) call back the `Orphans` methods. `follow_batches` is the advance's loop itself.
 from itertools import chain
 
+from cpython.dict cimport PyDict_SetDefault
 from cpython.long cimport PyLong_FromUnsignedLongLong
+from cpython.ref cimport PyObject
 from libc.stdint cimport uint64_t
 
 from kvscope.collector._fused_read cimport BatchRead, Op
@@ -19,19 +21,25 @@ cdef object _STORED = BlocksStored
 cdef object _REMOVED = BlocksRemoved
 
 
+cdef inline int _add_child(dict under, object parent, object h) except -1:
+    """`h` stored under `parent`: one child an int, more a set."""
+    # One lookup where the parent has no child yet (most): the dict's setdefault.
+    cdef object kids = <object>PyDict_SetDefault(under, parent, h)
+    if kids is h:
+        return 0
+    if type(kids) is set:
+        (<set>kids).add(h)
+    elif kids != h:
+        under[parent] = {kids, h}
+    return 0
+
+
 cdef int _add_chain(dict under, object parent, object hashes) except -1:
     """Each of `hashes` stored under the one before it, the first under `parent` (None: none):
     one child an int, more a set (`reset_orphans.add_chain`)."""
-    cdef object kids
     for h in hashes:
         if parent is not None:
-            kids = under.get(parent)
-            if kids is None:
-                under[parent] = h
-            elif type(kids) is set:
-                (<set>kids).add(h)
-            elif kids != h:
-                under[parent] = {kids, h}
+            _add_child(under, parent, h)
         parent = h
     return 0
 
@@ -39,20 +47,14 @@ cdef int _add_chain(dict under, object parent, object hashes) except -1:
 cdef object _add_read_chain(dict under, object parent, const uint64_t* hashes, Py_ssize_t n):
     """`_add_chain` of hashes as the fused read holds them (C values): the first one's int
     (None: none)."""
-    cdef object h, kids, head = None
+    cdef object h, head = None
     cdef Py_ssize_t k
     for k in range(n):
         h = PyLong_FromUnsignedLongLong(hashes[k])
         if k == 0:
             head = h
         if parent is not None:
-            kids = under.get(parent)
-            if kids is None:
-                under[parent] = h
-            elif type(kids) is set:
-                (<set>kids).add(h)
-            elif kids != h:
-                under[parent] = {kids, h}
+            _add_child(under, parent, h)
         parent = h
     return head
 
@@ -155,17 +157,20 @@ cdef list _read_hashes(BatchRead read, Op* op):
             for k in range(op.hashes, op.hashes + op.n_hashes)]
 
 
-cdef int _orphans_after_read(orphans, view, BatchRead read, ts) except -1:
+cdef Py_ssize_t _orphans_after_read(
+    orphans, view, BatchRead read, ts, dict opened, dict children, list found
+) except -1:
     """`_orphans_after` of the batch `read` holds, just applied: from its ops, the hashes as
-    C values until a dict or set needs them, no events built."""
+    C values until a dict or set needs them, no events built. `opened`, `children`, `found`:
+    the orphans' (read once per loop, not per batch). Returns the blocks to add to
+    `orphans.children` (added once per loop)."""
     cdef dict removed = {}
     cdef list stored
     cdef bint cleared = False
     cdef Py_ssize_t i, k
     cdef Op* op
-    cdef object key, gone, named, head, table, kids, parent
+    cdef object key, gone, named, head, table
     cdef TableCore core
-    cdef dict under
     cdef Py_ssize_t added = 0
     for i in range(read.n_ops):
         op = &read.ops[i]
@@ -178,7 +183,6 @@ cdef int _orphans_after_read(orphans, view, BatchRead read, ts) except -1:
                 gone = removed[key] = set()
             for k in range(op.hashes, op.hashes + op.n_hashes):
                 (<set>gone).add(PyLong_FromUnsignedLongLong(read.hashes[k]))
-    cdef dict opened = orphans._open
     if opened:  # (none open: none to close, whatever the batch did)
         stored = [
             (read.keys[read.ops[i].key], _read_hashes(read, &read.ops[i]))
@@ -186,8 +190,6 @@ cdef int _orphans_after_read(orphans, view, BatchRead read, ts) except -1:
         ]
         orphans._rejoined_or_removed(view, removed, stored, cleared, ts)
     cdef dict tables = view.tables
-    cdef dict children = orphans._children
-    cdef list found = orphans.found
     for i in range(read.n_ops):
         op = &read.ops[i]
         if op.kind != STORED:
@@ -214,10 +216,9 @@ cdef int _orphans_after_read(orphans, view, BatchRead read, ts) except -1:
         if gone is not None and named in <set>gone:
             continue  # stored under a cached parent this batch removed: below
         found.append(orphans._entry(table, head, named, ts))
-    orphans.children += added
     if removed:
         _evicted(orphans, tables, children, removed, opened, ts)
-    return 0
+    return added
 
 
 def follow_batches(follower, batches, double last_instant, bint rows):
@@ -234,7 +235,9 @@ def follow_batches(follower, batches, double last_instant, bint rows):
     cdef FusedApply state = FusedApply()
     state.bind(view, epoch, False, None, decoder.max_block_size)
     cdef double ts, next_instant = follower._next_instant()
-    cdef Py_ssize_t replayed = 0
+    cdef Py_ssize_t replayed = 0, children_added = 0
+    cdef dict opened = orphans._open, children = orphans._children
+    cdef list found = orphans.found
     # Where a batch's seq, ts and payload are in it (both are tuples: read as such in C).
     cdef Py_ssize_t at_seq = 2 if rows else 0
     cdef Py_ssize_t at_ts = at_seq + 1, at_payload = at_seq + 3
@@ -256,7 +259,9 @@ def follow_batches(follower, batches, double last_instant, bint rows):
                 return chain((batch,), batches)  # not applied: fed once a later offset is
             payload, seq = row[at_payload], row[at_seq]
             if state.fused(payload, seq):
-                _orphans_after_read(orphans, view, state, ts_value)
+                children_added += _orphans_after_read(
+                    orphans, view, state, ts_value, opened, children, found
+                )
                 if not told:  # as its `decode` would have been told
                     decoder.took_map_layout()
                     told = True
@@ -270,6 +275,7 @@ def follow_batches(follower, batches, double last_instant, bint rows):
             replayed += 1
     finally:
         state.flush()
+        orphans.children += children_added
         if replayed:
             follower.last_ts, follower.after = last_ts, after
             follower.replayed += replayed
