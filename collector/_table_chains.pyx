@@ -46,10 +46,14 @@ def chain_groups(TableCore table, Py_ssize_t first):
     cdef uint8_t* leaves = NULL
     cdef int32_t* group_of_root = NULL
     cdef uint64_t* by_hash = NULL
+    # Per group: its blocks, and its shared ones (counted in C: a Python int per block was
+    # much of the grouping's cost).
+    cdef int32_t* size_of = NULL
+    cdef int32_t* shared_of = NULL
     if first < 0 or first + n > 0x3FFFFFFF:
         raise ValueError("a group index must fit 30 bits")
     cdef SlotMap marks = SlotMap(n)
-    roots, sizes, shared_sizes = [], [], []
+    roots = []
     try:
         hashes = <uint64_t*>_alloc(n, sizeof(uint64_t))
         parent = <int32_t*>_alloc(n, sizeof(int32_t))
@@ -60,6 +64,8 @@ def chain_groups(TableCore table, Py_ssize_t first):
         leaves = <uint8_t*>_alloc(n, sizeof(uint8_t))
         group_of_root = <int32_t*>_alloc(n, sizeof(int32_t))
         by_hash = <uint64_t*>_alloc(n, sizeof(uint64_t))
+        size_of = <int32_t*>_alloc(n, sizeof(int32_t))
+        shared_of = <int32_t*>_alloc(n, sizeof(int32_t))
         # Blocks in the slot map's order (the order `counts()` gives): the cut of a cycle
         # depends on it.
         for i in range(cap):
@@ -134,12 +140,13 @@ def chain_groups(TableCore table, Py_ssize_t first):
                 g = group_of_root[r] = <int32_t>groups
                 groups += 1
                 roots.append(hashes[r])
-                sizes.append(0)
-                shared_sizes.append(0)
-            sizes[g] += 1
+                size_of[g] = shared_of[g] = 0
+            size_of[g] += 1
             if leaves[h] >= 2:
-                shared_sizes[g] += 1
+                shared_of[g] += 1
             marks._put(hashes[h], <int32_t>(2 * (first + g) + (leaves[h] >= 2)))
+        sizes = [size_of[g] for g in range(groups)]
+        shared_sizes = [shared_of[g] for g in range(groups)]
         return marks, roots, sizes, shared_sizes
     finally:
         PyMem_Free(hashes)
@@ -151,3 +158,5 @@ def chain_groups(TableCore table, Py_ssize_t first):
         PyMem_Free(leaves)
         PyMem_Free(group_of_root)
         PyMem_Free(by_hash)
+        PyMem_Free(size_of)
+        PyMem_Free(shared_of)

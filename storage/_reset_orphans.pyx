@@ -5,7 +5,15 @@
 # settled) call back the `Orphans` methods. `follow_batches` is the advance's loop itself.
 from itertools import chain
 
+from cpython.dict cimport PyDict_SetDefault
+from cpython.long cimport PyLong_FromUnsignedLongLong
+from cpython.ref cimport PyObject
+from libc.stdint cimport uint64_t
+
+from kvscope.collector._fused_read cimport BatchRead, Op
 from kvscope.collector._replay cimport FusedApply
+from kvscope.collector._table_core cimport TableCore
+from kvscope.collector._wire_scan cimport CLEARED, STORED
 
 from kvscope.collector.types import BlocksRemoved, BlocksStored
 
@@ -13,21 +21,42 @@ cdef object _STORED = BlocksStored
 cdef object _REMOVED = BlocksRemoved
 
 
+cdef inline int _add_child(dict under, object parent, object h) except -1:
+    """`h` stored under `parent`: one child an int, more a set."""
+    # One lookup where the parent has no child yet (most): the dict's setdefault.
+    cdef object kids = <object>PyDict_SetDefault(under, parent, h)
+    if kids is h:
+        return 0
+    if type(kids) is set:
+        (<set>kids).add(h)
+    elif kids != h:
+        under[parent] = {kids, h}
+    return 0
+
+
 cdef int _add_chain(dict under, object parent, object hashes) except -1:
     """Each of `hashes` stored under the one before it, the first under `parent` (None: none):
     one child an int, more a set (`reset_orphans.add_chain`)."""
-    cdef object kids
     for h in hashes:
         if parent is not None:
-            kids = under.get(parent)
-            if kids is None:
-                under[parent] = h
-            elif type(kids) is set:
-                (<set>kids).add(h)
-            elif kids != h:
-                under[parent] = {kids, h}
+            _add_child(under, parent, h)
         parent = h
     return 0
+
+
+cdef object _add_read_chain(dict under, object parent, const uint64_t* hashes, Py_ssize_t n):
+    """`_add_chain` of hashes as the fused read holds them (C values): the first one's int
+    (None: none)."""
+    cdef object h, head = None
+    cdef Py_ssize_t k
+    for k in range(n):
+        h = PyLong_FromUnsignedLongLong(hashes[k])
+        if k == 0:
+            head = h
+        if parent is not None:
+            _add_child(under, parent, h)
+        parent = h
+    return head
 
 
 def add_chain(dict under, parent, hashes):
@@ -61,7 +90,9 @@ cdef int _orphans_after(orphans, view, events, ts) except -1:
             cleared = True
     cdef dict opened = orphans._open
     if opened:  # (none open: none to close, whatever the batch did)
-        orphans._rejoined_or_removed(view, removed, stored, cleared, ts)
+        orphans._rejoined_or_removed(
+            view, removed, [(event.table, event.hashes) for event in stored], cleared, ts
+        )
     cdef dict tables = view.tables
     cdef dict children = orphans._children
     cdef list found = orphans.found
@@ -88,10 +119,18 @@ cdef int _orphans_after(orphans, view, events, ts) except -1:
             continue  # stored under a cached parent this batch removed: below
         found.append(orphans._entry(table, head, named, ts))
     orphans.children += added
-    if not removed:
-        return 0
+    if removed:
+        _evicted(orphans, tables, children, removed, opened, ts)
+    return 0
+
+
+cdef int _evicted(orphans, dict tables, dict children, dict removed, dict opened, ts) except -1:
+    """The blocks stored since the clear under a parent a batch removed (`removed`), left
+    cached without it: orphaned by eviction, each recorded once."""
     cdef set seen = orphans._seen_evicted
     cdef list evicted = orphans.evicted
+    cdef object key, gone, table, found_under, parent, kids
+    cdef dict under
     for key, gone in removed.items():
         table = tables.get(key)
         found_under = children.get(key)
@@ -113,12 +152,82 @@ cdef int _orphans_after(orphans, view, events, ts) except -1:
     return 0
 
 
+cdef list _read_hashes(BatchRead read, Op* op):
+    return [PyLong_FromUnsignedLongLong(read.hashes[k])
+            for k in range(op.hashes, op.hashes + op.n_hashes)]
+
+
+cdef Py_ssize_t _orphans_after_read(
+    orphans, view, BatchRead read, ts, dict opened, dict children, list found
+) except -1:
+    """`_orphans_after` of the batch `read` holds, just applied: from its ops, the hashes as
+    C values until a dict or set needs them, no events built. `opened`, `children`, `found`:
+    the orphans' (read once per loop, not per batch). Returns the blocks to add to
+    `orphans.children` (added once per loop)."""
+    cdef dict removed = {}
+    cdef list stored
+    cdef bint cleared = False
+    cdef Py_ssize_t i, k
+    cdef Op* op
+    cdef object key, gone, named, head, table
+    cdef TableCore core
+    cdef Py_ssize_t added = 0
+    for i in range(read.n_ops):
+        op = &read.ops[i]
+        if op.kind == CLEARED:
+            cleared = True
+        elif op.kind != STORED:
+            key = read.keys[op.key]
+            gone = removed.get(key)
+            if gone is None:
+                gone = removed[key] = set()
+            for k in range(op.hashes, op.hashes + op.n_hashes):
+                (<set>gone).add(PyLong_FromUnsignedLongLong(read.hashes[k]))
+    if opened:  # (none open: none to close, whatever the batch did)
+        stored = [
+            (read.keys[read.ops[i].key], _read_hashes(read, &read.ops[i]))
+            for i in range(read.n_ops) if read.ops[i].kind == STORED
+        ]
+        orphans._rejoined_or_removed(view, removed, stored, cleared, ts)
+    cdef dict tables = view.tables
+    for i in range(read.n_ops):
+        op = &read.ops[i]
+        if op.kind != STORED:
+            continue
+        key = read.keys[op.key]
+        found_under = children.get(key)
+        if found_under is None:
+            found_under = children[key] = {}
+        named = PyLong_FromUnsignedLongLong(op.parent) if op.has_parent else None
+        head = _add_read_chain(<dict>found_under, named, &read.hashes[op.hashes], op.n_hashes)
+        added += op.n_hashes
+        if op.n_hashes == 0 or named is None:
+            continue
+        table = tables.get(key)
+        if table is None:
+            continue
+        core = <TableCore?>table
+        # `head in table` and `named in table`, on the C values
+        if core._slot_of._find(read.hashes[op.hashes]) < 0 or core._slot_of._find(op.parent) >= 0:
+            continue
+        if (key, head) in opened:
+            continue
+        gone = removed.get(key)
+        if gone is not None and named in <set>gone:
+            continue  # stored under a cached parent this batch removed: below
+        found.append(orphans._entry(table, head, named, ts))
+    if removed:
+        _evicted(orphans, tables, children, removed, opened, ts)
+    return added
+
+
 def follow_batches(follower, batches, double last_instant, bint rows):
     """`ResetFollower.advance`'s loop over `batches` (in order; `rows`: `LogRow`s, as the
     writer holds them, else `LoggedBatch`es): each batch up to `last_instant` applied to the
     follower's map and its orphans followed through it, the states taken at the offsets it
-    passes. Each batch is applied from its bytes (as `replay` does) and its events built from
-    that read, not decoded again; one the compiled read does not take is decoded and applied.
+    passes. Each batch is applied from its bytes (as `replay` does) and its orphans followed
+    from that read (its ops, no events built); one the compiled read does not take is decoded,
+    applied and followed from its events.
     Returns the batches left (the first past `last_instant`, and the rest), or None."""
     view, epoch, orphans = follower.view, follower.epoch, follower.orphans
     decoder = follower._decoder
@@ -126,7 +235,9 @@ def follow_batches(follower, batches, double last_instant, bint rows):
     cdef FusedApply state = FusedApply()
     state.bind(view, epoch, False, None, decoder.max_block_size)
     cdef double ts, next_instant = follower._next_instant()
-    cdef Py_ssize_t replayed = 0
+    cdef Py_ssize_t replayed = 0, children_added = 0
+    cdef dict opened = orphans._open, children = orphans._children
+    cdef list found = orphans.found
     # Where a batch's seq, ts and payload are in it (both are tuples: read as such in C).
     cdef Py_ssize_t at_seq = 2 if rows else 0
     cdef Py_ssize_t at_ts = at_seq + 1, at_payload = at_seq + 3
@@ -148,7 +259,9 @@ def follow_batches(follower, batches, double last_instant, bint rows):
                 return chain((batch,), batches)  # not applied: fed once a later offset is
             payload, seq = row[at_payload], row[at_seq]
             if state.fused(payload, seq):
-                decoded = state.built(payload, seq, ts)
+                children_added += _orphans_after_read(
+                    orphans, view, state, ts_value, opened, children, found
+                )
                 if not told:  # as its `decode` would have been told
                     decoder.took_map_layout()
                     told = True
@@ -157,11 +270,12 @@ def follow_batches(follower, batches, double last_instant, bint rows):
                 decoded = decoder.decode(payload, seq)
                 view.apply(decoded, epoch)
                 told = False
-            _orphans_after(orphans, view, decoded.events, ts_value)
+                _orphans_after(orphans, view, decoded.events, ts_value)
             last_ts, after = ts_value, seq
             replayed += 1
     finally:
         state.flush()
+        orphans.children += children_added
         if replayed:
             follower.last_ts, follower.after = last_ts, after
             follower.replayed += replayed

@@ -22,7 +22,7 @@ from typing import Any
 
 from kvscope.collector.block_table import BlockTable
 from kvscope.collector.prefix_map import PrefixMap
-from kvscope.collector.types import BlocksStored, KVEvent, TableKey
+from kvscope.collector.types import KVEvent, TableKey
 from kvscope.storage._frozen_new import frozen_new
 from kvscope.storage._reset_orphans import add_chain, orphans_after
 from kvscope.storage.reset_prefix_types import ResetOrphan
@@ -95,13 +95,14 @@ class Orphans:
         self,
         view: PrefixMap,
         removed: dict[TableKey, set[int]],
-        stored: list[BlocksStored],
+        stored: list[tuple[TableKey, list[int]]],
         cleared: bool,
         ts: float,
     ) -> None:
         """Closes the open entries whose block is gone or whose parent is cached again. Only a
-        batch's removals and stores change either (a clear: anything), so only the entries they
-        name are looked at, not every open one at every batch."""
+        batch's removals and stores (`stored`: each store's table and hashes) change either (a
+        clear: anything), so only the entries they name are looked at, not every open one at
+        every batch."""
         if cleared:
             reached = list(self._open.values())
         else:
@@ -111,10 +112,10 @@ class Orphans:
                 for h in gone
                 if (entry := self._open.get((key, h))) is not None
             ]
-            for event in stored:
-                for parent in event.hashes:
-                    for h in self._open_under.get((event.table, parent), ()):
-                        reached.append(self._open[event.table, h])
+            for key, hashes in stored:
+                for parent in hashes:
+                    for h in self._open_under.get((key, parent), ()):
+                        reached.append(self._open[key, h])
         for entry in reached:
             if entry[4] is None and entry[5] is None:  # (else reached twice, closed already)
                 self._settle(view, entry, ts)

@@ -37,7 +37,7 @@ class FullScanOrphans(Orphans):
         self,
         view: PrefixMap,
         removed: dict[TableKey, set[int]],
-        stored: list[BlocksStored],
+        stored: list[tuple[TableKey, list[int]]],
         cleared: bool,
         ts: float,
     ) -> None:
@@ -87,7 +87,8 @@ class PythonOrphans(Orphans):
             else:
                 cleared = True
         if self._open:
-            self._rejoined_or_removed(view, removed, stored, cleared, ts)
+            pairs = [(event.table, event.hashes) for event in stored]
+            self._rejoined_or_removed(view, removed, pairs, cleared, ts)
         opened = self._open
         tables = view.tables
         children = self._children
