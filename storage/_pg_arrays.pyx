@@ -81,13 +81,13 @@ cdef uint32_t _oid(int kind) noexcept:
     return 25
 
 
-cdef inline object _value(list rows, Py_ssize_t i, Py_ssize_t c, list mapped):
+cdef inline object _value(tuple rows, Py_ssize_t i, Py_ssize_t c, list mapped):
     if mapped is not None:
         return mapped[i]
     return <object>PyTuple_GET_ITEM(rows[i], c)
 
 
-cdef list _ids_of(list rows, dict ids, object stream_id):
+cdef list _ids_of(tuple rows, dict ids, object stream_id):
     """Each row's first value as its id in `ids`; one missing there is `stream_id(value)`,
     kept in `ids` (asked in the order the rows first name them)."""
     cdef Py_ssize_t n = len(rows), i
@@ -107,7 +107,7 @@ cdef list _ids_of(list rows, dict ids, object stream_id):
     return out
 
 
-cdef object _array(list rows, Py_ssize_t c, int kind, list mapped):
+cdef object _array(tuple rows, Py_ssize_t c, int kind, list mapped):
     """Column `c` of `rows` (or its values `mapped`, where given)."""
     cdef Py_ssize_t n = len(rows), i, size = 0, nulls = 0, length
     cdef Py_ssize_t width = _width(kind)
@@ -195,12 +195,15 @@ def arrays(list rows, bytes kinds, dict ids=None, object stream_id=None):
     makes the ids `ids` lacks (and adds them to it)."""
     cdef Py_ssize_t width = len(kinds), i, c
     cdef object row
-    for i in range(len(rows)):
-        row = rows[i]
+    # Read from a tuple: Python code run below (`stream_id`, an element's `__index__` or
+    # `__float__`) could change the list under the unchecked reads.
+    cdef tuple snapshot = tuple(rows)
+    for i in range(len(snapshot)):
+        row = snapshot[i]
         if not PyTuple_Check(row) or PyTuple_GET_SIZE(row) < width:
             raise TypeError(f"row {i} is not a tuple of {width} values at least")
     cdef list mapped = None
     if ids is not None and width:
-        mapped = _ids_of(rows, ids, stream_id)
+        mapped = _ids_of(snapshot, ids, stream_id)
     cdef const unsigned char *kind = <const unsigned char *>PyBytes_AS_STRING(kinds)
-    return [_array(rows, c, kind[c], mapped if c == 0 else None) for c in range(width)]
+    return [_array(snapshot, c, kind[c], mapped if c == 0 else None) for c in range(width)]

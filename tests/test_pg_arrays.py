@@ -5,6 +5,8 @@ refused before anything is sent."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -107,3 +109,38 @@ def test_ids_missing_are_made_once_each_in_order() -> None:
 def test_an_id_missing_without_a_maker_is_refused() -> None:
     with pytest.raises(KeyError):
         columns([("a", 1)], b"ii", {"b": 5})
+
+
+_CHANGES_ITS_ROWS = """
+from kvscope.storage.pg_arrays import columns
+
+class Number:
+    # An int column's value: reading it as an integer runs `__index__`, which empties the rows.
+    def __init__(self, rows):
+        self.rows = rows
+    def __index__(self):
+        self.rows.clear()
+        return 1
+
+rows = []
+rows += [(i % 3, Number(rows)) for i in range(2000)]
+print(len(columns(rows, b"iq")[1].data))
+
+rows = [(i % 3, i) for i in range(2000)]
+def stream_id(stream):
+    # Asked for an id, it empties the rows (as a caller's maker could).
+    rows.clear()
+    return 10 + stream
+print(len(columns(rows, b"iq", {}, stream_id)[0].data))
+"""
+
+
+def test_python_code_that_changes_the_rows_list_cannot_crash_the_arrays() -> None:
+    """The arrays read rows unchecked in C; an element's `__index__` or the id maker, Python
+    code, that empties the list meanwhile must not make them read freed memory (run apart: a
+    crash would end pytest)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CHANGES_ITS_ROWS], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [str(20 + 2000 * 12), str(20 + 2000 * 8)]

@@ -44,7 +44,9 @@ def _taken_after_puts(max_rows: int, droppable: list[bool]) -> list[list[int]]:
     thread.join(60)
     try:
         assert queue._wake_at < 0 or not taken
-        return taken
+        # A copy, made before the close: the close wakes a take still waiting, which then
+        # takes the rows, and the list it fills would no longer say that it waited.
+        return list(taken)
     finally:
         queue.close()
 
