@@ -25,7 +25,8 @@ cdef class QueueCore:
     cdef Py_ssize_t _size_count
     cdef object _append_row
     # The `_droppable_in` at which a take waiting for rows has all it asked for (-1: none
-    # waits), and what the put that reaches it sets to wake it (storage/rowqueue.py).
+    # waits; a rare row kept meanwhile lowers it by one), and what the put that reaches it
+    # sets to wake it (storage/rowqueue.py).
     cdef public long long _wake_at
     cdef public object _wake
 
