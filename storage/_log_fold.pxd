@@ -39,30 +39,11 @@ cdef struct Fold:
 
 
 cdef struct Track:
-    # A noted payload's walk as the note reads it: the values of its first value still to read,
-    # and, per container open, how many are left outside it when it closes.
-    Py_ssize_t left
-    Py_ssize_t depth
+    # A noted payload's walk as the note reads it (storage/_log_walk.pxd's `split_one` keeps
+    # the counts in locals): per container open, when the one around it closes.
     Py_ssize_t marks[TRACK_DEPTH]
     bint odd  # the note may read it otherwise
     Buf* grans
-
-
-cdef inline Track* tracked(Track* t, Py_ssize_t kids) noexcept nogil:
-    """A value read (a container's header, `kids` values in it): `t`, or NULL once the note
-    may read the payload otherwise (`t.odd` set): a value after the first, or too deep."""
-    if t.left == 0 or (kids != 0 and t.depth == TRACK_DEPTH):
-        t.odd = True
-        return NULL
-    t.left -= 1
-    if kids != 0:
-        t.marks[t.depth] = t.left
-        t.depth += 1
-        t.left += kids
-    else:
-        while t.depth != 0 and t.left == t.marks[t.depth - 1]:
-            t.depth -= 1
-    return t
 
 
 cdef inline Py_ssize_t map_kids(const uint8_t* p, Py_ssize_t n) noexcept nogil:

@@ -11,7 +11,7 @@ from kvscope.storage._msgpack_widths cimport kvscope_column_span
 from kvscope.storage._granules cimport (
     GRANULE_IDS, Granules, granules_join, granules_put, ids_bytes
 )
-from kvscope.storage._log_fold cimport Fold, Track, ids_noted, map_kids, tracked
+from kvscope.storage._log_fold cimport TRACK_DEPTH, Fold, Track, ids_noted, map_kids
 
 
 cdef enum:
@@ -70,6 +70,9 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
     # The payload's bytes that go to the skeleton as they are go a run at a time, from `run`
     # (a hash's or a float's first byte with the run before it), as `join_one` gives them back.
     cdef Py_ssize_t pos = 0, n, items, k, run = 0, kids = 0
+    # The note's tracking, in locals where `t` is given: the values of the first value left
+    # to read, the containers open, and the `left` at which the innermost closes (-1: none).
+    cdef Py_ssize_t left = 1, depth = 0, close = -1
     cdef uint64_t v
     cdef uint8_t b
     cdef uint8_t x[8]
@@ -80,11 +83,18 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
             if end - pos < 9:
                 return -1
             if t != NULL:
-                if b != 0xCB and (p[pos + 1] | p[pos + 2] | p[pos + 3] | p[pos + 4]) == 0:
-                    t.odd = True  # the note takes it for a token id, if in an array of them
+                if left == 0 or (
+                    b != 0xCB and (p[pos + 1] | p[pos + 2] | p[pos + 3] | p[pos + 4]) == 0
+                ):
+                    # A value after the first, or an id the note's reader takes for a token
+                    # id where an array holds only such
+                    t.odd = True
                     t = NULL
                 else:
-                    t = tracked(t, 0)
+                    left -= 1
+                    while left == close:
+                        depth -= 1
+                        close = t.marks[depth]
             if put_nogil(skel, p + run, pos + 1 - run) < 0:
                 return -2
             if b == 0xCB:
@@ -107,7 +117,11 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
         if n < 0:
             return -1
         if t != NULL:
-            kids = items if items >= 0 else map_kids(p + pos, n)
+            kids = items
+            if items < 0:
+                kids = 2 * (b & 0x0F) if (b & 0xF0) == 0x80 else (
+                    map_kids(p + pos, n) if (b & 0xFE) == 0xDE else 0
+                )
         pos += n
         if items > 0:
             if t != NULL and items >= GRANULE_IDS:
@@ -134,8 +148,21 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
                 pos += n
                 run = pos
         if t != NULL:
-            t = tracked(t, kids)
-    if t != NULL and t.left != 0:
+            if left == 0 or (kids != 0 and depth == TRACK_DEPTH):
+                t.odd = True  # a value after the first, or nesting near the note's limit
+                t = NULL
+            else:
+                left -= 1
+                if kids != 0:
+                    t.marks[depth] = close
+                    depth += 1
+                    close = left
+                    left += kids
+                else:
+                    while left == close:
+                        depth -= 1
+                        close = t.marks[depth]
+    if t != NULL and left != 0:
         t.odd = True  # the first value is cut short: the note stops where it does
     return -2 if put_nogil(skel, p + run, pos - run) < 0 else 0
 
@@ -165,8 +192,6 @@ cdef inline int split_all(const uint8_t** ptrs, Py_ssize_t* lens, Py_ssize_t cou
         if f != NULL and not verbatim and (f.first + k) % f.step == 0:
             m = (f.first + k) // f.step
             f.job.at[m] = f.job.grans.n
-            track.left = 1
-            track.depth = 0
             track.odd = False
             track.grans = &f.job.grans
             t = &track
