@@ -25,7 +25,8 @@ dictionary's content (msgpack's widths by first byte in _msgpack_widths.pxd), an
 storage/_log_columns.pyx splits a log chunk's batches into columns and back (a chunk's packing
 in _log_run.pxd, its walks in _log_walk.pxd, its buffer in _log_buf.pxd, the split's hash table
 and writes without the GIL in _log_split.pxd, its columns' rooms in _log_rooms.pxd, their
-reading back in _log_join.pxd), _log_planes.pyx lays its stamps and token ids out as byte
+reading back in _log_join.pxd, the content's note read from its split in _log_fold.pxd),
+_log_planes.pyx lays its stamps and token ids out as byte
 planes, _log_known.pyx its hash literals against a checkpoint's hashes (format 6),
 _row_streams.pyx reads a transaction's log rows as columns, each stream's together,
 _run_bounds.pyx cuts them into chunks' runs, _pg_arrays.pyx makes a table's columns

@@ -22,10 +22,15 @@ def pack_runs(
     indexes: list[GranuleIndex | None],
     planes: list[bool],
     notes: list[tuple[RunTable, list[bytes], int, int]] | None = None,
+    folds: list[tuple[int, int] | None] | None = None,
 ) -> list[tuple[list[bytes], int]]:
     """Each run's columns as `split` gives them, checked as `joins_back` checks them, with
     format 5's token planes where `planes` says; and the count kept verbatim. `notes`' content
-    noted as `RunTable.note` notes it, in the same let-go of the GIL."""
+    noted as `RunTable.note` notes it, in the same let-go of the GIL; `folds`, per run, None or
+    (its note, where its first payload lies among the note's): its split reads them for it."""
+
+def notes_read() -> tuple[int, int]:
+    """(payloads `pack_runs`' notes read from the split's walk, payloads they walked apart)."""
 
 def walks_let_go() -> int:
     """How many times `split`, `joins_back` and `pack_runs` have let go of the GIL."""

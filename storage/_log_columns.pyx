@@ -11,6 +11,8 @@
 # A chunk's packing is storage/_log_run.pxd's; here are the calls from Python, and what the
 # packings share: the rooms learned from the last, and the counts the tests read.
 from libc.stdint cimport uint8_t
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -19,7 +21,7 @@ from kvscope.storage._log_buf cimport Buf, taken
 from kvscope.storage._log_rooms cimport COLUMNS, room_sizes
 from kvscope.storage._log_join cimport gathered, same_back
 from kvscope.storage._log_walk cimport join_all
-from kvscope.storage._granules cimport GranuleIndex, Granules
+from kvscope.storage._granules cimport GRANULE_IDS, GranuleIndex, Granules
 from kvscope.storage._token_granules cimport NoteJob, RunTable, note_close, note_open, note_run
 from kvscope.storage._log_run cimport (
     Run, run_close, run_open, run_outgrown, run_pack, run_scratch, run_split
@@ -28,6 +30,12 @@ from kvscope.storage._log_run cimport (
 
 cdef Py_ssize_t _walks_let_go = 0
 """How many times the split and the packing let go of the GIL: `walks_let_go`."""
+
+
+cdef Py_ssize_t _notes_read[2]
+_notes_read[:] = [0, 0]
+"""Payloads the content's note read from the split's walk, and payloads it walked itself:
+`notes_read`."""
 
 
 cdef Py_ssize_t _scratch_most = 0
@@ -77,6 +85,30 @@ def scratch_most():
     """How many chunks' hash tables (their scratch, the most memory a chunk's packing takes
     beside its columns) the last `pack_runs` held at once (a test's count: one at a time)."""
     return _scratch_most
+
+
+def notes_read():
+    """(payloads `pack_runs`' notes read from the split's walk, payloads they walked apart):
+    a test's counts."""
+    return _notes_read[0], _notes_read[1]
+
+
+cdef int fold_set(Run* r, NoteJob* job, list noted, Py_ssize_t first, Py_ssize_t step,
+                  tuple held) except -1:
+    """`r`'s split set to note its payloads for `job` (`noted` its payloads, every `step`th
+    noted), the run's payload k being its payload `first` + k, as `held` shows."""
+    cdef Py_ssize_t k, count = len(held)
+    if first < 0 or first + count > PyList_GET_SIZE(noted):
+        raise ValueError("a run's payloads lie outside its note's")
+    for k in range(count):
+        if PyList_GET_ITEM(noted, first + k) is not PyTuple_GET_ITEM(held, k):
+            raise ValueError("a run's payloads are not its note's")
+    if job.granule != GRANULE_IDS:
+        return 0  # the split keeps granules of its own size: the note walks its payloads
+    r.fold.job = &job.fold
+    r.fold.first = first
+    r.fold.step = step
+    return 0
 
 
 def walks_let_go():
@@ -155,17 +187,22 @@ def fields(list rows, Py_ssize_t width):
     return cols
 
 
-def pack_runs(list runs, list indexes, list planes, list notes=None):
+def pack_runs(list runs, list indexes, list planes, list notes=None, list folds=None):
     """Each run's payloads (a list of bytes) as `split`'s columns, checked as `joins_back`
     checks them (all verbatim where they do not join back), with format 5's token planes where
     `planes` says and the ids fit; as (columns, count kept verbatim) per run. The work of a
     transaction's chunks lets go of the GIL once: taking it back from a busy ingest thread can
     cost a switch interval (and under load, the holder's wait for a CPU). `notes`: (RunTable,
     payloads, step, when) each, noted as `RunTable.note` notes them once the runs are packed, in
-    the same let-go (each table's `noted` then holds its counts)."""
+    the same let-go (each table's `noted` then holds its counts). `folds`: per run, None or
+    (the note whose payloads hold its own, where the run's first lies among them): the run's
+    split reads the payloads that note notes for it, and the note walks only those the split
+    could not read as it would (storage/_log_fold.pxd)."""
     cdef Py_ssize_t n = len(runs), i, m = 0 if notes is None else len(notes)
     if len(indexes) != n or len(planes) != n:  # read below without bounds checks
         raise ValueError(f"{n} runs, {len(indexes)} indexes, {len(planes)} plane flags")
+    if folds is not None and len(folds) != n:
+        raise ValueError(f"{n} runs, {len(folds)} folds")
     cdef Run* work = <Run*>calloc(n + 1, sizeof(Run))
     cdef NoteJob* jobs = <NoteJob*>calloc(m + 1, sizeof(NoteJob))
     cdef list held = [tuple(run) for run in runs]  # their bytes stay alive meanwhile
@@ -185,6 +222,12 @@ def pack_runs(list runs, list indexes, list planes, list notes=None):
         for i in range(m):
             table, payloads, step, when = noting[i]
             note_open(&jobs[i], table, payloads, step, when)
+        for i in range(0 if folds is None else n):
+            if folds[i] is not None:
+                job, first = folds[i]
+                if not 0 <= job < m:
+                    raise ValueError(f"run {i} names note {job} of {m}")
+                fold_set(&work[i], &jobs[job], noting[job][1], first, noting[job][2], held[i])
         most = tables
         global _walks_let_go, _scratch_most
         _walks_let_go += 1
@@ -210,6 +253,8 @@ def pack_runs(list runs, list indexes, list planes, list notes=None):
             run_close(&work[i])
         free(work)
         for i in range(m):  # every table let go, whichever ran out of memory
+            _notes_read[0] += jobs[i].folded
+            _notes_read[1] += jobs[i].walked
             if jobs[i].readers != NULL:
                 try:
                     note_close(&jobs[i], <RunTable>noting[i][0])

@@ -7,6 +7,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
 from kvscope.storage._log_buf cimport Buf, fit_nogil, grow_nogil
+from kvscope.storage._log_fold cimport Fold
 from kvscope.storage._log_rooms cimport rooms_made
 from kvscope.storage._log_split cimport Hashes, hashes_free, hashes_init
 from kvscope.storage._log_join cimport same_back
@@ -32,6 +33,7 @@ cdef struct Run:
     Py_ssize_t plane_ids  # -1: they do not fit
     Buf rest  # the upper planes (the low one takes the tokens' place)
     Buf recs  # the split's record of each token run, for its check (`same_all`)
+    Fold fold  # the note job its first split notes for (storage/_log_fold.pxd; `job` NULL: none)
 
 
 cdef inline int run_open(Run* r, tuple payloads, GranuleIndex granules) except -1:
@@ -89,7 +91,8 @@ cdef inline int run_split(Run* r, bint verbatim, const Py_ssize_t* shares) noexc
     bufs[6] = &r.recs
     r.recs.n = 0
     r.kept = 0
-    return split_all(r.ptrs, r.lens, r.count, verbatim, &r.cols[0], bufs, &r.h, &r.kept, r.g)
+    return split_all(r.ptrs, r.lens, r.count, verbatim, &r.cols[0], bufs, &r.h, &r.kept, r.g,
+                     NULL if r.fold.job == NULL else &r.fold)
 
 
 cdef inline int run_columns(Run* r, const Py_ssize_t* shares) noexcept nogil:

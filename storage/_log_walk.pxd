@@ -11,6 +11,7 @@ from kvscope.storage._msgpack_widths cimport kvscope_column_span
 from kvscope.storage._granules cimport (
     GRANULE_IDS, Granules, granules_join, granules_put, ids_bytes
 )
+from kvscope.storage._log_fold cimport TRACK_DEPTH, Fold, Track, ids_noted, map_kids
 
 
 cdef enum:
@@ -59,14 +60,19 @@ cdef inline Py_ssize_t token(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
 
 cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs, Buf* lits,
                    Buf* floats, Buf* toks, Hashes* h, uint8_t* prev_float, const Granules* g,
-                   Buf* grefs, Buf* recs) noexcept nogil:
+                   Buf* grefs, Buf* recs, Track* t) noexcept nogil:
     """One payload into the columns (a token run's granules into `grefs` where `g` is
     given: format 4), and in `recs` each token run's count of ids and bytes (what the check
     of the columns reads rather than walk the ids again: `same_all`): 0, -1 if it is not
-    msgpack the walk reads whole, -2 if memory ran out."""
+    msgpack the walk reads whole, -2 if memory ran out. With `t` (NULL: none), the payload is
+    noted as well: its token runs' granules kept for the note (storage/_log_fold.pxd), `t.odd`
+    set where the note may read it otherwise."""
     # The payload's bytes that go to the skeleton as they are go a run at a time, from `run`
     # (a hash's or a float's first byte with the run before it), as `join_one` gives them back.
-    cdef Py_ssize_t pos = 0, n, items, k, run = 0
+    cdef Py_ssize_t pos = 0, n, items, k, run = 0, kids = 0
+    # The note's tracking, in locals where `t` is given: the values of the first value left
+    # to read, the containers open, and the `left` at which the innermost closes (-1: none).
+    cdef Py_ssize_t left = 1, depth = 0, close = -1
     cdef uint64_t v
     cdef uint8_t b
     cdef uint8_t x[8]
@@ -76,6 +82,19 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
         if b == 0xCF or b == 0xD3 or b == 0xCB:
             if end - pos < 9:
                 return -1
+            if t != NULL:
+                if left == 0 or (
+                    b != 0xCB and (p[pos + 1] | p[pos + 2] | p[pos + 3] | p[pos + 4]) == 0
+                ):
+                    # A value after the first, or an id the note's reader takes for a token
+                    # id where an array holds only such
+                    t.odd = True
+                    t = NULL
+                else:
+                    left -= 1
+                    while left == close:
+                        depth -= 1
+                        close = t.marks[depth]
             if put_nogil(skel, p + run, pos + 1 - run) < 0:
                 return -2
             if b == 0xCB:
@@ -97,10 +116,22 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
         n = token(p, pos, end, &items)
         if n < 0:
             return -1
+        if t != NULL:
+            kids = items
+            if items < 0:
+                kids = 2 * (b & 0x0F) if (b & 0xF0) == 0x80 else (
+                    map_kids(p + pos, n) if (b & 0xFE) == 0xDE else 0
+                )
         pos += n
         if items > 0:
-            n = ids_bytes(p + pos, end - pos, items)
+            if t != NULL and items >= GRANULE_IDS:
+                n = ids_noted(p + pos, end - pos, items, t.grans)
+                if n == -2:
+                    return -2
+            else:
+                n = ids_bytes(p + pos, end - pos, items)
             if n > 0:
+                kids = 0  # read whole: the note reads no value in it
                 if put_nogil(skel, p + run, pos - run) < 0 or grow_nogil(skel, 1) < 0:
                     return -2
                 skel.p[skel.n] = MARK
@@ -116,19 +147,40 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
                     return -2
                 pos += n
                 run = pos
+        if t != NULL:
+            if left == 0 or (kids != 0 and depth == TRACK_DEPTH):
+                t.odd = True  # a value after the first, or nesting near the note's limit
+                t = NULL
+            else:
+                left -= 1
+                if kids != 0:
+                    t.marks[depth] = close
+                    depth += 1
+                    close = left
+                    left += kids
+                else:
+                    while left == close:
+                        depth -= 1
+                        close = t.marks[depth]
+    if t != NULL and left != 0:
+        t.odd = True  # the first value is cut short: the note stops where it does
     return -2 if put_nogil(skel, p + run, pos - run) < 0 else 0
 
 
 cdef inline int split_all(const uint8_t** ptrs, Py_ssize_t* lens, Py_ssize_t count, bint verbatim,
                    Buf* sizes, Buf** bufs, Hashes* h, Py_ssize_t* kept,
-                   const Granules* g) noexcept nogil:
+                   const Granules* g, const Fold* f) noexcept nogil:
     """Every payload into the columns (`bufs`: skeleton, references, literals, floats,
-    tokens, granules, and the token runs' records: `split_one`'s); -1 if memory ran out."""
+    tokens, granules, and the token runs' records: `split_one`'s); -1 if memory ran out. With
+    `f` (NULL: none), the payloads its note job notes are noted in the walk where they can be
+    (storage/_log_fold.pxd), their granules put in the job's."""
     cdef uint8_t prev_float[8]
     cdef uint8_t saved[8]
     cdef Py_ssize_t marks[7]
-    cdef Py_ssize_t hn, k, n
+    cdef Py_ssize_t hn, k, n, m = -1
     cdef int i, done
+    cdef Track track
+    cdef Track* t
     memset(prev_float, 0, 8)
     for k in range(count):
         n = lens[k]
@@ -136,10 +188,22 @@ cdef inline int split_all(const uint8_t** ptrs, Py_ssize_t* lens, Py_ssize_t cou
             marks[i] = bufs[i].n
         hn = h.n
         memcpy(saved, prev_float, 8)
+        t = NULL
+        if f != NULL and not verbatim and (f.first + k) % f.step == 0:
+            m = (f.first + k) // f.step
+            f.job.at[m] = f.job.grans.n
+            track.odd = False
+            track.grans = &f.job.grans
+            t = &track
         done = -1 if verbatim else split_one(ptrs[k], n, bufs[0], bufs[1], bufs[2], bufs[3],
-                                             bufs[4], h, prev_float, g, bufs[5], bufs[6])
+                                             bufs[4], h, prev_float, g, bufs[5], bufs[6], t)
         if done == -2:
             return -1
+        if t != NULL:
+            if done == 0 and not track.odd:
+                f.job.upto[m] = f.job.grans.n
+            else:  # the note walks it
+                f.job.grans.n = f.job.at[m]
         if done < 0:
             for i in range(7):
                 bufs[i].n = marks[i]

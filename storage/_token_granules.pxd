@@ -1,9 +1,11 @@
 # A stream's token runs (storage/_token_granules.pyx), and the noting of a transaction's batches
 # in them as a job: opened holding the GIL, run without it (the log's packing runs it in the
-# same let-go as its own walks: storage/_log_columns.pyx), closed holding it again.
+# same let-go as its own walks, which may read its payloads for it: storage/_log_columns.pyx),
+# closed holding it again.
 from libc.stdint cimport uint64_t
 
 from kvscope.collector._msgpack cimport Reader
+from kvscope.storage._log_fold cimport Folded
 from kvscope.storage._run_table cimport Table
 
 
@@ -24,6 +26,9 @@ cdef struct NoteJob:
     uint64_t when
     Py_ssize_t counts[2]
     int done
+    Folded fold  # the payloads the log's split read for it (storage/_log_fold.pxd)
+    Py_ssize_t folded  # payloads noted from the split's granules
+    Py_ssize_t walked  # payloads the note walked itself
 
 
 cdef int note_open(NoteJob* job, RunTable table, list payloads, Py_ssize_t step,

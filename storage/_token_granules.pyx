@@ -14,6 +14,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
 from kvscope.collector._msgpack cimport MAX_DEPTH, Reader, read_array, read_map, skip
+from kvscope.storage._log_fold cimport Gran
 from kvscope.storage._msgpack_widths cimport kvscope_scalar_width, kvscope_token_width
 from kvscope.storage._run_table cimport (
     Table, table_clear, table_init, table_keep_sorted, table_note, table_sort
@@ -199,12 +200,21 @@ cdef int note_open(NoteJob* job, RunTable table, list payloads, Py_ssize_t step,
         raise RuntimeError("a RunTable is one thread's")
     cdef Py_ssize_t n = (len(payloads) + step - 1) // step, i, k = 0
     cdef Reader* readers = <Reader*>malloc(max(n, 1) * sizeof(Reader))
-    if readers == NULL:
+    cdef Py_ssize_t* at = <Py_ssize_t*>malloc(max(n, 1) * sizeof(Py_ssize_t))
+    cdef Py_ssize_t* upto = <Py_ssize_t*>malloc(max(n, 1) * sizeof(Py_ssize_t))
+    if readers == NULL or at == NULL or upto == NULL:
+        free(readers)
+        free(at)
+        free(upto)
         raise MemoryError()
+    for i in range(n):
+        upto[i] = -1  # walked, unless the log's split reads it
     for i in range(0, len(payloads), step):
         payload = payloads[i]
         if type(payload) is not bytes:
             free(readers)
+            free(at)
+            free(upto)
             raise TypeError("payloads are bytes")
         # The list holds each payload, and bytes do not change: their buffers stay put.
         readers[k].p = <const uint8_t*>PyBytes_AS_STRING(payload)
@@ -218,15 +228,40 @@ cdef int note_open(NoteJob* job, RunTable table, list payloads, Py_ssize_t step,
     job.when = when
     job.counts[0] = job.counts[1] = 0
     job.done = 0
+    memset(&job.fold.grans, 0, sizeof(job.fold.grans))
+    job.fold.at = at
+    job.fold.upto = upto
+    job.folded = job.walked = 0
     table.busy = True
     return 0
 
 
+cdef int note_read(NoteJob* job, Py_ssize_t i) noexcept nogil:
+    """The granules the log's split kept of the job's payload `i` noted."""
+    cdef const Gran* grans = <const Gran*>(job.fold.grans.p + job.fold.at[i])
+    cdef Py_ssize_t j, count = (job.fold.upto[i] - job.fold.at[i]) // <Py_ssize_t>sizeof(Gran)
+    cdef int held
+    for j in range(count):
+        held = table_note(job.t, grans[j].p, grans[j].n, job.when)
+        if held < 0:
+            return NO_MEMORY
+        job.counts[held] += grans[j].n
+    return 0
+
+
 cdef void note_run(NoteJob* job) noexcept nogil:
-    """The job's walks (a job run once; one not opened does nothing)."""
+    """The job's walks (a job run once; one not opened does nothing): of each payload the log's
+    split read for it, its granules noted; of each other, the payload walked."""
     cdef Py_ssize_t i
+    cdef int done
     for i in range(job.n):
-        if walk(&job.readers[i], 0, job.granule, job.t, job.when, job.counts) == NO_MEMORY:
+        if job.fold.upto[i] >= 0:
+            done = note_read(job, i)
+            job.folded += 1
+        else:
+            done = walk(&job.readers[i], 0, job.granule, job.t, job.when, job.counts)
+            job.walked += 1
+        if done == NO_MEMORY:
             job.done = NO_MEMORY
             break
     job.n = 0
@@ -238,7 +273,12 @@ cdef tuple note_close(NoteJob* job, RunTable table):
     if job.readers == NULL:
         return None
     free(job.readers)
+    free(job.fold.at)
+    free(job.fold.upto)
+    free(job.fold.grans.p)
     job.readers = NULL
+    job.fold.at = job.fold.upto = NULL
+    job.fold.grans.p = NULL
     table.busy = False
     if job.done == NO_MEMORY:
         raise MemoryError()

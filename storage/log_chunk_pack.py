@@ -63,7 +63,7 @@ def pack(
         return []
     streams, epochs, seqs, ts, recv_ts, payloads = columns_by_stream(rows)
     all_seqs, all_ts, all_recv = stamp_arrays(seqs, ts, recv_ts)
-    made, runs, names = [], [], []
+    made, runs, names, firsts = [], [], [], []
     spans: dict[Any, list[int]] = {}
     """Each stream's rows, start and end: `columns_by_stream` put them together."""
     for start, end in bounds(streams, epochs, ts, payloads):
@@ -90,6 +90,7 @@ def pack(
                     None if after is None else after.hashes,
                 )
             )
+            firsts.append(start)
             names.append(None if after is None else after.name)
             raw = b""
         else:
@@ -114,14 +115,21 @@ def pack(
             )
         )
     if fmt >= 3:
-        notes = []
+        notes: list[log_columns.Note] = []
+        # Each stream's note, and where its payloads start: its runs' splits read them for it.
+        noting: dict[Any, tuple[int, int]] = {}
         for stream, (start, end) in spans.items():
             if note is None:
                 break
             noted = note(stream, payloads if end - start == len(payloads) else payloads[start:end])
             if noted is not None:
+                noting[stream] = (len(notes), start)
                 notes.append(noted)
-        frames = [parts for parts, _ in log_columns.columns_all(runs, notes)]
+        folds = [
+            None if (at := noting.get(chunk.stream)) is None else (at[0], first - at[1])
+            for chunk, first in zip(made, firsts, strict=True)
+        ]
+        frames = [parts for parts, _ in log_columns.columns_all(runs, notes, folds)]
         made = [c._replace(raw_bytes=sum(map(len, f))) for c, f in zip(made, frames, strict=True)]
         return _pack_columns(made, frames, dictionaries or {}, names, fmt)
     encoded = [chunk.data for chunk in made]

@@ -97,17 +97,22 @@ class Run(NamedTuple):
 
 
 def columns_all(
-    runs: Sequence[Run], notes: Sequence[Note] | None = None
+    runs: Sequence[Run],
+    notes: Sequence[Note] | None = None,
+    folds: Sequence[tuple[int, int] | None] | None = None,
 ) -> list[tuple[list[bytes], int]]:
     """`columns` of each run: the walks of them all (the split, its check that the columns
     give the payloads back, else all verbatim, and the planes) let go of the GIL once; so do
     `notes`' (storage/log_dictionary.py's noting of a stream's content, once the runs are
-    packed)."""
+    packed). `folds`, per run: None, or (the note whose payloads hold the run's, where its first
+    lies among them): the run's split reads them for that note, which then walks only those
+    the split could not read as it would."""
     packed = pack_runs(
         [list(run.payloads) for run in runs],
         [run.granules for run in runs],
         [run.planes for run in runs],
         None if notes is None else list(notes),
+        None if folds is None else list(folds),
     )
     out = []
     for run, (parts, verbatim) in zip(runs, packed, strict=True):
