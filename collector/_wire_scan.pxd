@@ -108,7 +108,7 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
     skip() fails. Anything but an array of ints >= 0 is left to skip(), from the value's start:
     the scan must step over what it steps over (the tag, which decides if the field matters, may
     come later)."""
-    cdef Py_ssize_t start = r.pos, n, k = 0, pos, end = r.end, width
+    cdef Py_ssize_t start = r.pos, n, k = 0, pos, end = r.end, width, run
     cdef const uint8_t* p = r.p
     cdef uint8_t b
     cdef uint64_t v
@@ -123,20 +123,31 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
         # The items as senders write them (token ids as fixints, uint16 or uint32; hashes as
         # uint64) first, in a loop of their own; from the first other one on, the general loop.
         if tokens:
-            while k < n and pos < end:
-                b = p[pos]
-                if b <= 0x7F:
-                    (<uint32_t*>buf)[k] = b
-                    pos += 1
-                elif b == 0xCD and end - pos >= 3:
-                    (<uint32_t*>buf)[k] = be16(&p[pos + 1])
-                    pos += 3
-                elif b == 0xCE and end - pos >= 5:
-                    (<uint32_t*>buf)[k] = be32(&p[pos + 1])
-                    pos += 5
-                else:
+            # In runs of items that fit in what is left even at 5 bytes each (the widest
+            # here), so that an item costs no check of the payload's end.
+            while k < n:
+                run = <Py_ssize_t>(<size_t>(end - pos) // 5)
+                if run > n - k:
+                    run = n - k
+                if run == 0:
                     break
-                k += 1
+                run += k
+                while k < run:
+                    b = p[pos]
+                    if b == 0xCD:
+                        (<uint32_t*>buf)[k] = be16(&p[pos + 1])
+                        pos += 3
+                    elif b == 0xCE:
+                        (<uint32_t*>buf)[k] = be32(&p[pos + 1])
+                        pos += 5
+                    elif b <= 0x7F:
+                        (<uint32_t*>buf)[k] = b
+                        pos += 1
+                    else:
+                        break
+                    k += 1
+                if k < run:
+                    break
         else:
             while k < n and end - pos >= 9 and p[pos] == 0xCF:
                 (<uint64_t*>buf)[k] = be64(&p[pos + 1])
@@ -188,10 +199,11 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
 
 
 cdef inline int skip_field(Reader* r) noexcept nogil:
-    """skip(r, 3), the values an event's other fields hold (a nil, a short str, an int) stepped
-    over here: a call per field would cost more than the step."""
+    """skip(r, 3), the values an event's other fields hold (a nil, a short str, an int, a short
+    array of nils and small ints: vLLM's extra_keys) stepped over here: a call per field would
+    cost more than the step."""
     cdef uint8_t b
-    cdef Py_ssize_t n = 0
+    cdef Py_ssize_t n = 0, k, items
     if r.pos < r.end:
         b = r.p[r.pos]
         if b <= 0x7F or b >= 0xE0 or b == 0xC0 or b == 0xC2 or b == 0xC3:
@@ -200,6 +212,15 @@ cdef inline int skip_field(Reader* r) noexcept nogil:
             n = 1 + (b & 0x1F)
         elif 0xCC <= b <= 0xD3:
             n = 1 + (1 << ((b - 0xCC) & 3))
+        elif 0x90 <= b <= 0x9F:
+            items = b & 0x0F
+            if items < r.end - r.pos:
+                n = 1 + items
+                for k in range(1, n):
+                    b = r.p[r.pos + k]
+                    if not (b <= 0x7F or b >= 0xE0 or b == 0xC0):
+                        n = 0  # something longer: skip's
+                        break
         if 0 < n <= r.end - r.pos:
             r.pos += n
             return 0
