@@ -8,38 +8,14 @@ from libc.string cimport memcmp
 from kvscope.collector._msgpack cimport (
     Reader,
     at,
+    be16,
+    be32,
+    be64,
     read_array,
     read_map,
     read_str,
     skip,
 )
-
-
-# Big-endian loads of msgpack's uint16/32/64 items: one load and a byte swap where the compiler
-# has one, not a shift and an or per byte (the token loop below runs for every token id).
-cdef extern from *:
-    """
-    #include <string.h>
-    #if (defined(__GNUC__) || defined(__clang__)) && defined(__BYTE_ORDER__) \
-        && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    static inline uint32_t kvscope_be16(const uint8_t* p) {
-        uint16_t v; memcpy(&v, p, 2); return __builtin_bswap16(v); }
-    static inline uint32_t kvscope_be32(const uint8_t* p) {
-        uint32_t v; memcpy(&v, p, 4); return __builtin_bswap32(v); }
-    static inline uint64_t kvscope_be64(const uint8_t* p) {
-        uint64_t v; memcpy(&v, p, 8); return __builtin_bswap64(v); }
-    #else
-    static inline uint32_t kvscope_be16(const uint8_t* p) {
-        return ((uint32_t)p[0] << 8) | p[1]; }
-    static inline uint32_t kvscope_be32(const uint8_t* p) {
-        return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]; }
-    static inline uint64_t kvscope_be64(const uint8_t* p) {
-        return ((uint64_t)kvscope_be32(p) << 32) | kvscope_be32(p + 4); }
-    #endif
-    """
-    uint32_t be16 "kvscope_be16"(const uint8_t* p) noexcept nogil
-    uint32_t be32 "kvscope_be32"(const uint8_t* p) noexcept nogil
-    uint64_t be64 "kvscope_be64"(const uint8_t* p) noexcept nogil
 
 
 cdef enum:
@@ -231,6 +207,7 @@ cdef inline int scan_event(Reader* r, Event* e) noexcept nogil:
     """Steps over one event map, noting where its known fields are, and reads its tag."""
     cdef Py_ssize_t n, k, size
     cdef const uint8_t* s
+    cdef uint8_t b
     cdef int f
     for f in range(N_FIELDS):
         e.at[f] = -1
@@ -238,7 +215,15 @@ cdef inline int scan_event(Reader* r, Event* e) noexcept nogil:
     if read_map(r, &n) < 0:
         return -1
     for k in range(n):
-        if read_str(r, &s, &size) < 0:  # msgspec takes only str keys
+        # A fixstr key (every known one is) read here; read_str for any other.
+        b = r.p[r.pos] if r.pos < r.end else 0
+        if (b & 0xE0) == 0xA0:
+            size = b & 0x1F
+            if size >= r.end - r.pos:
+                return -1
+            s = r.p + r.pos + 1
+            r.pos += 1 + size
+        elif read_str(r, &s, &size) < 0:  # msgspec takes only str keys
             return -1
         f = field_of(s, size)
         if f >= 0:
