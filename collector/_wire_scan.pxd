@@ -96,8 +96,8 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
     else:
         # The cursor in locals, not through `r`: the compiler keeps them in registers.
         pos = r.pos
-        # The items as senders write them (token ids as fixints, uint16 or uint32; hashes as
-        # uint64) first, in a loop of their own; from the first other one on, the general loop.
+        # The items as senders write them (token ids as fixints, uint8, uint16 or uint32; hashes
+        # as uint64) first, in a loop of their own; from the first other one on, the general loop.
         if tokens:
             # In runs of items that fit in what is left even at 5 bytes each (the widest
             # here), so that an item costs no check of the payload's end.
@@ -119,6 +119,9 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
                     elif b <= 0x7F:
                         (<uint32_t*>buf)[k] = b
                         pos += 1
+                    elif b == 0xCC:
+                        (<uint32_t*>buf)[k] = p[pos + 1]
+                        pos += 2
                     else:
                         break
                     k += 1
