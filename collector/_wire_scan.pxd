@@ -55,17 +55,22 @@ cdef inline bint is_(const uint8_t* s, Py_ssize_t n, const char* name,
 
 cdef inline int field_of(const uint8_t* s, Py_ssize_t n) noexcept nogil:
     """The known field a key names, or -1 for a key msgspec would skip."""
-    # By length first: one compare (a switch) picks the one or few names a key can be.
+    # By length first: one compare (a switch) picks the one or few names a key can be, and its
+    # first byte the one name of those.
     if n == 4:
         if is_(s, n, b"type", 4): return F_TYPE
     elif n == 9:
-        if is_(s, n, b"token_ids", 9): return F_TOKENS
-        if is_(s, n, b"lora_name", 9): return F_LORA_NAME
-        if is_(s, n, b"group_idx", 9): return F_GROUP
+        if s[0] == c't':
+            if is_(s, n, b"token_ids", 9): return F_TOKENS
+        elif s[0] == c'l':
+            if is_(s, n, b"lora_name", 9): return F_LORA_NAME
+        elif is_(s, n, b"group_idx", 9): return F_GROUP
     elif n == 10:
-        if is_(s, n, b"block_size", 10): return F_BLOCK_SIZE
-        if is_(s, n, b"extra_keys", 10): return F_EXTRA_KEYS
-        if is_(s, n, b"cache_salt", 10): return F_CACHE_SALT
+        if s[0] == c'b':
+            if is_(s, n, b"block_size", 10): return F_BLOCK_SIZE
+        elif s[0] == c'e':
+            if is_(s, n, b"extra_keys", 10): return F_EXTRA_KEYS
+        elif is_(s, n, b"cache_salt", 10): return F_CACHE_SALT
     elif n == 12:
         if is_(s, n, b"block_hashes", 12): return F_HASHES
     elif n == 17:
