@@ -35,8 +35,5 @@ cdef class BatchRead:
     cdef list keys  # the batch's table keys, in order, one per run of events that share one
     cdef Py_ssize_t n_keys  # (the list is overwritten in place, not emptied: no realloc a batch)
 
-    cdef Op* add_op(self, int kind, Py_ssize_t key) except NULL
-    cdef int take_hashes(self, Reader* r, Event* e, Op* op) except -2
-    cdef int take_tokens(self, Reader* r, Event* e, Op* op, Py_ssize_t n) except -1
     cdef int read(self, bytes payload, double* ts) except -2
     cdef object built(self, object payload, object seq, double ts)

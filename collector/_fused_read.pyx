@@ -47,6 +47,60 @@ cdef int _grow(void** buf, Py_ssize_t* cap, Py_ssize_t need, size_t item) except
     return 0
 
 
+# The first pass's steps, inline in it (functions, not methods: no call through the vtable
+# per event).
+cdef inline Op* add_op(BatchRead self, int kind, Py_ssize_t key) except NULL:
+    _reserve(<void**>&self.ops, &self.ops_cap, self.n_ops + 1, sizeof(Op))
+    cdef Op* op = &self.ops[self.n_ops]
+    self.n_ops += 1
+    op.kind, op.key, op.hashes, op.n_hashes, op.tokens = kind, key, self.n_hashes, 0, -1
+    op.n_tokens, op.with_tokens = 0, False
+    return op
+
+
+cdef inline int take_hashes(BatchRead self, Reader* r, Event* e, Op* op) except -2:
+    """Appends event `e`'s hashes to `op`'s: 0, or -1 if one is not an unsigned 64-bit int."""
+    cdef Reader f
+    cdef Py_ssize_t n, k
+    if e.hashes_state == HELD:
+        n = e.n_hashes
+        _reserve(<void**>&self.hashes, &self.hashes_cap, self.n_hashes + n, 8)
+        memcpy(&self.hashes[self.n_hashes], e.hashes, n * 8)
+    elif e.hashes_state == UNREAD:  # longer than the scan's buffer
+        f = at(r, e.at[F_HASHES])
+        if read_array(&f, &n) < 0:
+            return -1
+        _reserve(<void**>&self.hashes, &self.hashes_cap, self.n_hashes + n, 8)
+        for k in range(n):
+            if read_uint64(&f, &self.hashes[self.n_hashes + k]) < 0:
+                return -1
+    else:
+        return -1
+    self.n_hashes += n
+    op.n_hashes += n
+    return 0
+
+
+cdef inline int take_tokens(BatchRead self, Reader* r, Event* e, Op* op,
+                            Py_ssize_t n) except -1:
+    """Keeps the `n` token ids of `e` (checked by check_stored) for `op`."""
+    cdef Reader f
+    cdef Py_ssize_t k, length
+    cdef uint64_t t = 0
+    _reserve(<void**>&self.tokens, &self.tokens_cap, self.n_tokens + n, 4)
+    if e.tokens_state == HELD:
+        memcpy(&self.tokens[self.n_tokens], e.tokens, n * 4)
+    else:
+        f = at(r, e.at[F_TOKENS])
+        read_array(&f, &length)
+        for k in range(n):
+            read_uint64(&f, &t)
+            self.tokens[self.n_tokens + k] = <uint32_t>t
+    op.tokens, op.n_tokens = self.n_tokens, n
+    self.n_tokens += n
+    return 0
+
+
 @cython.auto_pickle(False)
 cdef class BatchRead:
     """One batch at a time, as the first pass read it (see _fused_read.pxd)."""
@@ -61,54 +115,6 @@ cdef class BatchRead:
         PyMem_Free(self.tokens)
 
     # --- the first pass: the whole batch checked, its values kept ------------------------------
-    cdef Op* add_op(self, int kind, Py_ssize_t key) except NULL:
-        _reserve(<void**>&self.ops, &self.ops_cap, self.n_ops + 1, sizeof(Op))
-        cdef Op* op = &self.ops[self.n_ops]
-        self.n_ops += 1
-        op.kind, op.key, op.hashes, op.n_hashes, op.tokens = kind, key, self.n_hashes, 0, -1
-        op.n_tokens, op.with_tokens = 0, False
-        return op
-
-    cdef int take_hashes(self, Reader* r, Event* e, Op* op) except -2:
-        """Appends event `e`'s hashes to `op`'s: 0, or -1 if one is not an unsigned 64-bit int."""
-        cdef Reader f
-        cdef Py_ssize_t n, k
-        if e.hashes_state == HELD:
-            n = e.n_hashes
-            _reserve(<void**>&self.hashes, &self.hashes_cap, self.n_hashes + n, 8)
-            memcpy(&self.hashes[self.n_hashes], e.hashes, n * 8)
-        elif e.hashes_state == UNREAD:  # longer than the scan's buffer
-            f = at(r, e.at[F_HASHES])
-            if read_array(&f, &n) < 0:
-                return -1
-            _reserve(<void**>&self.hashes, &self.hashes_cap, self.n_hashes + n, 8)
-            for k in range(n):
-                if read_uint64(&f, &self.hashes[self.n_hashes + k]) < 0:
-                    return -1
-        else:
-            return -1
-        self.n_hashes += n
-        op.n_hashes += n
-        return 0
-
-    cdef int take_tokens(self, Reader* r, Event* e, Op* op, Py_ssize_t n) except -1:
-        """Keeps the `n` token ids of `e` (checked by check_stored) for `op`."""
-        cdef Reader f
-        cdef Py_ssize_t k, length
-        cdef uint64_t t = 0
-        _reserve(<void**>&self.tokens, &self.tokens_cap, self.n_tokens + n, 4)
-        if e.tokens_state == HELD:
-            memcpy(&self.tokens[self.n_tokens], e.tokens, n * 4)
-        else:
-            f = at(r, e.at[F_TOKENS])
-            read_array(&f, &length)
-            for k in range(n):
-                read_uint64(&f, &t)
-                self.tokens[self.n_tokens + k] = <uint32_t>t
-        op.tokens, op.n_tokens = self.n_tokens, n
-        self.n_tokens += n
-        return 0
-
     cdef int read(self, bytes payload, double* ts) except -2:
         """The first pass: 0 when the batch is the compiled decoder's, with no LoRA name; -1
         to leave it to decode + apply."""
@@ -129,7 +135,7 @@ cdef class BatchRead:
             if scan_event(&r, e) < 0:
                 return -1
             if e.kind == CLEARED:
-                self.add_op(CLEARED, -1)
+                add_op(self, CLEARED, -1)
                 self.has_clear = True
                 last_removal = -1
                 continue
@@ -150,13 +156,13 @@ cdef class BatchRead:
                 f = at(&r, e.at[F_LORA_NAME])
                 if e.at[F_LORA_NAME] >= 0 and not read_nil(&f):
                     return -1  # kept aside per block: the usual way's
-                op = self.add_op(STORED, self.n_keys - 1)
+                op = add_op(self, STORED, self.n_keys - 1)
                 op.has_parent, op.parent, op.block_size = s.has_parent, s.parent, s.block_size
-                self.take_hashes(&r, e, op)
+                take_hashes(self, &r, e, op)
                 # No token_ids key and no hashes also passes the count (0 == 0): reading the
                 # absent key would read before the payload.
                 if e.at[F_TOKENS] >= 0:
-                    self.take_tokens(&r, e, op, s.n_tokens)  # (all: `batch` holds them)
+                    take_tokens(self, &r, e, op, s.n_tokens)  # (all: `batch` holds them)
                     op.with_tokens = s.block_size and s.n_tokens == s.n_hashes * s.block_size
                 continue
             # Consecutive removals from one table are one event, as the decoders make them.
@@ -164,8 +170,8 @@ cdef class BatchRead:
                 keys[self.ops[last_removal].key] is key or keys[self.ops[last_removal].key] == key
             ):
                 last_removal = self.n_ops
-                self.add_op(e.kind, self.n_keys - 1)
-            if self.take_hashes(&r, e, &self.ops[last_removal]) < 0:
+                add_op(self, e.kind, self.n_keys - 1)
+            if take_hashes(self, &r, e, &self.ops[last_removal]) < 0:
                 return -1
         return read_tail(&r, n_top, &self.rank_nil, &self.rank_value)
 

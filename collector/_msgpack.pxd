@@ -6,6 +6,34 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 
+# Big-endian loads of msgpack's uint16/32/64 items: one load and a byte swap where the compiler
+# has one, not a shift and an or per byte (collector/_wire_scan.pxd's token loop runs for every
+# token id; `read_be` for every wide int, a parent hash in each stored event).
+cdef extern from *:
+    """
+    #include <string.h>
+    #if (defined(__GNUC__) || defined(__clang__)) && defined(__BYTE_ORDER__) \
+        && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    static inline uint32_t kvscope_be16(const uint8_t* p) {
+        uint16_t v; memcpy(&v, p, 2); return __builtin_bswap16(v); }
+    static inline uint32_t kvscope_be32(const uint8_t* p) {
+        uint32_t v; memcpy(&v, p, 4); return __builtin_bswap32(v); }
+    static inline uint64_t kvscope_be64(const uint8_t* p) {
+        uint64_t v; memcpy(&v, p, 8); return __builtin_bswap64(v); }
+    #else
+    static inline uint32_t kvscope_be16(const uint8_t* p) {
+        return ((uint32_t)p[0] << 8) | p[1]; }
+    static inline uint32_t kvscope_be32(const uint8_t* p) {
+        return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]; }
+    static inline uint64_t kvscope_be64(const uint8_t* p) {
+        return ((uint64_t)kvscope_be32(p) << 32) | kvscope_be32(p + 4); }
+    #endif
+    """
+    uint32_t be16 "kvscope_be16"(const uint8_t* p) noexcept nogil
+    uint32_t be32 "kvscope_be32"(const uint8_t* p) noexcept nogil
+    uint64_t be64 "kvscope_be64"(const uint8_t* p) noexcept nogil
+
+
 cdef enum:
     MAX_DEPTH = 64  # nesting a skipped value may have; msgspec goes deeper, but not vLLM: fall back
 
@@ -19,12 +47,20 @@ cdef struct Reader:
 # --- primitives: 0 when read, -1 when not there, not of that kind, or cut short ---------------
 cdef inline int read_be(Reader* r, int width, uint64_t* out) noexcept nogil:
     """A big-endian unsigned int of `width` bytes."""
+    cdef const uint8_t* p = r.p + r.pos
     cdef uint64_t v = 0
     cdef int i
     if r.end - r.pos < width:
         return -1
-    for i in range(width):
-        v = (v << 8) | r.p[r.pos + i]
+    if width == 8:
+        v = be64(p)
+    elif width == 4:
+        v = be32(p)
+    elif width == 2:
+        v = be16(p)
+    else:
+        for i in range(width):
+            v = (v << 8) | p[i]
     r.pos += width
     out[0] = v
     return 0

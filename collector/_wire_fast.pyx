@@ -30,7 +30,7 @@ from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.math cimport fabs
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcpy
 
 from kvscope.collector._msgpack cimport (
     Reader,
@@ -185,6 +185,15 @@ cdef int check_stored_extras(Reader* r, Event* e, Py_ssize_t n_hashes) noexcept 
     return 0
 
 
+cdef inline bint _same(const uint8_t* a, const uint8_t* b, Py_ssize_t n) noexcept nogil:
+    """memcmp(a, b, n) == 0 for a medium's few bytes, without a call."""
+    cdef Py_ssize_t k
+    for k in range(n):
+        if a[k] != b[k]:
+            return False
+    return True
+
+
 @cython.auto_pickle(False)
 cdef class _LastKey:
     """The interned table key of the last (medium, group_idx) seen, by their bytes: events
@@ -217,7 +226,7 @@ cdef class _LastKey:
                 if n < 0
                 else self.medium is not None
                 and n == PyBytes_GET_SIZE(self.medium)
-                and memcmp(s, PyBytes_AS_STRING(self.medium), n) == 0
+                and _same(s, <const uint8_t*>PyBytes_AS_STRING(self.medium), n)
             )
         ):
             return self.key

@@ -8,38 +8,14 @@ from libc.string cimport memcmp
 from kvscope.collector._msgpack cimport (
     Reader,
     at,
+    be16,
+    be32,
+    be64,
     read_array,
     read_map,
     read_str,
     skip,
 )
-
-
-# Big-endian loads of msgpack's uint16/32/64 items: one load and a byte swap where the compiler
-# has one, not a shift and an or per byte (the token loop below runs for every token id).
-cdef extern from *:
-    """
-    #include <string.h>
-    #if (defined(__GNUC__) || defined(__clang__)) && defined(__BYTE_ORDER__) \
-        && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    static inline uint32_t kvscope_be16(const uint8_t* p) {
-        uint16_t v; memcpy(&v, p, 2); return __builtin_bswap16(v); }
-    static inline uint32_t kvscope_be32(const uint8_t* p) {
-        uint32_t v; memcpy(&v, p, 4); return __builtin_bswap32(v); }
-    static inline uint64_t kvscope_be64(const uint8_t* p) {
-        uint64_t v; memcpy(&v, p, 8); return __builtin_bswap64(v); }
-    #else
-    static inline uint32_t kvscope_be16(const uint8_t* p) {
-        return ((uint32_t)p[0] << 8) | p[1]; }
-    static inline uint32_t kvscope_be32(const uint8_t* p) {
-        return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]; }
-    static inline uint64_t kvscope_be64(const uint8_t* p) {
-        return ((uint64_t)kvscope_be32(p) << 32) | kvscope_be32(p + 4); }
-    #endif
-    """
-    uint32_t be16 "kvscope_be16"(const uint8_t* p) noexcept nogil
-    uint32_t be32 "kvscope_be32"(const uint8_t* p) noexcept nogil
-    uint64_t be64 "kvscope_be64"(const uint8_t* p) noexcept nogil
 
 
 cdef enum:
@@ -79,17 +55,22 @@ cdef inline bint is_(const uint8_t* s, Py_ssize_t n, const char* name,
 
 cdef inline int field_of(const uint8_t* s, Py_ssize_t n) noexcept nogil:
     """The known field a key names, or -1 for a key msgspec would skip."""
-    # By length first: one compare (a switch) picks the one or few names a key can be.
+    # By length first: one compare (a switch) picks the one or few names a key can be, and its
+    # first byte the one name of those.
     if n == 4:
         if is_(s, n, b"type", 4): return F_TYPE
     elif n == 9:
-        if is_(s, n, b"token_ids", 9): return F_TOKENS
-        if is_(s, n, b"lora_name", 9): return F_LORA_NAME
-        if is_(s, n, b"group_idx", 9): return F_GROUP
+        if s[0] == c't':
+            if is_(s, n, b"token_ids", 9): return F_TOKENS
+        elif s[0] == c'l':
+            if is_(s, n, b"lora_name", 9): return F_LORA_NAME
+        elif is_(s, n, b"group_idx", 9): return F_GROUP
     elif n == 10:
-        if is_(s, n, b"block_size", 10): return F_BLOCK_SIZE
-        if is_(s, n, b"extra_keys", 10): return F_EXTRA_KEYS
-        if is_(s, n, b"cache_salt", 10): return F_CACHE_SALT
+        if s[0] == c'b':
+            if is_(s, n, b"block_size", 10): return F_BLOCK_SIZE
+        elif s[0] == c'e':
+            if is_(s, n, b"extra_keys", 10): return F_EXTRA_KEYS
+        elif is_(s, n, b"cache_salt", 10): return F_CACHE_SALT
     elif n == 12:
         if is_(s, n, b"block_hashes", 12): return F_HASHES
     elif n == 17:
@@ -108,7 +89,7 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
     skip() fails. Anything but an array of ints >= 0 is left to skip(), from the value's start:
     the scan must step over what it steps over (the tag, which decides if the field matters, may
     come later)."""
-    cdef Py_ssize_t start = r.pos, n, k = 0, pos, end = r.end, width
+    cdef Py_ssize_t start = r.pos, n, k = 0, pos, end = r.end, width, run
     cdef const uint8_t* p = r.p
     cdef uint8_t b
     cdef uint64_t v
@@ -120,23 +101,37 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
     else:
         # The cursor in locals, not through `r`: the compiler keeps them in registers.
         pos = r.pos
-        # The items as senders write them (token ids as fixints, uint16 or uint32; hashes as
-        # uint64) first, in a loop of their own; from the first other one on, the general loop.
+        # The items as senders write them (token ids as fixints, uint8, uint16 or uint32; hashes
+        # as uint64) first, in a loop of their own; from the first other one on, the general loop.
         if tokens:
-            while k < n and pos < end:
-                b = p[pos]
-                if b <= 0x7F:
-                    (<uint32_t*>buf)[k] = b
-                    pos += 1
-                elif b == 0xCD and end - pos >= 3:
-                    (<uint32_t*>buf)[k] = be16(&p[pos + 1])
-                    pos += 3
-                elif b == 0xCE and end - pos >= 5:
-                    (<uint32_t*>buf)[k] = be32(&p[pos + 1])
-                    pos += 5
-                else:
+            # In runs of items that fit in what is left even at 5 bytes each (the widest
+            # here), so that an item costs no check of the payload's end.
+            while k < n:
+                run = <Py_ssize_t>(<size_t>(end - pos) // 5)
+                if run > n - k:
+                    run = n - k
+                if run == 0:
                     break
-                k += 1
+                run += k
+                while k < run:
+                    b = p[pos]
+                    if b == 0xCD:
+                        (<uint32_t*>buf)[k] = be16(&p[pos + 1])
+                        pos += 3
+                    elif b == 0xCE:
+                        (<uint32_t*>buf)[k] = be32(&p[pos + 1])
+                        pos += 5
+                    elif b <= 0x7F:
+                        (<uint32_t*>buf)[k] = b
+                        pos += 1
+                    elif b == 0xCC:
+                        (<uint32_t*>buf)[k] = p[pos + 1]
+                        pos += 2
+                    else:
+                        break
+                    k += 1
+                if k < run:
+                    break
         else:
             while k < n and end - pos >= 9 and p[pos] == 0xCF:
                 (<uint64_t*>buf)[k] = be64(&p[pos + 1])
@@ -188,10 +183,11 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
 
 
 cdef inline int skip_field(Reader* r) noexcept nogil:
-    """skip(r, 3), the values an event's other fields hold (a nil, a short str, an int) stepped
-    over here: a call per field would cost more than the step."""
+    """skip(r, 3), the values an event's other fields hold (a nil, a short str, an int, a short
+    array of nils and small ints: vLLM's extra_keys) stepped over here: a call per field would
+    cost more than the step."""
     cdef uint8_t b
-    cdef Py_ssize_t n = 0
+    cdef Py_ssize_t n = 0, k, items
     if r.pos < r.end:
         b = r.p[r.pos]
         if b <= 0x7F or b >= 0xE0 or b == 0xC0 or b == 0xC2 or b == 0xC3:
@@ -200,6 +196,15 @@ cdef inline int skip_field(Reader* r) noexcept nogil:
             n = 1 + (b & 0x1F)
         elif 0xCC <= b <= 0xD3:
             n = 1 + (1 << ((b - 0xCC) & 3))
+        elif 0x90 <= b <= 0x9F:
+            items = b & 0x0F
+            if items < r.end - r.pos:
+                n = 1 + items
+                for k in range(1, n):
+                    b = r.p[r.pos + k]
+                    if not (b <= 0x7F or b >= 0xE0 or b == 0xC0):
+                        n = 0  # something longer: skip's
+                        break
         if 0 < n <= r.end - r.pos:
             r.pos += n
             return 0
@@ -210,6 +215,7 @@ cdef inline int scan_event(Reader* r, Event* e) noexcept nogil:
     """Steps over one event map, noting where its known fields are, and reads its tag."""
     cdef Py_ssize_t n, k, size
     cdef const uint8_t* s
+    cdef uint8_t b
     cdef int f
     for f in range(N_FIELDS):
         e.at[f] = -1
@@ -217,7 +223,15 @@ cdef inline int scan_event(Reader* r, Event* e) noexcept nogil:
     if read_map(r, &n) < 0:
         return -1
     for k in range(n):
-        if read_str(r, &s, &size) < 0:  # msgspec takes only str keys
+        # A fixstr key (every known one is) read here; read_str for any other.
+        b = r.p[r.pos] if r.pos < r.end else 0
+        if (b & 0xE0) == 0xA0:
+            size = b & 0x1F
+            if size >= r.end - r.pos:
+                return -1
+            s = r.p + r.pos + 1
+            r.pos += 1 + size
+        elif read_str(r, &s, &size) < 0:  # msgspec takes only str keys
             return -1
         f = field_of(s, size)
         if f >= 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import struct
 from array import array
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from kvscope.collector._wire_fast import decode_map_batch
 from kvscope.collector.types import BlocksRemoved, BlocksStored
 from kvscope.collector.wire import _TYPED_DECODERS, BatchDecoder
-from tests.wire_fast_support import MAX_BS, check
+from tests.wire_fast_support import MAX_BS, check, pack
 
 # --- hand-picked shapes -------------------------------------------------------------------------
 STORED = {"type": "BlockStored", "block_hashes": [1, 2], "token_ids": [5] * 32, "block_size": 16}
@@ -178,3 +179,38 @@ def test_batch_decoder_takes_the_fast_path_and_keeps_the_layout() -> None:
     batch = decoder.decode(E([1.0, [STORED], 0]), 1)
     assert type(batch.events[0].token_ids) is array  # type: ignore[union-attr]
     assert decoder._order[0] is _TYPED_DECODERS[0]  # the map layout is tried first again
+
+
+def test_token_ids_of_any_width_up_to_the_payloads_end() -> None:
+    # The token array last in the payload: the scan's runs of items meet the end of the bytes.
+    rnd = random.Random(5)
+    for n_tokens in range(0, 13):
+        for _ in range(20):
+            tokens = [rnd.choice((0, 5, 200, 70_000, 2**32 - 1)) for _ in range(n_tokens)]
+            head = {"type": "BlockStored", "block_hashes": [1], "block_size": n_tokens}
+            body = b"".join(pack(k, rnd) + pack(v, rnd) for k, v in head.items())
+            event = bytes([0x80 | 4]) + body + pack("token_ids", rnd) + pack(tokens, rnd)
+            payload = b"\x92" + pack(1.5, rnd) + b"\x91" + event
+            fast = check(payload)
+            assert fast is not None
+            stored = fast.events[0]
+            assert type(stored) is BlocksStored and list(stored.token_ids) == tokens
+            for cut in range(len(payload)):
+                assert check(payload[:cut]) is None
+
+
+@pytest.mark.parametrize(
+    "extra_keys", [[], [None], [None, None], [0, -3, None], [True], ["a"], [[None]], [1.5]]
+)
+def test_short_extra_keys_are_stepped_over_as_before(extra_keys: list[Any]) -> None:
+    rnd = random.Random(6)
+    for bs in (0, 1):
+        event = dict(STORED, block_hashes=[1] * len(extra_keys), block_size=bs, token_ids=[])
+        for last in (False, True):
+            fields = (
+                dict(event, extra_keys=extra_keys) if last else {"extra_keys": extra_keys, **event}
+            )
+            payload = b"\x92" + pack(1.0, rnd) + b"\x91" + pack(fields, rnd)
+            check(payload)
+            for cut in range(len(payload)):
+                assert check(payload[:cut]) is None
