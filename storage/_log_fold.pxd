@@ -72,14 +72,30 @@ cdef inline bint any_negative(const uint8_t* p, Py_ssize_t count) noexcept nogil
     return False
 
 
+cdef inline Py_ssize_t ids_stepped(const uint8_t* p, Py_ssize_t pos, Py_ssize_t n,
+                                   uint8_t* signed) noexcept nogil:
+    """Where the `n` ids from `pos` end, -1 at a byte that starts none; `signed` marks one
+    that may be below zero."""
+    cdef Py_ssize_t k
+    cdef uint8_t b
+    cdef int w
+    for k in range(n):
+        b = p[pos]
+        w = kvscope_id_width[b]
+        if w == 0:
+            return -1
+        signed[0] |= kvscope_id_signed[b]
+        pos += w
+    return pos
+
+
 cdef inline Py_ssize_t ids_noted(const uint8_t* p, Py_ssize_t end, Py_ssize_t count,
                                  Buf* grans) noexcept nogil:
     """`ids_bytes` of the `count` ids at `p`, each whole granule of them put in `grans` (a Gran
     each) where none is below zero (else the note reads them as no token run): their bytes, -1
     if they are no token run, -2 if memory ran out."""
-    cdef Py_ssize_t pos = 0, cut = 0, j, k, whole = count // GRANULE_IDS
-    cdef uint8_t signed = 0, b
-    cdef int w
+    cdef Py_ssize_t pos = 0, cut = 0, j, whole = count // GRANULE_IDS
+    cdef uint8_t signed = 0
     cdef Gran* out
     if end < 5 * count and ids_bytes(p, end, count) < 0:  # else no id can pass the end
         return -1
@@ -87,23 +103,15 @@ cdef inline Py_ssize_t ids_noted(const uint8_t* p, Py_ssize_t end, Py_ssize_t co
         return -2
     out = <Gran*>(grans.p + grans.n)
     for j in range(whole):
-        for k in range(GRANULE_IDS):
-            b = p[pos]
-            w = kvscope_id_width[b]
-            if w == 0:
-                return -1
-            signed |= kvscope_id_signed[b]
-            pos += w
+        pos = ids_stepped(p, pos, GRANULE_IDS, &signed)
+        if pos < 0:
+            return -1
         out[j].p = p + cut
         out[j].n = pos - cut
         cut = pos
-    for k in range(count - whole * GRANULE_IDS):
-        b = p[pos]
-        w = kvscope_id_width[b]
-        if w == 0:
-            return -1
-        signed |= kvscope_id_signed[b]
-        pos += w
+    pos = ids_stepped(p, pos, count - whole * GRANULE_IDS, &signed)
+    if pos < 0:
+        return -1
     if not signed or not any_negative(p, count):
         grans.n += whole * <Py_ssize_t>sizeof(Gran)
     return pos
