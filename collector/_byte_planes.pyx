@@ -56,6 +56,10 @@ cdef void _transpose(
         _join4(src, dst, n)
     elif not split and width == 8:
         _join8(src, dst, n)
+    elif split and width == 4:
+        _split4(src, dst, n)
+    elif split and width == 8:
+        _split8(src, dst, n)
     elif split:
         for p in range(width):
             for i in range(n):
@@ -66,8 +70,9 @@ cdef void _transpose(
                 dst[i * width + p] = src[p * n + i]
 
 
-# Joining is what a rebuild waits for. The common widths, as constants, let the compiler unroll
-# an item's bytes and vectorize (splitting writes the planes in order already: it keeps up).
+# Joining is what a rebuild waits for, splitting what a reset's `before` map and each checkpoint
+# cost the writer. The common widths, as constants, let the compiler unroll an item's bytes and
+# vectorize.
 cdef inline void _join4(const unsigned char* s, unsigned char* d, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
     for i in range(n):
@@ -82,3 +87,19 @@ cdef inline void _join8(const unsigned char* s, unsigned char* d, Py_ssize_t n) 
     for i in range(n):
         for p in range(8):
             d[8 * i + p] = s[p * n + i]
+
+
+cdef inline void _split4(const unsigned char* s, unsigned char* d, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        d[i] = s[4 * i]
+        d[n + i] = s[4 * i + 1]
+        d[2 * n + i] = s[4 * i + 2]
+        d[3 * n + i] = s[4 * i + 3]
+
+
+cdef inline void _split8(const unsigned char* s, unsigned char* d, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i, p
+    for i in range(n):
+        for p in range(8):
+            d[p * n + i] = s[8 * i + p]

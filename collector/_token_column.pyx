@@ -17,6 +17,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport uint8_t, uint32_t
 from libc.string cimport memcpy
 
+from kvscope.collector._checkpoint_columns import intern_records
 from kvscope.collector._token_bits cimport (
     bit_length,
     largest,
@@ -97,6 +98,28 @@ cdef class TokenColumn:
                 end - slot * self.stride,
             )
         return tokens
+
+    def interned(self):
+        """`intern_records` of `to_uint32()` in blocks (numbers, distinct blocks' uint32 bytes),
+        without the column unpacked: packed blocks are equal exactly when their tokens are,
+        so they are numbered as they lie and only the distinct ones unpacked."""
+        cdef Py_ssize_t bs = self.block_size, stride = self.stride, k, distinct
+        if bs <= 0 or stride <= 0:
+            raise ValueError("a tokens column of no block size")
+        numbers, packed = intern_records(
+            memoryview(self._data).cast("B")[: self.slots * stride], stride
+        )
+        distinct = len(packed) // stride
+        # As bytes, as `intern_records` gives its records.
+        cdef carray.array records = carray.clone(_BYTES, distinct * bs * 4, False)
+        cdef uint32_t* out = <uint32_t*>records.data.as_voidptr
+        cdef const uint8_t[::1] src = packed
+        for k in range(distinct):
+            unpack_within(
+                out + k * bs, &src[k * stride], bs, self.width,
+                (distinct - k) * stride,
+            )
+        return numbers, records
 
     def assign(self, Py_ssize_t block_size, tokens):
         """Hold `tokens` (an `array("I")`, a block a slot), packed at their own width."""

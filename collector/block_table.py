@@ -16,7 +16,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -47,6 +47,15 @@ def extras_bytes(extra: Any) -> int:
                 size += extras_bytes(item) if isinstance(item, list | tuple) else 8
         return size
     return 0 if extra is None else 8
+
+
+class TokenRecords(NamedTuple):
+    """A tokens column as format 3 keeps it, each slot's block number into the distinct blocks:
+    what `table_from_state` restores a table from without expanding it first, and what
+    `to_state(interned_tokens=True)` gives without the column unpacked."""
+
+    numbers: Any
+    records: Any
 
 
 def _column(typecode: str, data: Any) -> array[Any]:
@@ -123,10 +132,18 @@ class BlockTable(TableCore):
         "_tokens",
     )
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self, interned_tokens: bool = False) -> dict[str, Any]:
         """Everything this table holds, as plain values, for checkpoints: columns as memoryviews
-        of the live arrays, to be encoded (copied once) before the table changes again."""
+        of the live arrays, to be encoded (copied once) before the table changes again.
+        `interned_tokens`: the tokens column, where it is whole blocks of the table's size, as
+        `TokenRecords` (what formats 3 and 5 keep), interned from the packed column."""
         hashes, slots = self._slot_of.to_arrays()
+        columns = [memoryview(getattr(self, name)) for name in self._COLUMNS[:-1]]  # (tokens last)
+        tokens = self._token_column
+        if interned_tokens and tokens.block_size == self.block_size > 0:
+            columns.append(TokenRecords(*tokens.interned()))  # type: ignore[arg-type]
+        else:
+            columns.append(memoryview(self._tokens))
         return {
             "medium": self.key.medium,
             "group": self.key.group,
@@ -136,7 +153,7 @@ class BlockTable(TableCore):
             "saturated_stores": self.saturated_stores,
             "hashes": memoryview(hashes),
             "slots": memoryview(slots),
-            "columns": [memoryview(getattr(self, name)) for name in self._COLUMNS],
+            "columns": columns,
             "free": memoryview(array("i", self._free)),
             "high": self._high,
             "waiting": list(self._waiting.items()),

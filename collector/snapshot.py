@@ -85,7 +85,10 @@ def encode_tables(
 ) -> bytes:
     """The snapshot; `compressed=False` leaves the zstd step to `compress` (on another thread,
     since zstd runs without the GIL while the map must be copied with it)."""
-    state_v1 = {"version": 1, "tables": [t.to_state() for t in tables.values()], "signed": signed}
+    # Formats 3 and 5 keep the tokens as distinct blocks: interned from the packed column.
+    interned = compressed and version in (3, 5)
+    states = [t.to_state(interned_tokens=interned) for t in tables.values()]
+    state_v1 = {"version": 1, "tables": states, "signed": signed}
     if not compressed:
         return msgspec.msgpack.encode(_state_in(state_v1, version, None))
     return _encoded(state_v1, version, known)

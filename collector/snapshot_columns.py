@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from array import array
 from functools import cache
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from kvscope.collector._byte_planes import join_planes, split_planes
 from kvscope.collector._checkpoint_columns import (
@@ -24,6 +24,7 @@ from kvscope.collector._checkpoint_columns import (
     xor_linked_parents,
 )
 from kvscope.collector.block_table import BlockTable
+from kvscope.collector.block_table import TokenRecords as TokenRecords
 from kvscope.collector.types import TableKey
 
 _ARRAYS = ("hashes", "slots", "free")
@@ -112,12 +113,32 @@ def _deduplicated(
     columns[_LAST_MS] = minus(_items(columns[_LAST_MS], "I"), _items(columns[_FIRST_MS], "I"))
     implied = _implied(columns) if compact else None
     record = table["block_size"] * _TOKEN_ITEM
-    tokens = memoryview(columns[_TOKENS]).cast("B")
     blocks = None
+    if type(columns[_TOKENS]) is TokenRecords and not known:
+        numbers, distinct = columns[_TOKENS]
+        columns[_TOKENS] = numbers
+        blocks = split_planes(distinct, _TOKEN_ITEM)
+        return _with_slots(table, columns, hash_of_slot, present, blocks, implied)
+    if type(columns[_TOKENS]) is TokenRecords:
+        numbers, distinct = columns[_TOKENS]
+        columns[_TOKENS] = expand_records(numbers, distinct, record)
+    tokens = memoryview(columns[_TOKENS]).cast("B")
     if record and len(tokens) % record == 0:
         numbers, distinct = intern_records(known + tokens if known else tokens, record)
         columns[_TOKENS] = numbers[len(known) // record :] if known else numbers
         blocks = split_planes(memoryview(distinct)[len(known) :], _TOKEN_ITEM)
+    return _with_slots(table, columns, hash_of_slot, present, blocks, implied)
+
+
+def _with_slots(
+    table: dict[str, Any],
+    columns: list[Any],
+    hash_of_slot: Any,
+    present: Any,
+    blocks: Any,
+    implied: list[str] | None,
+) -> dict[str, Any]:
+    """`_deduplicated`'s state, from its rewritten parts."""
     state = {
         **table,
         "hashes": hash_of_slot,
@@ -164,14 +185,6 @@ def _undo_implied(columns: list[Any], implied: list[str]) -> None:
         raise ValueError(f"rewrites this version does not know: {sorted(unknown)}")
     if "prev_sibling" in implied:
         columns[_PREV_SIBLING] = previous_siblings(_items(columns[_NEXT_SIBLING], "i"))
-
-
-class TokenRecords(NamedTuple):
-    """A tokens column as format 3 keeps it, each slot's block number into the distinct blocks:
-    what `table_from_state` restores a table from without expanding it first."""
-
-    numbers: memoryview
-    records: Any
 
 
 def _restored(

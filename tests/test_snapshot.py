@@ -283,6 +283,13 @@ def test_byte_planes_go_there_and_back(data: bytes, width: int) -> None:
     assert sorted(split) == sorted(data) and join_planes(split, width) == data
 
 
+@given(st.binary(max_size=256), st.sampled_from([1, 2, 3, 4, 8]))
+def test_byte_planes_are_each_items_bytes_in_turn(data: bytes, width: int) -> None:
+    data = data[: len(data) - len(data) % width]
+    planes = b"".join(data[p::width] for p in range(width))
+    assert split_planes(data, width) == planes
+
+
 @pytest.mark.parametrize(
     "state",
     [

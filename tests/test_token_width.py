@@ -10,7 +10,8 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvscope.collector.block_table import BlockTable
+from kvscope.collector._checkpoint_columns import intern_records
+from kvscope.collector.block_table import BlockTable, TokenRecords
 from kvscope.collector.token_query import TokenQuery
 from kvscope.collector.types import TableKey
 
@@ -20,7 +21,19 @@ SENTINEL = 2**64 - 1
 reference holds every token at 32 bits from the start and no lookup reaches the sentinel."""
 
 
+def _interned_as_plain(table: BlockTable) -> None:
+    """A state's tokens interned from the packed column: as the plain column interns."""
+    tokens = table.to_state(interned_tokens=True)["columns"][-1]
+    plain = table._tokens
+    if not isinstance(tokens, TokenRecords):  # (no block size yet: the column as it is)
+        assert bytes(tokens) == plain.tobytes()
+        return
+    numbers, records = intern_records(memoryview(plain).cast("B"), 4 * table.block_size)
+    assert (tokens.numbers, bytes(tokens.records)) == (numbers, bytes(records))
+
+
 def _checkpointed(table: BlockTable) -> BlockTable:
+    _interned_as_plain(table)
     state = msgspec.msgpack.decode(msgspec.msgpack.encode(table.to_state()))
     restored = BlockTable.from_state(state)
     assert restored._tokens == table._tokens  # the seam gives and takes uint32 tokens
