@@ -59,6 +59,37 @@ cdef object _add_read_chain(dict under, object parent, const uint64_t* hashes, P
     return head
 
 
+cdef inline object _set_at(dict within, object key):
+    """`within[key]`, a new set put there where none is."""
+    cdef object found = within.get(key)
+    if found is None:
+        found = within[key] = set()
+    return found
+
+
+cdef inline dict _dict_at(dict within, object key):
+    """`within[key]`, a new dict put there where none is."""
+    cdef object found = within.get(key)
+    if found is None:
+        found = within[key] = {}
+    return <dict>found
+
+
+cdef inline int _orphan_stored(
+    orphans, list found, dict opened, dict removed, table, key, head, named, ts
+) except -1:
+    """`head` stored under `named`, which its table does not cache while it caches `head`: an
+    orphan, unless one is open for it already or this batch removed `named` (`_evicted`
+    records those)."""
+    if (key, head) in opened:
+        return 0
+    gone = removed.get(key)
+    if gone is not None and named in <set>gone:
+        return 0
+    found.append(orphans._entry(table, head, named, ts))
+    return 0
+
+
 def add_chain(dict under, parent, hashes):
     _add_chain(under, parent, hashes)
 
@@ -72,8 +103,7 @@ cdef int _orphans_after(orphans, view, events, ts) except -1:
     cdef dict removed = {}
     cdef list stored = []
     cdef bint cleared = False
-    cdef object kind, gone, key, hashes, named, table, head, kids, parent
-    cdef dict under
+    cdef object kind, key, hashes, named, table, head
     cdef Py_ssize_t added = 0
     for event in events:
         # By exact type, as the map applies them (collector/_map_apply.pyx).
@@ -81,11 +111,7 @@ cdef int _orphans_after(orphans, view, events, ts) except -1:
         if kind is _STORED:
             stored.append(event)
         elif kind is _REMOVED:
-            key = event.table
-            gone = removed.get(key)
-            if gone is None:
-                gone = removed[key] = set()
-            (<set>gone).update(event.hashes)
+            (<set>_set_at(removed, event.table)).update(event.hashes)
         else:
             cleared = True
     cdef dict opened = orphans._open
@@ -99,12 +125,8 @@ cdef int _orphans_after(orphans, view, events, ts) except -1:
     for event in stored:
         key = event.table
         hashes = event.hashes
-        found_under = children.get(key)
-        if found_under is None:
-            found_under = children[key] = {}
-        under = <dict>found_under
         named = event.parent
-        _add_chain(under, named, hashes)
+        _add_chain(_dict_at(children, key), named, hashes)
         added += len(hashes)
         if not hashes or named is None:
             continue
@@ -112,12 +134,8 @@ cdef int _orphans_after(orphans, view, events, ts) except -1:
         if table is None:
             continue
         head = hashes[0]
-        if head not in table or named in table or (key, head) in opened:
-            continue
-        gone = removed.get(key)
-        if gone is not None and named in <set>gone:
-            continue  # stored under a cached parent this batch removed: below
-        found.append(orphans._entry(table, head, named, ts))
+        if head in table and named not in table:
+            _orphan_stored(orphans, found, opened, removed, table, key, head, named, ts)
     orphans.children += added
     if removed:
         _evicted(orphans, tables, children, removed, opened, ts)
@@ -177,10 +195,7 @@ cdef Py_ssize_t _orphans_after_read(
         if op.kind == CLEARED:
             cleared = True
         elif op.kind != STORED:
-            key = read.keys[op.key]
-            gone = removed.get(key)
-            if gone is None:
-                gone = removed[key] = set()
+            gone = _set_at(removed, read.keys[op.key])
             for k in range(op.hashes, op.hashes + op.n_hashes):
                 (<set>gone).add(PyLong_FromUnsignedLongLong(read.hashes[k]))
     if opened:  # (none open: none to close, whatever the batch did)
@@ -195,11 +210,10 @@ cdef Py_ssize_t _orphans_after_read(
         if op.kind != STORED:
             continue
         key = read.keys[op.key]
-        found_under = children.get(key)
-        if found_under is None:
-            found_under = children[key] = {}
         named = PyLong_FromUnsignedLongLong(op.parent) if op.has_parent else None
-        head = _add_read_chain(<dict>found_under, named, &read.hashes[op.hashes], op.n_hashes)
+        head = _add_read_chain(
+            _dict_at(children, key), named, &read.hashes[op.hashes], op.n_hashes
+        )
         added += op.n_hashes
         if op.n_hashes == 0 or named is None:
             continue
@@ -207,15 +221,9 @@ cdef Py_ssize_t _orphans_after_read(
         if table is None:
             continue
         core = <TableCore?>table
-        # `head in table` and `named in table`, on the C values
-        if core._slot_of._find(read.hashes[op.hashes]) < 0 or core._slot_of._find(op.parent) >= 0:
-            continue
-        if (key, head) in opened:
-            continue
-        gone = removed.get(key)
-        if gone is not None and named in <set>gone:
-            continue  # stored under a cached parent this batch removed: below
-        found.append(orphans._entry(table, head, named, ts))
+        # `head in table and named not in table`, on the C values
+        if core._slot_of._find(read.hashes[op.hashes]) >= 0 and core._slot_of._find(op.parent) < 0:
+            _orphan_stored(orphans, found, opened, removed, table, key, head, named, ts)
     if removed:
         _evicted(orphans, tables, children, removed, opened, ts)
     return added
