@@ -10,6 +10,7 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
+from kvscope.collector._msgpack cimport be64 as load_be
 from kvscope.collector._radix_sort cimport radix_sort
 
 import hashlib
@@ -19,17 +20,6 @@ cdef extern from *:
     """
     #include <string.h>
     #include <stdint.h>
-    static inline uint64_t kv_load_be64(const uint8_t* p) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        return v;
-    #elif defined(_MSC_VER)
-        return _byteswap_uint64(v);
-    #else
-        return __builtin_bswap64(v);
-    #endif
-    }
     static inline uint64_t kv_load_le64(const uint8_t* p) {
         uint64_t v;
         memcpy(&v, p, 8);
@@ -40,7 +30,6 @@ cdef extern from *:
     #endif
     }
     """
-    uint64_t load_be "kv_load_be64"(const uint8_t* p) noexcept nogil
     uint64_t load_le "kv_load_le64"(const uint8_t* p) noexcept nogil
 
 
