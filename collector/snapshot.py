@@ -85,8 +85,9 @@ def encode_tables(
 ) -> bytes:
     """The snapshot; `compressed=False` leaves the zstd step to `compress` (on another thread,
     since zstd runs without the GIL while the map must be copied with it)."""
-    # Formats 3 and 5 keep the tokens as distinct blocks: interned from the packed column.
-    interned = compressed and version in (3, 5)
+    # Formats 3 and 5 keep the tokens as distinct blocks: interned from the packed column,
+    # unless `known` blocks come first in the numbering (then they are interned with those).
+    interned = compressed and version in (3, 5) and known is None
     states = [t.to_state(interned_tokens=interned) for t in tables.values()]
     state_v1 = {"version": 1, "tables": states, "signed": signed}
     if not compressed:
