@@ -6,7 +6,8 @@ state and hot writes (its contract with block_table.py in _table_core.pxd, its r
 _table_remove.pxd), _lookup.pyx the lookup by tokens over it, _admit.pyx the check of a stream's
 limits before each batch;
 collector/_wire_fast.pyx decodes the common vLLM batch straight from its msgpack bytes (its
-msgpack reads inline in _msgpack.pxd, its scan of an event map in _wire_scan.pxd), and
+msgpack reads inline in _msgpack.pxd, its scan of an event map in _wire_scan.pxd, its checks of a
+batch in _wire_checks.pyx, which the fused replay's read shares), and
 collector/_replay.pyx applies such batches of a rebuild's log straight to the tables (read first
 by _fused_read.pyx), and
 _map_apply.pyx a live batch's events, _map_counters.pyx a map's counters that both add to,
@@ -76,6 +77,7 @@ setup(
             Extension("kvscope.collector._admit", ["collector/_admit.pyx"]),
             Extension("kvscope.collector._table_chains", ["collector/_table_chains.pyx"]),
             Extension("kvscope.collector._table_counts", ["collector/_table_counts.pyx"]),
+            Extension("kvscope.collector._wire_checks", ["collector/_wire_checks.pyx"]),
             Extension("kvscope.collector._wire_fast", ["collector/_wire_fast.pyx"]),
             Extension("kvscope.collector._fused_read", ["collector/_fused_read.pyx"]),
             Extension("kvscope.collector._replay", ["collector/_replay.pyx"]),

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The first pass of collector/_replay.pyx's `FusedApply` over a batch's msgpack bytes: the whole
 batch checked as the compiled decoder (collector/_wire_fast.pyx, its checks shared through
-_wire_fast.pxd) checks it, its events kept as `Op`s, their hashes and tokens as C values in
+_wire_checks.pxd) checks it, its events kept as `Op`s, their hashes and tokens as C values in
 scratch buffers reused from batch to batch (the second pass, the apply, is _replay.pyx's)."""
 
 cimport cython
@@ -13,7 +13,8 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from kvscope.collector._msgpack cimport Reader, at, read_array, read_nil, read_uint64
-from kvscope.collector._wire_fast cimport StoredFields, _LastKey, check_stored, read_head, read_tail
+from kvscope.collector._wire_checks cimport StoredFields, check_stored, read_head, read_tail
+from kvscope.collector._wire_fast cimport _LastKey
 from kvscope.collector._wire_scan cimport (
     CLEARED,
     F_HASHES,

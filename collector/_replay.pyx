@@ -6,7 +6,7 @@ ints in between: `replay` for logged batches, `FusedApply` for live ones.
 A rebuild (storage/history.py) replays thousands of batches, and a collector applies every live
 one; decoding each to a `Batch` and applying that costs mostly objects made only to be read
 once. Here a batch the compiled decoder takes (collector/_wire_fast.pyx; its checks are shared
-through _wire_fast.pxd, so exactly those batches) is read in two passes over its bytes: the
+through _wire_checks.pxd, so exactly those batches) is read in two passes over its bytes: the
 first (`BatchRead`, collector/_fused_read.pyx) checks all of it and keeps its hashes and tokens
 as C values, the second applies them
 through the tables' C writes (TableCore._store/_remove, which `store_chain` and `remove` wrap).

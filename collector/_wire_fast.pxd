@@ -1,19 +1,10 @@
-# What the fused replay (collector/_replay.pyx) shares with the compiled decoder
-# (collector/_wire_fast.pyx): the checks that decide whether a batch is the decoder's, so that
-# both accept exactly the same batches.
-from libc.stdint cimport int64_t, uint64_t
+# What the fused replay's first pass (collector/_fused_read.pyx) shares with the compiled decoder
+# (collector/_wire_fast.pyx) besides their checks (collector/_wire_checks.pxd): the table key of
+# an event, through the same cache of the last one.
+from libc.stdint cimport int64_t
 
 from kvscope.collector._msgpack cimport Reader
 from kvscope.collector._wire_scan cimport Event
-
-
-cdef struct StoredFields:
-    # A BlockStored's fields as check_stored reads them (hashes and tokens are left where the
-    # scan put them: held in the event, or to read at its `at`).
-    Py_ssize_t n_hashes, n_tokens
-    bint has_parent
-    uint64_t parent
-    int64_t block_size
 
 
 cdef class _LastKey:
@@ -23,9 +14,3 @@ cdef class _LastKey:
     cdef object key
 
     cdef object key_of(self, Reader* r, Event* e)
-
-
-cdef int check_stored(Reader* r, Event* e, int64_t max_block_size,
-                      StoredFields* s) noexcept nogil
-cdef int read_head(Reader* r, Py_ssize_t* n_top, double* ts, Py_ssize_t* n_events) noexcept nogil
-cdef int read_tail(Reader* r, Py_ssize_t n_top, bint* rank_nil, int64_t* rank) noexcept nogil

@@ -20,7 +20,8 @@ when unsure, it declines; what it accepts, the slow way accepts as the same batc
 
 Every read is checked against the payload's end; no Python object is made before a value is
 known to be whole. The reads of msgpack's primitives are collector/_msgpack.pxd's, the scan of
-an event map collector/_wire_scan.pxd's; this module turns what they read into a `Batch`.
+an event map collector/_wire_scan.pxd's, the checks of a batch's head, tail and stored fields
+collector/_wire_checks.pyx's; this module turns what they read into a `Batch`.
 """
 
 cimport cython
@@ -28,7 +29,6 @@ from cpython.array cimport array, clone
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.math cimport fabs
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
@@ -36,25 +36,18 @@ from kvscope.collector._msgpack cimport (
     Reader,
     at,
     read_array,
-    read_float,
-    read_int,
     read_int64,
     read_nil,
     read_str,
     read_uint64,
-    skip,
 )
+from kvscope.collector._wire_checks cimport StoredFields, check_stored, read_head, read_tail
 from kvscope.collector._wire_scan cimport (
     CLEARED,
-    F_BLOCK_SIZE,
-    F_CACHE_SALT,
-    F_EXTRA_KEYS,
     F_GROUP,
     F_HASHES,
-    F_LORA_ID,
     F_LORA_NAME,
     F_MEDIUM,
-    F_PARENT,
     F_TOKENS,
     HELD,
     STORED,
@@ -72,8 +65,6 @@ assert _UINT32.itemsize == 4
 cdef object _table_key = None  # wire.table_key, imported on first use: wire imports this module
 
 # The rules' bounds (collector/wire_rules.py), as C values.
-cdef double MAX_ABS_TS = wire_rules.MAX_ABS_TS
-cdef int64_t MAX_RANK = wire_rules.MAX_RANK
 cdef int64_t MAX_GROUP = wire_rules.MAX_GROUP
 cdef Py_ssize_t MAX_MEDIUM_BYTES = wire_rules.MAX_MEDIUM_BYTES
 cdef Py_ssize_t MAX_LORA_NAME_BYTES = wire_rules.MAX_LORA_NAME_BYTES
@@ -162,29 +153,6 @@ cdef object optional_str(Reader* r, Py_ssize_t pos, Py_ssize_t max_bytes):
         return _BAD
 
 
-cdef int check_stored_extras(Reader* r, Event* e, Py_ssize_t n_hashes) noexcept nogil:
-    """The fields of a BlockStored that only need checking: lora_id is an int or nil, extra_keys
-    nil or a nil per hash (what the rules reduce to None; other extra keys are the slow path's)."""
-    cdef Reader f
-    cdef Py_ssize_t n, k
-    cdef int64_t i
-    cdef uint64_t u
-    cdef bint unsigned
-    if e.at[F_LORA_ID] >= 0:
-        f = at(r, e.at[F_LORA_ID])
-        if not read_nil(&f) and read_int(&f, &i, &u, &unsigned) < 0:
-            return -1
-    if e.at[F_EXTRA_KEYS] >= 0:
-        f = at(r, e.at[F_EXTRA_KEYS])
-        if not read_nil(&f):
-            if read_array(&f, &n) < 0 or n != n_hashes:
-                return -1
-            for k in range(n):
-                if not read_nil(&f):
-                    return -1
-    return 0
-
-
 cdef inline bint _same(const uint8_t* a, const uint8_t* b, Py_ssize_t n) noexcept nogil:
     """memcmp(a, b, n) == 0 for a medium's few bytes, without a call."""
     cdef Py_ssize_t k
@@ -248,64 +216,6 @@ cdef class _LastKey:
 cdef _LastKey _last_key = _LastKey()
 
 
-cdef int count_uints(Reader* r, Py_ssize_t pos, bint tokens, Py_ssize_t* n) noexcept nogil:
-    """How many items the array at `pos` holds, each checked as `read_hashes` (`tokens`:
-    `read_tokens`) reads it: 0, or -1 if one is not such an int."""
-    cdef Reader f = at(r, pos)
-    cdef Py_ssize_t k
-    cdef uint64_t v
-    if read_array(&f, n) < 0:
-        return -1
-    for k in range(n[0]):
-        if read_uint64(&f, &v) < 0 or (tokens and v >> 32):
-            return -1
-    return 0
-
-
-cdef int check_stored(Reader* r, Event* e, int64_t max_block_size,
-                      StoredFields* s) noexcept nogil:
-    """0 when the fields of BlockStored `e` but lora_name are as the slow path takes them, read
-    into `s`; -1 if one is off."""
-    cdef Reader f
-    cdef Py_ssize_t span
-    if e.hashes_state == HELD:
-        s.n_hashes = e.n_hashes
-    elif e.hashes_state != UNREAD or count_uints(r, e.at[F_HASHES], False, &s.n_hashes) < 0:
-        return -1
-    if check_stored_extras(r, e, s.n_hashes) < 0:
-        return -1
-    s.has_parent = False
-    if e.at[F_PARENT] >= 0:
-        f = at(r, e.at[F_PARENT])
-        if not read_nil(&f):
-            if read_uint64(&f, &s.parent) < 0:
-                return -1
-            s.has_parent = True
-    s.block_size = 0
-    if e.at[F_BLOCK_SIZE] >= 0:
-        f = at(r, e.at[F_BLOCK_SIZE])
-        if read_int64(&f, &s.block_size) < 0 or not 0 <= s.block_size <= max_block_size:
-            return -1
-    s.n_tokens = 0
-    if e.at[F_TOKENS] >= 0:
-        if e.tokens_state == HELD:
-            s.n_tokens = e.n_tokens
-        elif e.tokens_state != UNREAD or count_uints(r, e.at[F_TOKENS], True, &s.n_tokens) < 0:
-            return -1
-    # As many token ids as the blocks hold: none, block_size per hash, or whole blocks more
-    # (wire_rules.token_ids_of).
-    span = s.block_size * s.n_hashes
-    if s.n_tokens and s.n_tokens != span and not (
-        s.block_size and s.n_tokens % s.block_size == 0 and s.n_tokens > span
-    ):
-        return -1
-    if e.at[F_CACHE_SALT] >= 0:
-        f = at(r, e.at[F_CACHE_SALT])
-        if not read_nil(&f):
-            return -1  # SGLang's salt joins the extra keys: the slow path's work
-    return 0
-
-
 cdef object stored(Reader* r, Event* e, object key, int64_t max_block_size):
     """The BlocksStored of event `e`, as the slow path builds it; None if a field is off."""
     cdef StoredFields s
@@ -327,31 +237,6 @@ cdef object stored(Reader* r, Event* e, object key, int64_t max_block_size):
         lora_name,
         None,
     )
-
-
-cdef int read_head(Reader* r, Py_ssize_t* n_top, double* ts,
-                   Py_ssize_t* n_events) noexcept nogil:
-    """A batch's array header, ts and events' array header: 0, or -1 to decline."""
-    if read_array(r, n_top) < 0 or n_top[0] < 2:
-        return -1
-    # NaN fails the comparison too
-    if read_float(r, ts) < 0 or not fabs(ts[0]) <= MAX_ABS_TS or read_array(r, n_events) < 0:
-        return -1
-    return 0
-
-
-cdef int read_tail(Reader* r, Py_ssize_t n_top, bint* rank_nil, int64_t* rank) noexcept nogil:
-    """What follows a batch's events: its rank, if there, then fields a later vLLM may add, to
-    the payload's end. 0, or -1 to decline."""
-    cdef Py_ssize_t k
-    rank_nil[0] = n_top < 3 or read_nil(r)
-    if not rank_nil[0]:
-        if read_int64(r, rank) < 0 or not 0 <= rank[0] <= MAX_RANK:
-            return -1
-    for k in range(n_top - 3):  # fields of a later vLLM: msgspec skips them too
-        if skip(r, 1) < 0:
-            return -1
-    return 0 if r.pos == r.end else -1  # trailing bytes
 
 
 cdef object decode(Reader* r, object seq, int64_t max_block_size):

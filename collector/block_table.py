@@ -16,7 +16,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
@@ -31,6 +31,7 @@ from kvscope.collector._table_core import (
     NO_SLOT,
     TableCore,
 )
+from kvscope.collector.token_records import TokenRecords
 from kvscope.collector.types import TableKey
 
 
@@ -47,15 +48,6 @@ def extras_bytes(extra: Any) -> int:
                 size += extras_bytes(item) if isinstance(item, list | tuple) else 8
         return size
     return 0 if extra is None else 8
-
-
-class TokenRecords(NamedTuple):
-    """A tokens column as format 3 keeps it, each slot's block number into the distinct blocks:
-    what `table_from_state` restores a table from without expanding it first, and what
-    `to_state(interned_tokens=True)` gives without the column unpacked."""
-
-    numbers: Any
-    records: Any
 
 
 def _column(typecode: str, data: Any) -> array[Any]:

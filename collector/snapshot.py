@@ -29,12 +29,13 @@ from kvscope.collector.sink import MapReader, TableReader
 
 # The table-state rewrites live in snapshot_columns; those collector/snapshot_delta.py reads
 # from here are re-exported (`as`: mypy --strict re-exports no other way).
-from kvscope.collector.snapshot_columns import _ARRAYS, _TOKENS, TokenRecords
+from kvscope.collector.snapshot_columns import _ARRAYS, _TOKENS
 from kvscope.collector.snapshot_columns import _TOKEN_ITEM as _TOKEN_ITEM
 from kvscope.collector.snapshot_columns import _as_planes as _as_planes
 from kvscope.collector.snapshot_columns import _deduplicated as _deduplicated
 from kvscope.collector.snapshot_columns import _from_planes as _from_planes
 from kvscope.collector.snapshot_columns import _restored as _restored
+from kvscope.collector.token_records import TokenRecords
 from kvscope.collector.types import StreamId, TableKey
 
 FORMAT_VERSION = 5

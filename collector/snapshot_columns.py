@@ -24,7 +24,7 @@ from kvscope.collector._checkpoint_columns import (
     xor_linked_parents,
 )
 from kvscope.collector.block_table import BlockTable
-from kvscope.collector.block_table import TokenRecords as TokenRecords
+from kvscope.collector.token_records import TokenRecords
 from kvscope.collector.types import TableKey
 
 _ARRAYS = ("hashes", "slots", "free")

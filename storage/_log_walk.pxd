@@ -58,6 +58,15 @@ cdef inline Py_ssize_t token(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
     return n
 
 
+cdef inline void closed_to(Py_ssize_t left, Py_ssize_t* depth, Py_ssize_t* close,
+                           const Py_ssize_t* marks) noexcept nogil:
+    """`split_one`'s note tracking past a value: each container that ends with it closed (the
+    counts are `split_one`'s locals, which this inlines over)."""
+    while left == close[0]:
+        depth[0] -= 1
+        close[0] = marks[depth[0]]
+
+
 cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs, Buf* lits,
                    Buf* floats, Buf* toks, Hashes* h, uint8_t* prev_float, const Granules* g,
                    Buf* grefs, Buf* recs, Track* t) noexcept nogil:
@@ -92,9 +101,7 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
                     t = NULL
                 else:
                     left -= 1
-                    while left == close:
-                        depth -= 1
-                        close = t.marks[depth]
+                    closed_to(left, &depth, &close, t.marks)
             if put_nogil(skel, p + run, pos + 1 - run) < 0:
                 return -2
             if b == 0xCB:
@@ -159,9 +166,7 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
                     close = left
                     left += kids
                 else:
-                    while left == close:
-                        depth -= 1
-                        close = t.marks[depth]
+                    closed_to(left, &depth, &close, t.marks)
     if t != NULL and left != 0:
         t.odd = True  # the first value is cut short: the note stops where it does
     return -2 if put_nogil(skel, p + run, pos - run) < 0 else 0

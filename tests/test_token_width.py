@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvscope.collector._checkpoint_columns import intern_records
-from kvscope.collector.block_table import BlockTable, TokenRecords
+from kvscope.collector.block_table import BlockTable
 from kvscope.collector.token_query import TokenQuery
+from kvscope.collector.token_records import TokenRecords
 from kvscope.collector.types import TableKey
 
 GPU0 = TableKey("GPU", 0)
