@@ -160,16 +160,21 @@ def encode_copy(
     """The snapshot, compressed, of what `copy_tables` copied: the very bytes `encode_tables`
     made of the tables then. The store's writer thread runs this, off the ingest thread: the
     format's columns are worked out there. Format 5 numbers the blocks of `known` it holds."""
+    return _encoded(read_copy(copy), version, known)
+
+
+def read_copy(copy: bytes) -> dict[str, Any]:
+    """What `copy_tables` copied, as its state (format 1), the arrays as views into `copy`:
+    none is copied (SnapshotError if it is no copy)."""
     try:
         read = _copy_decoder().decode(copy)
     except msgspec.DecodeError as exc:
         raise SnapshotError(f"not a copy of a map: {exc}") from exc
-    state = {
+    return {
         "version": read.version,
         "tables": [msgspec.structs.asdict(t) for t in read.tables],
         "signed": read.signed,
     }
-    return _encoded(state, version, known)
 
 
 @cache

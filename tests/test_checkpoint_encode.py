@@ -18,6 +18,7 @@ from kvscope.collector.snapshot import (
     copy_map,
     encode_copy,
     encode_map,
+    read_copy,
 )
 from kvscope.collector.types import Batch, StreamId
 from tests.test_prefix_map import stored
@@ -91,3 +92,13 @@ def test_a_copy_read_in_place_at_any_offset_encodes_as_read_copied() -> None:
         state["tables"][0]["medium"] = "GPU" + " " * pad
         shifted = msgspec.msgpack.encode(state)
         assert encode_copy(shifted) == _encoded(msgspec.msgpack.decode(shifted), 5)
+
+
+def test_a_copy_is_read_with_its_arrays_in_place() -> None:
+    """The writer reads a checkpoint's copy twice (its hashes, its snapshot): never copying it."""
+    prefix_map = PrefixMap(STREAM)
+    prefix_map.apply(Batch(0, 1.0, 0, [stored([1, 2, 3], None)]))
+    copy = copy_map(prefix_map)
+    (table,) = read_copy(copy)["tables"]
+    assert table["hashes"].obj is copy and all(c.obj is copy for c in table["columns"])
+    assert read_copy(copy) == msgspec.msgpack.decode(copy)
