@@ -13,6 +13,7 @@ so a decoded table equals the encoded one byte for byte. Malformed input raises 
 
 import array
 
+cimport cython
 from cpython cimport array as carray
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, uint32_t, uint64_t
@@ -91,51 +92,100 @@ cdef inline uint64_t _hash_record(const unsigned char* p, Py_ssize_t size) noexc
     return h ^ (h >> 32)
 
 
-def intern_records(const unsigned char[::1] data, Py_ssize_t record):
+cdef uint32_t _EMPTY = 0xFFFFFFFF
+
+
+@cython.final
+cdef class _Interned:
+    """A hash table of distinct records, numbered in order of first sight: those of `known`
+    first (`add_known`), then those `data` adds (`number_all`)."""
+    cdef Py_ssize_t record, n_known, distinct
+    cdef size_t mask
+    # uint32s, as the numbers are: the table is read at random, half as large is missed less.
+    cdef uint32_t* table  # each slot: a distinct record's number, or _EMPTY
+    cdef uint32_t* first  # each distinct record's first position: in `known`, then in `data`
+    cdef const unsigned char* known
+    cdef const unsigned char* data
+
+    def __cinit__(self, Py_ssize_t record, Py_ssize_t n):
+        cdef size_t cap = 8
+        while cap < <size_t>(2 * n):
+            cap <<= 1
+        self.record, self.mask = record, cap - 1
+        if n >= _EMPTY:
+            raise ValueError(f"{n} records are more than numbers hold")
+        self.table = <uint32_t*>PyMem_Malloc(cap * sizeof(uint32_t))
+        self.first = <uint32_t*>PyMem_Malloc((n + 1) * sizeof(uint32_t))
+        if self.table == NULL or self.first == NULL:
+            raise MemoryError()
+        memset(self.table, 0xFF, cap * sizeof(uint32_t))
+
+    def __dealloc__(self):
+        PyMem_Free(self.table)
+        PyMem_Free(self.first)
+
+    cdef inline const unsigned char* at(self, uint32_t j) noexcept nogil:
+        if j < self.n_known:
+            return self.known + self.first[j] * self.record
+        return self.data + self.first[j] * self.record
+
+    cdef inline Py_ssize_t number(self, const unsigned char* rec, Py_ssize_t i) noexcept nogil:
+        """`rec`'s number, a new one (first seen at `i`) if none was given yet."""
+        cdef size_t at = _hash_record(rec, self.record) & self.mask
+        cdef uint32_t j
+        while True:
+            j = self.table[at]
+            if j == _EMPTY:
+                self.table[at] = <uint32_t>self.distinct
+                self.first[self.distinct] = <uint32_t>i
+                self.distinct += 1
+                return self.distinct - 1
+            if memcmp(self.at(j), rec, self.record) == 0:
+                return j
+            at = (at + 1) & self.mask
+
+    cdef int add_known(self, const unsigned char* known, Py_ssize_t n) except -1:
+        self.known = known
+        cdef Py_ssize_t i
+        for i in range(n):
+            self.n_known = i + 1  # (what `at` reads from `known`: those seen so far)
+            if self.number(known + i * self.record, i) != i:
+                raise ValueError(f"known record {i} repeats an earlier one")
+        return 0
+
+    cdef void number_all(self, const unsigned char* data, Py_ssize_t n, uint32_t* out) noexcept nogil:
+        self.data = data
+        cdef Py_ssize_t i
+        for i in range(n):
+            out[i] = <uint32_t>self.number(data + i * self.record, i)
+
+
+def intern_records(const unsigned char[::1] data, Py_ssize_t record, const unsigned char[::1] known=None):
     """(numbers, records): `data` cut into records of `record` bytes, as each record's number
-    (array("I")) among the distinct ones, which `records` holds in order of first sight."""
+    (array("I")) among the distinct ones, which `records` holds in order of first sight. The
+    distinct records of `known` (ValueError if one repeats) come first in that order and are
+    not in `records`: as `data` after them, without the two joined."""
     if record < 1 or data.shape[0] % record:
         raise ValueError(f"{data.shape[0]} bytes are not records of {record} bytes")
-    cdef Py_ssize_t n = data.shape[0] // record, i, j, distinct = 0
-    cdef size_t cap = 8
-    while cap < <size_t>(2 * n):
-        cap <<= 1
-    cdef size_t mask = cap - 1, at
+    cdef Py_ssize_t n_known = 0 if known is None else known.shape[0] // record
+    if known is not None and known.shape[0] % record:
+        raise ValueError(f"{known.shape[0]} known bytes are not records of {record} bytes")
+    cdef Py_ssize_t n = data.shape[0] // record, j
+    cdef _Interned interned = _Interned(record, n_known + n)
+    if n_known:
+        interned.add_known(&known[0], n_known)
     numbers = carray.clone(_UINT32, n, False)
     cdef uint32_t* number = (<carray.array>numbers).data.as_uints
-    # The table holds each distinct record's first position, or -1.
-    cdef Py_ssize_t* table = <Py_ssize_t*>PyMem_Malloc(cap * sizeof(Py_ssize_t))
-    cdef Py_ssize_t* first = <Py_ssize_t*>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
-    if table == NULL or first == NULL:
-        PyMem_Free(table)
-        PyMem_Free(first)
-        raise MemoryError()
-    memset(table, 0xFF, cap * sizeof(Py_ssize_t))
     cdef const unsigned char* src = &data[0] if n else NULL
-    cdef const unsigned char* rec
-    try:
-        with nogil:
-            for i in range(n):
-                rec = src + i * record
-                at = _hash_record(rec, record) & mask
-                while True:
-                    j = table[at]
-                    if j < 0:
-                        table[at] = distinct
-                        first[distinct] = i
-                        number[i] = <uint32_t>distinct
-                        distinct += 1
-                        break
-                    if memcmp(src + first[j] * record, rec, record) == 0:
-                        number[i] = <uint32_t>j
-                        break
-                    at = (at + 1) & mask
-        records = carray.clone(_BYTES, distinct * record, False)
-        for j in range(distinct):
-            memcpy((<carray.array>records).data.as_uchars + j * record, src + first[j] * record, record)
-    finally:
-        PyMem_Free(table)
-        PyMem_Free(first)
+    with nogil:
+        interned.number_all(src, n, number)
+    records = carray.clone(_BYTES, (interned.distinct - n_known) * record, False)
+    for j in range(n_known, interned.distinct):
+        memcpy(
+            (<carray.array>records).data.as_uchars + (j - n_known) * record,
+            src + interned.first[j] * record,
+            record,
+        )
     return numbers, records
 
 
@@ -227,3 +277,20 @@ def previous_siblings(const int32_t[::1] next_sibling):
             dst[nxt] = <int32_t>i
     return out
 
+
+
+def aligned(data, Py_ssize_t size):
+    """`data` (C-contiguous bytes) itself where its first byte lies at a multiple of `size`, else
+    a copy (which does): the columns here are read as items in place, which the compiler may
+    take to be aligned (a copy's arrays read in place from its msgpack lie anywhere)."""
+    cdef const unsigned char[::1] view = data
+    if view.shape[0] and <size_t>&view[0] % <size_t>size:
+        return bytes(view)
+    return data
+
+
+def same_bytes(const unsigned char[::1] a, const unsigned char[::1] b):
+    """Whether `a` and `b` hold the same bytes (a memoryview's `==` compares item by item)."""
+    return a.shape[0] == b.shape[0] and (
+        a.shape[0] == 0 or memcmp(&a[0], &b[0], a.shape[0]) == 0
+    )

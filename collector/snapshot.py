@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any, NamedTuple
 
 import msgspec
@@ -66,7 +67,8 @@ def known_blocks(name: bytes, records: bytes, record: int) -> KnownBlocks:
     if not 0 < len(name) < 256:
         raise ValueError("a name of 1 to 255 bytes, please")
     _, distinct = intern_records(records, record)
-    return KnownBlocks(name, bytes(distinct), record)
+    held = bytes(records) if len(distinct) == len(records) else bytes(distinct)  # (no copy)
+    return KnownBlocks(name, held, record)
 
 
 BlocksNamed = Callable[[bytes], KnownBlocks]
@@ -159,7 +161,37 @@ def encode_copy(
     """The snapshot, compressed, of what `copy_tables` copied: the very bytes `encode_tables`
     made of the tables then. The store's writer thread runs this, off the ingest thread: the
     format's columns are worked out there. Format 5 numbers the blocks of `known` it holds."""
-    return _encoded(msgspec.msgpack.decode(copy), version, known)
+    return _encoded(read_copy(copy), version, known)
+
+
+def read_copy(copy: bytes) -> dict[str, Any]:
+    """What `copy_tables` copied, as its state (format 1), the arrays as views into `copy`:
+    none is copied (SnapshotError if it is no copy)."""
+    try:
+        read = _copy_decoder().decode(copy)
+    except msgspec.DecodeError as exc:
+        raise SnapshotError(f"not a copy of a map: {exc}") from exc
+    return {
+        "version": read.version,
+        "tables": [msgspec.structs.asdict(t) for t in read.tables],
+        "signed": read.signed,
+    }
+
+
+@cache
+def _copy_decoder() -> msgspec.msgpack.Decoder[Any]:
+    """Reads a copy with its arrays as views into it: the map's bytes are not copied again
+    before the format's columns are made of them. Its fields are a table state's, in their
+    order (so that a snapshot lays them out as `encode_tables` does); one it lacks is refused."""
+    sample = BlockTable(TableKey("GPU", 0), 0.0).to_state()
+    arrays: dict[str, Any] = {
+        name: memoryview for name, value in sample.items() if type(value) is memoryview
+    }
+    arrays["columns"] = list[memoryview]
+    fields = [(name, arrays.get(name, Any)) for name in sample]
+    table = msgspec.defstruct("CopiedTable", fields, forbid_unknown_fields=True)
+    whole = [("version", int), ("tables", list[table]), ("signed", Any)]  # type: ignore[valid-type]
+    return msgspec.msgpack.Decoder(msgspec.defstruct("Copy", whole, forbid_unknown_fields=True))
 
 
 def _encoded(state_v1: dict[str, Any], version: int, known: KnownBlocks | None = None) -> bytes:

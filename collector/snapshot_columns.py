@@ -15,12 +15,14 @@ from typing import Any, Literal
 
 from kvscope.collector._byte_planes import join_planes, split_planes
 from kvscope.collector._checkpoint_columns import (
+    aligned,
     by_slot,
     expand_records,
     from_slots,
     intern_records,
     minus,
     previous_siblings,
+    same_bytes,
     xor_linked_parents,
 )
 from kvscope.collector.block_table import BlockTable
@@ -104,12 +106,14 @@ def _deduplicated(
     Token blocks in `known` (distinct records, as a key checkpoint holds them) are numbered
     first, and left out of `token_blocks`: a delta names them in its key. `compact` (format 5)
     also leaves out what the child lists imply (`_implied`)."""
+    # The arrays read as items more than once, as items once (aligned: copied if need be).
+    table = {**table, "hashes": _items(table["hashes"], "Q"), "slots": _items(table["slots"], "i")}
     columns = list(table["columns"])
+    for at in (_FIRST_CHILD, _NEXT_SIBLING):
+        columns[at] = _items(columns[at], "i")
     columns[_PARENT] = _linked_parents_xored(table, columns)
     n_slots = len(columns[_PARENT])  # (an array of them now)
-    hash_of_slot, present = by_slot(
-        _items(table["hashes"], "Q"), _items(table["slots"], "i"), n_slots
-    )
+    hash_of_slot, present = by_slot(table["hashes"], table["slots"], n_slots)
     columns[_LAST_MS] = minus(_items(columns[_LAST_MS], "I"), _items(columns[_FIRST_MS], "I"))
     implied = _implied(columns) if compact else None
     record = table["block_size"] * _TOKEN_ITEM
@@ -124,9 +128,8 @@ def _deduplicated(
         columns[_TOKENS] = expand_records(numbers, distinct, record)
     tokens = memoryview(columns[_TOKENS]).cast("B")
     if record and len(tokens) % record == 0:
-        numbers, distinct = intern_records(known + tokens if known else tokens, record)
-        columns[_TOKENS] = numbers[len(known) // record :] if known else numbers
-        blocks = split_planes(memoryview(distinct)[len(known) :], _TOKEN_ITEM)
+        columns[_TOKENS], distinct = intern_records(tokens, record, known)
+        blocks = split_planes(distinct, _TOKEN_ITEM)
     return _with_slots(table, columns, hash_of_slot, present, blocks, implied)
 
 
@@ -167,7 +170,7 @@ def _implied(columns: list[Any]) -> list[str]:
         derived = previous_siblings(_items(columns[_NEXT_SIBLING], "i"))
     except ValueError:
         return []
-    if memoryview(derived).cast("B") != memoryview(columns[_PREV_SIBLING]).cast("B"):
+    if not same_bytes(memoryview(derived).cast("B"), memoryview(columns[_PREV_SIBLING]).cast("B")):
         return []
     columns[_PREV_SIBLING] = b""
     return ["prev_sibling"]
@@ -221,7 +224,10 @@ def _linked_parents_xored(table: dict[str, Any], columns: list[Any]) -> Any:
     )
 
 
+_ITEM_SIZES = {"Q": 8, "I": 4, "i": 4}
+
+
 def _items(data: Any, fmt: Literal["Q", "I", "i"]) -> memoryview:
     """`data` (bytes or an array's view) as items of struct format `fmt` (TypeError if the
-    bytes are not whole items)."""
-    return memoryview(data).cast("B").cast(fmt)
+    bytes are not whole items), aligned to them (copied where they are not)."""
+    return memoryview(aligned(memoryview(data).cast("B"), _ITEM_SIZES[fmt])).cast(fmt)

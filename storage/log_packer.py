@@ -10,8 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
-import msgspec
-
+from kvscope.collector.snapshot import read_copy
 from kvscope.storage.log_chunk_pack import pack
 from kvscope.storage.log_chunks import CHUNK_FORMAT, ChunkRow
 from kvscope.storage.log_dictionary import (
@@ -108,7 +107,7 @@ class LogPacker:
         self._known.pop(row.stream, None)
         self._pending.pop(row.stream, None)
         if self.fmt >= 6:
-            tables = msgspec.msgpack.decode(row.snapshot)["tables"]
+            tables = read_copy(row.snapshot)["tables"]  # (the hashes as views: not copied)
             hashes = hashes_of(table["hashes"] for table in tables)
             self._pending[row.stream] = Known(row.epoch, row.seq, hashes)
 
