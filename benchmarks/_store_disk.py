@@ -118,7 +118,8 @@ def _size(n: float) -> str:
 
 
 def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
-    """The SQLite store in `folder` (its only files), after its writer closed."""
+    """The SQLite store in `folder` (its only files), after its writer closed (its idle work
+    done)."""
     url = f"sqlite:///{next(folder.glob('*.sqlite'))}"
     engine = create_engine(url)
     with engine.connect() as conn:
@@ -270,6 +271,7 @@ def recording(path: Path, settings: StoreSettings) -> Disk:
         ingest = StreamIngest(stream, can_replay=False, sink=writer)
         for record in read_capture(path):
             ingest.live_frames(record.frames, record.recv_ts)
+        assert writer.flush(600, idle_work=True), "the writer stopped"  # as compact as it gets
         writer.close(600)
         counters = ingest.map.counters
         return measure(Path(tmp), counters.stored_blocks + counters.removed_blocks, writer.log)

@@ -115,6 +115,11 @@ class RowQueue(QueueCore, Generic[Row]):
     def closed(self) -> bool:
         return self._closing.is_set()
 
+    @property
+    def idle(self) -> bool:
+        """Nothing waits to be taken and the queue is open: the writer may do other work."""
+        return not self._rows and not self.spill_active and not self._closing.is_set()
+
     def close(self) -> None:
         """No more rows: `take` returns None once the queue is empty."""
         self._closing.set()

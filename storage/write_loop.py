@@ -3,6 +3,8 @@
 A store that is down is waited out (retried with backoff, rows waiting in the queue and its
 spill); a row the store refuses for good is found and left out, so that one bad row never
 stops the writer nor costs the rows beside it. If the thread stops anyway, `failure` says why.
+Work that no row waits for (compaction: storage/log_repack.py) is done only while the queue is
+empty, in short transactions of its own.
 """
 
 from __future__ import annotations
@@ -52,13 +54,19 @@ class WriteLoop:
         self._leaving: list[tuple[int, StreamId]] = []
         """Streams to forget once the queue's rows up to each mark are written."""
         self._leaving_lock = threading.Lock()
+        self._cpu_started = 0.0
+        """The writer thread's CPU clock when it started."""
         self.thread = threading.Thread(target=self._run, name=WRITER_THREAD, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        cpu_started = time.thread_time()
+        self._cpu_started = time.thread_time()
         try:
-            while (rows := self.queue.take(self._rows_per_take())) is not None:
+            while True:
+                self._idle_work()
+                rows = self.queue.take(self._rows_per_take())
+                if rows is None:
+                    break
                 # Before `done`: what was just taken still counts as held.
                 self._held_peak = max(self._held_peak, self.queue.memory_bytes)
                 # A stream forgotten while the writer was idle (its rows all written) and
@@ -69,7 +77,7 @@ class WriteLoop:
                 self.stats.write_seconds_total += time.perf_counter() - started
                 self.stats.rows_written += len(rows)
                 self.stats.transactions += 1
-                self.stats.writer_cpu_seconds_total = time.thread_time() - cpu_started
+                self.stats.writer_cpu_seconds_total = time.thread_time() - self._cpu_started
                 self.queue.done(droppable)
                 # Not held while the next take waits (a take's payloads, up to
                 # `rows_per_transaction` of them), nor through a trim.
@@ -79,6 +87,31 @@ class WriteLoop:
         except Exception as exc:  # said, not hidden: see `failure`
             self.failure = f"{type(exc).__name__}: {exc}"
             logger.exception("the store writer stopped: %s", self.failure)
+
+    def _idle_work(self) -> None:
+        """While no row waits, a step at a time: a row put meanwhile waits one step at most. A
+        step that fails is rolled back and done again after the next transaction of rows."""
+        while self.sql.idle_work and self.queue.idle:
+            self._forget_left()
+            cpu = time.thread_time()
+            try:
+                with self.engine.begin() as conn:
+                    taken = self.sql.idle_step(conn)
+            except Exception as exc:
+                self.sql.idle_ended(committed=False)
+                self._refusals.warning(
+                    f"idle:{type(exc).__name__}",
+                    "re-packing log chunks failed (%s: %s); tried again later",
+                    type(exc).__name__,
+                    str(exc).splitlines()[0] if str(exc) else "",
+                )
+                return
+            self.sql.idle_ended(committed=True)
+            self.stats.idle_steps += 1
+            self.stats.idle_chunks += taken
+            now = time.thread_time()
+            self.stats.idle_cpu_seconds_total += now - cpu
+            self.stats.writer_cpu_seconds_total = now - self._cpu_started
 
     def _rows_per_take(self) -> int:
         return rows_per_take(self.settings, self.sql.streams_written)

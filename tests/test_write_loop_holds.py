@@ -49,6 +49,7 @@ class _Queue:
 
 class _Sql:
     streams_written = 1
+    idle_work = False
 
     def prepare(self, rows: list[Any]) -> SimpleNamespace:
         return SimpleNamespace(droppable=0)
