@@ -20,7 +20,8 @@ asserted):
    wall past its CPU split (Linux's per-thread counts, benchmarks/_thread_clock.py) into the
    wait for a core (the machine's other load) and the time blocked (the GIL; the writer also
    the disk and its takes), with how many times it blocked;
-2. bytes on disk per block-event (the SQLite file after the run, WAL checkpointed), split into
+2. bytes on disk per block-event (the SQLite file after the run and the writer's idle work, WAL
+   checkpointed; and less its free pages, which the rows that follow would take), split into
    the log, checkpoints and the rest, with the log's batches packed in each chunk format (today's
    layout beside the new one), on the benchmark stream and on the bundled lab recordings; and
    what that comes to per replica-day at an H200's rate and for a fleet's week (target: <= 20);
@@ -437,6 +438,9 @@ def main() -> None:
                     for kind, split in time_split.items()
                 },
                 "disk_bytes_per_block_event": round(per_event, 1),
+                "disk_in_use_bytes_per_block_event": round(
+                    disk.per_event(disk.file_bytes - disk.free_bytes), 1
+                ),
                 "log_bytes_per_block_event": {
                     fmt: round(disk.per_event(size), 1) for fmt, size in disk.log_by_format.items()
                 },

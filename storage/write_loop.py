@@ -3,8 +3,9 @@
 A store that is down is waited out (retried with backoff, rows waiting in the queue and its
 spill); a row the store refuses for good is found and left out, so that one bad row never
 stops the writer nor costs the rows beside it. If the thread stops anyway, `failure` says why.
-Work that no row waits for (compaction: storage/log_repack.py) is done only while the queue is
-empty, in short transactions of its own.
+Work that no row waits for (compaction: storage/log_repack.py) is done only while the writer
+would wait for rows anyway (none queued, or lingering for more), in short transactions of its
+own: never while a whole take is queued.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class WriteLoop:
         self._leaving: list[tuple[int, StreamId]] = []
         """Streams to forget once the queue's rows up to each mark are written."""
         self._leaving_lock = threading.Lock()
+        self._idle_failed = False
+        """The last idle step failed: none until a transaction of rows is written."""
         self._cpu_started = 0.0
         """The writer thread's CPU clock when it started."""
         self.thread = threading.Thread(target=self._run, name=WRITER_THREAD, daemon=True)
@@ -62,11 +65,7 @@ class WriteLoop:
     def _run(self) -> None:
         self._cpu_started = time.thread_time()
         try:
-            while True:
-                self._idle_work()
-                rows = self.queue.take(self._rows_per_take())
-                if rows is None:
-                    break
+            while (rows := self.queue.take(self._rows_per_take(), self._idle_step)) is not None:
                 # Before `done`: what was just taken still counts as held.
                 self._held_peak = max(self._held_peak, self.queue.memory_bytes)
                 # A stream forgotten while the writer was idle (its rows all written) and
@@ -88,30 +87,34 @@ class WriteLoop:
             self.failure = f"{type(exc).__name__}: {exc}"
             logger.exception("the store writer stopped: %s", self.failure)
 
-    def _idle_work(self) -> None:
-        """While no row waits, a step at a time: a row put meanwhile waits one step at most. A
-        step that fails is rolled back and done again after the next transaction of rows."""
-        while self.sql.idle_work and self.queue.idle:
-            self._forget_left()
-            cpu = time.thread_time()
-            try:
-                with self.engine.begin() as conn:
-                    taken = self.sql.idle_step(conn)
-            except Exception as exc:
-                self.sql.idle_ended(committed=False)
-                self._refusals.warning(
-                    f"idle:{type(exc).__name__}",
-                    "re-packing log chunks failed (%s: %s); tried again later",
-                    type(exc).__name__,
-                    str(exc).splitlines()[0] if str(exc) else "",
-                )
-                return
-            self.sql.idle_ended(committed=True)
-            self.stats.idle_steps += 1
-            self.stats.idle_chunks += taken
-            now = time.thread_time()
-            self.stats.idle_cpu_seconds_total += now - cpu
-            self.stats.writer_cpu_seconds_total = now - self._cpu_started
+    def _idle_step(self) -> bool:
+        """While the queue's take waits for rows: a step of the work no row waits for; whether
+        it did one. One that fails is rolled back, and done again after the next transaction
+        of rows."""
+        if self._idle_failed or not self.sql.idle_work:
+            return False
+        self._forget_left()
+        cpu = time.thread_time()
+        try:
+            with self.engine.begin() as conn:
+                taken = self.sql.idle_step(conn)
+        except Exception as exc:
+            self.sql.idle_ended(committed=False)
+            self._idle_failed = True
+            self._refusals.warning(
+                f"idle:{type(exc).__name__}",
+                "re-packing log chunks failed (%s: %s); tried again later",
+                type(exc).__name__,
+                str(exc).splitlines()[0] if str(exc) else "",
+            )
+            return False
+        self.sql.idle_ended(committed=True)
+        self.stats.idle_steps += 1
+        self.stats.idle_chunks += taken
+        now = time.thread_time()
+        self.stats.idle_cpu_seconds_total += now - cpu
+        self.stats.writer_cpu_seconds_total = now - self._cpu_started
+        return True
 
     def _rows_per_take(self) -> int:
         return rows_per_take(self.settings, self.sql.streams_written)
@@ -178,6 +181,7 @@ class WriteLoop:
             try:
                 with self.engine.begin() as conn:
                     self.sql.write(conn, prepared)
+                self._idle_failed = False
                 return
             except SQLAlchemyError as exc:
                 if not store_down(exc):

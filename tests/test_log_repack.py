@@ -58,14 +58,20 @@ def count_repacks(writer: RowWriter, monkeypatch: pytest.MonkeyPatch) -> list[in
 
 def stopped_loop(engine: sa.Engine, writer: RowWriter) -> WriteLoop:
     """A write loop whose thread has ended: the test hands it each transaction's rows
-    (`_write_rows`) and has it do its idle work (`_idle_work`), as the thread would, its queue
-    open and empty (idle) unless the test puts a row in it."""
+    (`_write_rows`) and its idle steps (`idle`), as its queue's takes would, the queue open and
+    empty unless the test puts rows in it."""
     closed: RowQueue[Row] = RowQueue(1 << 20)
     closed.close()
     loop = WriteLoop(engine, closed, writer, StoreSettings(), WriterStats())
     loop.thread.join()
-    loop.queue = RowQueue(1 << 20)
+    loop.queue = RowQueue(1 << 20, linger_s=0.2)
     return loop
+
+
+def idle(loop: WriteLoop) -> None:
+    """The loop's idle steps, until it has none to do (as its take does, waiting for rows)."""
+    while loop._idle_step():
+        pass
 
 
 @pytest.mark.parametrize("fmt", SETTABLE_FORMATS)
@@ -84,7 +90,7 @@ def test_after_the_first_dictionary_no_chunk_is_in_the_pre_dictionary_layout(
     # Chunks stored before it, more than one step re-writes.
     assert len(sizes[first - 1]) > CHUNKS_PER_STEP
     assert sizes[-1][: len(sizes[first - 1])] == sizes[first - 1]  # none while rows come
-    stopped_loop(engine, writer)._idle_work()
+    idle(stopped_loop(engine, writer))
     with engine.connect() as conn:
         assert None not in chunk_dictionaries(conn)
         sid = conn.execute(sa.select(schema.streams.c.id)).scalar_one()
@@ -100,16 +106,22 @@ def test_re_packing_waits_while_rows_wait_and_runs_once_the_writer_idles(
     rows = block_log(random.Random(5), 1200, token_pool(random.Random(5), 40))
     writer = row_writer()
     loop = stopped_loop(engine, writer)
-    loop.queue.put(rows[0], True)  # a row waiting, as in a backlog
     for start in range(0, len(rows), 10):
         loop._write_rows(list[Row](rows[start : start + 10]))
-        loop._idle_work()  # as the thread does after each transaction
     with engine.connect() as conn:
         before = chunk_dictionaries(conn)
     assert any(before) and before.count(None) > CHUNKS_PER_STEP
-    assert loop.stats.idle_steps == 0 and writer.idle_work
-    assert loop.queue.take(1) is not None  # the queue drained: the writer idles
-    loop._idle_work()
+    assert writer.idle_work
+    # A whole take queued (a backlog): taken at once, no step.
+    for row in rows[:5]:
+        loop.queue.put(row, True)
+    assert loop.queue.take(5, loop._idle_step) == rows[:5]
+    assert loop.stats.idle_steps == 0
+    # Fewer: the take lingers for more, and steps fill the wait.
+    loop.queue.put(rows[5], True)
+    assert loop.queue.take(5, loop._idle_step) == rows[5:6]
+    assert loop.stats.idle_steps >= 1
+    idle(loop)  # none queued: the writer idles
     assert not writer.idle_work
     assert loop.stats.idle_chunks == before.count(None)
     assert loop.stats.idle_chunks <= loop.stats.idle_steps * CHUNKS_PER_STEP
@@ -175,7 +187,7 @@ def test_a_chunk_that_cannot_be_read_costs_no_other_row(tmp_path: object) -> Non
         conn.execute(sa.update(schema.log_chunks).values(data=b"\x28\xb5\x2f\xfdgarbage"))
     for start in range(10, len(rows), 10):
         write(engine, writer, rows[start : start + 10])
-    stopped_loop(engine, writer)._idle_work()
+    idle(stopped_loop(engine, writer))
     assert not writer.idle_work
     with engine.connect() as conn:
         assert None in chunk_dictionaries(conn)  # the damaged one, left as it was
@@ -201,7 +213,7 @@ def test_a_fleet_re_packs_a_bounded_number_a_transaction_and_every_stream_finish
     per_step = count_repacks(writer, monkeypatch)
     for start in range(0, 400, 10):
         write(engine, writer, [r for log in logs for r in log[start : start + 10]])
-    stopped_loop(engine, writer)._idle_work()
+    idle(stopped_loop(engine, writer))
     assert 0 < max(per_step) <= CHUNKS_PER_STEP
     with engine.connect() as conn:
         assert None not in chunk_dictionaries(conn)
@@ -234,11 +246,11 @@ def test_a_step_that_fails_is_rolled_back_and_done_again(
     """A step the store refuses leaves the old bytes (never neither), and its chunks (and the
     streams it found done) are taken again by a later step."""
     engine = open_store(f"sqlite:///{tmp_path}/k.sqlite")
-    rows = block_log(random.Random(5), 1200, token_pool(random.Random(5), 40))
+    rows = block_log(random.Random(5), 1210, token_pool(random.Random(5), 40))
     writer = row_writer()
     taken = count_repacks(writer, monkeypatch)
     loop = stopped_loop(engine, writer)
-    for start in range(0, len(rows), 10):
+    for start in range(0, 1200, 10):
         loop._write_rows(list[Row](rows[start : start + 10]))
     with engine.connect() as conn:
         before = chunk_dictionaries(conn)
@@ -246,12 +258,14 @@ def test_a_step_that_fails_is_rolled_back_and_done_again(
     steps = -(-before.count(None) // CHUNKS_PER_STEP)
     failing = RefusesOnce(engine, lambda: len(taken) == steps)
     loop.engine = failing  # type: ignore[assignment]  # duck-typed stand-in
-    loop._idle_work()
+    idle(loop)
     assert failing.refused and writer.idle_work
+    assert not loop._idle_step()  # none until a transaction of rows
     with engine.connect() as conn:
         after = chunk_dictionaries(conn)
     assert after.count(None) == before.count(None) - CHUNKS_PER_STEP * (steps - 1) > 0
-    loop._idle_work()  # after the next transaction of rows
+    loop._write_rows(list[Row](rows[1200:]))
+    idle(loop)
     assert not writer.idle_work
     with engine.connect() as conn:
         assert None not in chunk_dictionaries(conn)
