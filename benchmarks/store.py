@@ -10,8 +10,9 @@ asserted):
    the baseline), then the same with the store on (SQLite file; PostgreSQL), timed until the
    writer has committed the last row; their ratio (targets: SQLite >= 0.6x, PostgreSQL >= 0.5x),
    the median over `--rounds` rounds of the three run back to back (the writer's idle work,
-   storage/log_repack.py's re-packing, is left to after the last row: said apart, and done
-   before the disk is measured); and each kind's CPU seconds
+   storage/log_repack.py's re-packing, done only while it waits for rows: what was left of it
+   after the last row is said apart, and done before the disk is measured); and each kind's CPU
+   seconds
    per second (a memory-only run well under one shared the machine: its ratios are not an idle
    machine's, where the writer's GIL-held work cannot overlap the ingest thread's); and per
    database a `time_split_s` line: the ingest loop's wall and CPU seconds, the wait for the
@@ -102,8 +103,8 @@ class TimeSplit(NamedTuple):
     writer_waits: int = 0
     """The times it blocked."""
     idle_chunks_during: float = 0.0
-    """Chunks the writer re-packed in idle time (storage/log_repack.py) while rows came: its
-    queue was empty (within a step or two of the last row's commit, counted here too)."""
+    """Chunks the writer re-packed in idle time (storage/log_repack.py) while rows came, as it
+    waited for them (and within a step or two after the last row's commit, counted here too)."""
     idle_cpu_during: float = 0.0
     """Their CPU seconds (of `writer_cpu`)."""
     idle_chunks_after: float = 0.0

@@ -6,11 +6,12 @@ about twice as large as those after. Once a committed transaction's chunks name 
 current dictionary, the stream's chunks that name none are re-written against it
 (storage/log_rewrite.py: the same batches, exactly, in the writer's format; one UPDATE each, so
 a reader sees a chunk's old bytes or its new ones, and a failed transaction leaves the old),
-until none is left. That is compaction, done once per chunk: the writer does it when no row
-waits (storage/write_loop.py), a `step` per transaction of its own, so that a backlog never
-waits on it. The dictionary is safe to name: a committed transaction stored it and its chunks
-name it, so retention keeps it. Every dictionary-less chunk of the stream is taken, whichever
-epoch or writer stored it (a restarted writer has none until its content recurs again).
+until none is left. That is compaction, done once per chunk: the writer does it only where it
+would wait for rows anyway (none queued, or lingering for more: storage/write_loop.py), a `step`
+per transaction of its own, so that a backlog never waits on it. The dictionary is safe to name:
+a committed transaction stored it and its chunks name it, so retention keeps it. Every
+dictionary-less chunk of the stream is taken, whichever epoch or writer stored it (a restarted
+writer has none until its content recurs again).
 
 A step re-writes `CHUNKS_PER_STEP` chunks at most, whatever the number of streams (after an
 upgrade, a fleet's streams all have such chunks): the streams take turns, the one served

@@ -237,8 +237,8 @@ class StoreWriter(StoreSinkCore):
         """Wait until every row queued before this call is written (rows queued meanwhile may
         wait); False on timeout or when the writer has stopped. A reader of the store that
         must not miss the latest batches calls this first: the writer lingers up to
-        `linger_s`. With `idle_work`, also until the work the writer leaves for when no row
-        waits is done (storage/log_repack.py): the store as compact as it gets, which rows
+        `linger_s`. With `idle_work`, also until the work the writer does while it waits for
+        rows is done (storage/log_repack.py): the store as compact as it gets, which rows
         queued meanwhile put off."""
         mark = self._queue.put_total
         deadline = time.monotonic() + timeout

@@ -23,10 +23,11 @@ class WriterStats:
     """Wall seconds in the writer's transactions (retries and their waits included)."""
     writer_cpu_seconds_total: float = 0.0
     """The writer thread's CPU seconds since it started, as of its last transaction (of rows or
-    idle work): beside
-    `write_seconds_total`, whether it waited (on the GIL, the store) or worked."""
+    of idle work): beside `write_seconds_total`, whether it waited (on the GIL, the store) or
+    worked."""
     idle_steps: int = 0
-    """Transactions of idle work (log_repack.py's steps: the queue was empty)."""
+    """Transactions of idle work (log_repack.py's steps), done while the writer waited for
+    rows."""
     idle_chunks: int = 0
     """Chunks stored before their stream's dictionary, re-packed in idle time."""
     idle_cpu_seconds_total: float = 0.0
