@@ -3,7 +3,8 @@
 A store that is down is waited out (retried with backoff, rows waiting in the queue and its
 spill); a row the store refuses for good is found and left out, so that one bad row never
 stops the writer nor costs the rows beside it. If the thread stops anyway, `failure` says why.
-Work that no row waits for (compaction: storage/log_repack.py) is done only while the writer
+Work that no row waits for (compaction: storage/log_repack.py, then the pages it freed given
+back: storage/free_pages.py) is done only while the writer
 would wait for rows anyway (none queued, or lingering for more), in short transactions of its
 own: never while a whole take is queued.
 """
@@ -20,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.types import StreamId
 from kvscope.storage.engine import store_down
+from kvscope.storage.free_pages import FreePages
 from kvscope.storage.heap_trim import rss_bytes, trim_heap
 from kvscope.storage.prepared import Prepared
 from kvscope.storage.rowqueue import RowQueue
@@ -57,6 +59,7 @@ class WriteLoop:
         self._leaving_lock = threading.Lock()
         self._idle_failed = False
         """The last idle step failed: none until a transaction of rows is written."""
+        self.free_pages = FreePages()
         self._cpu_started = 0.0
         """The writer thread's CPU clock when it started."""
         self.thread = threading.Thread(target=self._run, name=WRITER_THREAD, daemon=True)
@@ -87,30 +90,48 @@ class WriteLoop:
             self.failure = f"{type(exc).__name__}: {exc}"
             logger.exception("the store writer stopped: %s", self.failure)
 
+    @property
+    def idle_work(self) -> bool:
+        """Whether work is left for when no row waits (re-packing, then free pages given
+        back): read from any thread."""
+        return not self._idle_failed and (self.sql.idle_work or self.free_pages.pending)
+
     def _idle_step(self) -> bool:
         """While the queue's take waits for rows: a step of the work no row waits for; whether
         it did one. One that fails is rolled back, and done again after the next transaction
         of rows."""
-        if self._idle_failed or not self.sql.idle_work:
+        if self._idle_failed:
+            return False
+        repack = self.sql.idle_work
+        if not repack and not self.free_pages.pending:
             return False
         self._forget_left()
         cpu = time.thread_time()
+        taken = pages = 0
         try:
             with self.engine.begin() as conn:
-                taken = self.sql.idle_step(conn)
+                if repack:
+                    taken = self.sql.idle_step(conn)
+                else:
+                    pages = self.free_pages.step(conn)
         except Exception as exc:
-            self.sql.idle_ended(committed=False)
+            if repack:
+                self.sql.idle_ended(committed=False)
             self._idle_failed = True
             self._refusals.warning(
                 f"idle:{type(exc).__name__}",
-                "re-packing log chunks failed (%s: %s); tried again later",
+                "the writer's idle work failed (%s: %s); tried again later",
                 type(exc).__name__,
                 str(exc).splitlines()[0] if str(exc) else "",
             )
             return False
-        self.sql.idle_ended(committed=True)
+        if repack:
+            self.sql.idle_ended(committed=True)
+            if taken:
+                self.free_pages.freed()  # the old, larger chunks' pages
         self.stats.idle_steps += 1
         self.stats.idle_chunks += taken
+        self.stats.idle_pages += pages
         now = time.thread_time()
         self.stats.idle_cpu_seconds_total += now - cpu
         self.stats.writer_cpu_seconds_total = now - self._cpu_started

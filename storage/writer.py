@@ -238,11 +238,11 @@ class StoreWriter(StoreSinkCore):
         wait); False on timeout or when the writer has stopped. A reader of the store that
         must not miss the latest batches calls this first: the writer lingers up to
         `linger_s`. With `idle_work`, also until the work the writer does while it waits for
-        rows is done (storage/log_repack.py): the store as compact as it gets, which rows
-        queued meanwhile put off."""
+        rows is done (storage/log_repack.py, storage/free_pages.py): the store as compact as
+        it gets, which rows queued meanwhile put off."""
         mark = self._queue.put_total
         deadline = time.monotonic() + timeout
-        while self._queue.written_total < mark or (idle_work and self._sql.idle_work):
+        while self._queue.written_total < mark or (idle_work and self._loop.idle_work):
             if time.monotonic() >= deadline or not self._thread.is_alive():
                 return False
             self._queue.hurry()

@@ -30,6 +30,8 @@ class WriterStats:
     rows."""
     idle_chunks: int = 0
     """Chunks stored before their stream's dictionary, re-packed in idle time."""
+    idle_pages: int = 0
+    """Free pages given back to the file system in idle time (storage/free_pages.py)."""
     idle_cpu_seconds_total: float = 0.0
     """Of `writer_cpu_seconds_total`, the idle work's."""
     heap_trims: int = 0
