@@ -69,6 +69,10 @@ class Disk:
     unused in all of those pages."""
     log_frames: dict[str, int]
     """The log's columnar chunks' bytes by frame."""
+    free_bytes: int = 0
+    """The file's free pages: a compaction's (the writer's idle re-packing,
+    storage/log_repack.py) at the end of a run, which the rows that follow take before the
+    file grows."""
 
     def per_event(self, size: float) -> float:
         return size / self.block_events
@@ -85,7 +89,10 @@ class Disk:
         )
         return [
             f"disk, {what}: {self.file_bytes:,} bytes for {self.block_events:,} block-events: "
-            f"{self.per_event(self.file_bytes):.1f} bytes per block-event  (target <= 20)",
+            f"{self.per_event(self.file_bytes):.1f} bytes per block-event, "
+            f"{self.per_event(self.file_bytes - self.free_bytes):.1f} in use (less "
+            f"{self.per_event(self.free_bytes):.1f} of free pages, which the rows that follow "
+            "take first)  (target <= 20)",
             f"  log {self.per_event(self.log_bytes):.1f} (of which dictionaries "
             f"{self.per_event(self.dictionary_bytes):.1f}), checkpoints "
             f"{self.per_event(self.checkpoint_bytes):.1f}, the rest {self.per_event(other):.1f} "
@@ -118,7 +125,8 @@ def _size(n: float) -> str:
 
 
 def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
-    """The SQLite store in `folder` (its only files), after its writer closed."""
+    """The SQLite store in `folder` (its only files), after its writer closed (its idle work
+    done)."""
     url = f"sqlite:///{next(folder.glob('*.sqlite'))}"
     engine = create_engine(url)
     with engine.connect() as conn:
@@ -140,6 +148,8 @@ def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
             for fmt in SNAPSHOT_FORMATS
         }
         pages = _pages(conn)
+        free = conn.execute(text("PRAGMA freelist_count")).scalar() or 0
+        free *= conn.execute(text("PRAGMA page_size")).scalar() or 0
         frames = _log_frames(
             bytes(d) for d in conn.execute(text("SELECT data FROM log_chunks")).scalars()
         )
@@ -156,6 +166,7 @@ def measure(folder: Path, block_events: int, log: Sequence[LogRow]) -> Disk:
         content_floor(row[5] for row in log),
         pages,
         frames,
+        int(free),
     )
 
 
@@ -270,6 +281,7 @@ def recording(path: Path, settings: StoreSettings) -> Disk:
         ingest = StreamIngest(stream, can_replay=False, sink=writer)
         for record in read_capture(path):
             ingest.live_frames(record.frames, record.recv_ts)
+        assert writer.flush(600, idle_work=True), "the writer stopped"  # as compact as it gets
         writer.close(600)
         counters = ingest.map.counters
         return measure(Path(tmp), counters.stored_blocks + counters.removed_blocks, writer.log)

@@ -9,7 +9,10 @@ asserted):
 1. memory-only ingest (block-events/s of `StreamIngest.live_frames` over pre-encoded payloads:
    the baseline), then the same with the store on (SQLite file; PostgreSQL), timed until the
    writer has committed the last row; their ratio (targets: SQLite >= 0.6x, PostgreSQL >= 0.5x),
-   the median over `--rounds` rounds of the three run back to back; and each kind's CPU seconds
+   the median over `--rounds` rounds of the three run back to back (the writer's idle work,
+   storage/log_repack.py's re-packing, done only while it waits for rows: what was left of it
+   after the last row is said apart, and done before the disk is measured); and each kind's CPU
+   seconds
    per second (a memory-only run well under one shared the machine: its ratios are not an idle
    machine's, where the writer's GIL-held work cannot overlap the ingest thread's); and per
    database a `time_split_s` line: the ingest loop's wall and CPU seconds, the wait for the
@@ -18,7 +21,8 @@ asserted):
    wall past its CPU split (Linux's per-thread counts, benchmarks/_thread_clock.py) into the
    wait for a core (the machine's other load) and the time blocked (the GIL; the writer also
    the disk and its takes), with how many times it blocked;
-2. bytes on disk per block-event (the SQLite file after the run, WAL checkpointed), split into
+2. bytes on disk per block-event (the SQLite file after the run and the writer's idle work, WAL
+   checkpointed; and less its free pages, which the rows that follow would take), split into
    the log, checkpoints and the rest, with the log's batches packed in each chunk format (today's
    layout beside the new one), on the benchmark stream and on the bundled lab recordings; and
    what that comes to per replica-day at an H200's rate and for a fleet's week (target: <= 20);
@@ -34,6 +38,7 @@ The stream is benchmarks/ingest.py's model of vLLM 0.33's BlockPool (see there).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -97,6 +102,17 @@ class TimeSplit(NamedTuple):
     """The writer thread's seconds in the run blocked: the GIL, the disk, its takes' waits."""
     writer_waits: int = 0
     """The times it blocked."""
+    idle_chunks_during: float = 0.0
+    """Chunks the writer re-packed in idle time (storage/log_repack.py) while rows came, as it
+    waited for them (and within a step or two after the last row's commit, counted here too)."""
+    idle_cpu_during: float = 0.0
+    """Their CPU seconds (of `writer_cpu`)."""
+    idle_chunks_after: float = 0.0
+    """The chunks left to re-pack after the last row, before the disk is measured."""
+    idle_cpu_after: float = 0.0
+    """Their CPU seconds (not in `writer_cpu`)."""
+    idle_wall_after: float = 0.0
+    """The wall seconds they took (not in the rate)."""
 
     def bound_by(self) -> str:
         """The thread that worked the longer: with the GIL between them, the other waited."""
@@ -112,7 +128,10 @@ class TimeSplit(NamedTuple):
             f"times), {self.writer_in_transactions:.2f} wall in transactions; memory-only loop "
             f"{memory_only.loop_wall:.2f} wall = {memory_only.loop_cpu:.2f} CPU + "
             f"{memory_only.loop_run_queue:.2f} waiting for a core "
-            f"(bound by the {self.bound_by()} thread)"
+            f"(bound by the {self.bound_by()} thread); idle re-packing "
+            f"{self.idle_chunks_during:.0f} chunks ({self.idle_cpu_during:.2f} CPU) while rows "
+            f"came, {self.idle_chunks_after:.0f} ({self.idle_cpu_after:.2f} CPU, "
+            f"{self.idle_wall_after:.2f} wall) after the last row"
         )
 
     @staticmethod
@@ -143,8 +162,9 @@ def ingest_rate(
     busy: list[float] | None = None,
     splits: list[TimeSplit] | None = None,
 ) -> float:
-    """Block-events per second; with `busy`, the run's CPU seconds (this process, all threads)
-    per second appended to it; with `splits`, its `TimeSplit`."""
+    """Block-events per second, until the last row is committed; with `busy`, the run's CPU
+    seconds (this process, all threads) per second appended to it; with `splits`, its
+    `TimeSplit`. The writer's idle work is waited for after (the store as compact as it gets)."""
     ingest = StreamIngest(STREAM, can_replay=False, sink=writer)
     this_thread = threading.current_thread()
     other = writer_thread() if writer is not None else None
@@ -156,32 +176,42 @@ def ingest_rate(
     looped, loop_cpu = time.perf_counter(), time.thread_time() - thread_cpu
     loop_clock = clock_of(this_thread) - clocks[0]
     writer_clock, writer_read = ThreadClock(0.0, 0.0, 0), looped
+    stats = writer.stats if writer is not None else WriterStats()
     if writer is not None:
         # The rows are only kept once committed; the writer thread read before it ends.
         assert writer.flush(600), "the writer stopped"
         writer_clock = clock_of(other) - clocks[1]
         writer_read = time.perf_counter()
+    ended = time.perf_counter()
+    process_cpu = time.process_time() - cpu
+    at_last_row = dataclasses.replace(stats)
+    if writer is not None:
+        assert writer.flush(600, idle_work=True), "the writer stopped"
         writer.close(600)
         assert writer.stats.batches_dropped == 0, "the store fell behind: raise queue_rows"
-    ended = time.perf_counter()
+    idle_wall_after = time.perf_counter() - ended
     elapsed = ended - started
     if busy is not None:
-        busy.append((time.process_time() - cpu) / elapsed)
+        busy.append(process_cpu / elapsed)
     if splits is not None:
-        stats = writer.stats if writer is not None else WriterStats()
         splits.append(
             TimeSplit(
                 looped - started,
                 loop_cpu,
                 ended - looped,
-                stats.writer_cpu_seconds_total,
-                stats.write_seconds_total,
+                at_last_row.writer_cpu_seconds_total,
+                at_last_row.write_seconds_total,
                 loop_clock.run_queue,
                 looped - started - loop_cpu - loop_clock.run_queue,
                 loop_clock.waits,
                 writer_clock.run_queue,
                 writer_clock.blocked(writer_read - started) if writer is not None else 0.0,
                 writer_clock.waits,
+                at_last_row.idle_chunks,
+                at_last_row.idle_cpu_seconds_total,
+                stats.idle_chunks - at_last_row.idle_chunks,
+                stats.idle_cpu_seconds_total - at_last_row.idle_cpu_seconds_total,
+                idle_wall_after if writer is not None else 0.0,
             )
         )
     assert ingest.counters.batches_applied == len(frames) and ingest.degraded is None
@@ -409,6 +439,9 @@ def main() -> None:
                     for kind, split in time_split.items()
                 },
                 "disk_bytes_per_block_event": round(per_event, 1),
+                "disk_in_use_bytes_per_block_event": round(
+                    disk.per_event(disk.file_bytes - disk.free_bytes), 1
+                ),
                 "log_bytes_per_block_event": {
                     fmt: round(disk.per_event(size), 1) for fmt, size in disk.log_by_format.items()
                 },

@@ -105,8 +105,10 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
-            # Takes effect only on a new, empty file (before WAL); an older file keeps its own.
+            # Take effect only on a new, empty file (before WAL); an older file keeps its own.
             cursor.execute(f"PRAGMA page_size={SQLITE_PAGE_SIZE}")
+            # Free pages given back while the writer idles (storage/free_pages.py).
+            cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")

@@ -2,24 +2,26 @@
 
 A stream's writer has no dictionary until its content has recurred enough
 (storage/log_dictionary.py): on a busy stream that is tens of seconds of log, whose chunks pack
-about twice as large as those after. Once a transaction's chunks name the stream's current
-dictionary, that transaction also re-writes some of the stream's chunks that name none
-(storage/log_rewrite.py: the same batches, exactly, in the writer's
-format; one UPDATE each, so a reader sees a chunk's old bytes or its new ones, and a failed
-transaction leaves the old), until none is left. The dictionary is safe to name: the
-transaction stores it if it is not stored yet, and its own chunks name it, so retention keeps
-it. Every dictionary-less chunk of the stream is taken, whichever epoch or writer stored it (a
-restarted writer has none until its content recurs again).
+about twice as large as those after. Once a committed transaction's chunks name the stream's
+current dictionary, the stream's chunks that name none are re-written against it
+(storage/log_rewrite.py: the same batches, exactly, in the writer's format; one UPDATE each, so
+a reader sees a chunk's old bytes or its new ones, and a failed transaction leaves the old),
+until none is left. That is compaction, done once per chunk: the writer does it only where it
+would wait for rows anyway (none queued, or lingering for more: storage/write_loop.py), a `step`
+per transaction of its own, so that a backlog never waits on it. The dictionary is safe to name:
+a committed transaction stored it and its chunks name it, so retention keeps it. Every
+dictionary-less chunk of the stream is taken, whichever epoch or writer stored it (a restarted
+writer has none until its content recurs again).
 
-A transaction re-writes `CHUNKS_PER_TRANSACTION` chunks at most, whatever the number of streams
-(after an upgrade, a fleet's streams all have such chunks): the streams take turns, the one
-served longest ago first, so each is served in the end.
+A step re-writes `CHUNKS_PER_STEP` chunks at most, whatever the number of streams (after an
+upgrade, a fleet's streams all have such chunks): the streams take turns, the one served
+longest ago first, so each is served in the end.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import sqlalchemy as sa
 
@@ -32,20 +34,24 @@ from kvscope.storage.log_rewrite import rewrite_chunk
 
 logger = logging.getLogger(__name__)
 
-CHUNKS_PER_TRANSACTION = 2
-"""Chunks re-written per transaction (of all its streams together), at most: bounded work in
-the writer's transaction (a chunk holds up to `MAX_CHUNK_BATCHES` batches), the rest left to the
-next ones."""
+CHUNKS_PER_STEP = 2
+"""Chunks re-written per step (of all its streams together), at most: a short transaction (a
+chunk holds up to `MAX_CHUNK_BATCHES` batches) that rows arriving meanwhile wait out, the rest
+left to the next steps."""
 
 
 class PreDictionaryRepack:
     """The writer thread's: which streams may still have chunks that name no dictionary."""
 
-    def __init__(self, fmt: int, per_transaction: int = CHUNKS_PER_TRANSACTION) -> None:
+    def __init__(self, fmt: int, per_step: int = CHUNKS_PER_STEP) -> None:
         self.fmt = fmt
-        self.per_transaction = per_transaction
+        self.per_step = per_step
+        self._ready: dict[StreamId, Dictionary] = {}
+        """Per stream that may have chunks left, a dictionary committed chunks name."""
+        self._finished: dict[StreamId, Dictionary] = {}
+        """Streams the step under way found with none left: back to `_ready` if it fails."""
         self._done: set[StreamId] = set()
-        """Streams with none left, as of a transaction committed (or one under way)."""
+        """Streams with none left, as of a step committed (or one under way)."""
         self.unreadable = 0
         """Chunks passed by because they could not be read or packed again (damaged bytes)."""
         self._log = RateLimitedLog(logger)
@@ -57,24 +63,37 @@ class PreDictionaryRepack:
         """Per stream with chunks left, the turn it was last served: the least recent goes
         first."""
 
-    def repack(
+    @property
+    def pending(self) -> bool:
+        """Whether a step may have chunks to re-write (or one is under way): read from any
+        thread."""
+        return bool(self._ready or self._finished)
+
+    def committed(self, chunks: Sequence[ChunkRow], current: Mapping[StreamId, Dictionary]) -> None:
+        """`chunks` are stored: the streams among them whose chunks name their `current`
+        dictionary may have chunks to re-write against it."""
+        for stream, digest in {(c.stream, c.dictionary) for c in chunks if c.dictionary}:
+            found = current.get(stream)
+            if stream not in self._done and found is not None and found.digest == digest:
+                self._ready[stream] = found
+
+    def step(
         self,
         conn: sa.Connection,
-        chunks: Sequence[ChunkRow],
-        current: Callable[[StreamId], Dictionary | None],
         stream_id: Callable[[StreamId], int],
+        admit: Callable[[set[StreamId]], set[StreamId]] | None = None,
     ) -> int:
-        """Within the transaction writing `chunks`: re-write, for the streams whose chunks
-        there name their `current` dictionary, some of their chunks that name none; how many
-        were taken."""
-        named = {(c.stream, c.dictionary) for c in chunks if c.dictionary is not None}
-        waiting: list[tuple[StreamId, Dictionary]] = []
-        for stream in {stream for stream, _ in named} - self._done:
-            found = current(stream)
-            if found is not None and (stream, found.digest) in named:
-                waiting.append((stream, found))
-        waiting.sort(key=lambda w: (self._served.get(w[0], -1), str(w[0])))
-        budget = self.per_transaction
+        """Within a transaction of its own: re-write up to `per_step` chunks that name no
+        dictionary, of the streams that have some (those `admit` keeps: with leases, the ones
+        still held), against the dictionary their chunks name; how many were taken. Then
+        `stepped`, or `forget` if the transaction failed."""
+        self._finished = {}
+        if admit is not None:
+            kept = admit(set(self._ready))
+            for stream in [s for s in self._ready if s not in kept]:
+                self.forget(stream)  # another collector's now
+        waiting = sorted(self._ready.items(), key=lambda w: (self._served.get(w[0], -1), str(w[0])))
+        budget = self.per_step
         share = max(1, -(-budget // max(1, len(waiting))))  # a lone stream takes it all
         for stream, found in waiting:
             if budget <= 0:
@@ -84,7 +103,11 @@ class PreDictionaryRepack:
             if taken:
                 self._turns += 1
                 self._served[stream] = self._turns
-        return self.per_transaction - budget
+        return self.per_step - budget
+
+    def stepped(self) -> None:
+        """The step's transaction committed."""
+        self._finished = {}
 
     def _repack_stream(
         self, conn: sa.Connection, stream: StreamId, found: Dictionary, sid: int, limit: int
@@ -113,15 +136,22 @@ class PreDictionaryRepack:
         if len(keys) <= limit:
             self._done.add(stream)
             self._served.pop(stream, None)
+            # Listed before it leaves `_ready`: `pending` never reads both without it.
+            self._finished[stream] = self._ready[stream]
+            del self._ready[stream]
         return min(len(keys), limit)
 
     def forget(self, stream: StreamId | None = None) -> None:
-        """A failed transaction (None: every stream's re-writes rolled back with it), or a
-        stream another writer may have written meanwhile: look again."""
+        """A failed step (None: its re-writes rolled back), or a stream another writer may
+        write from now on: its chunks are its writer's to re-write."""
         if stream is None:
+            self._ready.update(self._finished)
+            self._finished = {}
             self._done.clear()
             self._after.clear()
         else:
+            self._ready.pop(stream, None)
+            self._finished.pop(stream, None)
             self._done.discard(stream)
             self._after.pop(stream, None)
             self._served.pop(stream, None)

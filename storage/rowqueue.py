@@ -3,7 +3,8 @@
 A deque: putting a row costs an append and no signal (the ingest thread must not wait): the
 writer looks again every `poll_s` when it finds the queue empty, and gives a short queue up to
 `linger_s` to fill, so that it takes rows by the thousand, not each as it comes at the price of
-a thread switch, a transaction and a log chunk of its own.
+a thread switch, a transaction and a log chunk of its own. The writer's idle work
+(storage/log_repack.py) fills those waits, a short step at a time.
 
 Memory is bounded twice: in rows that may be dropped (`droppable_limit`), and in bytes (each
 row's size as its producer gives it: a batch's payload, a map snapshot) of all rows held. A
@@ -22,6 +23,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from itertools import islice
 from typing import Generic, TypeVar
 
@@ -135,8 +137,10 @@ class RowQueue(QueueCore, Generic[Row]):
         if self._hurry_to > self._taken_total:  # hurried again meanwhile (another thread)
             self._hurry.set()
 
-    def take(self, max_rows: int) -> list[Row] | None:
-        """Up to `max_rows` rows, waiting for one; None once closed and drained."""
+    def take(self, max_rows: int, idle: Callable[[], bool] | None = None) -> list[Row] | None:
+        """Up to `max_rows` rows, waiting for one; None once closed and drained. Where it would
+        wait (for a first row, or lingering for more), it calls `idle` first, and waits only
+        if that did no work (False): never while a whole take is queued, nor once hurried."""
         rows = self._rows
         while True:
             if self.spill_active and len(rows) < max_rows:
@@ -148,7 +152,8 @@ class RowQueue(QueueCore, Generic[Row]):
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
-                    self._wait_for(max_rows, min(self.poll_s, left))
+                    if idle is None or not idle():
+                        self._wait_for(max_rows, min(self.poll_s, left))
                 n = self._taken = min(max_rows, len(rows))
                 taken, self._taken_bytes = self._take_front(n)
                 self._took(n)
@@ -158,7 +163,8 @@ class RowQueue(QueueCore, Generic[Row]):
                     continue
                 return None
             self._hurry.clear()
-            self._wait_for(max_rows, self.poll_s)
+            if idle is None or not idle():
+                self._wait_for(max_rows, self.poll_s)
 
     def _wait_for(self, max_rows: int, timeout: float) -> None:
         """Wait up to `timeout` for a hurry, or for the put that brings the rows queued to

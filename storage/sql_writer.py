@@ -80,7 +80,6 @@ class RowWriter:
         # A key in it may be refused for good: deltas are made on keys known to be written.
         self.checkpoints.forget()
         self.packer.forget_checkpoints()
-        self.repack.forget()
 
     def forget_stream(self, stream: StreamId) -> None:
         """`stream` is written no more (its lease moved away): its reset's follower, its
@@ -151,6 +150,8 @@ class RowWriter:
             [row.stream for row in prepared.ordered if type(row) is CheckpointRow],
         )
         self.followers.committed()
+        if prepared.chunks:
+            self.repack.committed(prepared.chunks, self.packer.current())
 
     def write(self, conn: Connection, prepared: Prepared) -> None:
         leases: dict[StreamId, int] | None = None
@@ -175,8 +176,6 @@ class RowWriter:
         if prepared.dictionaries:  # before the chunks that name them
             insert_dictionaries(conn, prepared.dictionaries, stream_id)
         insert_log(conn, prepared.chunks, prepared.rollups, stream_id, self._stream_ids)
-        if prepared.chunks:
-            self.repack.repack(conn, prepared.chunks, self.packer.current().get, stream_id)
         # After the log: the groups follow it (the batches up to an offset came before the
         # recovery row that says it was reached), fed what this transaction wrote.
         self.followers.logged(prepared.ordered, prepared.log)
@@ -192,6 +191,27 @@ class RowWriter:
                         "groups", "reset %s of %s: no prefix groups: %s", reset_id, stream, exc
                     )
                 # else its clear's batch was dropped (an outage)
+
+    @property
+    def idle_work(self) -> bool:
+        """Whether work is left for when no row waits (storage/log_repack.py's re-packing):
+        read from any thread."""
+        return self.repack.pending
+
+    def idle_step(self, conn: Connection) -> int:
+        """Within a transaction of its own, when no row waits: some of the chunks stored
+        before their stream's dictionary formed, re-written against it; how many. Then
+        `idle_ended`."""
+        # With leases, as any transaction of the writer's: only the streams still held.
+        admit = None if self.fence is None else partial(self.fence.admit, conn)
+        return self.repack.step(conn, partial(self._stream_id, conn), admit)
+
+    def idle_ended(self, committed: bool) -> None:
+        """The `idle_step`'s transaction committed, or failed (rolled back: done again)."""
+        if committed:
+            self.repack.stepped()
+        else:
+            self.repack.forget()
 
     def _write_one(self, conn: Connection, row: Row) -> None:
         if type(row) is EpochRow:

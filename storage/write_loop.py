@@ -3,6 +3,10 @@
 A store that is down is waited out (retried with backoff, rows waiting in the queue and its
 spill); a row the store refuses for good is found and left out, so that one bad row never
 stops the writer nor costs the rows beside it. If the thread stops anyway, `failure` says why.
+Work that no row waits for (compaction: storage/log_repack.py, then the pages it freed given
+back: storage/free_pages.py) is done only while the writer
+would wait for rows anyway (none queued, or lingering for more), in short transactions of its
+own: never while a whole take is queued.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.types import StreamId
 from kvscope.storage.engine import store_down
+from kvscope.storage.free_pages import FreePages
 from kvscope.storage.heap_trim import rss_bytes, trim_heap
 from kvscope.storage.prepared import Prepared
 from kvscope.storage.rowqueue import RowQueue
@@ -52,13 +57,18 @@ class WriteLoop:
         self._leaving: list[tuple[int, StreamId]] = []
         """Streams to forget once the queue's rows up to each mark are written."""
         self._leaving_lock = threading.Lock()
+        self._idle_failed = False
+        """The last idle step failed: none until a transaction of rows is written."""
+        self.free_pages = FreePages()
+        self._cpu_started = 0.0
+        """The writer thread's CPU clock when it started."""
         self.thread = threading.Thread(target=self._run, name=WRITER_THREAD, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        cpu_started = time.thread_time()
+        self._cpu_started = time.thread_time()
         try:
-            while (rows := self.queue.take(self._rows_per_take())) is not None:
+            while (rows := self.queue.take(self._rows_per_take(), self._idle_step)) is not None:
                 # Before `done`: what was just taken still counts as held.
                 self._held_peak = max(self._held_peak, self.queue.memory_bytes)
                 # A stream forgotten while the writer was idle (its rows all written) and
@@ -69,7 +79,7 @@ class WriteLoop:
                 self.stats.write_seconds_total += time.perf_counter() - started
                 self.stats.rows_written += len(rows)
                 self.stats.transactions += 1
-                self.stats.writer_cpu_seconds_total = time.thread_time() - cpu_started
+                self.stats.writer_cpu_seconds_total = time.thread_time() - self._cpu_started
                 self.queue.done(droppable)
                 # Not held while the next take waits (a take's payloads, up to
                 # `rows_per_transaction` of them), nor through a trim.
@@ -79,6 +89,53 @@ class WriteLoop:
         except Exception as exc:  # said, not hidden: see `failure`
             self.failure = f"{type(exc).__name__}: {exc}"
             logger.exception("the store writer stopped: %s", self.failure)
+
+    @property
+    def idle_work(self) -> bool:
+        """Whether work is left for when no row waits (re-packing, then free pages given
+        back): read from any thread."""
+        return not self._idle_failed and (self.sql.idle_work or self.free_pages.pending)
+
+    def _idle_step(self) -> bool:
+        """While the queue's take waits for rows: a step of the work no row waits for; whether
+        it did one. One that fails is rolled back, and done again after the next transaction
+        of rows."""
+        if self._idle_failed:
+            return False
+        repack = self.sql.idle_work
+        if not repack and not self.free_pages.pending:
+            return False
+        self._forget_left()
+        cpu = time.thread_time()
+        taken = pages = 0
+        try:
+            with self.engine.begin() as conn:
+                if repack:
+                    taken = self.sql.idle_step(conn)
+                else:
+                    pages = self.free_pages.step(conn)
+        except Exception as exc:
+            if repack:
+                self.sql.idle_ended(committed=False)
+            self._idle_failed = True
+            self._refusals.warning(
+                f"idle:{type(exc).__name__}",
+                "the writer's idle work failed (%s: %s); tried again later",
+                type(exc).__name__,
+                str(exc).splitlines()[0] if str(exc) else "",
+            )
+            return False
+        if repack:
+            self.sql.idle_ended(committed=True)
+            if taken:
+                self.free_pages.freed()  # the old, larger chunks' pages
+        self.stats.idle_steps += 1
+        self.stats.idle_chunks += taken
+        self.stats.idle_pages += pages
+        now = time.thread_time()
+        self.stats.idle_cpu_seconds_total += now - cpu
+        self.stats.writer_cpu_seconds_total = now - self._cpu_started
+        return True
 
     def _rows_per_take(self) -> int:
         return rows_per_take(self.settings, self.sql.streams_written)
@@ -145,6 +202,7 @@ class WriteLoop:
             try:
                 with self.engine.begin() as conn:
                     self.sql.write(conn, prepared)
+                self._idle_failed = False
                 return
             except SQLAlchemyError as exc:
                 if not store_down(exc):

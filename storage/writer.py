@@ -233,14 +233,16 @@ class StoreWriter(StoreSinkCore):
                 self.stats.last_error,
             )
 
-    def flush(self, timeout: float = 30.0) -> bool:
+    def flush(self, timeout: float = 30.0, idle_work: bool = False) -> bool:
         """Wait until every row queued before this call is written (rows queued meanwhile may
         wait); False on timeout or when the writer has stopped. A reader of the store that
         must not miss the latest batches calls this first: the writer lingers up to
-        `linger_s`."""
+        `linger_s`. With `idle_work`, also until the work the writer does while it waits for
+        rows is done (storage/log_repack.py, storage/free_pages.py): the store as compact as
+        it gets, which rows queued meanwhile put off."""
         mark = self._queue.put_total
         deadline = time.monotonic() + timeout
-        while self._queue.written_total < mark:
+        while self._queue.written_total < mark or (idle_work and self._loop.idle_work):
             if time.monotonic() >= deadline or not self._thread.is_alive():
                 return False
             self._queue.hurry()

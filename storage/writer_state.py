@@ -22,8 +22,18 @@ class WriterStats:
     write_seconds_total: float = 0.0
     """Wall seconds in the writer's transactions (retries and their waits included)."""
     writer_cpu_seconds_total: float = 0.0
-    """The writer thread's CPU seconds since it started, as of its last transaction: beside
-    `write_seconds_total`, whether it waited (on the GIL, the store) or worked."""
+    """The writer thread's CPU seconds since it started, as of its last transaction (of rows or
+    of idle work): beside `write_seconds_total`, whether it waited (on the GIL, the store) or
+    worked."""
+    idle_steps: int = 0
+    """Transactions of idle work (log_repack.py's steps), done while the writer waited for
+    rows."""
+    idle_chunks: int = 0
+    """Chunks stored before their stream's dictionary, re-packed in idle time."""
+    idle_pages: int = 0
+    """Free pages given back to the file system in idle time (storage/free_pages.py)."""
+    idle_cpu_seconds_total: float = 0.0
+    """Of `writer_cpu_seconds_total`, the idle work's."""
     heap_trims: int = 0
     """Times a drained backlog's freed heap was handed back to the OS."""
 

@@ -1,6 +1,6 @@
 """The chunks a stream's writer stored before its first log dictionary formed, packed again
-against it (storage/log_repack.py): the same batches, exactly, in fewer bytes; a transaction at
-a time, rolled back with one that fails."""
+against it (storage/log_repack.py): the same batches, exactly, in fewer bytes; only while no row
+waits for the writer, a short transaction at a time, rolled back with one that fails."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.log_chunks import SETTABLE_FORMATS
-from kvscope.storage.log_repack import CHUNKS_PER_TRANSACTION
+from kvscope.storage.log_repack import CHUNKS_PER_STEP
 from kvscope.storage.log_rewrite import rewrite_chunk
 from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.rows import Row
@@ -44,16 +44,34 @@ def chunk_dictionaries(conn: sa.Connection) -> list[bytes | None]:
 
 
 def count_repacks(writer: RowWriter, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """What each of the writer's re-pack calls returned (chunks re-packed), in call order."""
+    """What each of the writer's re-pack steps returned (chunks re-packed), in call order."""
     counts: list[int] = []
-    repack = writer.repack.repack
+    step = writer.repack.step
 
     def counted(*args: Any) -> int:
-        counts.append(repack(*args))
+        counts.append(step(*args))
         return counts[-1]
 
-    monkeypatch.setattr(writer.repack, "repack", counted)
+    monkeypatch.setattr(writer.repack, "step", counted)
     return counts
+
+
+def stopped_loop(engine: sa.Engine, writer: RowWriter) -> WriteLoop:
+    """A write loop whose thread has ended: the test hands it each transaction's rows
+    (`_write_rows`) and its idle steps (`idle`), as its queue's takes would, the queue open and
+    empty unless the test puts rows in it."""
+    closed: RowQueue[Row] = RowQueue(1 << 20)
+    closed.close()
+    loop = WriteLoop(engine, closed, writer, StoreSettings(), WriterStats())
+    loop.thread.join()
+    loop.queue = RowQueue(1 << 20, linger_s=0.2)
+    return loop
+
+
+def idle(loop: WriteLoop) -> None:
+    """The loop's idle steps, until it has none to do (as its take does, waiting for rows)."""
+    while loop._idle_step():
+        pass
 
 
 @pytest.mark.parametrize("fmt", SETTABLE_FORMATS)
@@ -69,8 +87,10 @@ def test_after_the_first_dictionary_no_chunk_is_in_the_pre_dictionary_layout(
         with engine.connect() as conn:
             sizes.append(chunk_dictionaries(conn))
     first = next(i for i, named in enumerate(sizes) if any(named))
-    # Chunks stored before it, more than one transaction re-writes.
-    assert len(sizes[first - 1]) > CHUNKS_PER_TRANSACTION
+    # Chunks stored before it, more than one step re-writes.
+    assert len(sizes[first - 1]) > CHUNKS_PER_STEP
+    assert sizes[-1][: len(sizes[first - 1])] == sizes[first - 1]  # none while rows come
+    idle(stopped_loop(engine, writer))
     with engine.connect() as conn:
         assert None not in chunk_dictionaries(conn)
         sid = conn.execute(sa.select(schema.streams.c.id)).scalar_one()
@@ -79,24 +99,32 @@ def test_after_the_first_dictionary_no_chunk_is_in_the_pre_dictionary_layout(
     engine.dispose()
 
 
-def test_a_repack_fails_with_its_transaction_and_is_done_again(store_url: str) -> None:
+def test_re_packing_waits_while_rows_wait_and_runs_once_the_writer_idles(
+    store_url: str,
+) -> None:
     engine = open_store(store_url)
     rows = block_log(random.Random(5), 1200, token_pool(random.Random(5), 40))
     writer = row_writer()
-    start, lost = 0, False
-    while start < len(rows):
-        with engine.connect() as conn:
-            named = chunk_dictionaries(conn)
-        # The first transaction after a dictionary named by a chunk: the one that repacks.
-        fail = not lost and any(named) and None in named
-        write(engine, writer, rows[start : start + 10], lost=fail)
-        if fail:
-            with engine.connect() as conn:
-                assert chunk_dictionaries(conn) == named  # old bytes, never neither
-            lost = True
-            continue  # the same rows again, as the writer retries them
-        start += 10
-    assert lost
+    loop = stopped_loop(engine, writer)
+    for start in range(0, len(rows), 10):
+        loop._write_rows(list[Row](rows[start : start + 10]))
+    with engine.connect() as conn:
+        before = chunk_dictionaries(conn)
+    assert any(before) and before.count(None) > CHUNKS_PER_STEP
+    assert writer.idle_work
+    # A whole take queued (a backlog): taken at once, no step.
+    for row in rows[:5]:
+        loop.queue.put(row, True)
+    assert loop.queue.take(5, loop._idle_step) == rows[:5]
+    assert loop.stats.idle_steps == 0
+    # Fewer: the take lingers for more, and steps fill the wait.
+    loop.queue.put(rows[5], True)
+    assert loop.queue.take(5, loop._idle_step) == rows[5:6]
+    assert loop.stats.idle_steps >= 1
+    idle(loop)  # none queued: the writer idles
+    assert not writer.idle_work
+    assert loop.stats.idle_chunks == before.count(None)
+    assert loop.stats.idle_chunks <= loop.stats.idle_steps * CHUNKS_PER_STEP
     with engine.connect() as conn:
         assert None not in chunk_dictionaries(conn)
         sid = conn.execute(sa.select(schema.streams.c.id)).scalar_one()
@@ -122,12 +150,14 @@ def test_repacked_chunks_rebuild_every_instant_exactly(store_url: str) -> None:
     ingest = StreamIngest(STREAM, can_replay=False, sink=FanOut(writer, Sample()))
     for record in read_capture(capture_path("lab_10rps_300s.msgpack.gz")):
         ingest.live_frames(retokened(record.frames, pool), record.recv_ts)
+    assert writer.flush(idle_work=True)
     writer.close()
     assert writer.stats.batches_dropped == 0 and len(samples) > 50
+    assert writer.stats.idle_chunks > 0
     engine = open_store(store_url)
     with engine.connect() as conn:
         named = chunk_dictionaries(conn)
-        assert len(named) > CHUNKS_PER_TRANSACTION and None not in named
+        assert len(named) > CHUNKS_PER_STEP and None not in named
         sid = stream_id(conn, STREAM.replica)
         for seq, live in samples.items():
             assert rebuild(conn, position_at_seq(conn, sid, seq), STREAM).map.counts() == live
@@ -157,6 +187,8 @@ def test_a_chunk_that_cannot_be_read_costs_no_other_row(tmp_path: object) -> Non
         conn.execute(sa.update(schema.log_chunks).values(data=b"\x28\xb5\x2f\xfdgarbage"))
     for start in range(10, len(rows), 10):
         write(engine, writer, rows[start : start + 10])
+    idle(stopped_loop(engine, writer))
+    assert not writer.idle_work
     with engine.connect() as conn:
         assert None in chunk_dictionaries(conn)  # the damaged one, left as it was
         later = batch_log.batches_between(conn, 1, rows[10][1], rows[9][2], 2**63 - 1)
@@ -168,9 +200,9 @@ def test_a_chunk_that_cannot_be_read_costs_no_other_row(tmp_path: object) -> Non
 def test_a_fleet_re_packs_a_bounded_number_a_transaction_and_every_stream_finishes(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After an upgrade every stream has old chunks: a transaction re-packs at most
-    `CHUNKS_PER_TRANSACTION` of them in all, not that many per stream, and taking turns, each
-    stream's are all re-packed in the end."""
+    """After an upgrade every stream has old chunks: a step re-packs at most `CHUNKS_PER_STEP`
+    of them in all, not that many per stream, and taking turns, each stream's are all re-packed
+    in the end."""
     engine = open_store(f"sqlite:///{tmp_path}/k.sqlite")
     streams = [StreamId(f"r{i}", 0) for i in range(12)]
     logs = [
@@ -178,10 +210,11 @@ def test_a_fleet_re_packs_a_bounded_number_a_transaction_and_every_stream_finish
         for i, s in enumerate(streams)
     ]
     writer = row_writer()
-    per_transaction = count_repacks(writer, monkeypatch)
+    per_step = count_repacks(writer, monkeypatch)
     for start in range(0, 400, 10):
         write(engine, writer, [r for log in logs for r in log[start : start + 10]])
-    assert 0 < max(per_transaction) <= CHUNKS_PER_TRANSACTION
+    idle(stopped_loop(engine, writer))
+    assert 0 < max(per_step) <= CHUNKS_PER_STEP
     with engine.connect() as conn:
         assert None not in chunk_dictionaries(conn)
         for s, log in zip(streams, logs, strict=True):
@@ -207,24 +240,33 @@ class RefusesOnce:
                 raise ValueError("a value the store cannot hold")
 
 
-def test_a_refused_transaction_split_row_by_row_re_packs_what_it_rolled_back(
+def test_a_step_that_fails_is_rolled_back_and_done_again(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The re-packs of a transaction the store refused are rolled back with it: the rows
-    written again one by one must not take them for done."""
+    """A step the store refuses leaves the old bytes (never neither), and its chunks (and the
+    streams it found done) are taken again by a later step."""
     engine = open_store(f"sqlite:///{tmp_path}/k.sqlite")
-    rows = block_log(random.Random(5), 1200, token_pool(random.Random(5), 40))
+    rows = block_log(random.Random(5), 1210, token_pool(random.Random(5), 40))
     writer = row_writer()
     taken = count_repacks(writer, monkeypatch)
-    queue: RowQueue[Row] = RowQueue(1 << 20)
-    queue.close()  # no thread of its own: the test hands it each transaction's rows
-    loop = WriteLoop(engine, queue, writer, StoreSettings(), WriterStats())
-    loop.thread.join()
-    failing = RefusesOnce(engine, lambda: len(taken) > 0 and taken[-1] > 0)
-    loop.engine = failing  # type: ignore[assignment]  # duck-typed stand-in
-    for start in range(0, len(rows), 10):
+    loop = stopped_loop(engine, writer)
+    for start in range(0, 1200, 10):
         loop._write_rows(list[Row](rows[start : start + 10]))
-    assert failing.refused and loop.stats.rows_refused == 0
+    with engine.connect() as conn:
+        before = chunk_dictionaries(conn)
+    # The last step finds the stream done: refused, that must not count.
+    steps = -(-before.count(None) // CHUNKS_PER_STEP)
+    failing = RefusesOnce(engine, lambda: len(taken) == steps)
+    loop.engine = failing  # type: ignore[assignment]  # duck-typed stand-in
+    idle(loop)
+    assert failing.refused and writer.idle_work
+    assert not loop._idle_step()  # none until a transaction of rows
+    with engine.connect() as conn:
+        after = chunk_dictionaries(conn)
+    assert after.count(None) == before.count(None) - CHUNKS_PER_STEP * (steps - 1) > 0
+    loop._write_rows(list[Row](rows[1200:]))
+    idle(loop)
+    assert not writer.idle_work
     with engine.connect() as conn:
         assert None not in chunk_dictionaries(conn)
         sid = conn.execute(sa.select(schema.streams.c.id)).scalar_one()

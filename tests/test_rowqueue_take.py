@@ -60,3 +60,31 @@ def test_the_sizes_ring_gives_its_room_back_once_a_backlog_is_taken() -> None:
     assert len(rows) == total == 100_000
     assert queue._sizes_room <= 4096
     assert queue.put(7, True, 3) and queue._take_front(1) == ([7], 3)
+
+
+def test_the_writers_idle_work_fills_its_waits_but_never_a_whole_takes() -> None:
+    """`idle` (the writer's compaction, a step a call) runs while the take would wait: for a
+    first row, or lingering for more; not while a whole take is queued, nor once hurried."""
+    calls: list[int] = []
+
+    def idle() -> bool:
+        calls.append(len(queue._rows))
+        if len(calls) == 3:
+            queue.put(len(calls), True)  # a row comes in meanwhile
+        return len(calls) < 5
+
+    queue: RowQueue[int] = RowQueue(1000, linger_s=0.0)
+    assert queue.take(10, idle) == [3]  # waited for a first row: steps meanwhile
+    assert calls == [0, 0, 0]
+    queue.linger_s = 0.05
+    queue.put(7, True)
+    assert queue.take(10, idle) == [7]  # lingered for more: steps meanwhile
+    assert calls[:5] == [0, 0, 0, 1, 1]
+    asked = len(calls)
+    for i in range(10):
+        queue.put(i, True)
+    assert queue.take(10, idle) == list(range(10))  # a whole take: no step
+    queue.put(8, True)
+    queue.hurry()
+    assert queue.take(10, idle) == [8]  # hurried: no step
+    assert len(calls) == asked

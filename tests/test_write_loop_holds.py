@@ -35,7 +35,7 @@ class _Queue:
         self._row = weakref.ref(row)
         self.alive_at_next_take: bool | None = None
 
-    def take(self, most: int) -> list[Any] | None:
+    def take(self, most: int, idle: object = None) -> list[Any] | None:
         if self._first is not None:
             first, self._first = self._first, None
             return first

@@ -1,0 +1,111 @@
+"""A SQLite store's free pages handed back to the file system while the writer idles
+(storage/free_pages.py): re-packed chunks and pruned rows leave pages free inside the file,
+which a new store (auto_vacuum=INCREMENTAL, storage/engine.py) gives back a step at a time; a
+store made before keeps its pages, untouched."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from kvscope.storage.engine import open_store
+from kvscope.storage.free_pages import FreePages
+from kvscope.storage.rows import Row
+from tests.test_log_dictionary import block_log, token_pool
+from tests.test_log_dictionary_store import row_writer
+from tests.test_log_repack import chunk_dictionaries, idle, stopped_loop
+
+
+def free_pages(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.exec_driver_sql("PRAGMA freelist_count").scalar_one())
+
+
+def filler(engine: sa.Engine, rows: int) -> None:
+    """`rows` rows of 4 KiB in a table of their own, then all of them deleted: pages free."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE filler (b BLOB)")
+        for _ in range(rows):
+            conn.exec_driver_sql("INSERT INTO filler VALUES (randomblob(4096))")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM filler")
+
+
+def test_a_new_sqlite_store_gives_free_pages_back_a_step_at_a_time(tmp_path: Path) -> None:
+    path = tmp_path / "kv.db"
+    engine = open_store(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA auto_vacuum").scalar_one() == 2  # incremental
+    filler(engine, 3000)
+    freed = free_pages(engine)
+    assert freed > 3000
+    pages = FreePages(kept=64, per_step=1000)
+    pages.freed()
+    assert pages.pending
+    steps = 0
+    while pages.pending:
+        with engine.begin() as conn:
+            given = pages.step(conn)
+        steps += 1
+        assert given <= 1000
+    assert steps >= freed // 1000
+    assert free_pages(engine) <= 64
+    with engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert path.stat().st_size < freed * 4096 // 2
+    engine.dispose()
+
+
+def test_a_store_made_before_keeps_its_pages_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as old:  # auto_vacuum off, as stores were made before
+        old.execute("CREATE TABLE made_before (x INTEGER)")
+    engine = open_store(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA auto_vacuum").scalar_one() == 0
+    filler(engine, 500)
+    freed = free_pages(engine)
+    pages = FreePages(kept=64, per_step=1000)
+    pages.freed()
+    with engine.begin() as conn:
+        assert pages.step(conn) == 0
+    assert not pages.pending
+    pages.freed()
+    assert not pages.pending  # never again: it has none to give
+    assert free_pages(engine) == freed
+    engine.dispose()
+
+
+def test_postgresql_is_left_to_its_own_vacuum(pg_url: str) -> None:
+    engine = open_store(pg_url)
+    pages = FreePages()
+    pages.freed()
+    with engine.begin() as conn:
+        assert pages.step(conn) == 0
+    pages.freed()
+    assert not pages.pending
+    engine.dispose()
+
+
+def test_pages_freed_by_re_packing_go_back_once_the_writer_idles(tmp_path: Path) -> None:
+    path = tmp_path / "kv.db"
+    engine = open_store(f"sqlite:///{path}")
+    # Chunks of 200 batches of varied content: a re-packed one frees whole pages.
+    rows = block_log(random.Random(5), 8000, token_pool(random.Random(5), 2000))
+    writer = row_writer()
+    loop = stopped_loop(engine, writer)
+    loop.free_pages = FreePages(kept=0)  # a small store: every page freed goes back
+    for start in range(0, len(rows), 200):
+        loop._write_rows(list[Row](rows[start : start + 200]))
+    with engine.connect() as conn:
+        assert None in chunk_dictionaries(conn)
+    idle(loop)
+    with engine.connect() as conn:
+        assert None not in chunk_dictionaries(conn)
+    assert not loop.idle_work
+    assert loop.stats.idle_pages > 0
+    assert free_pages(engine) == 0
+    engine.dispose()
