@@ -29,7 +29,8 @@ cdef inline Py_ssize_t be(const uint8_t* p, int width) noexcept nogil:
 cdef inline Py_ssize_t token(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
                       Py_ssize_t* items) noexcept nogil:
     """Bytes of the token at `pos` that stay together (a scalar whole, a container's header);
-    `items`: an array's length, else -1. -1 if cut short or not msgpack."""
+    `items`: an array's length, else -1. -1 if cut short or not msgpack. Never an 8-byte int
+    or float's (the walks take those before)."""
     cdef uint8_t b = p[pos]
     cdef Py_ssize_t n = kvscope_column_span[b], w
     items[0] = -1
@@ -88,6 +89,13 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
     cdef Py_ssize_t rec[2]
     while pos < end:
         b = p[pos]
+        n = kvscope_column_span[b]
+        if n != 0 and t == NULL:
+            # Nearly every token: to the skeleton as it lies, with the run it is part of.
+            if n > end - pos:
+                return -1
+            pos += n
+            continue
         if b == 0xCF or b == 0xD3 or b == 0xCB:
             if end - pos < 9:
                 return -1
@@ -239,6 +247,12 @@ cdef inline int join_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, Buf* 
     cdef int w
     while pos < end:
         b = s[pos]
+        n = kvscope_column_span[b]
+        if n != 0:  # nearly every token: out with the run it is part of
+            if n > end - pos:
+                return -1
+            pos += n
+            continue
         if b == 0xCF or b == 0xD3 or b == 0xCB:
             if put_nogil(out, s + run, pos - run) < 0 or grow_nogil(out, 9) < 0:
                 return -2
@@ -354,6 +368,12 @@ cdef inline int same_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, const
     cdef uint8_t b
     while pos < end:
         b = s[pos]
+        n = kvscope_column_span[b]
+        if n != 0:  # nearly every token: compared with the run it is part of
+            if n > end - pos:
+                return 0
+            pos += n
+            continue
         if b == 0xCF or b == 0xD3 or b == 0xCB:
             n = pos - run
             if plen - q < n + 9 or memcmp(p + q, s + run, n) != 0 or p[q + n] != b:

@@ -94,10 +94,11 @@ cdef extern from *:
         1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
         1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1
     };
-    /* Bytes of a msgpack token the log's columns keep together (a scalar whole: nil, bools,
-       ints, floats, fixstr, fixext; a fixmap's header) by its first byte, 0 for any other (an
-       array's header, whose items count, a length-prefixed body, a map16/32, 0xC1): the
-       columns' walks read one per token. */
+    /* Bytes of a msgpack token the log's columns keep together in the skeleton (a scalar
+       whole: nil, bools, ints, float32, fixstr, fixext; a fixmap's header) by its first byte,
+       0 for any other (an 8-byte int or float, whose body goes to a column of its own; an
+       array's header, whose items count; a length-prefixed body; a map16/32; 0xC1): the
+       columns' walks read one per token, and step over the first kind with nothing else. */
     static const unsigned char kvscope_column_span[256] KVSCOPE_WIDTHS_UNUSED = {
         1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
         1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
@@ -111,8 +112,8 @@ cdef extern from *:
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
         1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
         17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32,
-        1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 5, 9, 2, 3, 5, 9,
-        2, 3, 5, 9, 3, 4, 6, 10, 18, 0, 0, 0, 0, 0, 0, 0,
+        1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 5, 0, 2, 3, 5, 0,
+        2, 3, 5, 0, 3, 4, 6, 10, 18, 0, 0, 0, 0, 0, 0, 0,
         1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
         1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1
     };
