@@ -109,3 +109,18 @@ def test_pages_freed_by_re_packing_go_back_once_the_writer_idles(tmp_path: Path)
     assert loop.stats.idle_pages > 0
     assert free_pages(engine) == 0
     engine.dispose()
+
+
+def test_a_step_gives_back_the_pages_it_counts(tmp_path: Path) -> None:
+    # SQLite's incremental_vacuum frees one page per row it steps through: a step that does
+    # not read them all gives back one page, whatever it counts.
+    engine = open_store(f"sqlite:///{tmp_path / 'kv.db'}")
+    filler(engine, 1000)
+    before = free_pages(engine)
+    pages = FreePages(kept=64, per_step=500)
+    pages.freed()
+    with engine.begin() as conn:
+        given = pages.step(conn)
+    assert given == 500
+    assert free_pages(engine) == before - given
+    engine.dispose()
