@@ -72,5 +72,12 @@ class FreePages:
             self._marked = False
             self._next_check = time.monotonic() + self.check_every_s
             return 0
-        conn.exec_driver_sql(f"PRAGMA incremental_vacuum({given})")
-        return given
+        # A page per execution: the pragma frees one per result row it steps through, and
+        # the driver steps once (it sees no columns, so it reads no further rows).
+        cursor = conn.connection.cursor()
+        try:
+            for _ in range(given):
+                cursor.execute("PRAGMA incremental_vacuum(1)")
+        finally:
+            cursor.close()
+        return free - int(conn.exec_driver_sql("PRAGMA freelist_count").scalar_one())
