@@ -124,3 +124,27 @@ def test_a_step_gives_back_the_pages_it_counts(tmp_path: Path) -> None:
     assert given == 500
     assert free_pages(engine) == before - given
     engine.dispose()
+
+
+def test_the_writer_shows_idle_work_between_re_packing_and_pages(tmp_path: Path) -> None:
+    # flush(idle_work=True) reads `idle_work` from another thread: the pages a last re-packing
+    # step freed must be pending before that step's work stops showing.
+    engine = open_store(f"sqlite:///{tmp_path / 'kv.db'}")
+    rows = block_log(random.Random(5), 8000, token_pool(random.Random(5), 2000))
+    loop = stopped_loop(engine, row_writer())
+    loop.free_pages = FreePages(kept=0)
+    loop.sql.repack.per_step = 1000  # one step re-packs them all: no earlier step freed pages
+    for start in range(0, len(rows), 200):
+        loop._write_rows(list[Row](rows[start : start + 200]))
+    seen: list[bool] = []
+    ended = loop.sql.idle_ended
+
+    def idle_ended(committed: bool) -> None:
+        ended(committed)
+        seen.append(loop.idle_work)  # what another thread may read next
+
+    loop.sql.idle_ended = idle_ended  # type: ignore[method-assign]
+    idle(loop)
+    assert loop.stats.idle_pages > 0
+    assert seen and all(seen)
+    engine.dispose()
