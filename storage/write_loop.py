@@ -126,9 +126,11 @@ class WriteLoop:
             )
             return False
         if repack:
-            self.sql.idle_ended(committed=True)
+            # Before the step ends: `idle_work` (read from other threads) never reads False
+            # with pages still to give back.
             if taken:
                 self.free_pages.freed()  # the old, larger chunks' pages
+            self.sql.idle_ended(committed=True)
         self.stats.idle_steps += 1
         self.stats.idle_chunks += taken
         self.stats.idle_pages += pages
