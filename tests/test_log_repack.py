@@ -273,3 +273,25 @@ def test_a_step_that_fails_is_rolled_back_and_done_again(
         got = [(b.batch.seq, b.batch.payload) for b in batch_log.all_batches(conn, sid)]
         assert got == [(r[2], r[5]) for r in rows]
     engine.dispose()
+
+
+def test_flush_with_idle_work_says_so_when_a_step_failed(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed step is done again only after the next transaction of rows: a flush that waits
+    for the idle work must not report the store as compact as it gets meanwhile."""
+    writer = StoreWriter(open_store(f"sqlite:///{tmp_path}/k.sqlite"), StoreSettings())
+    rows = block_log(random.Random(5), 1200, token_pool(random.Random(5), 40))
+    sql = writer._loop.sql
+
+    def refused(conn: sa.Connection) -> int:
+        raise ValueError("a value the store cannot hold")
+
+    monkeypatch.setattr(sql, "idle_step", refused)
+    for start in range(0, len(rows), 10):
+        for row in rows[start : start + 10]:
+            writer._queue.put(row, True)
+        assert writer.flush()
+    assert sql.idle_work  # re-packing left: its step failed
+    assert not writer.flush(5.0, idle_work=True)
+    writer.close()
