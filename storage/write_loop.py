@@ -96,6 +96,12 @@ class WriteLoop:
         back): read from any thread."""
         return not self._idle_failed and (self.sql.idle_work or self.free_pages.pending)
 
+    @property
+    def idle_put_off(self) -> bool:
+        """Whether work is left for when no row waits that a failed step put off until the
+        next transaction of rows: read from any thread."""
+        return self._idle_failed and (self.sql.idle_work or self.free_pages.pending)
+
     def _idle_step(self) -> bool:
         """While the queue's take waits for rows: a step of the work no row waits for; whether
         it did one. One that fails is rolled back, and done again after the next transaction

@@ -239,7 +239,8 @@ class StoreWriter(StoreSinkCore):
         must not miss the latest batches calls this first: the writer lingers up to
         `linger_s`. With `idle_work`, also until the work the writer does while it waits for
         rows is done (storage/log_repack.py, storage/free_pages.py): the store as compact as
-        it gets, which rows queued meanwhile put off."""
+        it gets, which rows queued meanwhile put off (False if a failed step put it off
+        until the next rows)."""
         mark = self._queue.put_total
         deadline = time.monotonic() + timeout
         while self._queue.written_total < mark or (idle_work and self._loop.idle_work):
@@ -247,7 +248,7 @@ class StoreWriter(StoreSinkCore):
                 return False
             self._queue.hurry()
             time.sleep(0.005)
-        return True
+        return not (idle_work and self._loop.idle_put_off)
 
     @property
     def engine(self) -> Engine:
