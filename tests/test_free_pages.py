@@ -148,3 +148,18 @@ def test_the_writer_shows_idle_work_between_re_packing_and_pages(tmp_path: Path)
     assert loop.stats.idle_pages > 0
     assert seen and all(seen)
     engine.dispose()
+
+
+def test_a_step_is_one_transaction(tmp_path: Path) -> None:
+    # The driver runs a pragma outside any transaction: each page given back was a commit of
+    # its own (the step several times slower), not the one short transaction it is meant to be.
+    engine = open_store(f"sqlite:///{tmp_path / 'kv.db'}")
+    filler(engine, 1000)
+    before = free_pages(engine)
+    pages = FreePages(kept=64, per_step=500)
+    pages.freed()
+    with engine.begin() as conn:
+        assert pages.step(conn) == 500
+        assert free_pages(engine) == before  # another connection sees none of it yet
+    assert free_pages(engine) == before - 500
+    engine.dispose()
