@@ -163,3 +163,23 @@ def test_a_step_is_one_transaction(tmp_path: Path) -> None:
         assert free_pages(engine) == before  # another connection sees none of it yet
     assert free_pages(engine) == before - 500
     engine.dispose()
+
+
+def test_a_connection_opens_while_the_writer_holds_its_transaction(tmp_path: Path) -> None:
+    # Setting auto_vacuum on a file that has tables takes the write lock, even to change
+    # nothing: done at every connect, a reader's new connection waited out the writer's
+    # transaction (up to the busy timeout, then "database is locked").
+    path = tmp_path / "kv.db"
+    writer = open_store(f"sqlite:///{path}")
+    with writer.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (x INTEGER)")
+    reader = open_store(f"sqlite:///{path}")
+    reader.pool.dispose()
+    with writer.begin() as conn:
+        conn.exec_driver_sql("INSERT INTO t VALUES (1)")  # the write lock, held
+        with reader.connect() as other:
+            assert other.exec_driver_sql("SELECT count(*) FROM t").scalar_one() == 0
+    with reader.connect() as other:
+        assert other.exec_driver_sql("PRAGMA auto_vacuum").scalar_one() == 2  # a new store
+    reader.dispose()
+    writer.dispose()
