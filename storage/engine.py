@@ -107,8 +107,10 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
             cursor = dbapi_connection.cursor()
             # Take effect only on a new, empty file (before WAL); an older file keeps its own.
             cursor.execute(f"PRAGMA page_size={SQLITE_PAGE_SIZE}")
-            # Free pages given back while the writer idles (storage/free_pages.py).
-            cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            # Free pages given back while the writer idles (storage/free_pages.py). Only on an
+            # empty file: setting it takes the write lock, even where it changes nothing.
+            if cursor.execute("PRAGMA page_count").fetchone()[0] == 0:
+                cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
