@@ -66,6 +66,10 @@ class FreePages:
         if not self._able:
             self._marked = False
             return 0
+        driver = conn.connection.dbapi_connection
+        assert driver is not None
+        if not driver.in_transaction:  # the driver begins one only before DML, not a pragma
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
         free = int(conn.exec_driver_sql("PRAGMA freelist_count").scalar_one())
         given = min(free - self.kept, self.per_step)
         if given <= 0:
