@@ -140,7 +140,7 @@ cdef class BatchRead:
                 self.has_clear = True
                 last_removal = -1
                 continue
-            key = self.last_key.key_of(&r, e)
+            key = self.last_key.of(&r, e)
             if key is None:
                 return -1
             if key is not last:

@@ -30,7 +30,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 from kvscope.collector._msgpack cimport (
     Reader,
@@ -124,16 +124,6 @@ cdef object take_tokens(Reader* r, Event* e):
     return None
 
 
-cdef inline int check_optional_int(Reader* r, Py_ssize_t pos, int64_t* out,
-                                   bint* nil) noexcept nogil:
-    """An `int | None` field (absent is None); 0 when it is one."""
-    cdef Reader f = at(r, pos)
-    nil[0] = pos < 0 or read_nil(&f)
-    if nil[0]:
-        return 0
-    return read_int64(&f, out)
-
-
 cdef object _BAD = object()  # what `optional_str` returns for a value that is no `str | None`
 
 
@@ -153,39 +143,48 @@ cdef object optional_str(Reader* r, Py_ssize_t pos, Py_ssize_t max_bytes):
         return _BAD
 
 
-cdef inline bint _same(const uint8_t* a, const uint8_t* b, Py_ssize_t n) noexcept nogil:
-    """memcmp(a, b, n) == 0 for a medium's few bytes, without a call."""
-    cdef Py_ssize_t k
-    for k in range(n):
-        if a[k] != b[k]:
-            return False
-    return True
+cdef void _as_word(const uint8_t* raw, Py_ssize_t n, uint64_t* word, uint64_t* mask) noexcept:
+    """The first min(n, 8) bytes of `raw` as `same_raw` loads them, and the mask of those bytes
+    (in memory order, whatever the byte order)."""
+    cdef uint8_t ones[8]
+    cdef Py_ssize_t k = n if n < 8 else 8
+    word[0] = mask[0] = 0
+    memset(ones, 0xFF, 8)
+    memcpy(word, raw, k)
+    memcpy(mask, ones, k)
 
 
 @cython.auto_pickle(False)
 cdef class _LastKey:
     """The interned table key of the last (medium, group_idx) seen, by their bytes: events
     mostly share one, so most cost neither a str nor a lookup. Kept across batches: table keys
-    are interned for good. (Its fields are in _wire_fast.pxd.)"""
+    are interned for good. (Its fields, and `of`, inline, are in _wire_fast.pxd.)"""
+
+    def __cinit__(self):
+        self.raw_held = False
 
     cdef object key_of(self, Reader* r, Event* e):
-        """The key of event `e`, or None if its medium or group_idx is of the wrong type."""
+        """The key of event `e`, or None if its medium or group_idx is of the wrong type (`of`
+        first, where the bytes repeat)."""
         global _table_key
-        cdef Reader f = at(r, e.at[F_MEDIUM])
+        cdef Py_ssize_t medium_at = e.at[F_MEDIUM], group_at = e.at[F_GROUP]
+        cdef Reader f = at(r, medium_at)
         cdef const uint8_t* s = NULL
-        cdef Py_ssize_t n = -1
+        cdef Py_ssize_t n = -1, raw_medium = -1, raw_group = -1
         cdef int64_t group = 0
         cdef bint group_nil
-        cdef object medium
-        if e.at[F_MEDIUM] >= 0 and not read_nil(&f) and (
-            read_str(&f, &s, &n) < 0 or n > MAX_MEDIUM_BYTES
-        ):
+        cdef object medium, key
+        if medium_at >= 0:
+            if not read_nil(&f) and (read_str(&f, &s, &n) < 0 or n > MAX_MEDIUM_BYTES):
+                return None
+            raw_medium = f.pos - medium_at
+        f = at(r, group_at)
+        group_nil = group_at < 0 or read_nil(&f)
+        if not group_nil and (read_int64(&f, &group) < 0 or not 0 <= group <= MAX_GROUP):
             return None
-        if check_optional_int(r, e.at[F_GROUP], &group, &group_nil) < 0:
-            return None
-        if not group_nil and not 0 <= group <= MAX_GROUP:
-            return None
-        if (
+        if group_at >= 0:
+            raw_group = f.pos - group_at
+        if not (
             self.key is not None
             and group_nil == self.group_nil
             and group == self.group
@@ -194,23 +193,35 @@ cdef class _LastKey:
                 if n < 0
                 else self.medium is not None
                 and n == PyBytes_GET_SIZE(self.medium)
-                and _same(s, <const uint8_t*>PyBytes_AS_STRING(self.medium), n)
+                and same_bytes(s, <const uint8_t*>PyBytes_AS_STRING(self.medium), n)
             )
         ):
-            return self.key
-        medium = optional_str(r, e.at[F_MEDIUM], MAX_MEDIUM_BYTES)
-        if medium is _BAD:
-            return None
-        if _table_key is None:
-            from kvscope.collector.wire import table_key
+            medium = optional_str(r, medium_at, MAX_MEDIUM_BYTES)
+            if medium is _BAD:
+                return None
+            if _table_key is None:
+                from kvscope.collector.wire import table_key
 
-            _table_key = table_key
-        key = _table_key(medium, None if group_nil else PyLong_FromLongLong(group))
-        self.key = None  # while the fields change
-        self.medium = None if n < 0 else PyBytes_FromStringAndSize(<const char*>s, n)
-        self.group_nil, self.group = group_nil, group
-        self.key = key
-        return key
+                _table_key = table_key
+            key = _table_key(medium, None if group_nil else PyLong_FromLongLong(group))
+            self.key = None  # while the fields change
+            self.raw_held = False
+            self.medium = None if n < 0 else PyBytes_FromStringAndSize(<const char*>s, n)
+            self.group_nil, self.group = group_nil, group
+            self.key = key
+        # This key's bytes, for `of` to match the next event's against.
+        self.raw_held = raw_medium <= RAW_MEDIUM_CAP and raw_group <= RAW_GROUP_CAP
+        if self.raw_held:
+            self.raw_medium, self.raw_group = raw_medium, raw_group
+            if raw_medium > 0:
+                memcpy(self.raw_medium_bytes, r.p + medium_at, raw_medium)
+                _as_word(self.raw_medium_bytes, raw_medium, &self.raw_medium_word,
+                         &self.raw_medium_mask)
+            if raw_group > 0:
+                memcpy(self.raw_group_bytes, r.p + group_at, raw_group)
+                _as_word(self.raw_group_bytes, raw_group, &self.raw_group_word,
+                         &self.raw_group_mask)
+        return self.key
 
 
 cdef _LastKey _last_key = _LastKey()
@@ -257,7 +268,7 @@ cdef object decode(Reader* r, object seq, int64_t max_block_size):
             events.append(AllCleared())
             removal = None
             continue
-        key = _last_key.key_of(r, &e)
+        key = _last_key.of(r, &e)
         if key is None:
             return None
         if e.kind == STORED:
@@ -291,3 +302,29 @@ def decode_map_batch(payload, seq, int64_t max_block_size):
     r.pos = 0
     r.end = PyBytes_GET_SIZE(payload)
     return decode(&r, seq, max_block_size)
+
+
+def _keys_both_ways(payloads):
+    """For tests: each event's table key, as `_LastKey.of` finds it and as `key_of` alone does
+    (each on a `_LastKey` of its own, kept across `payloads`), and whether `of` matched the
+    bytes (no call). A payload's events are scanned up to the first the scan declines."""
+    cdef _LastKey fast = _LastKey(), general = _LastKey()
+    cdef Reader r
+    cdef Py_ssize_t n_top, n_events, k
+    cdef double ts
+    cdef Event e
+    cdef bint matched
+    out = []
+    for payload in payloads:
+        r.p = <const uint8_t*>PyBytes_AS_STRING(payload)
+        r.pos, r.end = 0, PyBytes_GET_SIZE(payload)
+        if read_head(&r, &n_top, &ts, &n_events) < 0:
+            continue
+        for k in range(n_events):
+            if scan_event(&r, &e) < 0:
+                break
+            if e.kind == CLEARED:
+                continue
+            matched = fast.repeats(&r, &e)
+            out.append((fast.of(&r, &e), general.key_of(&r, &e), matched))
+    return out
