@@ -12,6 +12,7 @@ from libc.stdint cimport int64_t, uint64_t
 from kvscope.collector._msgpack cimport (
     Reader,
     at,
+    be64,
     read_array,
     read_float,
     read_int,
@@ -82,24 +83,36 @@ cdef int check_stored(Reader* r, Event* e, int64_t max_block_size,
     """0 when the fields of BlockStored `e` but lora_name are as the slow path takes them, read
     into `s`; -1 if one is off."""
     cdef Reader f
-    cdef Py_ssize_t span
+    cdef Py_ssize_t span, pos
     if e.hashes_state == HELD:
         s.n_hashes = e.n_hashes
     elif e.hashes_state != UNREAD or count_uints(r, e.at[F_HASHES], False, &s.n_hashes) < 0:
         return -1
     if check_stored_extras(r, e, s.n_hashes) < 0:
         return -1
-    s.has_parent = False
-    if e.at[F_PARENT] >= 0:
-        f = at(r, e.at[F_PARENT])
-        if not read_nil(&f):
-            if read_uint64(&f, &s.parent) < 0:
-                return -1
+    s.has_parent, s.parent = False, 0
+    pos = e.at[F_PARENT]
+    if pos >= 0:
+        # A uint64 read here, as senders write a hash; any other int by read_uint64.
+        if r.end - pos >= 9 and r.p[pos] == 0xCF:
+            s.parent = be64(r.p + pos + 1)
             s.has_parent = True
+        else:
+            f = at(r, pos)
+            if not read_nil(&f):
+                if read_uint64(&f, &s.parent) < 0:
+                    return -1
+                s.has_parent = True
     s.block_size = 0
-    if e.at[F_BLOCK_SIZE] >= 0:
-        f = at(r, e.at[F_BLOCK_SIZE])
-        if read_int64(&f, &s.block_size) < 0 or not 0 <= s.block_size <= max_block_size:
+    pos = e.at[F_BLOCK_SIZE]
+    if pos >= 0:
+        if pos < r.end and r.p[pos] <= 0x7F:  # a positive fixint, as senders write a size
+            s.block_size = r.p[pos]
+        else:
+            f = at(r, pos)
+            if read_int64(&f, &s.block_size) < 0:
+                return -1
+        if not 0 <= s.block_size <= max_block_size:
             return -1
     s.n_tokens = 0
     if e.at[F_TOKENS] >= 0:
