@@ -76,12 +76,19 @@ class FreePages:
             self._marked = False
             self._next_check = time.monotonic() + self.check_every_s
             return 0
+        self._give_back(conn, given)
+        given = free - int(conn.exec_driver_sql("PRAGMA freelist_count").scalar_one())
+        if given == 0:  # none would go: not again until the next check (no idle spinning)
+            self._marked = False
+            self._next_check = time.monotonic() + self.check_every_s
+        return given
+
+    def _give_back(self, conn: sa.Connection, pages: int) -> None:
         # A page per execution: the pragma frees one per result row it steps through, and
         # the driver steps once (it sees no columns, so it reads no further rows).
         cursor = conn.connection.cursor()
         try:
-            for _ in range(given):
+            for _ in range(pages):
                 cursor.execute("PRAGMA incremental_vacuum(1)")
         finally:
             cursor.close()
-        return free - int(conn.exec_driver_sql("PRAGMA freelist_count").scalar_one())

@@ -183,3 +183,22 @@ def test_a_connection_opens_while_the_writer_holds_its_transaction(tmp_path: Pat
         assert other.exec_driver_sql("PRAGMA auto_vacuum").scalar_one() == 2  # a new store
     reader.dispose()
     writer.dispose()
+
+
+def test_a_step_that_gives_back_nothing_waits_for_the_next_check(tmp_path: Path) -> None:
+    # Were SQLite ever to free none of the pages counted, the writer's idle steps must not
+    # spin on them: nothing is pending until the next check is due.
+    class GivesNothing(FreePages):
+        def _give_back(self, conn: sa.Connection, pages: int) -> None:
+            pass
+
+    engine = open_store(f"sqlite:///{tmp_path / 'kv.db'}")
+    filler(engine, 1000)
+    pages = GivesNothing(kept=64, per_step=500)
+    pages.freed()
+    with engine.begin() as conn:
+        assert pages.step(conn) == 0
+    assert not pages.pending
+    pages.freed()  # freed again: looked at again
+    assert pages.pending
+    engine.dispose()
