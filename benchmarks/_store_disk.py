@@ -70,9 +70,9 @@ class Disk:
     log_frames: dict[str, int]
     """The log's columnar chunks' bytes by frame."""
     free_bytes: int = 0
-    """The file's free pages: a compaction's (the writer's idle re-packing,
-    storage/log_repack.py) at the end of a run, which the rows that follow take before the
-    file grows."""
+    """The file's free pages: those a compaction (the writer's idle re-packing,
+    storage/log_repack.py) freed and the idle writer kept (storage/free_pages.py gives back
+    only those past `FreePages.KEPT`), which the rows that follow take before the file grows."""
 
     def per_event(self, size: float) -> float:
         return size / self.block_events

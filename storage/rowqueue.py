@@ -4,7 +4,8 @@ A deque: putting a row costs an append and no signal (the ingest thread must not
 writer looks again every `poll_s` when it finds the queue empty, and gives a short queue up to
 `linger_s` to fill, so that it takes rows by the thousand, not each as it comes at the price of
 a thread switch, a transaction and a log chunk of its own. The writer's idle work
-(storage/log_repack.py) fills those waits, a short step at a time.
+(storage/log_repack.py's re-packing, then storage/free_pages.py's pages given back) fills those
+waits, a short step at a time.
 
 Memory is bounded twice: in rows that may be dropped (`droppable_limit`), and in bytes (each
 row's size as its producer gives it: a batch's payload, a map snapshot) of all rows held. A

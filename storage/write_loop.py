@@ -4,9 +4,9 @@ A store that is down is waited out (retried with backoff, rows waiting in the qu
 spill); a row the store refuses for good is found and left out, so that one bad row never
 stops the writer nor costs the rows beside it. If the thread stops anyway, `failure` says why.
 Work that no row waits for (compaction: storage/log_repack.py, then the pages it freed given
-back: storage/free_pages.py) is done only while the writer
-would wait for rows anyway (none queued, or lingering for more), in short transactions of its
-own: never while a whole take is queued.
+back: storage/free_pages.py) is done only while the writer would wait for rows anyway (none
+queued, or lingering for more), in short transactions of its own: never while a whole take is
+queued.
 """
 
 from __future__ import annotations
@@ -94,13 +94,17 @@ class WriteLoop:
     def idle_work(self) -> bool:
         """Whether work is left for when no row waits (re-packing, then free pages given
         back): read from any thread."""
-        return not self._idle_failed and (self.sql.idle_work or self.free_pages.pending)
+        return not self._idle_failed and self._idle_left
 
     @property
     def idle_put_off(self) -> bool:
         """Whether work is left for when no row waits that a failed step put off until the
         next transaction of rows: read from any thread."""
-        return self._idle_failed and (self.sql.idle_work or self.free_pages.pending)
+        return self._idle_failed and self._idle_left
+
+    @property
+    def _idle_left(self) -> bool:
+        return self.sql.idle_work or self.free_pages.pending
 
     def _idle_step(self) -> bool:
         """While the queue's take waits for rows: a step of the work no row waits for; whether

@@ -34,6 +34,19 @@ def filler(engine: sa.Engine, rows: int) -> None:
         conn.exec_driver_sql("DELETE FROM filler")
 
 
+def filled_store(tmp_path: Path, rows: int = 1000) -> sa.Engine:
+    """A new store with `rows` pages' worth of rows deleted: free pages to give back."""
+    engine = open_store(f"sqlite:///{tmp_path / 'kv.db'}")
+    filler(engine, rows)
+    return engine
+
+
+def told_freed(pages: FreePages) -> FreePages:
+    """`pages`, told pages were freed: its next step gives them back."""
+    pages.freed()
+    return pages
+
+
 def test_a_new_sqlite_store_gives_free_pages_back_a_step_at_a_time(tmp_path: Path) -> None:
     path = tmp_path / "kv.db"
     engine = open_store(f"sqlite:///{path}")
@@ -114,11 +127,9 @@ def test_pages_freed_by_re_packing_go_back_once_the_writer_idles(tmp_path: Path)
 def test_a_step_gives_back_the_pages_it_counts(tmp_path: Path) -> None:
     # SQLite's incremental_vacuum frees one page per row it steps through: a step that does
     # not read them all gives back one page, whatever it counts.
-    engine = open_store(f"sqlite:///{tmp_path / 'kv.db'}")
-    filler(engine, 1000)
+    engine = filled_store(tmp_path)
     before = free_pages(engine)
-    pages = FreePages(kept=64, per_step=500)
-    pages.freed()
+    pages = told_freed(FreePages(kept=64, per_step=500))
     with engine.begin() as conn:
         given = pages.step(conn)
     assert given == 500
@@ -153,11 +164,9 @@ def test_the_writer_shows_idle_work_between_re_packing_and_pages(tmp_path: Path)
 def test_a_step_is_one_transaction(tmp_path: Path) -> None:
     # The driver runs a pragma outside any transaction: each page given back was a commit of
     # its own (the step several times slower), not the one short transaction it is meant to be.
-    engine = open_store(f"sqlite:///{tmp_path / 'kv.db'}")
-    filler(engine, 1000)
+    engine = filled_store(tmp_path)
     before = free_pages(engine)
-    pages = FreePages(kept=64, per_step=500)
-    pages.freed()
+    pages = told_freed(FreePages(kept=64, per_step=500))
     with engine.begin() as conn:
         assert pages.step(conn) == 500
         assert free_pages(engine) == before  # another connection sees none of it yet
@@ -192,10 +201,8 @@ def test_a_step_that_gives_back_nothing_waits_for_the_next_check(tmp_path: Path)
         def _give_back(self, conn: sa.Connection, pages: int) -> None:
             pass
 
-    engine = open_store(f"sqlite:///{tmp_path / 'kv.db'}")
-    filler(engine, 1000)
-    pages = GivesNothing(kept=64, per_step=500)
-    pages.freed()
+    engine = filled_store(tmp_path)
+    pages = told_freed(GivesNothing(kept=64, per_step=500))
     with engine.begin() as conn:
         assert pages.step(conn) == 0
     assert not pages.pending
