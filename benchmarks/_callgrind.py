@@ -25,6 +25,12 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+if TYPE_CHECKING:
+    from _ingest_stream import StreamStats
 
 COUNTED = "deque_init"
 """The function whose calls are counted (and nothing outside them)."""
@@ -43,6 +49,30 @@ GIL_FREE = re.compile(
 def need_valgrind(script: str) -> None:
     if shutil.which("valgrind") is None:
         sys.exit(f"{script} counts with valgrind's callgrind: apt-get install valgrind")
+
+
+def store_stream(
+    script: str, events: int, seed: int, cached: int
+) -> tuple[list[bytes], StreamStats]:
+    """The stream instruction benchmark `script` counts on: benchmarks/store.py's, of `events`
+    block-events and `cached` blocks when full. `script` stops first where valgrind is missing."""
+    need_valgrind(script)
+    from _ingest_stream import make_stream  # the parent's alone: the children never import it
+
+    return make_stream(events, seed, cached, 10**12)
+
+
+def write_payloads(payloads: list[bytes], folder: str) -> str:
+    """`payloads` written to a file in `folder`, for the child to read back: its path."""
+    path = Path(folder) / "payloads.msgpack"
+    path.write_bytes(msgspec.msgpack.encode(payloads))
+    return str(path)
+
+
+def read_payloads(path: str) -> list[bytes]:
+    """In the child: the payloads `write_payloads` wrote."""
+    payloads: list[bytes] = msgspec.msgpack.decode(Path(path).read_bytes())
+    return payloads
 
 
 def run_child(

@@ -32,7 +32,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
-from _callgrind import collected, need_valgrind, run_child, say_source, source
+from _callgrind import (
+    collected,
+    need_valgrind,
+    read_payloads,
+    run_child,
+    say_source,
+    source,
+    write_payloads,
+)
 
 HERE = Path(__file__).resolve().parent
 WINDOWS = ("fill", "eviction")
@@ -98,7 +106,7 @@ def child(
             return NO_BATCH
 
     say_source(prefix_map.__file__)
-    payloads: list[bytes] = msgspec.msgpack.decode(Path(payloads_file).read_bytes())
+    payloads = read_payloads(payloads_file)
     frames = messages(payloads, publishers)[: start + count]
     assert len(frames) == start + count, "the stream is too short for this window"
     router = FleetRouter(FleetSettings(bind="tcp://127.0.0.1:5557"))  # as the subscriber's
@@ -187,8 +195,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = args.annotate or tmp
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        payloads_file = str(Path(tmp) / "payloads.msgpack")
-        Path(payloads_file).write_bytes(msgspec.msgpack.encode(payloads))
+        payloads_file = write_payloads(payloads, tmp)
         counts = {
             window: instructions(
                 window,

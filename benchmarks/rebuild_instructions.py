@@ -31,7 +31,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from _callgrind import annotated, count, need_valgrind, run_child
+from _callgrind import annotated, count, run_child, store_stream
 from sqlalchemy import create_engine, text
 
 from kvscope.collector import _replay as replay_module
@@ -42,7 +42,6 @@ from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 
-HERE = Path(__file__).resolve().parent
 STREAM = StreamId("bench", 0)
 REPLAY = "__pyx_pw_7kvscope_9collector_7_replay_1replay"
 """The compiled `replay`'s entry, whose inclusive cost is the replay's (the log's chunks read
@@ -130,12 +129,8 @@ def main() -> None:
     if args.child:
         child(args.child[0], json.loads(args.child[1]))
         return
-    need_valgrind("rebuild_instructions.py")
-    sys.path.insert(0, str(HERE))
-    from _ingest_stream import make_stream
-
+    payloads, stats = store_stream("rebuild_instructions.py", args.events, args.seed, args.cached)
     print(f"kvscope from {Path(replay_module.__file__).parent.parent}")
-    payloads, stats = make_stream(args.events, args.seed, args.cached, 10**12)
     per_batch = stats.block_events / len(payloads)
     print(
         f"stream: {stats.block_events:,} block-events in {len(payloads):,} batches "

@@ -47,16 +47,17 @@ from contextlib import ExitStack
 from itertools import starmap
 from pathlib import Path
 
-import msgspec
 from _callgrind import (
     calls_to,
     collected,
     gil_free,
     mark,
-    need_valgrind,
+    read_payloads,
     run_child,
+    store_stream,
     window_collected,
     window_file,
+    write_payloads,
 )
 
 from kvscope.collector.ingest import StreamIngest
@@ -72,7 +73,6 @@ from kvscope.storage.rowqueue import RowQueue
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 
-HERE = Path(__file__).resolve().parent
 KINDS = ("memory", "calls", "store", "writer")
 PARTS = {
     "queue": "the batch's row put on the queue",
@@ -111,7 +111,7 @@ def child(kind: str, payloads_file: str, url: str) -> None:
     if kind in PARTS:
         _leave_out(kind, Calls)
         kind = "store"
-    payloads: list[bytes] = msgspec.msgpack.decode(Path(payloads_file).read_bytes())
+    payloads = read_payloads(payloads_file)
     # Built in every kind, so that only the loop differs.
     writer = StoreWriter(
         open_store(url),
@@ -212,16 +212,11 @@ def main() -> None:
     if args.child:
         child(*args.child)
         return
-    need_valgrind("store_instructions.py")
-    sys.path.insert(0, str(HERE))
-    from _ingest_stream import make_stream
-
-    payloads, stats = make_stream(args.events, args.seed, args.cached, 10**12)
+    payloads, stats = store_stream("store_instructions.py", args.events, args.seed, args.cached)
     batches = len(payloads)
     print(f"stream: {stats.block_events:,} block-events in {batches:,} batches")
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        payloads_file = str(Path(tmp) / "payloads.msgpack")
-        Path(payloads_file).write_bytes(msgspec.msgpack.encode(payloads))
+        payloads_file = write_payloads(payloads, tmp)
         kinds = (*KINDS, *PARTS) if args.parts else KINDS
         counts = {
             kind: instructions(kind, payloads_file, tmp, store_url(args.store, stack))

@@ -26,16 +26,17 @@ import tempfile
 from collections import deque
 from pathlib import Path
 
-import msgspec
 from _callgrind import (
     annotated,
     mark,
-    need_valgrind,
+    read_payloads,
     run_child,
     say_source,
     source,
+    store_stream,
     window_collected,
     window_file,
+    write_payloads,
 )
 from _inlined_costs import self_costs
 
@@ -60,7 +61,7 @@ def child(payloads_file: str, db_file: str) -> None:
     say_source(write_loop.__file__)
     run_writer = write_loop.WriteLoop._run
     write_loop.WriteLoop._run = lambda self: None  # type: ignore[method-assign]
-    payloads: list[bytes] = msgspec.msgpack.decode(Path(payloads_file).read_bytes())
+    payloads = read_payloads(payloads_file)
     writer = StoreWriter(open_store(f"sqlite:///{db_file}"), StoreSettings(queue_rows=10_000_000))
     ingest = StreamIngest(StreamId("bench", 0), can_replay=False, sink=writer)
     gc.disable()  # the rows pile up here, where the writer thread would free them
@@ -101,18 +102,13 @@ def main() -> None:
     if args.child:
         child(*args.child)
         return
-    need_valgrind("writer_instructions.py")
-    sys.path.insert(0, str(HERE))
-    from _ingest_stream import make_stream
-
-    payloads, stats = make_stream(args.events, args.seed, args.cached, 10**12)
+    payloads, stats = store_stream("writer_instructions.py", args.events, args.seed, args.cached)
     batches = len(payloads)
     print(f"stream: {stats.block_events:,} block-events in {batches:,} batches")
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = args.keep or tmp
-        payloads_file = str(Path(tmp) / "payloads.msgpack")
-        Path(payloads_file).write_bytes(msgspec.msgpack.encode(payloads))
         out_file = f"{out_dir}/writer.out"
+        payloads_file = write_payloads(payloads, tmp)
         command = [sys.executable, __file__, "--child", payloads_file, f"{tmp}/store.sqlite"]
         stderr = run_child(command, out_file, marked=True)
         print(f"kvscope from {source(stderr)}")

@@ -88,17 +88,14 @@ class PreDictionaryRepack:
         still held), against the dictionary their chunks name; how many were taken. Then
         `stepped`, or `forget` if the transaction failed."""
         self._finished = {}
-        if admit is not None:
-            kept = admit(set(self._ready))
-            for stream in [s for s in self._ready if s not in kept]:
-                self.forget(stream)  # another collector's now
         waiting = sorted(self._ready.items(), key=lambda w: (self._served.get(w[0], -1), str(w[0])))
         budget = self.per_step
         share = max(1, -(-budget // max(1, len(waiting))))  # a lone stream takes it all
         for stream, found in waiting:
             if budget <= 0:
                 break
-            taken = self._repack_stream(conn, stream, found, stream_id(stream), min(share, budget))
+            limit = min(share, budget)
+            taken = self._repack_stream(conn, stream, found, stream_id(stream), limit, admit)
             budget -= taken
             if taken:
                 self._turns += 1
@@ -110,10 +107,16 @@ class PreDictionaryRepack:
         self._finished = {}
 
     def _repack_stream(
-        self, conn: sa.Connection, stream: StreamId, found: Dictionary, sid: int, limit: int
+        self,
+        conn: sa.Connection,
+        stream: StreamId,
+        found: Dictionary,
+        sid: int,
+        limit: int,
+        admit: Callable[[set[StreamId]], set[StreamId]] | None,
     ) -> int:
         """Up to `limit` of `stream`'s chunks that name no dictionary re-written against
-        `found`; how many were taken (re-written or passed by)."""
+        `found`, if `admit` keeps it; how many were taken (re-written or passed by)."""
         c = schema.log_chunks
         query = sa.select(c.c.epoch, c.c.first_seq).where(
             c.c.stream_id == sid, c.c.dictionary.is_(None)
@@ -122,6 +125,12 @@ class PreDictionaryRepack:
         if after is not None:
             query = query.where(sa.tuple_(c.c.epoch, c.c.first_seq) > after)
         keys = conn.execute(query.order_by(c.c.epoch, c.c.first_seq).limit(limit + 1)).all()
+        # Admitted only where chunks are re-written (the lease counts this transaction as a
+        # write of the stream). The chunks read before it are this writer's to re-write: had
+        # another writer held the stream meanwhile, its token would differ.
+        if keys and admit is not None and not admit({stream}):
+            self.forget(stream)  # another collector's now
+            return 0
         for epoch, first_seq in keys[:limit]:
             self._after[stream] = (epoch, first_seq)
             try:

@@ -19,6 +19,7 @@ from kvscope.collector.types import StreamId
 from kvscope.storage import batch_log, schema
 from kvscope.storage.engine import open_store
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
+from kvscope.storage.leases import Fence, acquire, heartbeat, release
 from kvscope.storage.log_chunks import SETTABLE_FORMATS
 from kvscope.storage.log_repack import CHUNKS_PER_STEP
 from kvscope.storage.log_rewrite import rewrite_chunk
@@ -295,3 +296,99 @@ def test_flush_with_idle_work_says_so_when_a_step_failed(
     assert sql.idle_work  # re-packing left: its step failed
     assert not writer.flush(5.0, idle_work=True)
     writer.close()
+
+
+def grant_writes(conn: sa.Connection) -> dict[tuple[StreamId, int], int]:
+    """Each lease grant's count of write transactions, by stream and token."""
+    g = schema.lease_grants
+    found = conn.execute(sa.select(g.c.replica, g.c.rank, g.c.token, g.c.writes))
+    return {(StreamId(r.replica, r.rank), r.token): r.writes for r in found}
+
+
+def stream_dictionaries(conn: sa.Connection, streams: list[StreamId]) -> list[list[bytes | None]]:
+    """Each stream's chunks' dictionary digests, in log order."""
+    c = schema.log_chunks
+    return [
+        [
+            None if d is None else bytes(d)
+            for d in conn.execute(
+                sa.select(c.c.dictionary)
+                .where(c.c.stream_id == stream_id(conn, s.replica, s.rank))
+                .order_by(c.c.epoch, c.c.first_seq)
+            ).scalars()
+        ]
+        for s in streams
+    ]
+
+
+def leased_fleet(engine: sa.Engine, streams: list[StreamId]) -> tuple[RowWriter, Fence]:
+    """A writer of member "a", fenced, that holds every stream of `streams` and has written
+    each one's log (chunks before and after its first dictionary)."""
+    fence = Fence("a")
+    with engine.begin() as conn:
+        heartbeat(conn, "a", 60.0)
+        for s in streams:
+            grant = acquire(conn, s, "a")
+            assert grant is not None
+            fence.hold(s, grant.token)
+    writer = row_writer()
+    writer.fence = fence
+    logs = [
+        block_log(random.Random(i), 400, token_pool(random.Random(i), 40), s)
+        for i, s in enumerate(streams)
+    ]
+    for start in range(0, 400, 10):
+        write(engine, writer, [r for log in logs for r in log[start : start + 10]])
+    return writer, fence
+
+
+def test_an_idle_step_counts_a_lease_write_only_for_the_streams_it_re_packs(
+    pg_url: str,
+) -> None:
+    """`lease_grants.writes` (and `last_write_at`) say when a holder wrote its stream: a step
+    that re-packs some streams' chunks counts a write for those, not for every stream that has
+    chunks left."""
+    engine = open_store(pg_url)
+    streams = [StreamId(f"r{i}", 0) for i in range(4)]
+    writer, _ = leased_fleet(engine, streams)
+    loop = stopped_loop(engine, writer)
+    steps = 0
+    while True:
+        with engine.connect() as conn:
+            chunks, writes = stream_dictionaries(conn, streams), grant_writes(conn)
+        if not loop._idle_step():
+            break
+        steps += 1
+        with engine.connect() as conn:
+            now = stream_dictionaries(conn, streams)
+            counted = {s for (s, _), n in grant_writes(conn).items() if n != writes[(s, 1)]}
+        re_packed = {s for s, old, new in zip(streams, chunks, now, strict=True) if old != new}
+        assert counted == re_packed, steps
+    assert steps > 1
+    with engine.connect() as conn:
+        assert all(None not in named for named in stream_dictionaries(conn, streams))
+    engine.dispose()
+
+
+def test_an_idle_step_re_packs_no_chunk_of_a_stream_taken_over(pg_url: str) -> None:
+    """Re-packing writes a stream's chunks: fenced as any write, it leaves a stream whose lease
+    names another member (taken while this one did not know) to that member, and counts no write
+    on either grant."""
+    engine = open_store(pg_url)
+    streams = [StreamId(f"r{i}", 0) for i in range(3)]
+    writer, fence = leased_fleet(engine, streams)
+    taken = streams[1]
+    with engine.begin() as conn:
+        release(conn, taken, "a", fence.held()[taken])  # as if it had expired
+        heartbeat(conn, "b", 60.0)
+        assert acquire(conn, taken, "b") is not None
+        before, writes = stream_dictionaries(conn, streams), grant_writes(conn)
+    assert None in before[1]
+    idle(stopped_loop(engine, writer))
+    with engine.connect() as conn:
+        after, now = stream_dictionaries(conn, streams), grant_writes(conn)
+    assert after[1] == before[1]  # b's to re-pack
+    assert None not in after[0] and None not in after[2]
+    assert now[(taken, 1)] == writes[(taken, 1)] and now[(taken, 2)] == 0
+    assert not writer.idle_work
+    engine.dispose()

@@ -14,14 +14,10 @@ from hypothesis import strategies as st
 from kvscope.collector import wire_rules as rules
 from kvscope.collector._wire_fast import _keys_both_ways
 from tests.wire_fast_strategies import SETTINGS
-from tests.wire_fast_support import pack
+from tests.wire_fast_support import event_map, fixstr, ints, pack
 
 RND = random.Random(0)
 ABSENT = None
-
-
-def fixstr(data: bytes) -> bytes:
-    return bytes([0xA0 | len(data)]) + data
 
 
 def str8(data: bytes) -> bytes:
@@ -30,19 +26,6 @@ def str8(data: bytes) -> bytes:
 
 def str16(data: bytes) -> bytes:
     return b"\xda" + struct.pack(">H", len(data)) + data
-
-
-def ints(v: int) -> list[bytes]:
-    """`v` at each width msgpack has for it."""
-    out = [bytes([v])] if 0 <= v < 128 else []
-    for code, fmt in zip(range(0xCC, 0xD0), "BHIQ", strict=True):
-        if 0 <= v < 1 << (8 * struct.calcsize(fmt)):
-            out.append(bytes([code]) + struct.pack(">" + fmt, v))
-    for code, fmt in zip(range(0xD0, 0xD4), "bhiq", strict=True):
-        bits = 8 * struct.calcsize(fmt) - 1
-        if -(1 << bits) <= v < 1 << bits:
-            out.append(bytes([code]) + struct.pack(">" + fmt, v))
-    return out
 
 
 # Medium and group_idx values as they come on the wire (ABSENT: no such key): the usual ones at
@@ -82,13 +65,10 @@ def event(medium: bytes | None, group: bytes | None, removed: bool, rnd: random.
     items = [
         (b"type", pack("BlockRemoved" if removed else "BlockStored", rnd)),
         (b"block_hashes", pack([rnd.randrange(2**64)], rnd)),
+        (b"medium", medium),
+        (b"group_idx", group),
     ]
-    if medium is not ABSENT:
-        items.append((b"medium", medium))
-    if group is not ABSENT:
-        items.append((b"group_idx", group))
-    rnd.shuffle(items)
-    return bytes([0x80 | len(items)]) + b"".join(fixstr(k) + v for k, v in items)
+    return event_map(items, rnd)
 
 
 def batch(events: list[bytes], rnd: random.Random) -> bytes:

@@ -12,8 +12,7 @@ import pytest
 
 from kvscope.collector._wire_fast import decode_map_batch
 from tests.test_replay_fused import LIMITS, assert_same_replay
-from tests.test_wire_key_bytes import fixstr, ints
-from tests.wire_fast_support import MAX_BS, check, pack
+from tests.wire_fast_support import MAX_BS, check, event_map, ints, pack
 
 RND = random.Random(0)
 PARENTS = [
@@ -34,13 +33,10 @@ def stored(parent: bytes | None, size: bytes | None, hashes: list[int]) -> bytes
         (b"type", pack("BlockStored", RND)),
         (b"block_hashes", pack(hashes, RND)),
         (b"token_ids", pack(tokens, RND)),
+        (b"parent_block_hash", parent),
+        (b"block_size", size),
     ]
-    if parent is not None:
-        items.append((b"parent_block_hash", parent))
-    if size is not None:
-        items.append((b"block_size", size))
-    RND.shuffle(items)
-    return bytes([0x80 | len(items)]) + b"".join(fixstr(k) + v for k, v in items)
+    return event_map(items, RND)
 
 
 def batch(events: list[bytes]) -> bytes:

@@ -69,18 +69,31 @@ def _sized(
     return rnd.choice(options)
 
 
-def _int(v: int, rnd: random.Random) -> bytes:
-    options = []
+def ints(v: int) -> list[bytes]:
+    """`v` at each width msgpack has for it."""
+    out = []
     if 0 <= v < 128 or -32 <= v < 0:
-        options.append(struct.pack(">b" if v < 0 else ">B", v))
+        out.append(struct.pack(">b" if v < 0 else ">B", v))
     for code, fmt in zip(range(0xCC, 0xD0), "BHIQ", strict=True):
         if 0 <= v < 1 << (8 * struct.calcsize(fmt)):
-            options.append(bytes([code]) + struct.pack(">" + fmt, v))
+            out.append(bytes([code]) + struct.pack(">" + fmt, v))
     for code, fmt in zip(range(0xD0, 0xD4), "bhiq", strict=True):
         bits = 8 * struct.calcsize(fmt) - 1
         if -(1 << bits) <= v < 1 << bits:
-            options.append(bytes([code]) + struct.pack(">" + fmt, v))
-    return rnd.choice(options)
+            out.append(bytes([code]) + struct.pack(">" + fmt, v))
+    return out
+
+
+def fixstr(data: bytes) -> bytes:
+    return bytes([0xA0 | len(data)]) + data
+
+
+def event_map(items: list[tuple[bytes, bytes | None]], rnd: random.Random) -> bytes:
+    """An event's map of `items` (a key, its value already written; None: no such key), its
+    keys as fixstr, in a random order."""
+    present = [(key, value) for key, value in items if value is not None]
+    rnd.shuffle(present)
+    return bytes([0x80 | len(present)]) + b"".join(fixstr(k) + v for k, v in present)
 
 
 def pack(value: Any, rnd: random.Random) -> bytes:
@@ -89,7 +102,7 @@ def pack(value: Any, rnd: random.Random) -> bytes:
     if value is True or value is False:
         return b"\xc3" if value else b"\xc2"
     if type(value) is int:
-        return _int(value, rnd)
+        return rnd.choice(ints(value))
     if type(value) is float:
         f32 = struct.pack(">f", value) if abs(value) < 3e38 or value != value else b""
         if f32 and value == value and struct.unpack(">f", f32)[0] == value and rnd.random() < 0.5:
