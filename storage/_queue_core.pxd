@@ -2,6 +2,9 @@
 (storage/_store_sink.pyx), which puts each batch's row in C."""
 
 
+ctypedef object (*_AppendOne)(object, object)
+
+
 cdef class SpillState:
     cdef public bint active
 
@@ -24,6 +27,9 @@ cdef class QueueCore:
     cdef Py_ssize_t _size_head
     cdef Py_ssize_t _size_count
     cdef object _append_row
+    # `_append_row`'s C function (`deque.append` takes one argument: METH_O), called with the
+    # deque without the call's checks; NULL where it is no such function.
+    cdef _AppendOne _append_c
     # The `_droppable_in` at which a take waiting for rows has all it asked for (-1: none
     # waits; a rare row kept meanwhile lowers it by one), and what the put that reaches it
     # sets to wake it (storage/rowqueue.py).

@@ -9,6 +9,13 @@
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
+cdef extern from "Python.h":
+    bint PyCFunction_Check(object)
+    int PyCFunction_GET_FLAGS(object)
+    void* PyCFunction_GET_FUNCTION(object)
+    object PyCFunction_GET_SELF(object)
+    int METH_O
+
 from collections import deque
 
 # The size ring's first capacity (a power of two); it doubles when full. Emptied at a capacity
@@ -32,6 +39,13 @@ cdef class QueueCore:
     def __cinit__(self, *args, **kwargs):
         self._rows = deque()
         self._append_row = self._rows.append
+        self._append_c = NULL
+        if (
+            PyCFunction_Check(self._append_row)
+            and PyCFunction_GET_FLAGS(self._append_row) == METH_O
+            and PyCFunction_GET_SELF(self._append_row) is self._rows
+        ):
+            self._append_c = <_AppendOne>PyCFunction_GET_FUNCTION(self._append_row)
         self._size_ring = NULL
         self._size_capacity = self._size_head = self._size_count = 0
         self.droppable_limit = self.bytes_limit = 0
@@ -126,7 +140,10 @@ cdef class QueueCore:
             # `_keep`: its size first (the consumer pops as many sizes as it finds rows).
             self._push_size(nbytes)
             self._bytes_in += nbytes
-            self._append_row(row)
+            if self._append_c is not NULL:
+                self._append_c(self._rows, row)
+            else:
+                self._append_row(row)
             if self._droppable_in == self._wake_at:
                 self._wake_at = -1
                 self._wake.set()  # the waiting take has all it asked for

@@ -19,3 +19,16 @@ cdef class RollupCounts:
     cdef long long _add(self, object key, object counts) except -1
     cdef long long _add_counts(self, object key, long long stores, long long removes) except -1
     cdef Py_ssize_t _slot(self, object key) except -1
+
+
+cdef class SecondCore:
+    cdef public object stream
+    # The second being counted (None: none yet).
+    cdef public object second
+    cdef public RollupCounts counts
+    # `AllBlocksCleared`s in the second (restarts are not counted).
+    cdef public long long _clears
+
+    cdef list rows_before(self, object view, object ts)
+    cdef list rows_of(self, object view)
+    cdef object span_of(self)

@@ -12,6 +12,16 @@ from cpython.object cimport PyObject
 
 from kvscope.collector._live_sink cimport BatchChanges
 
+from kvscope.collector.sink import EVERY_BATCH, Span
+from kvscope.collector.wire import table_key
+from kvscope.storage.rows import RollupRow
+
+cdef object _EVERY_BATCH = EVERY_BATCH
+cdef object _ROLLUP_ROW = RollupRow
+cdef object _DEFAULT_KEY = table_key("GPU", 0)
+cdef object _SPAN = Span
+cdef object _TUPLE_NEW = tuple.__new__
+
 
 cdef class RollupCounts:
     # (its fields: storage/_rollup_counts.pxd)
@@ -44,13 +54,28 @@ cdef class RollupCounts:
         cdef PyObject *value
         cdef long long events = 0
         cdef BatchChanges counted
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, j, slot
+        cdef long long stores, removes
+        cdef list keys
         if isinstance(changes, BatchChanges):
             counted = <BatchChanges>changes
+            keys = self._keys
             for i in range(counted.n):
-                events += self._add_counts(
-                    counted.keys[i], counted.counts[2 * i], counted.counts[2 * i + 1]
-                )
+                # `_add_counts`, inline: the interned key found by identity in the loop (the
+                # first `n` keys are the batch's: within the list).
+                key = PyList_GET_ITEM(counted.keys, i)
+                slot = -1
+                for j in range(PyList_GET_SIZE(keys)):
+                    if PyList_GET_ITEM(keys, j) == key:
+                        slot = j
+                        break
+                if slot < 0:
+                    slot = self._slot(<object>key)
+                stores = counted.counts[2 * i]
+                removes = counted.counts[2 * i + 1]
+                self._sums[2 * slot] += stores
+                self._sums[2 * slot + 1] += removes
+                events += stores + removes
             return events
         if not PyDict_CheckExact(changes):
             for k, v in changes.items():
@@ -105,3 +130,74 @@ cdef class RollupCounts:
             self._sums[2 * i] = self._sums[2 * i + 1] = 0
         gaps, self.gaps = self.gaps, 0
         return sums, gaps
+
+
+cdef class SecondCore:
+    """The base of storage/rollups.py's `SecondRollup`: the call at each second's end
+    (`instant`), the rows of the second that ended (`_rows`) and the span it hands back, in C,
+    for the store's sink to call as C calls."""
+
+    # (its fields: storage/_rollup_counts.pxd)
+
+    def instant(self, view, ts):
+        """Before a batch stamped `ts`: if it opens a new second, the rows of the one before
+        (`view` is the map after that second's last batch)."""
+        return self.rows_before(view, ts)
+
+    def span(self):
+        """The stamps of the current second (`int` truncates towards 0: below 0 the stamps of
+        a second end at it, so any stamp there asks again)."""
+        return self.span_of()
+
+    def _rows(self, view):
+        """The rows of the second being counted, its map `view`."""
+        if self.second is None:
+            raise ValueError("no second is being counted")
+        return self.rows_of(view)
+
+    cdef list rows_before(self, object view, object ts):
+        if self.counts is None:  # (a C field's write: no check of its own)
+            raise ValueError("a rollup without counts")
+        self.counts.view = view
+        second = int(ts)
+        if second == self.second:
+            return []
+        rows = [] if self.second is None else self.rows_of(view)
+        self.second = second
+        return rows
+
+    cdef list rows_of(self, object view):
+        """Clears and gaps belong to the stream and are repeated on each of its rows (take the
+        max over tiers, not the sum)."""
+        stats = view.stats()
+        changes, gaps = self.counts.take()
+        cdef list rows = []
+        for key in set(stats) | set(changes) or {_DEFAULT_KEY}:
+            s = stats.get(key)
+            stores, removes = changes.get(key, (0, 0))
+            rows.append(
+                _ROLLUP_ROW(
+                    self.stream,
+                    self.second,
+                    key.medium,
+                    key.group,
+                    0 if s is None else s.blocks,
+                    0 if s is None else s.hittable,
+                    0 if s is None else s.orphans,
+                    stores,
+                    removes,
+                    self._clears,
+                    gaps,
+                )
+            )
+        self._clears = 0
+        return rows
+
+    cdef object span_of(self):
+        second = self.second
+        if second is None or second < 0:
+            return _EVERY_BATCH
+        # Float bounds: the collector compares each batch's stamp with them, and a float
+        # compared with an int past 2**30 converts it each time. Made as `Span`'s own
+        # `__new__` makes it, without its Python frame.
+        return _TUPLE_NEW(_SPAN, (float(second), float(second + 1)))

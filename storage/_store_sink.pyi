@@ -1,7 +1,7 @@
 from typing import Any
 
 from kvscope.collector._live_sink import LiveSink
-from kvscope.collector.sink import AppliedBatch
+from kvscope.collector.sink import AppliedBatch, MapReader, Span
 from kvscope.collector.types import StreamId
 from kvscope.storage._checkpoint_pacing import CheckpointPacer
 from kvscope.storage._rollup_counts import RollupCounts
@@ -49,3 +49,5 @@ class StoreSinkCore(LiveSink):
         """The stream's state goes (`forget`)."""
     def applied(self, batch: AppliedBatch) -> None:
         """After each batch changed the map (`EventSink.applied`)."""
+    def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
+        """The map at each second's end (rollups) and at each recovery offset."""

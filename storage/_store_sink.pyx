@@ -8,6 +8,9 @@ second's rollup, its log row put on the queue and the checkpoint pacer told, eac
 no `AppliedBatch` built and no Python frame run. What is rare (a stream's first batch, a new
 epoch, a recovery followed, a drop and its end, a checkpoint) is left to the writer's Python
 methods, as `applied` left it; those that read the batch get an `AppliedBatch` of it.
+`instant`, at each second's end, is here too, with the rollup's part of it in C
+(storage/_rollup_counts.pyx's `SecondCore`): while no recovery is followed, no Python frame of
+the store's runs.
 A subclass that overrides `applied` is told of each batch through it (checked once, of the
 class): an `applied` set on an instance, or patched on the class after the writer is made, is
 not.
@@ -21,7 +24,7 @@ from libc.stdint cimport uintptr_t
 from kvscope.collector._live_sink cimport BatchChanges, LiveSink
 from kvscope.storage._checkpoint_pacing cimport CheckpointPacer
 from kvscope.storage._queue_core cimport QueueCore
-from kvscope.storage._rollup_counts cimport RollupCounts
+from kvscope.storage._rollup_counts cimport RollupCounts, SecondCore
 
 from kvscope.collector.sink import AppliedBatch
 from kvscope.storage.rows import EpochRow
@@ -83,8 +86,9 @@ cdef class StreamState:
 
 @cython.auto_pickle(False)
 cdef class StoreSinkCore(LiveSink):
-    """The writer's state that each batch reads, and `applied`, in C. Its subclass supplies
-    `_state`, `_put_always`, `_note_drop`, `_close_drop` and `_checkpoint`."""
+    """The writer's state that each batch reads, `applied` and `instant`, in C. Its subclass
+    supplies `_state`, `_put_always`, `_note_drop`, `_close_drop`, `_checkpoint` and
+    `_instant_followed`."""
 
     cdef readonly dict _streams
     cdef QueueCore _queue_core
@@ -120,6 +124,28 @@ cdef class StoreSinkCore(LiveSink):
         self._recent_streams[:] = [None] * _RECENT
         self._recent_states[:] = [None] * _RECENT
 
+    def instant(self, stream, ts, view):
+        """The map at each second's end (rollups) and at each recovery offset
+        (`EventSink.instant`); the next call is wanted at the end of the second or the next
+        offset, whichever comes first. While no recovery is followed (nearly always), in C:
+        the rollup's rows put and its span handed back with no Python frame but the rows'."""
+        cdef StreamState state = _state_of(self, stream)
+        if state.recoveries.followed:
+            return self._instant_followed(state, stream, ts, view)
+        rollup = state.rollup
+        if isinstance(rollup, SecondCore):
+            rows = (<SecondCore>rollup).rows_before(view, ts)
+        else:
+            rows = rollup.instant(view, ts)
+        for row in rows:
+            if self._put_overridden:
+                self._queue_core.put_batch(row, 0)
+            else:
+                self._queue_core.put_row(row, 0)
+        if isinstance(rollup, SecondCore):
+            return (<SecondCore>rollup).span_of()
+        return rollup.span()
+
     def applied(self, batch):
         """After each batch changed the map (`EventSink.applied`)."""
         self.told(
@@ -147,13 +173,11 @@ cdef class StoreSinkCore(LiveSink):
         cdef long long events
         cdef bint put
         cdef Py_ssize_t place = (<Py_ssize_t>(<uintptr_t><PyObject*>stream >> 4)) & (_RECENT - 1)
+        # `_state_of`, its common case inline (gcc leaves the function a call).
         if PyList_GET_ITEM(self._recent_streams, place) == <PyObject*>stream:
             state = <StreamState><object>PyList_GET_ITEM(self._recent_states, place)
         else:
-            found = self._streams.get(stream)
-            state = self._state(stream) if found is None else found
-            self._recent_streams[place] = stream
-            self._recent_states[place] = state
+            state = _state_of(self, stream)
         if state.epoch is not epoch and state.epoch != epoch:
             state.epoch = epoch
             self._put_always(_EPOCH_ROW(stream, epoch, recv_ts))
@@ -183,3 +207,15 @@ cdef class StoreSinkCore(LiveSink):
                 )
             self._checkpoint(batch, state)
         return 0
+
+
+cdef inline StreamState _state_of(StoreSinkCore sink, object stream):
+    """The stream's state: its recent place's, else `_streams`'s, else a new one."""
+    cdef Py_ssize_t place = (<Py_ssize_t>(<uintptr_t><PyObject*>stream >> 4)) & (_RECENT - 1)
+    if PyList_GET_ITEM(sink._recent_streams, place) == <PyObject*>stream:
+        return <StreamState><object>PyList_GET_ITEM(sink._recent_states, place)
+    found = sink._streams.get(stream)
+    state = sink._state(stream) if found is None else found
+    sink._recent_streams[place] = stream
+    sink._recent_states[place] = state
+    return state

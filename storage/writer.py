@@ -110,16 +110,16 @@ class StoreWriter(StoreSinkCore):
     # --- the sink (ingest thread) -------------------------------------------------------------
     # `applied`, each batch, is the base's (storage/_store_sink.pyx), in C: it calls `_state`,
     # `_put_always`, `_note_drop`, `_close_drop` and `_checkpoint` below when there is more to
-    # do than count the batch and queue its row.
+    # do than count the batch and queue its row. `instant`, at each second's end, is the base's
+    # too: it calls `_instant_followed` while a recovery is followed.
 
-    def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
-        """The map at each second's end (rollups) and at each recovery offset; the next call
-        is wanted at the end of the second or the next offset, whichever comes first."""
-        state = self._streams.get(stream) or self._state(stream)
-        if state.recoveries.followed:
-            # Each point is queued as soon as the stream passes its offset.
-            for recovery in state.recoveries.before_batch(view, ts):
-                self._put_always(recovery)
+    def _instant_followed(
+        self, state: StreamState, stream: StreamId, ts: float, view: MapReader
+    ) -> Span:
+        """`instant` while the stream's recoveries are followed."""
+        # Each point is queued as soon as the stream passes its offset.
+        for recovery in state.recoveries.before_batch(view, ts):
+            self._put_always(recovery)
         for row in state.rollup.instant(view, ts):
             self._queue.put_batch(row, 0)  # (`_put`, without its calls)
         span = state.rollup.span()

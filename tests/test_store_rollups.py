@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from kvscope.collector.block_table import TableStats
@@ -13,7 +14,7 @@ from kvscope.collector.sink import AppliedBatch, MapReader, NullSink, ResumePoin
 from kvscope.collector.types import StreamId, TableKey
 from kvscope.collector.wire import table_key
 from kvscope.storage import rollups, schema
-from kvscope.storage._rollup_counts import RollupCounts
+from kvscope.storage._rollup_counts import RollupCounts, SecondCore
 from kvscope.storage.engine import open_store
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
@@ -167,3 +168,9 @@ def test_a_seconds_span_is_bounded_by_floats() -> None:
     since, until = rollup.span()
     assert (type(since), type(until)) == (float, float)
     assert (since, until) == (1_796_051_000, 1_796_051_001)
+
+
+def test_a_rollup_without_counts_is_refused_not_written_through() -> None:
+    """The C base's counts are a C field, written at each instant: one never set is an error."""
+    with pytest.raises(ValueError, match="without counts"):
+        SecondCore().instant(StreamIngest(STREAM, can_replay=False).map, 1.5)

@@ -1,16 +1,20 @@
 """The store's sink in C (storage/_store_sink.pyx) queues what the Python `applied` it replaced
 queued, batch for batch, for several streams told in turns (as a fleet's drain tells them), a
-stream forgotten and taken again, restarts, and a queue that overflows."""
+stream forgotten and taken again, restarts, and a queue that overflows; and so does its
+`instant`, in C with its rollup's (storage/_rollup_counts.pyx), what the Python one queued."""
 
 from __future__ import annotations
 
+import math
 import random
+import sys
+from types import FrameType
 from typing import Any
 
 import pytest
 
 from kvscope.collector.ingest import StreamIngest
-from kvscope.collector.sink import AppliedBatch
+from kvscope.collector.sink import EVERY_BATCH, AppliedBatch, MapReader, Span
 from kvscope.collector.types import StreamId
 from kvscope.storage import write_loop
 from kvscope.storage.engine import open_store
@@ -22,7 +26,30 @@ from tests.test_store_sink_rows import _canonical, _events
 
 
 class _Python(StoreWriter):
-    """`applied` as it was in Python before the sink moved into C."""
+    """`applied` and `instant` as they were in Python before the sink moved into C."""
+
+    def instant(self, stream: StreamId, ts: float, view: MapReader) -> Span:
+        state = self._streams.get(stream) or self._state(stream)
+        if state.recoveries.followed:
+            for recovery in state.recoveries.before_batch(view, ts):
+                self._put_always(recovery)
+        rollup = state.rollup
+        rollup.counts.view = view
+        second = int(ts)
+        if second != rollup.second:
+            rows = [] if rollup.second is None else rollup._rows(view)
+            rollup.second = second
+            for row in rows:
+                self._queue.put_batch(row, 0)
+        second = rollup.second
+        span = (
+            EVERY_BATCH if second is None or second < 0 else Span(float(second), float(second + 1))
+        )
+        if not state.recoveries.followed:
+            return span
+        for at in state.recoveries.next_instants():
+            span = span.within(Span(-math.inf, math.nextafter(at, math.inf)))
+        return span
 
     def applied(self, batch: AppliedBatch) -> None:
         stream, epoch = batch.stream, batch.epoch
@@ -89,3 +116,30 @@ def test_streams_in_turns_queue_what_the_python_sink_queued(
     assert len(c_rows) > 1500
     assert any("incomplete" in r for r in c_rows) == (queue_rows < 1000)
     assert c_rows == _rows(_Python, queue_rows)
+
+
+def test_an_instant_runs_no_python_frame_of_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a second's end (no recovery followed) the call, its state, the rollup's rows and its
+    span are C: the only Python frames are the map's (its stats) and the row's `__init__`."""
+    monkeypatch.setattr(write_loop.WriteLoop, "_run", lambda self: None)
+    writer = StoreWriter(open_store("sqlite://"), StoreSettings(spill_bytes=0))
+    stream = StreamId("instant", 0)
+    ingest = StreamIngest(stream, can_replay=False, sink=writer)
+    ingest.live_frames(frames(0, payload(ts=10.5)), 10.6)  # the stream's state made
+    view = ingest.map
+    called: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            called.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        span = writer.instant(stream, 11.25, view)
+    finally:
+        sys.setprofile(None)
+    assert span == Span(11.0, 12.0)
+    assert type(span) is Span and type(span.since) is float
+    assert set(called) <= {"stats", "<dictcomp>", "__init__"}, called
+    (row,) = [r for r in writer._queue._rows if type(r).__name__ == "RollupRow"]
+    assert row.second == 10
