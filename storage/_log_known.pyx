@@ -29,8 +29,15 @@ cdef extern from *:
         return v;
     #endif
     }
+    static inline void kv_store_le64(uint8_t* p, uint64_t v) {
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        v = __builtin_bswap64(v);
+    #endif
+        memcpy(p, &v, 8);
+    }
     """
     uint64_t load_le "kv_load_le64"(const uint8_t* p) noexcept nogil
+    void store_le "kv_store_le64"(uint8_t* p, uint64_t v) noexcept nogil
 
 
 cdef enum:
@@ -135,7 +142,6 @@ cdef class KnownHashes:
         """Each value's offset in its bucket, and the hints, once the buckets are final."""
         cdef Py_ssize_t i, b = 0, w = self.width, hinted = self.count // HINT_EVERY + 1
         cdef uint64_t off
-        cdef int k
         # 8 bytes past the last: a load of 8 from any record stays inside.
         self.offsets = <uint8_t*>malloc(w * self.count + 8)
         self.hints = <uint32_t*>malloc(hinted * sizeof(uint32_t))
@@ -145,8 +151,9 @@ cdef class KnownHashes:
         with nogil:
             for i in range(self.count):
                 off = (load_be(data + 8 * i) - self.low) & self.mask
-                for k in range(w):
-                    self.offsets[w * i + k] = <uint8_t>(off >> (8 * k))
+                # All 8 bytes stored at once: those past `w` are 0 (the mask keeps `shift`
+                # bits, at most 8 * w), and the next offsets, stored after, overwrite them.
+                store_le(self.offsets + w * i, off)
                 while self.starts[b + 1] <= i:
                     b += 1
                 if i % HINT_EVERY == 0:
