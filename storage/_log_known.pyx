@@ -29,8 +29,15 @@ cdef extern from *:
         return v;
     #endif
     }
+    static inline void kv_store_le64(uint8_t* p, uint64_t v) {
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        v = __builtin_bswap64(v);
+    #endif
+        memcpy(p, &v, 8);
+    }
     """
     uint64_t load_le "kv_load_le64"(const uint8_t* p) noexcept nogil
+    void store_le "kv_store_le64"(uint8_t* p, uint64_t v) noexcept nogil
 
 
 cdef enum:
@@ -135,7 +142,6 @@ cdef class KnownHashes:
         """Each value's offset in its bucket, and the hints, once the buckets are final."""
         cdef Py_ssize_t i, b = 0, w = self.width, hinted = self.count // HINT_EVERY + 1
         cdef uint64_t off
-        cdef int k
         # 8 bytes past the last: a load of 8 from any record stays inside.
         self.offsets = <uint8_t*>malloc(w * self.count + 8)
         self.hints = <uint32_t*>malloc(hinted * sizeof(uint32_t))
@@ -145,8 +151,9 @@ cdef class KnownHashes:
         with nogil:
             for i in range(self.count):
                 off = (load_be(data + 8 * i) - self.low) & self.mask
-                for k in range(w):
-                    self.offsets[w * i + k] = <uint8_t>(off >> (8 * k))
+                # All 8 bytes stored at once: those past `w` are 0 (the mask keeps `shift`
+                # bits, at most 8 * w), and the next offsets, stored after, overwrite them.
+                store_le(self.offsets + w * i, off)
                 while self.starts[b + 1] <= i:
                     b += 1
                 if i % HINT_EVERY == 0:
@@ -302,12 +309,80 @@ def join_known(bytes bitmap, bytes planes, bytes rest, KnownHashes known):
     return out
 
 
+cdef enum:
+    # Lists at least this long are spread into buckets by their top bits before sorting:
+    # hashes spread evenly, so a bucket holds a few, sorted in place; shorter ones take the
+    # radix sort.
+    SPREAD_LIST = 4096
+    # A bucket past this many values is radix-sorted rather than sorted by insertion.
+    SMALL_BUCKET = 48
+
+SPREAD_FROM = SPREAD_LIST
+
+
+cdef inline void insertion_sort(uint64_t* v, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i, j
+    cdef uint64_t x
+    for i in range(1, n):
+        x = v[i]
+        j = i
+        while j and v[j - 1] > x:
+            v[j] = v[j - 1]
+            j -= 1
+        v[j] = x
+
+
+cdef uint64_t* spread_sort(uint64_t* values, Py_ssize_t n) noexcept nogil:
+    """`values` ascending, in a new buffer (the caller frees it), NULL if memory ran out: one
+    pass spreads them into about n/2 buckets by their top bits, then each bucket is sorted
+    alone. A radix sort's eight passes over every value cost several times as much for hashes,
+    which spread evenly; a bucket that takes many (values sharing their top bits) gets the
+    radix sort."""
+    cdef int bits = 8
+    while bits < 16 and (<Py_ssize_t>1 << (bits + 2)) <= n:
+        bits += 1
+    cdef int shift = 64 - bits
+    cdef Py_ssize_t buckets = <Py_ssize_t>1 << bits, i, b, start, size, total = 0, c
+    cdef uint64_t* out = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
+    cdef Py_ssize_t* starts = <Py_ssize_t*>malloc((buckets + 1) * sizeof(Py_ssize_t))
+    if out == NULL or starts == NULL:
+        free(out)
+        free(starts)
+        return NULL
+    memset(starts, 0, (buckets + 1) * sizeof(Py_ssize_t))
+    for i in range(n):
+        starts[values[i] >> shift] += 1
+    for b in range(buckets):
+        c = starts[b]
+        starts[b] = total
+        total += c
+    starts[buckets] = total
+    for i in range(n):  # each bucket's next free place: its start moves up to the next's
+        b = <Py_ssize_t>(values[i] >> shift)
+        out[starts[b]] = values[i]
+        starts[b] += 1
+    start = 0
+    for b in range(buckets):  # starts[b] is now bucket b's end
+        size = starts[b] - start
+        if size > SMALL_BUCKET:
+            if radix_sort(out + start, size) < 0:
+                free(out)
+                free(starts)
+                return NULL
+        elif size > 1:
+            insertion_sort(out + start, size)
+        start = starts[b]
+    free(starts)
+    return out
+
+
 def sorted_hashes(list arrays):
     """The distinct values of `arrays` (buffers of native uint64), ascending, as the 8 bytes
     msgpack holds each (big-endian): a list a writer and a reader make alike from one map,
     however its tables lay their hashes out."""
     cdef Py_ssize_t total = 0, n = 0, i, k, distinct = 0
     cdef int failed
+    cdef uint64_t* spread
     cdef const uint8_t[:] view
     for a in arrays:
         total += len(memoryview(a).cast("B")) // 8
@@ -322,7 +397,14 @@ def sorted_hashes(list arrays):
                 memcpy(values + n, &view[0], 8 * k)
             n += k
         with nogil:
-            failed = radix_sort(values, n)
+            if n >= SPREAD_LIST:
+                spread = spread_sort(values, n)
+                failed = spread == NULL
+                if not failed:
+                    free(values)
+                    values = spread
+            else:
+                failed = radix_sort(values, n)
         if failed:
             raise MemoryError()
         out = PyBytes_FromStringAndSize(NULL, 8 * n)

@@ -44,8 +44,10 @@ EVICT_TO = 0.875
 """Past the cap, content is dropped down to this share of it at once."""
 STORED_SHARE = 0.5
 """About what a dictionary's content takes on disk, compressed."""
-STORED_LEVEL = 3
-"""A dictionary row's own compression (token ids halve; made once per dictionary)."""
+STORED_LEVEL = 1
+"""A dictionary row's own compression (made once per dictionary): level 3's double-fast search
+over its megabyte costs the writer several times level 1's, for a row hardly smaller
+(benchmarks/writer_instructions.py); any level reads back alike."""
 
 
 class Dictionary:

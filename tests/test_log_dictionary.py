@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import zstandard
 
 from kvscope.collector.types import StreamId
 from kvscope.storage._token_granules import RunTable
@@ -22,6 +23,7 @@ from kvscope.storage.log_dictionary import (
     Dictionary,
     StreamContent,
     from_stored,
+    row_of,
 )
 from kvscope.storage.log_packer import LogPacker
 from kvscope.storage.rows import LogRow, Row
@@ -265,3 +267,13 @@ def test_a_dictionary_s_content_is_its_granule_index_s_once_that_is_made() -> No
     assert len(dictionary.granules) == 4
     assert dictionary.content is dictionary.content
     assert dictionary.content == dictionary.zstd.as_bytes()
+
+
+def test_a_dictionary_row_stored_at_an_earlier_level_reads_back() -> None:
+    # Rows stored before `STORED_LEVEL` changed hold the content at level 3: any level reads.
+    content = b"".join(msgspec.msgpack.encode(i) for i in range(40_000))
+    new = row_of(StreamId("s", 0), Dictionary(content), 1.0)
+    old = new._replace(data=zstandard.ZstdCompressor(level=3).compress(content))
+    for row in (new, old):
+        found = from_stored(row.data)
+        assert found.content == content and found.digest == row.digest

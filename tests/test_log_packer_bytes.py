@@ -1,10 +1,10 @@
 """The bytes the writer's log packing stores, pinned: the chunks, dictionaries and their order
 for a fixed stream of two streams' batches, against a digest of what main's packing wrote
-(pinned again when the columnar frames' zstd level changed). A change of any stored byte (a
-run noted or dropped otherwise, a dictionary's content in another order, a chunk's columns)
-shows here; a change meant to alter them must say so and pin the new digest. The frames
-unpacked are pinned apart, and every chunk must read back as its batches: a change of zstd's
-level alone leaves both as they were."""
+(pinned again when the columnar frames' zstd level changed, and again the dictionary rows').
+A change of any stored byte (a run noted or dropped otherwise, a dictionary's content in
+another order, a chunk's columns) shows here; a change meant to alter them must say so and pin
+the new digest. The frames unpacked are pinned apart, and every chunk must read back as its
+batches: a change of zstd's level alone leaves both as they were."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ from kvscope.storage.rows import LogRow
 from tests.test_log_dictionary import payload, removed, stored
 
 A, B = StreamId("a", 0), StreamId("b", 0)
-PINNED = "a0e959758a1fc91d18706b9e1ac200a225bdd25122463573bde0ba901d9517f1"
-"""sha256 of the chunks and dictionaries packed with the columnar frames at zstd's level 1."""
+PINNED = "48195b8c07988175ad5d388edf37a4cbd4c2388a7595fcbe665ec5f746f8d100"
+"""sha256 of the chunks and dictionaries packed with the columnar frames at zstd's level 1, and
+the dictionary rows at level 1 too (`log_dictionary.STORED_LEVEL`: the chunks' bytes as before)."""
 UNPACKED = "259a60dc7879cc4ff61d2e52ee847d68485e8f1d53ef0eaa57b2a9939ac51be6"
 """sha256 of the same chunks' frames unpacked, and the dictionaries' content: main's (95bbe97),
 packed at the levels before."""
