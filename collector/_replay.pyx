@@ -153,7 +153,7 @@ cdef class FusedApply(BatchRead):
                     _ALL_BLOCKS_CLEARED, seq, ts_value, self.epoch, self.degraded, self.recv_ts
                 )
                 tables = _tables(self.prefix_map)  # later events go to the emptied map
-                last = counted = None
+                last = counted = table = None  # (the cleared table is not kept)
                 self.pending = True  # (last_ts, and what follows)
                 continue
             key = self.keys[op.key]

@@ -5,6 +5,8 @@ other tables (as a checkpoint's restore does) must end as each map decoded and a
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import msgspec
@@ -86,3 +88,19 @@ def test_a_map_cleared_between_its_turns_writes_to_its_new_table() -> None:
     for mine, theirs in zip(fused, today, strict=True):
         assert map_state(mine) == map_state(theirs)
     assert sorted(e.hash for t in fused[0].tables.values() for e in t.entries()) == [1, 2]
+
+
+def test_a_map_cleared_the_usual_way_keeps_no_old_table_alive() -> None:
+    """A clear outside the fused path (a batch decoded and applied) replaces the tables: the
+    table the last fused batch wrote to must go with them, not stay for the cache."""
+    store = {"type": "BlockStored", "block_hashes": [1], "block_size": 0, "medium": "GPU"}
+    (prefix_map,) = maps(1)
+    payload = msgspec.msgpack.encode([1.7e9, [store]])
+    assert FusedApply().live(prefix_map, payload, 0, EPOCH, False, None, MAX_BS) >= 0
+    (table,) = prefix_map.tables.values()
+    old = weakref.ref(table)
+    del table
+    clear = msgspec.msgpack.encode([1.7e9, [{"type": "AllBlocksCleared"}]])
+    prefix_map.apply(DECODE(clear, 1), EPOCH)
+    gc.collect()
+    assert old() is None
