@@ -9,3 +9,4 @@ class MapCore:
     tables: dict[TableKey, BlockTable]
     counters: MapCounters
     limits: IngestLimits
+    def _forget_cached_table(self) -> None: ...

@@ -11,3 +11,8 @@ dict. Python reads and writes them as attributes, as before.
 
 cdef class MapCore:
     """`tables` (by `TableKey`), `counters` (its `MapCounters`) and `limits` (`IngestLimits`)."""
+
+    def _forget_cached_table(self):
+        """Let go of the table the last fused batch wrote to (collector/_replay.pyx): the map's
+        tables were just replaced, and the old ones must not stay alive for the cache alone."""
+        self.cached_tables = self.cached_key = self.cached_table = None

@@ -18,8 +18,9 @@ cdef class FusedApply(BatchRead):
     cdef int64_t read_max_block_size
     cdef double read_ts
     cdef int64_t read_seq
-    # The table of the last batch's last key, while the map's tables are that dict (an entry of
-    # it is never replaced: a clear replaces the dict).
+    # For a map that is not a `MapCore` (which keeps its own): the table of the last batch's
+    # last key, while the map's tables are that dict (an entry of it is never replaced: a clear
+    # replaces the dict).
     cdef dict last_tables
     cdef object last_table_key
     cdef TableCore last_table

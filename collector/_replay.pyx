@@ -110,9 +110,17 @@ cdef class FusedApply(BatchRead):
         them (an attribute read less a batch)."""
         cdef Py_ssize_t i
         cdef Op* op
-        cdef TableCore table = self.last_table
+        cdef MapCore core = (
+            <MapCore>self.prefix_map if isinstance(self.prefix_map, MapCore) else None
+        )
+        cdef TableCore table = None
         cdef object key, ts_value = ts
-        cdef object last = self.last_table_key if tables is self.last_tables else None
+        cdef object last = None
+        if core is not None:  # the map's own: each map keeps its last table
+            if tables is core.cached_tables:
+                last, table = core.cached_key, core.cached_table
+        elif tables is self.last_tables:
+            last, table = self.last_table_key, self.last_table
         # The run of events counted into `counts` (the changes of table `counted`), or into
         # `counter`'s slot `slot` (-1: none yet).
         cdef object counted = None
@@ -145,7 +153,7 @@ cdef class FusedApply(BatchRead):
                     _ALL_BLOCKS_CLEARED, seq, ts_value, self.epoch, self.degraded, self.recv_ts
                 )
                 tables = _tables(self.prefix_map)  # later events go to the emptied map
-                last = counted = None
+                last = counted = table = None  # (the cleared table is not kept)
                 self.pending = True  # (last_ts, and what follows)
                 continue
             key = self.keys[op.key]
@@ -183,7 +191,10 @@ cdef class FusedApply(BatchRead):
             _commit(counts, &run_stored, &run_removed)
         if slot >= 0:
             _count(counter, slot, &run_stored, &run_removed)
-        self.last_tables, self.last_table_key, self.last_table = tables, last, table
+        if core is not None:
+            core.cached_tables, core.cached_key, core.cached_table = tables, last, table
+        else:
+            self.last_tables, self.last_table_key, self.last_table = tables, last, table
         return 0
 
     cdef bint fused(self, payload, seq) except -1:

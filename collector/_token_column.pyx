@@ -22,6 +22,7 @@ from kvscope.collector._token_bits cimport (
     bit_length,
     largest,
     pack,
+    pack_bytes,
     packed_size,
     unpack,
     unpack_within,
@@ -187,3 +188,22 @@ def pack_query(tokens, Py_ssize_t block_size, int width):
     for i in range(usable):
         pack(out + i * stride, at + i * block_size, block_size, width)
     return packed, usable
+
+
+def _packed_ways(tokens, int width, Py_ssize_t pad):
+    """For tests: `tokens` (an `array("I")`, each below 2**width) packed by `pack` and by its
+    general loop (`pack_bytes`), each into `pad` bytes more than it takes, all 0xFF before:
+    a write past the packed bytes shows in them."""
+    cdef carray.array plain = tokens
+    cdef Py_ssize_t n = len(plain), size = packed_size(n, width) + pad
+    if not 1 <= width <= 32 or pad < 0:
+        raise ValueError("a width is 1 to 32 bits, a pad at least 0 bytes")
+    if bit_length(largest(plain.data.as_uints, n)) > width:
+        raise ValueError(f"a token is wider than {width} bits")
+    cdef bytearray fast = bytearray(b"\xff" * size), general = bytearray(b"\xff" * size)
+    pack(<uint8_t*><char*>fast, plain.data.as_uints, n, width)
+    if width < 32:
+        pack_bytes(<uint8_t*><char*>general, plain.data.as_uints, n, width)
+    else:
+        memcpy(<char*>general, plain.data.as_uints, n * 4)
+    return bytes(fast), bytes(general)

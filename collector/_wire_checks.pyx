@@ -1,12 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The checks that decide whether a map-layout batch is the compiled decoder's
-(collector/_wire_fast.pyx): its head and tail, and the fields of a BlockStored that need no Python
-object. The fused replay's first pass (collector/_fused_read.pyx) runs the same ones, through
-_wire_checks.pxd, so that both accept exactly the same batches. Each returns 0, or -1 to decline:
-the caller then decodes the payload the slow way, which alone judges it.
+(collector/_wire_fast.pyx): the fields of a BlockStored that need no Python object (a batch's
+head and tail are read inline, in _wire_checks.pxd). The fused replay's first pass
+(collector/_fused_read.pyx) runs the same ones, through _wire_checks.pxd, so that both accept
+exactly the same batches. Each returns 0, or -1 to decline: the caller then decodes the payload
+the slow way, which alone judges it.
 """
 
-from libc.math cimport fabs
 from libc.stdint cimport int64_t, uint64_t
 
 from kvscope.collector._msgpack cimport (
@@ -14,12 +14,10 @@ from kvscope.collector._msgpack cimport (
     at,
     be64,
     read_array,
-    read_float,
     read_int,
     read_int64,
     read_nil,
     read_uint64,
-    skip,
 )
 from kvscope.collector._wire_scan cimport (
     F_BLOCK_SIZE,
@@ -36,9 +34,9 @@ from kvscope.collector._wire_scan cimport (
 
 from kvscope.collector import wire_rules
 
-# The rules' bounds (collector/wire_rules.py), as C values.
-cdef double MAX_ABS_TS = wire_rules.MAX_ABS_TS
-cdef int64_t MAX_RANK = wire_rules.MAX_RANK
+# The rules' bounds, which the inline reads of _wire_checks.pxd hold as C constants.
+if MAX_ABS_TS != wire_rules.MAX_ABS_TS or MAX_RANK != wire_rules.MAX_RANK:
+    raise ImportError("_wire_checks.pxd's bounds differ from collector/wire_rules.py's")
 
 
 cdef int check_stored_extras(Reader* r, Event* e, Py_ssize_t n_hashes) noexcept nogil:
@@ -132,28 +130,3 @@ cdef int check_stored(Reader* r, Event* e, int64_t max_block_size,
         if not read_nil(&f):
             return -1  # SGLang's salt joins the extra keys: the slow path's work
     return 0
-
-
-cdef int read_head(Reader* r, Py_ssize_t* n_top, double* ts,
-                   Py_ssize_t* n_events) noexcept nogil:
-    """A batch's array header, ts and events' array header: 0, or -1 to decline."""
-    if read_array(r, n_top) < 0 or n_top[0] < 2:
-        return -1
-    # NaN fails the comparison too
-    if read_float(r, ts) < 0 or not fabs(ts[0]) <= MAX_ABS_TS or read_array(r, n_events) < 0:
-        return -1
-    return 0
-
-
-cdef int read_tail(Reader* r, Py_ssize_t n_top, bint* rank_nil, int64_t* rank) noexcept nogil:
-    """What follows a batch's events: its rank, if there, then fields a later vLLM may add, to
-    the payload's end. 0, or -1 to decline."""
-    cdef Py_ssize_t k
-    rank_nil[0] = n_top < 3 or read_nil(r)
-    if not rank_nil[0]:
-        if read_int64(r, rank) < 0 or not 0 <= rank[0] <= MAX_RANK:
-            return -1
-    for k in range(n_top - 3):  # fields of a later vLLM: msgspec skips them too
-        if skip(r, 1) < 0:
-            return -1
-    return 0 if r.pos == r.end else -1  # trailing bytes

@@ -82,6 +82,7 @@ class PrefixMap(MapCore):
             self.counters.signed_hashes,
         )
         self.tables = {}
+        self._forget_cached_table()
         self.counters.clears += 1
         if self.on_clear is not None:
             self.on_clear(cleared)
