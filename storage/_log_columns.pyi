@@ -29,6 +29,9 @@ def pack_runs(
     noted as `RunTable.note` notes it, in the same let-go of the GIL; `folds`, per run, None or
     (its note, where its first payload lies among the note's): its split reads them for it."""
 
+def checks_made() -> tuple[int, int]:
+    """(chunks `pack_runs` joined back and compared, chunks it packed unchecked)."""
+
 def notes_read() -> tuple[int, int]:
     """(payloads `pack_runs`' notes read from the split's walk, payloads they walked apart)."""
 

@@ -38,6 +38,12 @@ _notes_read[:] = [0, 0]
 `notes_read`."""
 
 
+cdef Py_ssize_t _checks[2]
+_checks[:] = [0, 0]
+"""Chunks `pack_runs` joined back and compared, and chunks it packed unchecked (read by the
+split's plain paths alone): `checks_made`."""
+
+
 cdef Py_ssize_t _scratch_most = 0
 """The most chunks' hash tables the last `pack_runs` held at once: `scratch_most`."""
 
@@ -85,6 +91,12 @@ def scratch_most():
     """How many chunks' hash tables (their scratch, the most memory a chunk's packing takes
     beside its columns) the last `pack_runs` held at once (a test's count: one at a time)."""
     return _scratch_most
+
+
+def checks_made():
+    """(chunks `pack_runs` joined back and compared with their payloads, chunks it packed
+    unchecked): a test's counts."""
+    return _checks[0], _checks[1]
 
 
 def notes_read():
@@ -189,7 +201,8 @@ def fields(list rows, Py_ssize_t width):
 
 def pack_runs(list runs, list indexes, list planes, list notes=None, list folds=None):
     """Each run's payloads (a list of bytes) as `split`'s columns, checked as `joins_back`
-    checks them (all verbatim where they do not join back), with format 5's token planes where
+    checks them where a payload took a path other than the split's plain ones (all verbatim
+    where they do not join back: storage/_log_run.pxd), with format 5's token planes where
     `planes` says and the ids fit; as (columns, count kept verbatim) per run. The work of a
     transaction's chunks lets go of the GIL once: taking it back from a busy ingest thread can
     cost a switch interval (and under load, the holder's wait for a CPU). `notes`: (RunTable,
@@ -247,6 +260,8 @@ def pack_runs(list runs, list indexes, list planes, list notes=None, list folds=
         if failed:
             raise MemoryError()
         shares_learned(work, n)
+        for i in range(n):
+            _checks[0 if work[i].checked else 1] += 1
         parts = [run_parts(&work[i]) for i in range(n)]
     finally:
         for i in range(n):

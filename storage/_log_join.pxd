@@ -25,11 +25,9 @@ cdef inline int gathered(tuple held, const uint8_t** cols, Py_ssize_t* lens, Buf
 
 cdef inline int same_back(
     Py_ssize_t count, const uint8_t** cols, const Py_ssize_t* lens, const Granules* g,
-    const uint8_t** ptrs, const Py_ssize_t* plens, const Py_ssize_t* recs=NULL,
-    Py_ssize_t nrecs=0,
+    const uint8_t** ptrs, const Py_ssize_t* plens,
 ) noexcept nogil:
     """`joins_back`'s answer: 1 if the columns join into the `count` payloads exactly, 0 if
     not, -1 if memory ran out. `join_all`'s walk, each piece compared with the payloads where
-    it would be put: nothing is joined into a buffer to be compared after (`recs`: the
-    split's records of the token runs, `same_all`'s)."""
-    return same_all(count, cols, lens, g, ptrs, plens, recs, nrecs)
+    it would be put: nothing is joined into a buffer to be compared after."""
+    return same_all(count, cols, lens, g, ptrs, plens)

@@ -1,6 +1,7 @@
 # One chunk's packing (storage/_log_columns.pyx): its payloads (a `Run`) split into columns made
-# at their rooms (storage/_log_rooms.pxd), checked to join back (else all kept verbatim), and its
-# token ids laid out as format 5's planes where they fit. All but opening and closing a run runs
+# at their rooms (storage/_log_rooms.pxd), checked to join back (else all kept verbatim) where one
+# took a path other than the split's plain ones, and its token ids laid out as format 5's planes
+# where they fit. All but opening and closing a run runs
 # without the GIL, so that a transaction's chunks are packed letting it go once.
 from libc.stdint cimport uint8_t
 from libc.stdlib cimport free, malloc
@@ -29,10 +30,11 @@ cdef struct Run:
     Py_ssize_t wrote[7]  # each one's bytes once split (the token ids' before the planes)
     Py_ssize_t outgrown  # columns grown past their rooms
     Py_ssize_t kept
+    Py_ssize_t odd  # payloads read by a path other than the split's plain ones
+    bint checked  # whether the columns were joined back and compared
     bint planes  # format 5: the token ids as byte planes where they fit
     Py_ssize_t plane_ids  # -1: they do not fit
     Buf rest  # the upper planes (the low one takes the tokens' place)
-    Buf recs  # the split's record of each token run, for its check (`same_all`)
     Fold fold  # the note job its first split notes for (storage/_log_fold.pxd; `job` NULL: none)
 
 
@@ -67,7 +69,6 @@ cdef inline void run_close(Run* r) noexcept:
     for i in range(7):
         free(r.cols[i].p)
     free(r.rest.p)
-    free(r.recs.p)
     free(r.ptrs)
     free(r.lens)
 
@@ -82,17 +83,16 @@ cdef inline void run_outgrown(Run* r) noexcept nogil:
 cdef inline int run_split(Run* r, bint verbatim, const Py_ssize_t* shares) noexcept nogil:
     """The payloads into the columns, from empty ones made at `shares` of their bytes (all
     verbatim if `verbatim`, which leaves the hash table alone); -1 if memory ran out."""
-    cdef Buf* bufs[7]
+    cdef Buf* bufs[6]
     cdef int i
     if rooms_made(r.cols, r.rooms, r.count, r.total, -1 if r.g == NULL else r.g.n, shares) < 0:
         return -1
     for i in range(6):
         bufs[i] = &r.cols[i + 1]
-    bufs[6] = &r.recs
-    r.recs.n = 0
     r.kept = 0
-    return split_all(r.ptrs, r.lens, r.count, verbatim, &r.cols[0], bufs, &r.h, &r.kept, r.g,
-                     NULL if r.fold.job == NULL else &r.fold)
+    r.odd = 0
+    return split_all(r.ptrs, r.lens, r.count, verbatim, &r.cols[0], bufs, &r.h, &r.kept,
+                     &r.odd, r.g, NULL if r.fold.job == NULL else &r.fold)
 
 
 cdef inline int run_columns(Run* r, const Py_ssize_t* shares) noexcept nogil:
@@ -104,18 +104,18 @@ cdef inline int run_columns(Run* r, const Py_ssize_t* shares) noexcept nogil:
     cdef int i, same
     if run_split(r, False, shares) < 0:
         return -1
-    for i in range(7):
-        cols[i] = <const uint8_t*>b""  # an empty column's, never NULL
-        if r.cols[i].p != NULL:
-            cols[i] = r.cols[i].p
-        lens[i] = r.cols[i].n
-    same = 0 if r.count > lens[0] + 1 else same_back(
-        r.count, cols, lens, r.g, r.ptrs, r.lens, <const Py_ssize_t*>r.recs.p,
-        r.recs.n // (2 * sizeof(Py_ssize_t))
-    )
-    free(r.recs.p)  # scratch: the check's alone
-    r.recs.p = NULL
-    r.recs.n = r.recs.cap = 0
+    # The plain paths give their payloads back by their making (tests/test_log_plain_paths.py
+    # holds them to it, whatever the bytes): a chunk read by them alone is not joined back. One
+    # that took any other, or kept a payload verbatim (its columns taken back), is.
+    same = 1
+    r.checked = r.odd != 0 or r.kept != 0
+    if r.checked:
+        for i in range(7):
+            cols[i] = <const uint8_t*>b""  # an empty column's, never NULL
+            if r.cols[i].p != NULL:
+                cols[i] = r.cols[i].p
+            lens[i] = r.cols[i].n
+        same = 0 if r.count > lens[0] + 1 else same_back(r.count, cols, lens, r.g, r.ptrs, r.lens)
     if same < 0 or (same == 0 and run_split(r, True, shares) < 0):
         return -1
     for i in range(7):

@@ -70,31 +70,39 @@ cdef inline void closed_to(Py_ssize_t left, Py_ssize_t* depth, Py_ssize_t* close
 
 cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs, Buf* lits,
                    Buf* floats, Buf* toks, Hashes* h, uint8_t* prev_float, const Granules* g,
-                   Buf* grefs, Buf* recs, Track* t) noexcept nogil:
+                   Buf* grefs, Track* t) noexcept nogil:
     """One payload into the columns (a token run's granules into `grefs` where `g` is
-    given: format 4), and in `recs` each token run's count of ids and bytes (what the check
-    of the columns reads rather than walk the ids again: `same_all`): 0, -1 if it is not
-    msgpack the walk reads whole, -2 if memory ran out. With `t` (NULL: none), the payload is
-    noted as well: its token runs' granules kept for the note (storage/_log_fold.pxd), `t.odd`
-    set where the note may read it otherwise."""
+    given: format 4): 0, -1 if it is not msgpack the walk reads whole, -2 if memory ran
+    out; 1 where it read it whole but took a
+    path other than the plain ones (a token kept whole by its first byte, an 8-byte int or
+    float, an array's or a map's header and an array's token run): the packing checks only the
+    chunks that hold such a payload (storage/_log_run.pxd). With `t` (NULL: none), the payload
+    is noted as well: its token runs' granules kept for the note (storage/_log_fold.pxd),
+    `t.odd` set where the note may read it otherwise."""
     # The payload's bytes that go to the skeleton as they are go a run at a time, from `run`
     # (a hash's or a float's first byte with the run before it), as `join_one` gives them back.
     cdef Py_ssize_t pos = 0, n, items, k, run = 0, kids = 0
     # The note's tracking, in locals where `t` is given: the values of the first value left
     # to read, the containers open, and the `left` at which the innermost closes (-1: none).
     cdef Py_ssize_t left = 1, depth = 0, close = -1
+    cdef int plain = 0  # 1: a path other than the plain ones taken
     cdef uint64_t v
     cdef uint8_t b
     cdef uint8_t x[8]
-    cdef Py_ssize_t rec[2]
     while pos < end:
         b = p[pos]
         n = kvscope_column_span[b]
         if n != 0 and t == NULL:
-            # Nearly every token: to the skeleton as it lies, with the run it is part of.
-            if n > end - pos:
-                return -1
+            # Nearly every token: to the skeleton as it lies, with the run it is part of; those
+            # that follow it stepped over in a loop of their own (one past the end: cut short).
             pos += n
+            while pos < end:
+                n = kvscope_column_span[p[pos]]
+                if n == 0:
+                    break
+                pos += n
+            if pos > end:
+                return -1
             continue
         if b == 0xCF or b == 0xD3 or b == 0xCB:
             if end - pos < 9:
@@ -128,9 +136,15 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
             pos += 9
             run = pos
             continue
-        n = token(p, pos, end, &items)
-        if n < 0:
-            return -1
+        if (b & 0xF0) == 0x90:  # a fixarray's header: `token`'s reading, without its tests
+            items = b & 0x0F
+            n = 1
+        else:
+            n = token(p, pos, end, &items)
+            if n < 0:
+                return -1
+            if 0xC4 <= b <= 0xDB and kvscope_column_span[b] == 0:
+                plain = 1  # a length and a body: bin, ext, str8/16/32
         if t != NULL:
             kids = items
             if items < 0:
@@ -156,10 +170,6 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
                         return -2
                 elif put_nogil(toks, p + pos, n) < 0:
                     return -2
-                rec[0] = items
-                rec[1] = n
-                if put_nogil(recs, <uint8_t*>rec, sizeof(rec)) < 0:
-                    return -2
                 pos += n
                 run = pos
         if t != NULL:
@@ -177,19 +187,20 @@ cdef inline int split_one(const uint8_t* p, Py_ssize_t end, Buf* skel, Buf* refs
                     closed_to(left, &depth, &close, t.marks)
     if t != NULL and left != 0:
         t.odd = True  # the first value is cut short: the note stops where it does
-    return -2 if put_nogil(skel, p + run, pos - run) < 0 else 0
+    return -2 if put_nogil(skel, p + run, pos - run) < 0 else plain
 
 
 cdef inline int split_all(const uint8_t** ptrs, Py_ssize_t* lens, Py_ssize_t count, bint verbatim,
-                   Buf* sizes, Buf** bufs, Hashes* h, Py_ssize_t* kept,
+                   Buf* sizes, Buf** bufs, Hashes* h, Py_ssize_t* kept, Py_ssize_t* odd,
                    const Granules* g, const Fold* f) noexcept nogil:
     """Every payload into the columns (`bufs`: skeleton, references, literals, floats,
-    tokens, granules, and the token runs' records: `split_one`'s); -1 if memory ran out. With
+    tokens, granules: `split_one`'s); -1 if memory ran out.
+    `odd` counts the payloads read whole by a path other than `split_one`'s plain ones. With
     `f` (NULL: none), the payloads its note job notes are noted in the walk where they can be
     (storage/_log_fold.pxd), their granules put in the job's."""
     cdef uint8_t prev_float[8]
     cdef uint8_t saved[8]
-    cdef Py_ssize_t marks[7]
+    cdef Py_ssize_t marks[6]
     cdef Py_ssize_t hn, k, n, m = -1
     cdef int i, done
     cdef Track track
@@ -197,7 +208,7 @@ cdef inline int split_all(const uint8_t** ptrs, Py_ssize_t* lens, Py_ssize_t cou
     memset(prev_float, 0, 8)
     for k in range(count):
         n = lens[k]
-        for i in range(7):
+        for i in range(6):
             marks[i] = bufs[i].n
         hn = h.n
         memcpy(saved, prev_float, 8)
@@ -209,16 +220,19 @@ cdef inline int split_all(const uint8_t** ptrs, Py_ssize_t* lens, Py_ssize_t cou
             track.grans = &f.job.grans
             t = &track
         done = -1 if verbatim else split_one(ptrs[k], n, bufs[0], bufs[1], bufs[2], bufs[3],
-                                             bufs[4], h, prev_float, g, bufs[5], bufs[6], t)
+                                             bufs[4], h, prev_float, g, bufs[5], t)
         if done == -2:
             return -1
+        if done == 1:
+            odd[0] += 1
+            done = 0
         if t != NULL:
             if done == 0 and not track.odd:
                 f.job.upto[m] = f.job.grans.n
             else:  # the note walks it
                 f.job.grans.n = f.job.at[m]
         if done < 0:
-            for i in range(7):
+            for i in range(6):
                 bufs[i].n = marks[i]
             h.n = hn
             memcpy(prev_float, saved, 8)
@@ -354,15 +368,10 @@ cdef inline int same_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, const
                          const uint8_t* toks, Py_ssize_t* tp, Py_ssize_t te,
                          uint64_t* seen, Py_ssize_t* sn, uint8_t* prev_float,
                          const Granules* g, const uint8_t* grefs, Py_ssize_t* gp, Py_ssize_t ge,
-                         Buf* scratch, const Py_ssize_t* recs, Py_ssize_t* ri,
-                         Py_ssize_t nrecs) noexcept nogil:
+                         Buf* scratch) noexcept nogil:
     """`join_one`'s walk, each piece it would put compared with the payload `p` (of `plen`
     bytes) where it would go instead: 1 if it gives `p` back whole, 0 if not, -2 if memory ran
-    out. The same reads of the columns, in the same order, as `join_one`'s. `recs` (NULL: none),
-    without a granule index that holds any: the split's record of each token run, (its ids,
-    their bytes), `nrecs` of them, `ri` the next: where the run's ids are those the split
-    counted, in the same place of the token column (the runs before came back whole), the
-    bytes `ids_bytes` would count there are the record's, and are not counted again."""
+    out. The same reads of the columns, in the same order, as `join_one`'s."""
     cdef Py_ssize_t n, items, k, run = pos, q = 0
     cdef uint64_t back, v
     cdef uint8_t b
@@ -431,15 +440,7 @@ cdef inline int same_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, const
                 for k in range(items // GRANULE_IDS):
                     if get_varint(grefs, gp, ge, &back) < 0 or back != 0:
                         return 0
-            if recs != NULL:
-                if ri[0] >= nrecs or recs[2 * ri[0]] != items:
-                    return 0
-                n = recs[2 * ri[0] + 1]
-                ri[0] += 1
-                if n > te - tp[0]:
-                    return 0
-            else:
-                n = ids_bytes(toks + tp[0], te - tp[0], items)
+            n = ids_bytes(toks + tp[0], te - tp[0], items)
             if n <= 0 or plen - q < n or memcmp(p + q, toks + tp[0], n) != 0:
                 return 0
             tp[0] += n
@@ -449,13 +450,13 @@ cdef inline int same_one(const uint8_t* s, Py_ssize_t pos, Py_ssize_t end, const
 
 
 cdef inline int same_all(Py_ssize_t count, const uint8_t** cols, const Py_ssize_t* lens,
-                         const Granules* g, const uint8_t** ptrs, const Py_ssize_t* plens,
-                         const Py_ssize_t* recs, Py_ssize_t nrecs) noexcept nogil:
+                         const Granules* g, const uint8_t** ptrs,
+                         const Py_ssize_t* plens) noexcept nogil:
     """Whether `join_all` gives the `count` payloads `ptrs` (of `plens` bytes) back exactly,
-    walked as it walks but compared in place of being put (`recs`, `nrecs`: the split's
-    records of the token runs, or NULL: `same_one`'s): 1, 0 if not, -1 if memory ran out."""
+    walked as it walks but compared in place of being put: 1, 0 if not, -1 if memory ran
+    out."""
     cdef Buf scratch
-    cdef Py_ssize_t sp = 0, zp = 0, rp = 0, lp = 0, fp = 0, tp = 0, gp = 0, sn = 0, ri = 0, k, n
+    cdef Py_ssize_t sp = 0, zp = 0, rp = 0, lp = 0, fp = 0, tp = 0, gp = 0, sn = 0, k, n
     cdef uint64_t size
     cdef uint8_t prev_float[8]
     # A hash takes a byte of the references at least: never more of them than its bytes.
@@ -479,8 +480,7 @@ cdef inline int same_all(Py_ssize_t count, const uint8_t** cols, const Py_ssize_
         else:
             r = same_one(cols[1], sp, sp + n, ptrs[k], plens[k], cols[2], &rp, lens[2],
                          cols[3], &lp, lens[3], cols[4], &fp, lens[4], cols[5], &tp, lens[5],
-                         seen, &sn, prev_float, g, cols[6], &gp, lens[6], &scratch,
-                         recs if g == NULL or g.n == 0 else NULL, &ri, nrecs)
+                         seen, &sn, prev_float, g, cols[6], &gp, lens[6], &scratch)
             if r != 1:
                 break
         sp += n
