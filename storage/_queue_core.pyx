@@ -8,12 +8,15 @@
 # runs holding the GIL, so none is seen half done.
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.object cimport PyObject
 
 cdef extern from "Python.h":
     bint PyCFunction_Check(object)
     int PyCFunction_GET_FLAGS(object)
     void* PyCFunction_GET_FUNCTION(object)
-    object PyCFunction_GET_SELF(object)
+    # A borrowed reference (NULL for a static method): a pointer, so that Cython gives back
+    # no reference it was never given.
+    PyObject* PyCFunction_GET_SELF(object)
     int METH_O
 
 from collections import deque
@@ -43,7 +46,7 @@ cdef class QueueCore:
         if (
             PyCFunction_Check(self._append_row)
             and PyCFunction_GET_FLAGS(self._append_row) == METH_O
-            and PyCFunction_GET_SELF(self._append_row) is self._rows
+            and PyCFunction_GET_SELF(self._append_row) == <PyObject*>self._rows
         ):
             self._append_c = <_AppendOne>PyCFunction_GET_FUNCTION(self._append_row)
         self._size_ring = NULL

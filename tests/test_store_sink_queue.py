@@ -1,8 +1,13 @@
 """The store's sink puts each batch's row with the queue's C put, unless the queue's class
-overrides `put_batch` (a test's or a benchmark's): then the override is told of every batch."""
+overrides `put_batch` (a test's or a benchmark's): then the override is told of every batch.
+The C put appends with `deque.append`'s C function, found once: the queue's references stay
+its own."""
 
 from __future__ import annotations
 
+import gc
+import sys
+from collections import deque
 from typing import Any
 
 import pytest
@@ -51,3 +56,18 @@ def test_the_plain_queue_holds_each_batch(monkeypatch: pytest.MonkeyPatch) -> No
     writer = _ingest(5)
     assert [row[2] for row in writer._queue._rows if type(row) is tuple] == [1, 2, 3, 4, 5]
     assert writer._streams[StreamId("queue", 0)].dropped_from is None
+
+
+def test_a_queue_holds_a_reference_of_its_own_to_its_rows() -> None:
+    """Finding `deque.append`'s C function reads the bound method's `self`, a borrowed
+    reference: given back as if owned, the deque lost one, and was freed with the queue while
+    others still held it."""
+    queue: RowQueue[Any] = RowQueue(10)
+    rows = queue._rows
+    # Its holders: the queue's field, the queue's bound `append`, `rows`, and the argument.
+    assert sys.getrefcount(rows) == 4
+    assert queue.put_batch("kept", 0)  # the C put
+    del queue
+    gc.collect()
+    other = deque(["another's"])
+    assert rows is not other and list(rows) == ["kept"]
