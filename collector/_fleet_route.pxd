@@ -11,6 +11,8 @@ cdef class _Known:
 
 
 cdef class RouteTable:
+    # topic -> {rank: Route}: changed only through `_add_route` and `_drop_route` (the cached
+    # places hold its dicts, and are made stale by those alone).
     cdef public dict _ranks
     cdef public object _reader
     cdef public object _max_block_size
