@@ -10,6 +10,8 @@ cdef class MessageReceiver:
     cdef object _closed_descriptor
     # The topics heard (`_TOPIC_PLACES` places, each a `bytes` or None).
     cdef list _topics
+    # The list of the last message of three frames handed out (None: not one to fill again).
+    cdef list _last
 
     cdef object receive(self)
     cdef object _topic(self, const char* data, size_t size)

@@ -5,7 +5,9 @@ pyzmq costs about 1 us a frame here: to learn whether more frames follow it need
 `Frame` object per frame (`copy=False`) or a `getsockopt(RCVMORE)` per frame. A live message is
 three frames, and at a million block-events a second a batch has about 7 us in all, so
 receiving took a third of it. This calls libzmq's `zmq_msg_recv` and `zmq_msg_more` on the
-socket pyzmq opened: a frame costs the copy into a `bytes` and little else.
+socket pyzmq opened: a frame costs the copy into a `bytes` and little else. A message the
+caller dropped before the next receive (the drain's every message) lends that one its list and
+its seq frame, filled again in place: nothing else holds them, so nothing can see them change.
 
 The functions are looked up (dlsym) in the libzmq already loaded into the process, the one
 pyzmq's sockets belong to: there is no second libzmq and nothing to link at build time. Where
@@ -13,8 +15,15 @@ they cannot be found (not Linux, or a pyzmq built another way), `available()` is
 caller keeps pyzmq's own receive.
 """
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytes cimport (
+    PyBytes_AS_STRING,
+    PyBytes_CheckExact,
+    PyBytes_FromStringAndSize,
+    PyBytes_GET_SIZE,
+)
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_SET_ITEM
 from cpython.object cimport PyObject_GenericGetAttr, Py_TYPE
+from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_REFCNT
 from libc.errno cimport EAGAIN, EINTR
 from libc.stdint cimport uint64_t, uintptr_t
 from libc.string cimport memcmp, memcpy
@@ -39,6 +48,30 @@ ctypedef void* (*msg_data_t)(zmq_msg_t*) noexcept nogil
 ctypedef size_t (*msg_size_t)(const zmq_msg_t*) noexcept nogil
 ctypedef int (*msg_more_t)(const zmq_msg_t*) noexcept nogil
 ctypedef int (*errno_t)() noexcept nogil
+
+cdef extern from *:
+    """
+    /* A bytes object nobody else holds, filled again: its cached hash (deprecated, still kept
+       and read by bytes' hash) must not outlive its old bytes. */
+    static inline void kvscope_bytes_refill(PyObject* b, const char* data, size_t size) {
+        memcpy(PyBytes_AS_STRING(b), data, size);
+    #if defined(__GNUC__) || defined(__clang__)
+    #pragma GCC diagnostic push
+    #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    #endif
+        ((PyBytesObject*)b)->ob_shash = -1;
+    #if defined(__GNUC__) || defined(__clang__)
+    #pragma GCC diagnostic pop
+    #endif
+    }
+    #ifdef Py_GIL_DISABLED
+    #define KVSCOPE_REFILLS 0  /* another thread's reference need not show in the count */
+    #else
+    #define KVSCOPE_REFILLS 1
+    #endif
+    """
+    void bytes_refill "kvscope_bytes_refill"(object b, const char* data, size_t size) noexcept
+    bint REFILLS "KVSCOPE_REFILLS"
 
 cdef int ZMQ_DONTWAIT = 1
 # A message of more frames than a live one (three) is refused whole: the frames past the fourth
@@ -122,6 +155,25 @@ cdef inline Py_ssize_t _topic_place(const char* data, size_t size) noexcept nogi
     return <Py_ssize_t>((h ^ (h >> 29)) & (_TOPIC_PLACES - 1))
 
 
+cdef inline bint _refillable(PyObject* frame, size_t size) noexcept:
+    """Whether a frame of the spare list is a `bytes` of `size` bytes that only it holds."""
+    return (
+        Py_REFCNT(<object>frame) == 1
+        and PyBytes_CheckExact(<object>frame)
+        and <size_t>PyBytes_GET_SIZE(<object>frame) == size
+    )
+
+
+cdef inline void _put(list frames, Py_ssize_t i, object frame) noexcept:
+    """`frames[i] = frame`, its old item let go after."""
+    cdef PyObject* old = PyList_GET_ITEM(frames, i)
+    if old == <PyObject*>frame:
+        return
+    Py_INCREF(frame)
+    PyList_SET_ITEM(frames, i, frame)
+    Py_DECREF(<object>old)
+
+
 cdef class MessageReceiver:
     """Receives whole messages from one pyzmq socket, without waiting."""
 
@@ -172,6 +224,13 @@ cdef class MessageReceiver:
         cdef bint more = True
         cdef const char* data
         cdef size_t size
+        cdef PyObject* seq
+        # The last message's list, if nobody else holds it (nor changed its length): this
+        # one's, if it has three frames too, and its seq frame refilled if its size is this one's.
+        cdef list spare = self._last
+        self._last = None
+        if not REFILLS or spare is None or Py_REFCNT(spare) != 1 or PyList_GET_SIZE(spare) != 3:
+            spare = None  # (1: `spare` is its only holder now)
         # One zmq_msg_t for every frame: libzmq's receive drops what it held before.
         _msg_init(&msg)
         try:
@@ -189,6 +248,12 @@ cdef class MessageReceiver:
                     size = _msg_size(&msg)
                     if n == 0:
                         f0 = self._topic(data, size)
+                    elif n == 1 and spare is not None and _refillable(
+                        PyList_GET_ITEM(spare, 1), size
+                    ):
+                        seq = PyList_GET_ITEM(spare, 1)
+                        bytes_refill(<object>seq, data, size)
+                        f1 = <object>seq
                     else:
                         frame = PyBytes_FromStringAndSize(data, size)
                         if n == 1:
@@ -202,7 +267,14 @@ cdef class MessageReceiver:
         finally:
             _msg_close(&msg)
         if n == 3:
-            return [f0, f1, f2]
+            if spare is None:
+                spare = [f0, f1, f2]
+            else:
+                _put(spare, 0, f0)
+                _put(spare, 1, f1)
+                _put(spare, 2, f2)
+            self._last = spare
+            return spare
         if n == 1:
             return [f0]
         if n == 2:

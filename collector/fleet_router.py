@@ -125,7 +125,7 @@ class FleetRouter(RouteTable):
             self._refuse(Refusal.NAME_TAKEN, topic)
             return None, None
         self._publishers[topic] = publisher
-        self._ranks.setdefault(topic, {})[rank] = Route(stream, None, False)
+        self._add_route(topic, rank, Route(stream, None, False))
         self._registered += 1
         self._taken.add(stream)
         return Route(stream, publisher.replay_endpoint(rank), True), decoded
@@ -139,11 +139,9 @@ class FleetRouter(RouteTable):
             if route.stream == stream
         ]
         for topic, rank in gone:
-            ranks = self._ranks[topic]
-            del ranks[rank]
+            self._drop_route(topic, rank)
             self._registered -= 1
-            if not ranks:  # the topic's last stream
-                del self._ranks[topic]
+            if topic not in self._ranks:  # the topic's last stream
                 self._publishers.pop(topic, None)
             if why is not None:
                 self._refuse(why, topic)

@@ -146,3 +146,58 @@ def test_a_topic_heard_again_is_the_same_bytes_object(
     firsts = {id(message[0]) for message in got}
     assert len(firsts) == len(topics)
     assert [message[0] for message in got[:3]] == topics
+
+
+def _received(read: _zmq_recv.MessageReceiver) -> list[bytes]:
+    frames = read()
+    assert frames is not None
+    return frames
+
+
+def test_a_message_dropped_before_the_next_lends_its_list_and_seq_frame_to_it(
+    pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]],
+) -> None:
+    # The drain drops each message before it receives the next: the list and the seq frame,
+    # held by nobody else, are filled again instead of freed and made anew.
+    pub, sub = pair
+    read = _zmq_recv.MessageReceiver(sub)
+    sent = [[b"kv", (seq).to_bytes(8, "big"), b"p%d" % seq * 40] for seq in range(3)]
+    for message in sent:
+        pub.send_multipart(message)
+    _arrive(sub)
+    first = _received(read)
+    assert first == sent[0]
+    hash(first[1])  # a hash kept in the seq frame must not outlive its bytes
+    list_at, seq_at = id(first), id(first[1])
+    del first
+    # What was freed goes to the next objects of its kind: these take it, if it was freed.
+    decoys = [[seq] for seq in range(100)], [b"%08d" % seq for seq in range(100)]
+    second = _received(read)
+    assert (id(second), id(second[1])) == (list_at, seq_at)
+    assert second == sent[1]
+    assert hash(second[1]) == hash(bytes(sent[1][1]))
+    del decoys
+
+
+def test_a_message_kept_by_the_caller_never_changes(
+    pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]],
+) -> None:
+    pub, sub = pair
+    read = _zmq_recv.MessageReceiver(sub)
+    sent = [[b"kv", (seq).to_bytes(8, "big"), bytes([seq]) * 100] for seq in range(6)]
+    sent += [[b"kv", b"short"], [b"kv", b"\x00" * 8, b"p", b"extra"], sent[0]]
+    for message in sent:
+        pub.send_multipart(message)
+    _arrive(sub)
+    kept_lists = [_received(read)]  # the whole message kept
+    seq_kept = _received(read)[1]  # only its seq frame
+    payload_kept = _received(read)[2]  # only its payload
+    listed = _received(read)
+    listed.append(b"grown by its caller")  # kept by nobody, but no longer three frames
+    del listed
+    rest = [_received(read) for _ in sent[4:]]
+    assert kept_lists == [sent[0]]
+    assert seq_kept == sent[1][1]
+    assert payload_kept == sent[2][2]
+    assert rest == sent[4:]
+    assert read() is None
