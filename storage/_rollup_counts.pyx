@@ -23,6 +23,26 @@ cdef object _SPAN = Span
 cdef object _TUPLE_NEW = tuple.__new__
 
 
+cdef inline long long _add_at(
+    RollupCounts counts, PyObject *key, long long stores, long long removes
+) except -1:
+    """Add `stores` and `removes` to the sums of table `key`: its slot found by identity (an
+    interned key, nearly always), else by `_new_slot`. The one scan of both of `count`'s
+    paths (the live path's `BatchChanges`, a mapping's items through `_add`); a function, not
+    a method, so that it is called directly, not through the class's table of methods."""
+    cdef list keys = counts._keys
+    cdef Py_ssize_t i, slot = -1
+    for i in range(PyList_GET_SIZE(keys)):
+        if PyList_GET_ITEM(keys, i) == key:
+            slot = i
+            break
+    if slot < 0:
+        slot = counts._new_slot(<object>key)
+    counts._sums[2 * slot] += stores
+    counts._sums[2 * slot + 1] += removes
+    return stores + removes
+
+
 cdef class RollupCounts:
     # (its fields: storage/_rollup_counts.pxd)
 
@@ -54,28 +74,16 @@ cdef class RollupCounts:
         cdef PyObject *value
         cdef long long events = 0
         cdef BatchChanges counted
-        cdef Py_ssize_t i, j, slot
-        cdef long long stores, removes
-        cdef list keys
+        cdef Py_ssize_t i
         if isinstance(changes, BatchChanges):
             counted = <BatchChanges>changes
-            keys = self._keys
             for i in range(counted.n):
-                # `_add_counts`, inline: the interned key found by identity in the loop (the
-                # first `n` keys are the batch's: within the list).
-                key = PyList_GET_ITEM(counted.keys, i)
-                slot = -1
-                for j in range(PyList_GET_SIZE(keys)):
-                    if PyList_GET_ITEM(keys, j) == key:
-                        slot = j
-                        break
-                if slot < 0:
-                    slot = self._slot(<object>key)
-                stores = counted.counts[2 * i]
-                removes = counted.counts[2 * i + 1]
-                self._sums[2 * slot] += stores
-                self._sums[2 * slot + 1] += removes
-                events += stores + removes
+                events += _add_at(
+                    self,
+                    PyList_GET_ITEM(counted.keys, i),
+                    counted.counts[2 * i],
+                    counted.counts[2 * i + 1],
+                )
             return events
         if not PyDict_CheckExact(changes):
             for k, v in changes.items():
@@ -92,21 +100,14 @@ cdef class RollupCounts:
             removes = <object>PyList_GET_ITEM(counts, 1)
         else:
             stores, removes = counts
-        return self._add_counts(key, stores, removes)
+        return _add_at(self, <PyObject *>key, stores, removes)
 
-    cdef long long _add_counts(self, object key, long long stores, long long removes) except -1:
-        cdef Py_ssize_t i = self._slot(key)
-        self._sums[2 * i] += stores
-        self._sums[2 * i + 1] += removes
-        return stores + removes
-
-    cdef Py_ssize_t _slot(self, object key) except -1:
+    cdef Py_ssize_t _new_slot(self, object key) except -1:
+        """The slot of `key`, not found by identity: an equal key's (one not interned), else a
+        new one."""
         cdef list keys = self._keys
         cdef Py_ssize_t i, n = len(keys)
         for i in range(n):
-            if keys[i] is key:
-                return i
-        for i in range(n):  # an equal key that is not the interned one
             if keys[i] == key:
                 return i
         if n == self._capacity:
