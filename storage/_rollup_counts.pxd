@@ -18,6 +18,7 @@ cdef class RollupCounts:
     cpdef long long count(self, object changes) except -1
     cdef long long _add(self, object key, object counts) except -1
     cdef Py_ssize_t _new_slot(self, object key) except -1
+    cpdef tuple take(self)
 
 
 cdef class SecondCore:
