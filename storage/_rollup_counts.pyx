@@ -13,7 +13,7 @@ from cpython.object cimport PyObject, PyTypeObject
 from kvscope.collector._slot_attr cimport slot_set
 from kvscope.collector._table_core cimport TableCore
 
-from kvscope.collector._live_sink cimport BatchChanges
+from kvscope.collector._live_sink cimport BatchChanges, interned_slot
 from kvscope.collector._map_core cimport MapCore
 
 from dataclasses import fields
@@ -99,11 +99,7 @@ cdef inline long long _add_at(
     paths (the live path's `BatchChanges`, a mapping's items through `_add`); a function, not
     a method, so that it is called directly, not through the class's table of methods."""
     cdef list keys = counts._keys
-    cdef Py_ssize_t i, slot = -1
-    for i in range(PyList_GET_SIZE(keys)):
-        if PyList_GET_ITEM(keys, i) == key:
-            slot = i
-            break
+    cdef Py_ssize_t slot = interned_slot(keys, PyList_GET_SIZE(keys), key)
     if slot < 0:
         slot = counts._new_slot(<object>key)
     counts._sums[2 * slot] += stores
