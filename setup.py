@@ -13,7 +13,7 @@ by _fused_read.pyx), and
 _map_apply.pyx a live batch's events, _map_counters.pyx a map's counters that both add to,
 _map_core.pyx the map's fields that both read;
 collector/_table_chains.pyx groups a table's blocks by chain for a reset's prefix groups (in
-the order _radix_sort.pxd sorts their hashes, as _log_known.pyx sorts a checkpoint's),
+the order _radix_sort.pxd sorts their hashes, as _hash_sort.pyx sorts a checkpoint's),
 _table_counts.pyx counts a before map's hashes against a table for a recovery point;
 collector/_zmq_recv.pyx receives a whole message with libzmq's own calls, _batch_rank.pyx reads
 a fleet's batch's DP rank and _fleet_route.pyx routes its usual message, _ingest_live.pyx
@@ -28,7 +28,8 @@ in _log_run.pxd, its walks in _log_walk.pxd, its buffer in _log_buf.pxd, the spl
 and writes without the GIL in _log_split.pxd, its columns' rooms in _log_rooms.pxd, their
 reading back in _log_join.pxd, the content's note read from its split in _log_fold.pxd),
 _log_planes.pyx lays its stamps and token ids out as byte
-planes, _log_known.pyx its hash literals against a checkpoint's hashes (format 6),
+planes, _log_known.pyx its hash literals against a checkpoint's hashes (format 6), sorted by
+_hash_sort.pyx,
 _row_streams.pyx reads a transaction's log rows as columns, each stream's together,
 _run_bounds.pyx cuts them into chunks' runs, _pg_arrays.pyx makes a table's columns
 PostgreSQL's binary arrays, and
@@ -98,6 +99,7 @@ setup(
             Extension("kvscope.storage._run_bounds", ["storage/_run_bounds.pyx"]),
             Extension("kvscope.storage._log_planes", ["storage/_log_planes.pyx"]),
             Extension("kvscope.storage._log_known", ["storage/_log_known.pyx"]),
+            Extension("kvscope.storage._hash_sort", ["storage/_hash_sort.pyx"]),
             Extension("kvscope.storage._checkpoint_pacing", ["storage/_checkpoint_pacing.pyx"]),
             Extension("kvscope.storage._rollup_counts", ["storage/_rollup_counts.pyx"]),
             Extension("kvscope.storage._queue_core", ["storage/_queue_core.pyx"]),

@@ -36,7 +36,8 @@ from pathlib import Path
 from _callgrind import collected, run_child, say_source, source
 
 from kvscope.storage import _log_known
-from kvscope.storage._log_known import KnownHashes, sorted_hashes, split_known
+from kvscope.storage._hash_sort import sorted_hashes
+from kvscope.storage._log_known import KnownHashes, split_known
 from kvscope.storage.heap_trim import rss_bytes, trim_heap
 
 HERE = Path(__file__).resolve()

@@ -10,7 +10,8 @@ cdef class LiveIngest:
     # What the usual batch is applied from its bytes with (`FusedIngest.fused`), or None.
     cdef public object fused
     cdef public object expected, last_seq, last_message_at, max_message_bytes
-    cdef public object _replay, _outbox, _quiet, _gaps_told, _degradation, _malformed
+    cdef public object _replay, _outbox, _quiet, _degradation, _malformed
+    cdef public long long _gaps_told  # the stream's gaps told to its sink so far
     cdef public long long _messages
     cdef object _recent_obj, _recent_append  # `_recent`, and its deque's append
     cdef object _decoder, _max_block_size, _layouts  # `decoder`, its limit and layouts

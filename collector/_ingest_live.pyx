@@ -153,8 +153,9 @@ cdef class LiveIngest:
         and no `Batch` (`AppliedBatch.batch` decodes one for a sink that reads it)."""
         cdef Py_ssize_t size
         cdef long long applied = -1, rank
-        cdef bint degraded = False
-        cdef object fused, sink, max_block_size, reader, read_ts, ts = None, quiet, gaps
+        cdef bint degraded = False, live_sink = False
+        cdef long long gaps
+        cdef object fused, sink, max_block_size, reader, read_ts, ts = None, quiet
         cdef object counters, changes = None, told, since, until, degradation, nbytes
         self.expected = seq + 1
         self.last_seq = seq
@@ -192,6 +193,9 @@ cdef class LiveIngest:
                 told = fused.live(self.map, payload, seq, self.epoch, degraded, now, max_block_size)
                 applied = told
             else:
+                # Asked once, for both of its tests below: a sink's class walks its bases to
+                # say (the store's writer has several).
+                live_sink = isinstance(sink, LiveSink)
                 reader = decoded if decoded is not None else fused
                 if isinstance(reader, FusedApply):  # (its C calls, not its Python ones)
                     read_ts = (<FusedApply>reader).prepare(
@@ -218,7 +222,7 @@ cdef class LiveIngest:
                         reader.release()
                         raise
                     if isinstance(reader, FusedApply):
-                        if isinstance(sink, LiveSink):  # counted in C: no dict nor lists
+                        if live_sink:  # counted in C: no dict nor lists
                             if self._changes is None:
                                 self._changes = BatchChanges()
                             self._changes.reset()
@@ -250,11 +254,12 @@ cdef class LiveIngest:
         if degraded and applied & 1:
             self._degradation.known_again(seq, now)
         if sink is not None:  # `_tell_applied`, inline
+            # The stream's gaps, and those told, as C ints: only the difference is handed on.
             gaps = (
                 slot_get(_GAPS, counters) if type(counters) is _STREAM_COUNTERS
                 else counters.gaps
             )
-            if isinstance(sink, LiveSink):  # told in C, with no `AppliedBatch` built for it
+            if live_sink:  # told in C, with no `AppliedBatch` built for it
                 (<LiveSink>sink).batch_applied(
                     self._stream, self.epoch, seq, ts, now, payload, None, changes,
                     gaps - self._gaps_told, self.map,

@@ -2,6 +2,20 @@
 (collector/_ingest_live.pyx), which tells such a sink of each batch in C, for the apply that
 counts a batch's changes (collector/_replay.pyx), and for the sinks built on it (storage/)."""
 
+from cpython.list cimport PyList_GET_ITEM
+from cpython.object cimport PyObject
+
+
+cdef inline Py_ssize_t interned_slot(list keys, Py_ssize_t n, PyObject *key) noexcept:
+    """Where table `key` is among the first `n` of `keys` by identity (a batch's table keys are
+    interned: nearly always found so), -1 if none is that object. For `BatchChanges` and the
+    store's rollup counts (storage/_rollup_counts.pyx), which then compare by equality."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if PyList_GET_ITEM(keys, i) == key:
+            return i
+    return -1
+
 
 cdef class BatchChanges:
     # The tables counted, in the order first counted (overwritten in place, not emptied, as

@@ -13,6 +13,7 @@ counts, no dict nor list per batch): `AppliedBatch.changes` is its `as_dict`.
 
 cimport cython
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from cpython.object cimport PyObject
 
 from kvscope.collector.sink import AppliedBatch
 
@@ -42,9 +43,9 @@ cdef class BatchChanges:
         cdef list keys = self.keys
         cdef Py_ssize_t i, n = self.n
         cdef long long *counts
-        for i in range(n):
-            if keys[i] is key:
-                return i
+        i = interned_slot(keys, n, <PyObject *>key)
+        if i >= 0:
+            return i
         for i in range(n):
             if keys[i] == key:
                 return i

@@ -1,5 +1,3 @@
-from array import array
-
 class KnownHashes:
     values: bytes
     count: int
@@ -11,7 +9,3 @@ class KnownHashes:
 
 def split_known(lits: bytes, known: KnownHashes) -> tuple[bytes, bytes, bytes]: ...
 def join_known(bitmap: bytes, planes: bytes, rest: bytes, known: KnownHashes) -> bytes: ...
-
-SPREAD_FROM: int
-
-def sorted_hashes(arrays: list[bytes | memoryview | array[int]]) -> bytes: ...

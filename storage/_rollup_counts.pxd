@@ -17,8 +17,8 @@ cdef class RollupCounts:
     cdef long long counted(self, object view, object gaps, object changes) except -1
     cpdef long long count(self, object changes) except -1
     cdef long long _add(self, object key, object counts) except -1
-    cdef long long _add_counts(self, object key, long long stores, long long removes) except -1
-    cdef Py_ssize_t _slot(self, object key) except -1
+    cdef Py_ssize_t _new_slot(self, object key) except -1
+    cpdef tuple take(self)
 
 
 cdef class SecondCore:

@@ -8,10 +8,18 @@
 from cpython.dict cimport PyDict_CheckExact, PyDict_Next
 from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
-from cpython.object cimport PyObject
+from cpython.object cimport PyObject, PyTypeObject
 
-from kvscope.collector._live_sink cimport BatchChanges
+from kvscope.collector._slot_attr cimport slot_set
+from kvscope.collector._table_core cimport TableCore
 
+from kvscope.collector._live_sink cimport BatchChanges, interned_slot
+from kvscope.collector._map_core cimport MapCore
+
+from dataclasses import fields
+
+from kvscope.collector.block_table import BlockTable
+from kvscope.collector.prefix_map import PrefixMap
 from kvscope.collector.sink import EVERY_BATCH, Span
 from kvscope.collector.wire import table_key
 from kvscope.storage.rows import RollupRow
@@ -21,6 +29,82 @@ cdef object _ROLLUP_ROW = RollupRow
 cdef object _DEFAULT_KEY = table_key("GPU", 0)
 cdef object _SPAN = Span
 cdef object _TUPLE_NEW = tuple.__new__
+cdef object _PREFIX_MAP = PrefixMap
+cdef object _BLOCK_TABLE = BlockTable
+cdef tuple _NO_BLOCKS = (0, 0, 0)
+cdef tuple _NO_CHANGES = (0, 0)
+# `RollupRow`'s slots' descriptors, in its fields' order: its rows are made without its
+# `__init__`, a Python frame (`_rollup_row`).
+cdef tuple _ROW_SLOTS = tuple(RollupRow.__dict__[field.name] for field in fields(RollupRow))
+
+
+cdef object _rollup_row(tuple values):
+    """`RollupRow(*values)`: each slot set as its `__init__` sets it (no defaults, no
+    `__post_init__`), without its frame."""
+    cdef Py_ssize_t i
+    if len(values) != len(_ROW_SLOTS):
+        raise TypeError(f"a rollup row of {len(_ROW_SLOTS)} fields, not {len(values)}")
+    row = (<PyTypeObject*>_ROLLUP_ROW).tp_new(_ROLLUP_ROW, <PyObject*>(), NULL)
+    for i in range(len(values)):
+        slot_set(_ROW_SLOTS[i], row, values[i])
+    return row
+
+
+cdef object _second_row(SecondCore core, object key, tuple blocks, tuple changes, object gaps):
+    """The row of table `key` for the second `core` counts: its `blocks` (held, hittable,
+    orphans) at the second's end, its `changes` (stored, removed) in it."""
+    return _rollup_row(
+        (
+            core.stream,
+            core.second,
+            key.medium,
+            key.group,
+            blocks[0],
+            blocks[1],
+            blocks[2],
+            changes[0],
+            changes[1],
+            core._clears,
+            gaps,
+        )
+    )
+
+
+cdef dict _table_counts(object view):
+    """Blocks, hittable and orphans per table of the map `view` (as its `stats()` counts them):
+    a `PrefixMap`'s read from its tables' C fields, with no Python frame (`stats()` runs three
+    per table, and builds a `TableStats` of each); another map's from its `stats()`."""
+    cdef dict counts = {}, tables
+    cdef TableCore core
+    if type(view) is _PREFIX_MAP:
+        tables = (<MapCore>view).tables
+        for key, table in tables.items():
+            if type(table) is _BLOCK_TABLE:  # (`BlockTable.stats`, of its fields)
+                core = <TableCore>table
+                counts[key] = (len(core._slot_of), core.hittable_count, core.orphan_count)
+            else:
+                s = table.stats()
+                counts[key] = (s.blocks, s.hittable, s.orphans)
+        return counts
+    for key, s in view.stats().items():
+        counts[key] = (s.blocks, s.hittable, s.orphans)
+    return counts
+
+
+cdef inline long long _add_at(
+    RollupCounts counts, PyObject *key, long long stores, long long removes
+) except -1:
+    """Add `stores` and `removes` to the sums of table `key`: its slot found by identity (an
+    interned key, nearly always), else by `_new_slot`. The one scan of both of `count`'s
+    paths (the live path's `BatchChanges`, a mapping's items through `_add`); a function, not
+    a method, so that it is called directly, not through the class's table of methods."""
+    cdef list keys = counts._keys
+    cdef Py_ssize_t slot = interned_slot(keys, PyList_GET_SIZE(keys), key)
+    if slot < 0:
+        slot = counts._new_slot(<object>key)
+    counts._sums[2 * slot] += stores
+    counts._sums[2 * slot + 1] += removes
+    return stores + removes
 
 
 cdef class RollupCounts:
@@ -54,28 +138,16 @@ cdef class RollupCounts:
         cdef PyObject *value
         cdef long long events = 0
         cdef BatchChanges counted
-        cdef Py_ssize_t i, j, slot
-        cdef long long stores, removes
-        cdef list keys
+        cdef Py_ssize_t i
         if isinstance(changes, BatchChanges):
             counted = <BatchChanges>changes
-            keys = self._keys
             for i in range(counted.n):
-                # `_add_counts`, inline: the interned key found by identity in the loop (the
-                # first `n` keys are the batch's: within the list).
-                key = PyList_GET_ITEM(counted.keys, i)
-                slot = -1
-                for j in range(PyList_GET_SIZE(keys)):
-                    if PyList_GET_ITEM(keys, j) == key:
-                        slot = j
-                        break
-                if slot < 0:
-                    slot = self._slot(<object>key)
-                stores = counted.counts[2 * i]
-                removes = counted.counts[2 * i + 1]
-                self._sums[2 * slot] += stores
-                self._sums[2 * slot + 1] += removes
-                events += stores + removes
+                events += _add_at(
+                    self,
+                    PyList_GET_ITEM(counted.keys, i),
+                    counted.counts[2 * i],
+                    counted.counts[2 * i + 1],
+                )
             return events
         if not PyDict_CheckExact(changes):
             for k, v in changes.items():
@@ -92,21 +164,14 @@ cdef class RollupCounts:
             removes = <object>PyList_GET_ITEM(counts, 1)
         else:
             stores, removes = counts
-        return self._add_counts(key, stores, removes)
+        return _add_at(self, <PyObject *>key, stores, removes)
 
-    cdef long long _add_counts(self, object key, long long stores, long long removes) except -1:
-        cdef Py_ssize_t i = self._slot(key)
-        self._sums[2 * i] += stores
-        self._sums[2 * i + 1] += removes
-        return stores + removes
-
-    cdef Py_ssize_t _slot(self, object key) except -1:
+    cdef Py_ssize_t _new_slot(self, object key) except -1:
+        """The slot of `key`, not found by identity: an equal key's (one not interned), else a
+        new one."""
         cdef list keys = self._keys
         cdef Py_ssize_t i, n = len(keys)
         for i in range(n):
-            if keys[i] is key:
-                return i
-        for i in range(n):  # an equal key that is not the interned one
             if keys[i] == key:
                 return i
         if n == self._capacity:
@@ -119,7 +184,7 @@ cdef class RollupCounts:
         keys.append(key)
         return n
 
-    def take(self):
+    cpdef tuple take(self):
         """The sums per table since the last take (tables with none left out), and the gaps;
         both start again from 0."""
         cdef Py_ssize_t i
@@ -167,29 +232,21 @@ cdef class SecondCore:
         return rows
 
     cdef list rows_of(self, object view):
-        """Clears and gaps belong to the stream and are repeated on each of its rows (take the
-        max over tiers, not the sum)."""
-        stats = view.stats()
-        changes, gaps = self.counts.take()
+        """A row per table that the map holds (in its order) or the second changed, else one of
+        `_DEFAULT_KEY`'s. Clears and gaps belong to the stream and are repeated on each of its
+        rows (take the max over tiers, not the sum)."""
+        cdef dict tables = _table_counts(view)
+        cdef tuple taken = self.counts.take()
+        cdef dict changes = taken[0]
+        gaps = taken[1]
         cdef list rows = []
-        for key in set(stats) | set(changes) or {_DEFAULT_KEY}:
-            s = stats.get(key)
-            stores, removes = changes.get(key, (0, 0))
-            rows.append(
-                _ROLLUP_ROW(
-                    self.stream,
-                    self.second,
-                    key.medium,
-                    key.group,
-                    0 if s is None else s.blocks,
-                    0 if s is None else s.hittable,
-                    0 if s is None else s.orphans,
-                    stores,
-                    removes,
-                    self._clears,
-                    gaps,
-                )
-            )
+        for key, blocks in tables.items():
+            rows.append(_second_row(self, key, blocks, changes.get(key, _NO_CHANGES), gaps))
+        for key, counted in changes.items():
+            if key not in tables:
+                rows.append(_second_row(self, key, _NO_BLOCKS, counted, gaps))
+        if not rows:
+            rows.append(_second_row(self, _DEFAULT_KEY, _NO_BLOCKS, _NO_CHANGES, gaps))
         self._clears = 0
         return rows
 

@@ -22,7 +22,8 @@ from array import array
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from kvscope.storage._log_known import KnownHashes, sorted_hashes
+from kvscope.storage._hash_sort import sorted_hashes
+from kvscope.storage._log_known import KnownHashes
 from kvscope.storage.log_columns import known_named
 
 

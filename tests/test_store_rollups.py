@@ -16,6 +16,7 @@ from kvscope.collector.wire import table_key
 from kvscope.storage import rollups, schema
 from kvscope.storage._rollup_counts import RollupCounts, SecondCore
 from kvscope.storage.engine import open_store
+from kvscope.storage.rows import RollupRow
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.writer import StoreWriter
 from tests.test_ingest import CLEAR, frames, payload, remove, store
@@ -158,6 +159,46 @@ def test_a_tables_sums_are_found_by_an_equal_key_not_only_the_interned_one() -> 
         **{f"t{i}": (1, 0) for i in range(9)},
     }
     assert counts.take()[0] == expected
+
+
+class _StatsOnly:
+    """A map read only through its `stats()` (any `MapReader` but a `PrefixMap`)."""
+
+    def __init__(self, view: MapReader) -> None:
+        self._view = view
+
+    def stats(self) -> dict[TableKey, TableStats]:
+        return self._view.stats()
+
+
+def test_a_seconds_rows_read_a_prefix_map_as_its_stats_give_it() -> None:
+    """A `PrefixMap`'s tables are read from their C fields: the rows are those its `stats()`
+    gives, each the `RollupRow` its `__init__` makes."""
+    plain = StreamIngest(STREAM, can_replay=False)
+    # Two tables, orphans in both (block 1 removed under 2 and 3), a hittable block in one.
+    for seq, ts, events in [*BATCHES[:4], (4, 11.9, [store(20)])]:
+        plain.live_frames(frames(seq, payload(*events, ts=ts)), ts)
+    stats = plain.map.stats()
+    assert {key.medium for key in stats} == {"GPU", "CPU"}
+    assert any(s.orphans for s in stats.values()) and any(s.hittable for s in stats.values())
+    rows = {}
+    for view in (plain.map, _StatsOnly(plain.map)):
+        rollup = rollups.SecondRollup(STREAM)
+        rollup.instant(view, 20.5)
+        rollup.counts.count({table_key("GPU", 0): [2, 1]})
+        rows[type(view)] = sorted(rollup._rows(view), key=lambda row: row.medium)
+    assert rows[type(plain.map)] == rows[_StatsOnly]
+    assert rows[_StatsOnly] == [
+        RollupRow(STREAM, 20, key.medium, key.group, s.blocks, s.hittable, s.orphans, *changes)
+        for key, s, changes in sorted(
+            (
+                (key, s, (2, 1, 0, 0) if key.medium == "GPU" else (0, 0, 0, 0))
+                for key, s in stats.items()
+            ),
+            key=lambda item: item[0].medium,
+        )
+    ]
+    assert all(type(row) is RollupRow for row in rows[type(plain.map)])
 
 
 def test_a_seconds_span_is_bounded_by_floats() -> None:

@@ -1,4 +1,4 @@
-"""storage/_log_known.pyx's sorted_hashes: a checkpoint's hashes, distinct and ascending, as a
+"""storage/_hash_sort.pyx's sorted_hashes: a checkpoint's hashes, distinct and ascending, as a
 writer and every reader make them alike, whatever their spread: a large list is first spread
 into buckets by its top bits (one pass), each bucket then sorted on its own, and a bucket that
 takes most of the list (hashes sharing their top bits) still comes back sorted."""
@@ -10,7 +10,7 @@ from array import array
 
 import pytest
 
-from kvscope.storage._log_known import SPREAD_FROM, sorted_hashes
+from kvscope.storage._hash_sort import SPREAD_FROM, sorted_hashes
 
 MASK64 = (1 << 64) - 1
 
