@@ -173,21 +173,27 @@ def _pack_columns(
     # Hash literals drawn at random do not compress: stored as zstd's raw blocks, unsearched.
     lits = log_columns.LITERALS
     raw = [raw_frame(chunk[lits]) if random_like(chunk[lits]) else None for chunk in frames]
-    plain = iter(
-        compress_all(
-            None,
-            [
-                f
-                for chunk, kept in zip(frames, raw, strict=True)
-                for k, f in enumerate(chunk)
-                if k != tokens and (k != lits or kept is None)
-            ],
-            COLUMNS_ZSTD_LEVEL,
-        )
-    )
+    # The others without the dictionary, in two calls: those whose literals are left raw.
+    uncoded = [
+        log_columns.literals_left_raw(len(chunk), name is not None)
+        for chunk, name in zip(frames, names, strict=True)
+    ]
+    plain: dict[bool, list[bytes]] = {True: [], False: []}
+    for chunk, kept, left in zip(frames, raw, uncoded, strict=True):
+        for k, f in enumerate(chunk):
+            if k != tokens and (k != lits or kept is None):
+                plain[k not in left].append(f)
+    done = {
+        coded: iter(compress_all(None, items, COLUMNS_ZSTD_LEVEL, coded))
+        for coded, items in plain.items()
+    }
     packed = [
-        [kept if k == lits and kept is not None else next(plain) for k in range(len(chunk) - 1)]
-        for chunk, kept in zip(frames, raw, strict=True)
+        [
+            kept if k == lits and kept is not None else next(done[k not in left])
+            for k in range(len(chunk))
+            if k != tokens
+        ]
+        for chunk, kept, left in zip(frames, raw, uncoded, strict=True)
     ]
 
     def assemble(i: int, digest: bytes, token_frame: bytes | memoryview) -> bytes:

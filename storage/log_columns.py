@@ -64,6 +64,17 @@ batch (64 MiB at most by default, `--max-message-bytes`). A frame whose header s
 damaged: zstd would allocate what it says before finding out."""
 
 
+def literals_left_raw(frames: int, known: bool) -> tuple[int, ...]:
+    """The frames of a chunk of `frames` frames (`known`: format 6's) whose bytes zstd's
+    matches leave are random: format 6's positions among the known hashes, whose high bytes
+    zstd's matches take and whose low bytes are drawn at random (the hashes are). zstd's
+    Huffman coding of those would cost a table per block and shrink them hardly at all
+    (storage/log_chunk_pack.py compresses them without). Not the token ids' planes nor the
+    granules' numbers: a real stream's ids are far from evenly drawn (benchmarks/store.py's
+    lab recordings), and a granule's number follows its content's."""
+    return (frames - 1,) if known else ()
+
+
 def columns(
     seqs: array[int],
     ts: array[float],

@@ -41,20 +41,34 @@ def by_dictionary(
 
 
 def compressor(
-    dictionary: Dictionary | None, level: int = DICTIONARY_ZSTD_LEVEL
+    dictionary: Dictionary | None, level: int = DICTIONARY_ZSTD_LEVEL, coded: bool = True
 ) -> zstandard.ZstdCompressor:
-    return plain_compressor(level) if dictionary is None else dictionary.compressor(level)
+    if dictionary is None:
+        return plain_compressor(level, coded)
+    return dictionary.compressor(level)
 
 
 def compress_all(
-    dictionary: Dictionary | None, items: list[bytes], level: int = DICTIONARY_ZSTD_LEVEL
+    dictionary: Dictionary | None,
+    items: list[bytes],
+    level: int = DICTIONARY_ZSTD_LEVEL,
+    coded: bool = True,
 ) -> list[bytes | memoryview]:
-    """Each of `items` compressed, in one call: views of zstd's buffer (each keeps it alive)."""
-    packer = compressor(dictionary, level)
+    """Each of `items` compressed, in one call: views of zstd's buffer (each keeps it alive).
+    `coded` False: their literals left raw (`plain_compressor`)."""
+    packer = compressor(dictionary, level, coded)
     if not any(items):  # which multi_compress_to_buffer refuses
         return [packer.compress(item) for item in items]
-    sources: list[bytes | bytearray | memoryview] = list(items)
-    return segments(packer.multi_compress_to_buffer(sources))
+    # The largest first: each call makes a context, sized for the frame it starts with, and
+    # makes it again, its tables cleared, for each frame that needs more (a frame's bytes do
+    # not depend on the frames before it).
+    order = sorted(range(len(items)), key=list(map(len, items)).__getitem__, reverse=True)
+    sources: list[bytes | bytearray | memoryview] = [items[i] for i in order]
+    done = segments(packer.multi_compress_to_buffer(sources))
+    out: list[bytes | memoryview] = done[:]
+    for frame, i in zip(done, order, strict=True):
+        out[i] = frame
+    return out
 
 
 def segments(packed: zstandard.BufferWithSegmentsCollection) -> list[bytes | memoryview]:
@@ -66,14 +80,28 @@ def segments(packed: zstandard.BufferWithSegmentsCollection) -> list[bytes | mem
 _plain = threading.local()
 
 
-def plain_compressor(level: int) -> zstandard.ZstdCompressor:
-    """A compressor without a dictionary at `level`, one per thread, kept (as `Dictionary`'s)."""
-    kept: dict[int, zstandard.ZstdCompressor] | None = getattr(_plain, "by_level", None)
+def plain_compressor(level: int, coded: bool = True) -> zstandard.ZstdCompressor:
+    """A compressor without a dictionary at `level`, one per thread, kept (as `Dictionary`'s).
+    `coded` False, at a level of zstd's fast strategy (1 or less): the literals its matches
+    leave are stored as they are, not Huffman-coded (for bytes about random, which coding
+    hardly shrinks, at the cost of a table per block): the fast strategy codes none once it
+    is given a target length (zstd's `ZSTD_literalsCompressionIsDisabled`), which for it sets
+    how far it steps past bytes with no match, as level 1's default does."""
+    kept: dict[tuple[int, bool], zstandard.ZstdCompressor] | None = getattr(
+        _plain, "by_level", None
+    )
     if kept is None:
         kept = _plain.by_level = {}
-    found = kept.get(level)
+    found = kept.get((level, coded))
     if found is None:
-        found = kept[level] = zstandard.ZstdCompressor(level=level)
+        if coded:
+            found = zstandard.ZstdCompressor(level=level)
+        elif level > 1:
+            raise ValueError(f"zstd level {level} is not of the fast strategy")
+        else:
+            raw = zstandard.ZstdCompressionParameters(compression_level=level, target_length=1)
+            found = zstandard.ZstdCompressor(compression_params=raw)
+        kept[(level, coded)] = found
     return found
 
 

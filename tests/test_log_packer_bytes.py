@@ -86,7 +86,15 @@ def packed_digest() -> tuple[str, str]:
 
 def frames_unpacked(chunk: ChunkRow, dictionary: Dictionary | None) -> list[bytes]:
     """A columnar chunk's frames, unpacked (the token ids' against `dictionary`)."""
-    data = chunk.data
+    out = []
+    for i, frame in enumerate(frames_packed(chunk.data)):
+        zdict = dictionary.zstd if i == TOKENS and dictionary is not None else None
+        out.append(zstandard.ZstdDecompressor(dict_data=zdict).decompress(frame))
+    return out
+
+
+def frames_packed(data: bytes) -> list[bytes]:
+    """A columnar chunk's zstd frames, as its header cuts them."""
     pos = 5 + data[4]
     if data[:4] == FORMAT_6_MAGIC:
         pos += 1 + data[pos]
@@ -99,9 +107,8 @@ def frames_unpacked(chunk: ChunkRow, dictionary: Dictionary | None) -> list[byte
         length, pos = _get_varint(data, pos)
         lengths.append(length)
     out = []
-    for i, length in enumerate(lengths):
-        zdict = dictionary.zstd if i == TOKENS and dictionary is not None else None
-        out.append(zstandard.ZstdDecompressor(dict_data=zdict).decompress(data[pos : pos + length]))
+    for length in lengths:
+        out.append(data[pos : pos + length])
         pos += length
     assert pos == len(data)
     return out
