@@ -124,6 +124,7 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
     the scan must step over what it steps over (the tag, which decides if the field matters, may
     come later)."""
     cdef Py_ssize_t start = r.pos, n, k = 0, pos, end = r.end, width, run
+    cdef uint32_t first
     cdef const uint8_t* p = r.p
     cdef uint8_t b
     cdef uint64_t v
@@ -147,6 +148,27 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
                 if run == 0:
                     break
                 run += k
+                # Two a step while both are uint16s or uint32s (a large vocabulary's ids); the
+                # first again below where the second is not.
+                while k + 1 < run:
+                    b = p[pos]
+                    if b == 0xCD:
+                        first, width = be16(&p[pos + 1]), 3
+                    elif b == 0xCE:
+                        first, width = be32(&p[pos + 1]), 5
+                    else:
+                        break
+                    b = p[pos + width]
+                    if b == 0xCD:
+                        (<uint32_t*>buf)[k + 1] = be16(&p[pos + width + 1])
+                        pos += width + 3
+                    elif b == 0xCE:
+                        (<uint32_t*>buf)[k + 1] = be32(&p[pos + width + 1])
+                        pos += width + 5
+                    else:
+                        break
+                    (<uint32_t*>buf)[k] = first
+                    k += 2
                 while k < run:
                     b = p[pos]
                     if b == 0xCD:
