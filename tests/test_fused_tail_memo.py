@@ -149,6 +149,17 @@ PUBLISHERS: dict[str, Publisher] = {
         "GPU",
         MAX_BS,
     ),
+    # The medium (the table) before token_ids, the same tail bytes after it.
+    "gpu before": (
+        lambda h, p: stored(h, p, before=[("medium", "GPU")], tail=without("medium")),
+        "GPU",
+        MAX_BS,
+    ),
+    "cpu before": (
+        lambda h, p: stored(h, p, before=[("medium", "CPU")], tail=without("medium")),
+        "CPU",
+        MAX_BS,
+    ),
     # vLLM's tail bytes and then more keys (the map is longer), or fewer of them.
     "one more key": (lambda h, p: stored(h, p, tail=plus(("locality", None))), "GPU", MAX_BS),
     "one key less": (lambda h, p: stored(h, p, tail=without("kv_cache_spec_kind")), "GPU", MAX_BS),
@@ -265,6 +276,15 @@ def test_a_repeated_tail_is_applied_from_its_bytes() -> None:
     publishers = play(["vllm", "block size 8", "cpu", "lora id", "group 1"] * 10)
     publishers.assert_same()
     assert publishers.reader.taken == 50
+
+
+def test_the_same_tail_after_another_medium_is_another_table() -> None:
+    """A tail kept after one medium, then the same bytes after another: the table is the
+    event's medium's, not the one the kept tail's event went to."""
+    publishers = play(["gpu before", "cpu before"] * 4)
+    publishers.assert_same()
+    assert publishers.reader.taken == 8
+    assert [key.medium for key in publishers.fused["cpu before"].tables] == ["CPU"]
 
 
 @pytest.mark.parametrize(
