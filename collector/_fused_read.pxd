@@ -5,7 +5,7 @@ from libc.stdint cimport int64_t, uint32_t, uint64_t
 
 from kvscope.collector._msgpack cimport Reader
 from kvscope.collector._wire_fast cimport _LastKey
-from kvscope.collector._wire_scan cimport Event
+from kvscope.collector._wire_scan cimport N_TAILS, Event, TailMemo
 
 
 cdef struct Op:
@@ -28,6 +28,9 @@ cdef class BatchRead:
     cdef int64_t rank_value
     cdef _LastKey last_key
     cdef Event event
+    # The last tails the scan read (collector/_wire_scan.pxd's `TailMemo`), kept from batch to
+    # batch whatever stream they came from: a memo is taken only where it is exactly the bytes.
+    cdef TailMemo tails[N_TAILS]
     cdef Op* ops
     cdef uint64_t* hashes
     cdef uint32_t* tokens

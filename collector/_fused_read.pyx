@@ -13,17 +13,34 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from kvscope.collector._msgpack cimport Reader, at, read_array, read_nil, read_uint64
-from kvscope.collector._wire_checks cimport StoredFields, check_stored, read_head, read_tail
+from kvscope.collector._wire_checks cimport (
+    StoredFields,
+    check_stored,
+    read_head,
+    read_tail,
+    stored_counts,
+    stored_fit,
+    stored_fixed,
+)
 from kvscope.collector._wire_fast cimport _LastKey
 from kvscope.collector._wire_scan cimport (
     CLEARED,
+    F_BLOCK_SIZE,
+    F_CACHE_SALT,
+    F_EXTRA_KEYS,
     F_HASHES,
+    F_LORA_ID,
     F_LORA_NAME,
     F_TOKENS,
     HELD,
+    N_TAILS,
     STORED,
+    TAIL_KNOWN,
+    TAIL_ODD,
+    TAIL_UNJUDGED,
     UNREAD,
     Event,
+    TailMemo,
     scan_event,
 )
 
@@ -102,13 +119,60 @@ cdef inline int take_tokens(BatchRead self, Reader* r, Event* e, Op* op,
     return 0
 
 
+# The fields of a BlockStored that `stored_fixed` checks, and lora_name: where none is before an
+# event's tail, the tail's bytes decide them all.
+cdef unsigned int FIXED_FIELDS = (
+    (1 << F_LORA_ID) | (1 << F_EXTRA_KEYS) | (1 << F_BLOCK_SIZE) | (1 << F_CACHE_SALT)
+    | (1 << F_LORA_NAME)
+)
+
+
+cdef inline bint no_lora_name(Reader* r, Event* e) noexcept nogil:
+    """Whether `e` has no LoRA name (absent or nil): one is kept aside per block, the usual
+    way's work."""
+    cdef Reader f = at(r, e.at[F_LORA_NAME])
+    return e.at[F_LORA_NAME] < 0 or read_nil(&f)
+
+
+cdef inline void judge_tail(Reader* r, Event* e, TailMemo* tail) noexcept nogil:
+    """What `tail`'s fields are to check_stored, from BlockStored `e` whose tail it is: known
+    (they pass: their block_size and extra_keys kept) where they are all in it, else odd."""
+    tail.judged = TAIL_ODD
+    if tail.seen & FIXED_FIELDS:
+        return
+    if stored_fixed(r, e, &tail.block_size, &tail.extra_keys) < 0 or not no_lora_name(r, e):
+        return
+    tail.judged = TAIL_KNOWN
+
+
+cdef inline int check_fused(Reader* r, Event* e, int64_t max_block_size,
+                            StoredFields* s) noexcept nogil:
+    """check_stored of BlockStored `e`, and no LoRA name: 0, or -1 to decline. Where its tail
+    came from a memo, the fields in it are as the memo's verdict has them."""
+    cdef TailMemo* tail = e.tail
+    if tail != NULL:
+        if tail.judged == TAIL_UNJUDGED:
+            judge_tail(r, e, tail)
+        if tail.judged == TAIL_KNOWN:
+            if stored_counts(r, e, s) < 0:
+                return -1
+            s.block_size = tail.block_size
+            return stored_fit(s, max_block_size, tail.extra_keys)
+    if check_stored(r, e, max_block_size, s) < 0 or not no_lora_name(r, e):
+        return -1
+    return 0
+
+
 @cython.auto_pickle(False)
 cdef class BatchRead:
     """One batch at a time, as the first pass read it (see _fused_read.pxd)."""
 
     def __cinit__(self):
+        cdef int k
         self.last_key = _LastKey()
         self.keys = []
+        for k in range(N_TAILS):
+            self.tails[k].keys = -1  # none kept
 
     def __dealloc__(self):
         PyMem_Free(self.ops)
@@ -133,7 +197,7 @@ cdef class BatchRead:
         if read_head(&r, &n_top, ts, &n_events) < 0:
             return -1
         for k in range(n_events):
-            if scan_event(&r, e) < 0:
+            if scan_event(&r, e, self.tails) < 0:
                 return -1
             if e.kind == CLEARED:
                 add_op(self, CLEARED, -1)
@@ -152,11 +216,8 @@ cdef class BatchRead:
                 last = key
             if e.kind == STORED:
                 last_removal = -1
-                if check_stored(&r, e, self.max_block_size, &s) < 0:
+                if check_fused(&r, e, self.max_block_size, &s) < 0:
                     return -1
-                f = at(&r, e.at[F_LORA_NAME])
-                if e.at[F_LORA_NAME] >= 0 and not read_nil(&f):
-                    return -1  # kept aside per block: the usual way's
                 op = add_op(self, STORED, self.n_keys - 1)
                 op.has_parent, op.parent, op.block_size = s.has_parent, s.parent, s.block_size
                 take_hashes(self, &r, e, op)

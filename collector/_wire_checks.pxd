@@ -4,8 +4,18 @@
 from libc.math cimport fabs
 from libc.stdint cimport int64_t, uint64_t
 
-from kvscope.collector._msgpack cimport Reader, read_array, read_float, read_int64, read_nil, skip
-from kvscope.collector._wire_scan cimport Event
+from kvscope.collector._msgpack cimport (
+    Reader,
+    at,
+    be64,
+    read_array,
+    read_float,
+    read_int64,
+    read_nil,
+    read_uint64,
+    skip,
+)
+from kvscope.collector._wire_scan cimport F_HASHES, F_PARENT, F_TOKENS, HELD, UNREAD, Event
 
 
 cdef extern from *:
@@ -28,8 +38,67 @@ cdef struct StoredFields:
     int64_t block_size
 
 
+cdef int count_uints(Reader* r, Py_ssize_t pos, bint tokens, Py_ssize_t* n) noexcept nogil
 cdef int check_stored(Reader* r, Event* e, int64_t max_block_size,
                       StoredFields* s) noexcept nogil
+
+
+# check_stored in three parts: the fields an event's tail holds (`stored_fixed`, whose verdict a
+# tail's memo keeps: collector/_wire_scan.pxd's `TailMemo`), and those it does not (inline).
+cdef int stored_fixed(Reader* r, Event* e, int64_t* block_size,
+                      Py_ssize_t* extra_keys) noexcept nogil
+
+
+cdef inline int stored_counts(Reader* r, Event* e, StoredFields* s) noexcept nogil:
+    """A BlockStored's hashes and token ids counted (each checked as the decoder reads it), and
+    its parent read: 0, or -1 if one is off."""
+    cdef Reader f
+    cdef Py_ssize_t pos
+    if e.hashes_state == HELD:
+        s.n_hashes = e.n_hashes
+    elif e.hashes_state != UNREAD or count_uints(r, e.at[F_HASHES], False, &s.n_hashes) < 0:
+        return -1
+    s.n_tokens = 0
+    if e.at[F_TOKENS] >= 0:
+        if e.tokens_state == HELD:
+            s.n_tokens = e.n_tokens
+        elif e.tokens_state != UNREAD or count_uints(r, e.at[F_TOKENS], True, &s.n_tokens) < 0:
+            return -1
+    s.has_parent, s.parent = False, 0
+    pos = e.at[F_PARENT]
+    if pos >= 0:
+        # A uint64 read here, as senders write a hash; any other int by read_uint64.
+        if r.end - pos >= 9 and r.p[pos] == 0xCF:
+            s.parent = be64(r.p + pos + 1)
+            s.has_parent = True
+        else:
+            f = at(r, pos)
+            if not read_nil(&f):
+                if read_uint64(&f, &s.parent) < 0:
+                    return -1
+                s.has_parent = True
+    return 0
+
+
+cdef inline int stored_fit(StoredFields* s, int64_t max_block_size,
+                           Py_ssize_t extra_keys) noexcept nogil:
+    """Whether `stored_fixed`'s block_size (in `s`, -1 when absent) and extra_keys fit the counts and the decoder's limit:
+    0, or -1."""
+    cdef int64_t span
+    if s.block_size < 0:  # absent
+        s.block_size = 0
+    elif s.block_size > max_block_size:
+        return -1
+    if extra_keys >= 0 and extra_keys != s.n_hashes:
+        return -1
+    # As many token ids as the blocks hold: none, block_size per hash, or whole blocks more
+    # (wire_rules.token_ids_of).
+    span = s.block_size * s.n_hashes
+    if s.n_tokens and s.n_tokens != span and not (
+        s.block_size and s.n_tokens % s.block_size == 0 and s.n_tokens > span
+    ):
+        return -1
+    return 0
 
 
 # A batch's head and tail, once a batch each: inline, as the reads they make are (a call into

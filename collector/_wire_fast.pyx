@@ -262,7 +262,7 @@ cdef object decode(Reader* r, object seq, int64_t max_block_size):
     if read_head(r, &n_top, &ts, &n_events) < 0:
         return None
     for k in range(n_events):
-        if scan_event(r, &e) < 0:
+        if scan_event(r, &e, NULL) < 0:
             return None
         if e.kind == CLEARED:
             events.append(AllCleared())
@@ -321,7 +321,7 @@ def _keys_both_ways(payloads):
         if read_head(&r, &n_top, &ts, &n_events) < 0:
             continue
         for k in range(n_events):
-            if scan_event(&r, &e) < 0:
+            if scan_event(&r, &e, NULL) < 0:
                 break
             if e.kind == CLEARED:
                 continue

@@ -2,8 +2,8 @@
 # (collector/_wire_fast.pyx): where each known field's value starts (`Event`), its token ids and
 # hashes kept on the way, and its tag. Like the decoder it declines (-1) what it is unsure of.
 # Inline, as collector/_msgpack.pxd's reads are: it compiles into the decoder's C module.
-from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
 
 from kvscope.collector._msgpack cimport (
     Reader,
@@ -39,11 +39,45 @@ cdef enum:  # what the scan made of a token_ids or block_hashes value
     UNREAD,  # longer than the buffer: read at `at`
 
 
+# An event's tail: its keys after its last token_ids or block_hashes value, to the map's end
+# (a BlockStored's block_size, lora_id, medium, ...; a BlockRemoved's medium). A publisher sends
+# the same tail event after event, so the scan keeps the last one it read (a `TailMemo`) and,
+# where the next event's bytes from that point are the same, takes the fields' places from it
+# instead of reading them again. What the scan makes of a tail is decided by its bytes, the
+# number of keys the map has left where it starts, and the known fields before it (a duplicate
+# declines): the memo holds all three, and is taken only where all three are the same. So it
+# does not matter which publisher's event put it there.
+cdef enum:
+    TAIL_CAP = 160  # the longest tail kept (vLLM's are about 100 bytes)
+    N_TAILS = 2  # one after token_ids (a BlockStored's), one after block_hashes (a BlockRemoved's)
+
+cdef enum:  # what a tail's fields are to check_stored, found on its first BlockStored
+    TAIL_UNJUDGED,
+    TAIL_KNOWN,  # they pass, with `block_size` and `extra_keys`
+    TAIL_ODD,  # some are before the tail, or one is off: every event checked in full
+
+
+cdef struct TailMemo:
+    Py_ssize_t keys  # the keys the map had left where the tail starts; -1: none kept
+    unsigned int seen  # the known fields before it (bit per field)
+    unsigned int seen_in  # the known fields in it
+    Py_ssize_t size
+    int n_fields
+    int fields[N_FIELDS]  # the known fields in the tail, and where their values start, from
+    Py_ssize_t offsets[N_FIELDS]  # the tail's start
+    int judged
+    int64_t block_size  # check_stored's, where TAIL_KNOWN
+    Py_ssize_t extra_keys  # the nils of its extra_keys, -1 when absent or nil
+    uint8_t bytes[TAIL_CAP]
+
+
 cdef struct Event:
     int kind
     Py_ssize_t at[N_FIELDS]  # where each known field's value starts, -1 when absent
     int tokens_state, hashes_state
     Py_ssize_t n_tokens, n_hashes
+    TailMemo* tail  # the memo its tail's fields came from, NULL when they were read
+    unsigned int seen  # its known fields (bit per field)
     uint32_t tokens[TOKENS_CAP]
     uint64_t hashes[HASHES_CAP]
 
@@ -90,6 +124,7 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
     the scan must step over what it steps over (the tag, which decides if the field matters, may
     come later)."""
     cdef Py_ssize_t start = r.pos, n, k = 0, pos, end = r.end, width, run
+    cdef uint32_t first
     cdef const uint8_t* p = r.p
     cdef uint8_t b
     cdef uint64_t v
@@ -113,6 +148,27 @@ cdef inline int scan_uints(Reader* r, bint tokens, void* buf, Py_ssize_t cap,
                 if run == 0:
                     break
                 run += k
+                # Two a step while both are uint16s or uint32s (a large vocabulary's ids); the
+                # first again below where the second is not.
+                while k + 1 < run:
+                    b = p[pos]
+                    if b == 0xCD:
+                        first, width = be16(&p[pos + 1]), 3
+                    elif b == 0xCE:
+                        first, width = be32(&p[pos + 1]), 5
+                    else:
+                        break
+                    b = p[pos + width]
+                    if b == 0xCD:
+                        (<uint32_t*>buf)[k + 1] = be16(&p[pos + width + 1])
+                        pos += width + 3
+                    elif b == 0xCE:
+                        (<uint32_t*>buf)[k + 1] = be32(&p[pos + width + 1])
+                        pos += width + 5
+                    else:
+                        break
+                    (<uint32_t*>buf)[k] = first
+                    k += 2
                 while k < run:
                     b = p[pos]
                     if b == 0xCD:
@@ -211,15 +267,56 @@ cdef inline int skip_field(Reader* r) noexcept nogil:
     return skip(r, 3)
 
 
-cdef inline int scan_event(Reader* r, Event* e) noexcept nogil:
-    """Steps over one event map, noting where its known fields are, and reads its tag."""
-    cdef Py_ssize_t n, k, size
+cdef inline bint take_tail(Reader* r, Event* e, TailMemo* tail, Py_ssize_t keys) noexcept nogil:
+    """Where the bytes at `r` are `tail`'s, with as many keys left and the same fields before:
+    its fields' places noted in `e` and `r` moved past it (True)."""
+    cdef int k
+    if (
+        tail.keys != keys
+        or tail.seen != e.seen
+        or tail.size > r.end - r.pos
+        or memcmp(r.p + r.pos, tail.bytes, tail.size) != 0
+    ):
+        return False
+    for k in range(tail.n_fields):
+        e.at[tail.fields[k]] = r.pos + tail.offsets[k]
+    e.seen |= tail.seen_in
+    r.pos += tail.size
+    e.tail = tail
+    return True
+
+
+cdef inline void keep_tail(Reader* r, Event* e, TailMemo* tail, Py_ssize_t start,
+                           Py_ssize_t keys, unsigned int seen) noexcept nogil:
+    """The tail read from `start` to `r`'s place, kept in `tail` (if it fits)."""
+    cdef int f
+    cdef Py_ssize_t size = r.pos - start
+    if size > TAIL_CAP:
+        return
+    tail.keys, tail.seen, tail.size, tail.n_fields = keys, seen, size, 0
+    tail.seen_in = e.seen & ~seen
+    for f in range(N_FIELDS):
+        if e.at[f] >= start:
+            tail.fields[tail.n_fields] = f
+            tail.offsets[tail.n_fields] = e.at[f] - start
+            tail.n_fields += 1
+    tail.judged = TAIL_UNJUDGED
+    memcpy(tail.bytes, r.p + start, size)
+
+
+cdef inline int scan_event(Reader* r, Event* e, TailMemo* tails) noexcept nogil:
+    """Steps over one event map, noting where its known fields are, and reads its tag.
+    `tails`: N_TAILS memos of the last tails read (see `TailMemo`), or NULL to read each."""
+    cdef Py_ssize_t n, k, size, tail_start = -1, tail_keys = 0
     cdef const uint8_t* s
     cdef uint8_t b
-    cdef int f
+    cdef int f, tail_at = 0
+    cdef unsigned int tail_seen = 0
     for f in range(N_FIELDS):
         e.at[f] = -1
     e.tokens_state = e.hashes_state = DECLINED  # (read only when the field is there)
+    e.tail = NULL
+    e.seen = 0
     if read_map(r, &n) < 0:
         return -1
     for k in range(n):
@@ -235,19 +332,28 @@ cdef inline int scan_event(Reader* r, Event* e) noexcept nogil:
             return -1
         f = field_of(s, size)
         if f >= 0:
-            if e.at[f] >= 0:
+            if (e.seen >> f) & 1:
                 return -1  # a duplicate: msgspec keeps the last, we leave it to msgspec
+            e.seen |= (<unsigned int>1) << f
             e.at[f] = r.pos
-        if f == F_TOKENS:
-            e.tokens_state = scan_uints(r, True, e.tokens, TOKENS_CAP, &e.n_tokens)
-            if e.tokens_state < 0:
-                return -1
-        elif f == F_HASHES:
-            e.hashes_state = scan_uints(r, False, e.hashes, HASHES_CAP, &e.n_hashes)
-            if e.hashes_state < 0:
-                return -1
+        if f == F_TOKENS or f == F_HASHES:
+            if f == F_TOKENS:
+                e.tokens_state = scan_uints(r, True, e.tokens, TOKENS_CAP, &e.n_tokens)
+                if e.tokens_state < 0:
+                    return -1
+            else:
+                e.hashes_state = scan_uints(r, False, e.hashes, HASHES_CAP, &e.n_hashes)
+                if e.hashes_state < 0:
+                    return -1
+            if tails != NULL:
+                tail_at = f == F_HASHES
+                if take_tail(r, e, &tails[tail_at], n - 1 - k):
+                    break
+                tail_start, tail_keys, tail_seen = r.pos, n - 1 - k, e.seen
         elif skip_field(r) < 0:
             return -1
+    if tail_start >= 0 and e.tail == NULL:
+        keep_tail(r, e, &tails[tail_at], tail_start, tail_keys, tail_seen)
     if e.at[F_TYPE] < 0:
         return -1
     cdef Reader tag = at(r, e.at[F_TYPE])
