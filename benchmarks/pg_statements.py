@@ -204,7 +204,7 @@ def main() -> None:
             runs[kind].append(_run(args, tree, transactions_only))
             print(f"{kind:<8}  {json.dumps(runs[kind][-1])}", flush=True)
     medians = {
-        kind: {key: statistics.median(r[key] for r in each) for key in each[0]}
+        kind: {key: round(statistics.median(r[key] for r in each), 3) for key in each[0]}
         for kind, each in runs.items()
     }
     for key in (
