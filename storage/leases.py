@@ -6,8 +6,9 @@ on the database's clock, so the collectors' clocks never matter). A stream's lea
 valid while its owner is a live member. A lease whose owner stopped beating (`kill -9`, a host
 gone) may be taken by another member, with the next token. Every write transaction of the
 store's writer checks, inside itself, that the lease still names this member and its token
-(`Fence.admit`), holding the row so a taker waits for the write to commit: a stale writer's
-rows are refused and nothing of them lands. `lease_grants` keeps every grant and when its
+(`Fence.admit`; a write that is one statement, within that statement: `LeaseCheck`), holding
+the row so a taker waits for the write to commit: a stale writer's rows are refused and
+nothing of them lands. `lease_grants` keeps every grant and when its
 writes landed. PostgreSQL only (`clock_timestamp()`, row locks).
 
 Which member should hold a stream is rendezvous hashing over the live members (`owner_of`):
