@@ -22,7 +22,9 @@ from kvscope.api.data import ApiData
 from kvscope.cli import app as cli
 from kvscope.collector.capture import CaptureRecord, read_capture
 from kvscope.collector.ingest import StreamIngest
-from kvscope.collector.types import StreamId
+from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.snapshot import copy_map
+from kvscope.collector.types import Batch, StreamId
 from kvscope.storage import batch_log, schema
 from kvscope.storage.autocommit import writing
 from kvscope.storage.engine import open_store, upgrade
@@ -45,12 +47,13 @@ from kvscope.storage.leases import (
 from kvscope.storage.prepared import Prepared
 from kvscope.storage.resume import resume_point
 from kvscope.storage.retention import DAY, Retention, prune
-from kvscope.storage.rows import LogRow, Row
+from kvscope.storage.rows import CheckpointRow, LogRow, RollupRow, Row
 from kvscope.storage.sql_writer import RowWriter
 from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
 from tests.migration_support import downgrade, engine_at
 from tests.test_log_dictionary import block_log, token_pool
+from tests.test_prefix_map import stored
 
 STREAM = StreamId("lab", 0)
 SHORT_TTL = 0.3
@@ -413,3 +416,80 @@ def _waiting_for_a_lock(engine: sa.Engine) -> bool:
             " WHERE wait_event_type = 'Lock' AND datname = current_database()"
         )
         return bool(conn.exec_driver_sql(query).scalar())
+
+
+def _checkpoint(stream: StreamId, seq: int) -> CheckpointRow:
+    prefix_map = PrefixMap(stream)
+    prefix_map.apply(Batch(seq, float(seq), 0, [stored([1, 2, 3], None)]))
+    return CheckpointRow(stream, 0, seq, float(seq), 3, copy_map(prefix_map))
+
+
+def test_a_one_statement_write_leaves_out_every_table_of_a_stream_it_lost(pg_url: str) -> None:
+    """In the log's one statement, the lease check leaves out the rows of every table (chunks,
+    checkpoints, rollups) of a stream taken over, and counts them refused; the stream still
+    held lands all of its rows, its checkpoint given twice under one key written once."""
+    engine = open_store(pg_url)
+    held, taken = StreamId("held", 0), StreamId("taken", 0)
+    with engine.begin() as conn:
+        heartbeat(conn, "a", 60)
+        heartbeat(conn, "b", 60)
+        tokens = {s: acquire(conn, s, "a").token for s in (held, taken)}  # type: ignore[union-attr]
+    lost: list[StreamId] = []
+    fence = Fence("a", lost.append)
+    for stream, token in tokens.items():
+        fence.hold(stream, token)
+    writer = RowWriter(None, fence=fence)
+    pool = token_pool(random.Random(1), 40)
+    logs = {s: block_log(random.Random(i), 200, pool, s) for i, s in enumerate((held, taken))}
+    first = writer.prepare([*logs[held][:100], *logs[taken][:100]])  # the streams' ids made
+    with engine.begin() as conn:
+        writer.write(conn, first)
+    writer.committed(first)
+    with engine.begin() as conn:
+        assert release(conn, taken, "a", tokens[taken])
+        assert acquire(conn, taken, "b") is not None
+    take: list[Row] = [*logs[held][100:], *logs[taken][100:]]
+    take += [RollupRow(s, 0, "GPU", 0, 1, 1, 0, 1, 0, 0, 0) for s in (held, taken)]
+    take += [_checkpoint(held, 150), _checkpoint(taken, 150), _checkpoint(held, 150)]
+    prepared = writer.prepare(take)
+    assert writer.one_statement(prepared, "postgresql")
+    _write_alone(engine, writer, prepared)
+    assert lost == [taken] and fence.refused_rows == 100 + 1 + 1
+    with engine.connect() as conn:
+        ids = dict(conn.execute(sa.select(schema.streams.c.replica, schema.streams.c.id)).all())
+        for table in (schema.checkpoints, schema.rollups):
+            query = sa.select(table.c.stream_id, sa.func.count()).group_by(table.c.stream_id)
+            assert conn.execute(query).tuples().all() == [(ids["held"], 1)], table.name
+        assert batch_log.count_batches(conn, ids["held"]) == 200
+        assert batch_log.count_batches(conn, ids["taken"]) == 100
+    engine.dispose()
+
+
+def test_a_write_in_flight_sees_its_own_members_next_token(pg_url: str) -> None:
+    """The lease check's token test (a join on the tokens sent) is made again on the lease row
+    a taker changed, not only its owner: re-granted to the same member with the next token
+    while a write of the old one waits, the write lands nothing of that stream."""
+    engine = open_store(pg_url)
+    other = StreamId("lab", 1)
+    with engine.begin() as conn:
+        heartbeat(conn, "a", 60)
+        tokens = {s: acquire(conn, s, "a").token for s in (STREAM, other)}  # type: ignore[union-attr]
+    fence = Fence("a")
+    for stream, token in tokens.items():
+        fence.hold(stream, token)
+    admitted: list[set[StreamId]] = []
+    with engine.connect() as taking:
+        with taking.begin():
+            assert release(taking, STREAM, "a", tokens[STREAM])
+            assert acquire(taking, STREAM, "a") == Grant(tokens[STREAM] + 1, False)
+
+            def write() -> None:
+                with engine.begin() as conn:
+                    admitted.append(fence.admit(conn, {STREAM, other}))
+
+            thread = threading.Thread(target=write)
+            thread.start()
+            wait_until(lambda: _waiting_for_a_lock(engine), "the write to wait for the lease")
+        thread.join()
+    assert admitted == [{other}]
+    engine.dispose()
