@@ -1,5 +1,5 @@
-"""The writer's many-row statements, straight to the driver: log chunks, rollups, a reset's
-recovery points and prefix groups.
+"""The writer's many-row statements, straight to the driver: log chunks, checkpoints, rollups,
+a reset's recovery points and prefix groups.
 
 Rows go as plain tuples in multi-row VALUES: SQLAlchemy's per-row parameter handling,
 and its compiling of a multi-row insert, would hold the GIL for as long as the writing itself.
@@ -27,17 +27,21 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Connection, Float, Integer, LargeBinary, String, Table
 
+from kvscope.collector.snapshot import blocks_named
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
+from kvscope.storage.leases import HELD, LeaseCheck
 from kvscope.storage.log_chunks import ChunkRow
 from kvscope.storage.pg_arrays import BYTEA, FLOAT8, INT4, INT8, TEXT, BinaryArray, columns
 from kvscope.storage.recovery import RecoveryPoint
-from kvscope.storage.rows import RollupRow
+from kvscope.storage.rows import CheckpointRow, RollupRow
 
 ROLLUP_COLUMNS = tuple(c.name for c in schema.rollups.columns)
+CHECKPOINT_COLUMNS = tuple(c.name for c in schema.checkpoints.columns)
 ROLLUP_KEY = ("stream_id", "second", "medium", "grp")
 CHUNK_KEY = ("stream_id", "epoch", "first_seq")
 RECOVERY_KEY = ("reset_id", "offset_s")
+CHECKPOINT_KEY = ("stream_id", "epoch", "seq")
 
 
 @lru_cache(maxsize=32)
@@ -55,14 +59,21 @@ def _insert_sql(
     return sql
 
 
-@lru_cache(maxsize=8)
-def _unnest_sql(table: Table, key: tuple[str, ...], dialect: Any) -> str:
-    """PostgreSQL's INSERT of any number of rows, one array parameter per column (`_arrays`)."""
-    columns = [c.name for c in table.columns]
+@lru_cache(maxsize=16)
+def _unnest_sql(
+    table: Table, key: tuple[str, ...], dialect: Any, admitted_only: bool = False
+) -> str:
+    """PostgreSQL's INSERT of any number of rows, one array parameter per column (`_arrays`);
+    `admitted_only`: only the rows whose stream (`stream_id`) is in a WITH clause `admitted`."""
+    columns = ", ".join(c.name for c in table.columns)
     arrays = ", ".join(f"%b::{c.type.compile(dialect=dialect)}[]" for c in table.columns)
-    sql = f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM unnest({arrays})"
+    sql = f"INSERT INTO {table.name} ({columns}) SELECT * FROM unnest({arrays})"
+    if admitted_only:
+        sql += f" AS given ({columns}) WHERE stream_id IN (SELECT id FROM admitted)"
     if key:
-        updated = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
+        updated = ", ".join(
+            f"{c.name} = excluded.{c.name}" for c in table.columns if c.name not in key
+        )
         sql += f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updated}"
     return sql
 
@@ -146,13 +157,32 @@ def _execute(
         conn.exec_driver_sql(sql, chunk)
 
 
-@lru_cache(maxsize=4)
-def _log_sql(dialect: Any) -> str:
-    """PostgreSQL's one statement for a transaction's chunks and rollups."""
-    chunks = _unnest_sql(schema.log_chunks, CHUNK_KEY, dialect)
-    return (
-        f"WITH log_chunks_written AS ({chunks}) {_unnest_sql(schema.rollups, ROLLUP_KEY, dialect)}"
-    )
+LOG_TABLES = (schema.log_chunks, schema.checkpoints, schema.rollups)
+"""What the log's statement writes, in this order (each table that has rows)."""
+_KEYS = {"log_chunks": CHUNK_KEY, "checkpoints": CHECKPOINT_KEY, "rollups": ROLLUP_KEY}
+
+
+@lru_cache(maxsize=16)
+def _log_sql(dialect: Any, tables: tuple[Table, ...], fenced: bool = False) -> str:
+    """PostgreSQL's one statement for a transaction's log: the rows of each of `tables` but
+    the last in a data-modifying WITH clause (run to completion, read or not), the last's as
+    the statement itself. `fenced`: after a lease check's clauses (storage/leases.py's
+    `LeaseCheck`), every table's rows in WITH clauses, only those of the streams it admits;
+    the statement answers which."""
+    if fenced:
+        admitted = (
+            "admitted AS (SELECT streams.id FROM streams JOIN held"
+            " ON streams.replica = held.replica AND streams.rank = held.rank)"
+        )
+        clauses = [LeaseCheck.SQL, admitted]
+        clauses += [
+            f"{t.name}_written AS ({_unnest_sql(t, _KEYS[t.name], dialect, True)})" for t in tables
+        ]
+        return f"WITH {', '.join(clauses)} {HELD}"
+    *first, last = tables
+    written = [f"{t.name}_written AS ({_unnest_sql(t, _KEYS[t.name], dialect)})" for t in first]
+    statement = _unnest_sql(last, _KEYS[last.name], dialect)
+    return f"WITH {', '.join(written)} {statement}" if written else statement
 
 
 def upsert_rows(conn: Connection, table: Table, key: tuple[str, ...], rows: Sequence[Any]) -> None:
@@ -195,21 +225,78 @@ def insert_log(
     rollups: list[RollupRow],
     stream_id: Callable[[StreamId], int],
     ids: dict[Any, int] | None = None,
+    checkpoints: Sequence[CheckpointRow] = (),
 ) -> None:
-    """A transaction's chunks (`insert_chunks`) and rollups (`upsert_rollups`): on PostgreSQL
-    both in one statement, a round trip (and the GIL let go and taken back several times)
-    fewer in nearly every transaction, each stream's id read from `ids` (the writer's cache,
-    which gets those `stream_id` makes) before `stream_id` is asked."""
-    if conn.dialect.name != "postgresql" or not chunks or not rollups:
+    """A transaction's chunks (`insert_chunks`), rollups (`upsert_rollups`) and checkpoints
+    (encoded: `CheckpointRow.packed`; one already there under its key is overwritten): on
+    PostgreSQL all in one statement, a round trip (and the GIL let go and taken back several
+    times) fewer for each table past the first, each stream's id read from `ids` (the writer's
+    cache, which gets those `stream_id` makes) before `stream_id` is asked."""
+    if conn.dialect.name != "postgresql":
+        for row in checkpoints:
+            values = dict(zip(CHECKPOINT_COLUMNS, _checkpoint_values(row), strict=True))
+            values["stream_id"] = stream_id(row.stream)
+            # The map's copy not kept by SQLite after.
+            upsert_released(conn, schema.checkpoints, CHECKPOINT_KEY, values)
         if chunks:
             insert_chunks(conn, chunks, stream_id)
         if rollups:
             upsert_rollups(conn, rollups, stream_id)
         return
+    tables, params = _log_params(chunks, rollups, checkpoints, stream_id, ids)
+    if tables:
+        conn.exec_driver_sql(_log_sql(conn.dialect, tables), params)
+
+
+def insert_log_fenced(
+    conn: Connection,
+    check: LeaseCheck,
+    chunks: list[ChunkRow],
+    rollups: list[RollupRow],
+    checkpoints: Sequence[CheckpointRow],
+    ids: dict[Any, int],
+) -> set[StreamId]:
+    """PostgreSQL: `insert_log` and the lease check of its rows' streams (`check`) in one
+    statement, their ids all in `ids`: the rows of the streams it admits written, the rest
+    left out; which it admits."""
+    tables, params = _log_params(chunks, rollups, checkpoints, ids.__getitem__, ids)
+    sql = _log_sql(conn.dialect, tables, fenced=True)
+    return check.admitted(conn.exec_driver_sql(sql, check.params + params))
+
+
+def _log_params(
+    chunks: list[ChunkRow],
+    rollups: list[RollupRow],
+    checkpoints: Sequence[CheckpointRow],
+    stream_id: Callable[[StreamId], int],
+    ids: dict[Any, int] | None,
+) -> tuple[tuple[Table, ...], tuple[BinaryArray, ...]]:
+    """The log's tables that have rows (in `LOG_TABLES`' order), and their arrays."""
+    rows: dict[Table, Sequence[Any]] = {
+        schema.log_chunks: chunks,
+        schema.checkpoints: _latest_checkpoints(checkpoints),
+        schema.rollups: _rollup_values(rollups),
+    }
+    tables = tuple(t for t in LOG_TABLES if rows[t])
     ids = {} if ids is None else ids
-    params = _arrays(schema.log_chunks, chunks, ids, stream_id)
-    params += _arrays(schema.rollups, _rollup_values(rollups), ids, stream_id)
-    conn.exec_driver_sql(_log_sql(conn.dialect), params)
+    params: tuple[BinaryArray, ...] = ()
+    for table in tables:
+        params += _arrays(table, rows[table], ids, stream_id)
+    return tables, params
+
+
+def _checkpoint_values(row: CheckpointRow) -> tuple[Any, ...]:
+    """The checkpoint's columns (`CHECKPOINT_COLUMNS`), its stream first."""
+    packed = row.packed
+    return (row.stream, row.epoch, row.seq, row.ts, row.blocks, packed, row.key_seq) + (
+        blocks_named(packed),
+    )
+
+
+def _latest_checkpoints(rows: Sequence[CheckpointRow]) -> list[tuple[Any, ...]]:
+    """Each checkpoint's columns; the last of each key's alone (one statement may not set a row
+    twice)."""
+    return list({(r.stream, r.epoch, r.seq): _checkpoint_values(r) for r in rows}.values())
 
 
 def upsert_recovery_points(

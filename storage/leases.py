@@ -6,8 +6,9 @@ on the database's clock, so the collectors' clocks never matter). A stream's lea
 valid while its owner is a live member. A lease whose owner stopped beating (`kill -9`, a host
 gone) may be taken by another member, with the next token. Every write transaction of the
 store's writer checks, inside itself, that the lease still names this member and its token
-(`Fence.admit`), holding the row so a taker waits for the write to commit: a stale writer's
-rows are refused and nothing of them lands. `lease_grants` keeps every grant and when its
+(`Fence.admit`; a write that is one statement, within that statement: `LeaseCheck`), holding
+the row so a taker waits for the write to commit: a stale writer's rows are refused and
+nothing of them lands. `lease_grants` keeps every grant and when its
 writes landed. PostgreSQL only (`clock_timestamp()`, row locks).
 
 Which member should hold a stream is rendezvous hashing over the live members (`owner_of`):
@@ -20,13 +21,14 @@ import hashlib
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from sqlalchemy import Connection, and_, exists, func, insert, select, tuple_, update
+from sqlalchemy import Connection, and_, exists, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
+from kvscope.storage.pg_arrays import INT4, INT8, TEXT, columns
 
 M, L, G = schema.lease_members, schema.stream_leases, schema.lease_grants
 
@@ -202,6 +204,41 @@ class LeaseStats:
     """Leases found taken by another member (this one had not beaten in time)."""
 
 
+_KEY_KINDS = bytes((TEXT, INT4, INT8))
+"""The arrays a lease check sends its streams' keys in: replicas, ranks, tokens."""
+HELD = "SELECT replica, rank FROM held"
+"""What a statement that checks leases answers: the streams it found held (`LeaseCheck`)."""
+
+
+@dataclass(frozen=True)
+class LeaseCheck:
+    """A write's lease check, as WITH clauses (`SQL`) of the statement it rides in (PostgreSQL;
+    psycopg's placeholders, `params` theirs): `held`, the streams whose lease still names this
+    member with the token it holds, each lease row locked (FOR SHARE) until the statement's
+    transaction ends, so that a taker waits for the write to land; their grants' write times
+    set. The statement answers `HELD`, read by `admitted`; what it writes for streams not in
+    `held` it must leave out."""
+
+    params: tuple[Any, ...]
+
+    SQL: ClassVar[str] = (
+        "held AS (SELECT replica, rank, token FROM stream_leases"
+        " WHERE owner = %s AND (replica, rank, token) IN"
+        " (SELECT * FROM unnest(%b::text[], %b::int4[], %b::int8[]))"
+        " ORDER BY replica, rank FOR SHARE),"
+        " granted AS (UPDATE lease_grants AS g"
+        " SET first_write_at = coalesce(g.first_write_at, clock_timestamp()),"
+        " last_write_at = clock_timestamp(), writes = g.writes + 1"
+        " FROM held AS h"
+        " WHERE g.replica = h.replica AND g.rank = h.rank AND g.token = h.token)"
+    )
+
+    @staticmethod
+    def admitted(rows: Iterable[Any]) -> set[StreamId]:
+        """The streams of the statement's answer (`HELD`)."""
+        return {StreamId(replica, rank) for replica, rank in rows}
+
+
 class Fence:
     """What the store's writer checks at every write: the streams this member holds, with
     their tokens (set by the lease keeper, read by the writer thread)."""
@@ -231,31 +268,23 @@ class Fence:
         with self._lock:
             return dict(self._tokens)
 
-    def admit(self, conn: Connection, streams: set[StreamId]) -> set[StreamId]:
-        """Of `streams`, those whose lease still names this member with its token, locked
-        (FOR SHARE) until the transaction ends, and their grants' write times set."""
+    def check(self, streams: set[StreamId]) -> LeaseCheck | None:
+        """The lease check of a write of `streams` (`LeaseCheck`); None where this member
+        holds none of them: none may be written."""
         tokens = self.held()
         keys = [(s.replica, s.rank, tokens[s]) for s in streams if s in tokens]
         if not keys:
+            return None
+        return LeaseCheck((self.member, *columns(keys, _KEY_KINDS)))
+
+    def admit(self, conn: Connection, streams: set[StreamId]) -> set[StreamId]:
+        """Of `streams`, those whose lease still names this member with its token, locked
+        (FOR SHARE) until the transaction ends, and their grants' write times set: one
+        statement, ahead of the transaction's writes."""
+        check = self.check(streams)
+        if check is None:
             return set()
-        found = conn.execute(
-            select(L.c.replica, L.c.rank, L.c.token)
-            .where(L.c.owner == self.member, tuple_(L.c.replica, L.c.rank, L.c.token).in_(keys))
-            .order_by(L.c.replica, L.c.rank)
-            .with_for_update(read=True)
-        ).all()
-        if found:
-            at = _now()
-            conn.execute(
-                update(G)
-                .where(tuple_(G.c.replica, G.c.rank, G.c.token).in_([tuple(r) for r in found]))
-                .values(
-                    first_write_at=func.coalesce(G.c.first_write_at, at),
-                    last_write_at=at,
-                    writes=G.c.writes + 1,
-                )
-            )
-        return {StreamId(r.replica, r.rank) for r in found}
+        return check.admitted(conn.exec_driver_sql(f"WITH {LeaseCheck.SQL} {HELD}", check.params))
 
     def refused(self, stream: StreamId, rows: int) -> None:
         self.refused_rows += rows

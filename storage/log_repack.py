@@ -118,7 +118,8 @@ class PreDictionaryRepack:
         """Up to `limit` of `stream`'s chunks that name no dictionary re-written against
         `found`, if `admit` keeps it; how many were taken (re-written or passed by)."""
         c = schema.log_chunks
-        query = sa.select(c.c.epoch, c.c.first_seq).where(
+        # Their bytes with their keys: a round trip fewer per chunk.
+        query = sa.select(c.c.epoch, c.c.first_seq, c.c.data).where(
             c.c.stream_id == sid, c.c.dictionary.is_(None)
         )
         after = self._after.get(stream)
@@ -131,10 +132,10 @@ class PreDictionaryRepack:
         if keys and admit is not None and not admit({stream}):
             self.forget(stream)  # another collector's now
             return 0
-        for epoch, first_seq in keys[:limit]:
+        for epoch, first_seq, data in keys[:limit]:
             self._after[stream] = (epoch, first_seq)
             try:
-                rewrite_chunk(conn, c, (sid, epoch, first_seq), self.fmt, found)
+                rewrite_chunk(conn, c, (sid, epoch, first_seq), self.fmt, found, bytes(data))
             except sa.exc.SQLAlchemyError:
                 raise  # the transaction's own failure: retried as a whole
             except Exception as exc:  # a damaged chunk must not cost the rows beside it

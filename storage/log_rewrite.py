@@ -39,13 +39,15 @@ def rewrite_chunk(
     key: tuple[int, int, int],
     fmt: int,
     against: Dictionary | None,
+    data: bytes | None = None,
 ) -> bool:
     """The chunk at `key` (stream id, epoch, first seq) re-written in format `fmt` against
     `against` (None: no dictionary; it must be stored, and stay so while the chunk names it);
     False, the chunk left as it was, where its batches would not fit one chunk again (or it is
-    gone)."""
+    gone). `data`: its bytes, read with its key (else read here: a round trip)."""
     where = key_where(list(chunks.primary_key.columns), key)
-    data = conn.execute(sa.select(chunks.c.data).where(where)).scalar_one_or_none()
+    if data is None:
+        data = conn.execute(sa.select(chunks.c.data).where(where)).scalar_one_or_none()
     if data is None:
         return False  # retention took it meanwhile (PostgreSQL: between two statements)
     sid = key[0]

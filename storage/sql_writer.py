@@ -14,6 +14,7 @@ from kvscope.storage import schema
 from kvscope.storage._row_streams import plain_tuples
 from kvscope.storage.bulk_sql import (
     insert_log,
+    insert_log_fenced,
     update_recovery,
     upsert_recovery_points,
     upsert_released,
@@ -112,7 +113,6 @@ class RowWriter:
         prepared = Prepared()
         # Nearly every row is a batch for the log: those are picked out in one pass.
         log: list[LogRow] = plain_tuples(rows)
-        checkpoints = 0
         named: list[tuple[StreamId, bytes]] = []
         if len(log) < len(rows):
             for row in rows:
@@ -129,8 +129,9 @@ class RowWriter:
                     digest = blocks_named(row.packed)
                     if digest is not None:  # stored with it, unless stored already
                         named.append((row.stream, digest))
-                    checkpoints += 1
-                elif type(row) is ResetRow and not row.packed_before:
+                    prepared.checkpoints.append(row)
+                    continue
+                if type(row) is ResetRow and not row.packed_before:
                     # Outside the transaction: a 1M-block map takes a good part of a second.
                     row.packed_before = encode_before(row.before)
                 prepared.ordered.append(row)
@@ -139,7 +140,7 @@ class RowWriter:
         self.streams_written = len({chunk.stream for chunk in prepared.chunks})
         if named:
             prepared.dictionaries += self.packer.unconfirmed(named, prepared.dictionaries)
-        prepared.droppable = len(log) + len(prepared.rollups) + checkpoints
+        prepared.droppable = len(log) + len(prepared.rollups) + len(prepared.checkpoints)
         return prepared
 
     def committed(self, prepared: Prepared) -> None:
@@ -147,27 +148,33 @@ class RowWriter:
         groups written."""
         self.packer.committed(
             prepared.dictionaries,
-            [row.stream for row in prepared.ordered if type(row) is CheckpointRow],
+            [row.stream for row in prepared.checkpoints],
         )
         self.followers.committed()
         if prepared.chunks:
             self.repack.committed(prepared.chunks, self.packer.current())
 
+    def one_statement(self, prepared: Prepared, dialect: str) -> bool:
+        """Whether `write` sends `prepared` as one statement, which then needs no transaction
+        around it (no BEGIN and COMMIT round trips: storage/autocommit.py). On PostgreSQL, the
+        log's statement alone (`insert_log`: chunks, checkpoints, rollups; under leases, with
+        their check), its streams' ids known: not a write with rare rows, with dictionaries
+        (a statement each), or with a stream's first rows (its id looked up)."""
+        if dialect != "postgresql" or prepared.ordered or prepared.dictionaries:
+            return False
+        ids = self._stream_ids
+        return all(s in ids for s in prepared.streams())
+
     def write(self, conn: Connection, prepared: Prepared) -> None:
+        if self.one_statement(prepared, conn.dialect.name):
+            self._write_log_alone(conn, prepared)
+            return
         leases: dict[StreamId, int] | None = None
         if self.fence is not None:
             # Checked in this transaction, the lease rows held until it commits: a stream
             # taken over meanwhile gets none of these rows.
             before = self.fence.held()
-            admitted = self.fence.admit(conn, prepared.streams())
-            after = self.fence.held()
-            # The lease each stream was admitted under (unsure where it changed meanwhile).
-            leases = {s: t for s, t in before.items() if after.get(s) == t}
-            for stream, rows in prepared.keep_only(admitted).items():
-                self.fence.refused(stream, rows)
-                self.packer.forget(stream)
-                self.checkpoints.forget(stream)
-                self.repack.forget(stream)
+            leases = self._admitted(prepared, self.fence.admit(conn, prepared.streams()), before)
         # Epochs, resets and recoveries keep their order (a recovery needs its reset's id).
         self._recovered.begin(leases)
         for row in one_recovery_each(prepared.ordered):
@@ -175,7 +182,14 @@ class RowWriter:
         stream_id = partial(self._stream_id, conn)
         if prepared.dictionaries:  # before the chunks that name them
             insert_dictionaries(conn, prepared.dictionaries, stream_id)
-        insert_log(conn, prepared.chunks, prepared.rollups, stream_id, self._stream_ids)
+        insert_log(
+            conn,
+            prepared.chunks,
+            prepared.rollups,
+            stream_id,
+            self._stream_ids,
+            prepared.checkpoints,
+        )
         # After the log: the groups follow it (the batches up to an offset came before the
         # recovery row that says it was reached), fed what this transaction wrote.
         self.followers.logged(prepared.ordered, prepared.log)
@@ -191,6 +205,39 @@ class RowWriter:
                         "groups", "reset %s of %s: no prefix groups: %s", reset_id, stream, exc
                     )
                 # else its clear's batch was dropped (an outage)
+
+    def _write_log_alone(self, conn: Connection, prepared: Prepared) -> None:
+        """`one_statement`'s write: the log's statement, under leases with their check."""
+        ids = self._stream_ids
+        if self.fence is None:
+            insert_log(
+                conn, prepared.chunks, prepared.rollups, ids.__getitem__, ids, prepared.checkpoints
+            )
+        else:
+            before = self.fence.held()
+            check = self.fence.check(prepared.streams())
+            admitted = set()
+            if check is not None:
+                admitted = insert_log_fenced(
+                    conn, check, prepared.chunks, prepared.rollups, prepared.checkpoints, ids
+                )
+            self._admitted(prepared, admitted, before)
+        self.followers.logged(prepared.ordered, prepared.log)
+
+    def _admitted(
+        self, prepared: Prepared, admitted: set[StreamId], before: dict[StreamId, int]
+    ) -> dict[StreamId, int]:
+        """The fence admitted `admitted` of `prepared`'s streams (this member held `before`):
+        the rows of the others left out and their state forgotten; the lease each admitted
+        stream was admitted under (unsure where it changed meanwhile: left out)."""
+        assert self.fence is not None
+        after = self.fence.held()
+        for stream, rows in prepared.keep_only(admitted).items():
+            self.fence.refused(stream, rows)
+            self.packer.forget(stream)
+            self.checkpoints.forget(stream)
+            self.repack.forget(stream)
+        return {s: t for s, t in before.items() if after.get(s) == t}
 
     @property
     def idle_work(self) -> bool:
@@ -224,22 +271,6 @@ class RowWriter:
                 conn.execute(
                     insert(t).values(stream_id=sid, epoch=row.epoch, started_recv_ts=row.recv_ts)
                 )
-        elif type(row) is CheckpointRow:
-            values = {
-                "stream_id": self._stream_id(conn, row.stream),
-                "epoch": row.epoch,
-                "seq": row.seq,
-                "ts": row.ts,
-                "blocks": row.blocks,
-                "snapshot": row.packed,
-                "key_seq": row.key_seq,
-                "dictionary": blocks_named(row.packed),
-            }
-            at = ("stream_id", "epoch", "seq")
-            if conn.dialect.name == "sqlite":  # the map's copy not kept by SQLite after
-                upsert_released(conn, schema.checkpoints, at, values)
-            else:
-                conn.execute(upsert_statement(conn, schema.checkpoints, at), values)
         elif type(row) is ResetRow:
             epoch, seq, reason = row.key
             key = ("stream_id", "epoch", "seq", "reason")

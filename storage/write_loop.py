@@ -20,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.types import StreamId
+from kvscope.storage.autocommit import writing
 from kvscope.storage.engine import store_down
 from kvscope.storage.free_pages import FreePages
 from kvscope.storage.heap_trim import rss_bytes, trim_heap
@@ -212,7 +213,8 @@ class WriteLoop:
         backoff = self.settings.retry_initial_s
         while True:
             try:
-                with self.engine.begin() as conn:
+                one = self.sql.one_statement(prepared, self.engine.dialect.name)
+                with writing(self.engine, one) as conn:
                     self.sql.write(conn, prepared)
                 self._idle_failed = False
                 return

@@ -5,12 +5,15 @@ A member's expiry is waited for (a short TTL, then a condition), never timed.
 
 from __future__ import annotations
 
+import random
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
+from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 from typer.testing import CliRunner
 
@@ -19,8 +22,11 @@ from kvscope.api.data import ApiData
 from kvscope.cli import app as cli
 from kvscope.collector.capture import CaptureRecord, read_capture
 from kvscope.collector.ingest import StreamIngest
-from kvscope.collector.types import StreamId
+from kvscope.collector.prefix_map import PrefixMap
+from kvscope.collector.snapshot import copy_map
+from kvscope.collector.types import Batch, StreamId
 from kvscope.storage import batch_log, schema
+from kvscope.storage.autocommit import writing
 from kvscope.storage.engine import open_store, upgrade
 from kvscope.storage.history import position_at_seq, rebuild, stream_id
 from kvscope.storage.leases import (
@@ -38,11 +44,16 @@ from kvscope.storage.leases import (
     owner_of,
     release,
 )
+from kvscope.storage.prepared import Prepared
 from kvscope.storage.resume import resume_point
 from kvscope.storage.retention import DAY, Retention, prune
+from kvscope.storage.rows import CheckpointRow, LogRow, RollupRow, Row
+from kvscope.storage.sql_writer import RowWriter
 from kvscope.storage.writer import StoreWriter
 from tests.conftest import capture_path
 from tests.migration_support import downgrade, engine_at
+from tests.test_log_dictionary import block_log, token_pool
+from tests.test_prefix_map import stored
 
 STREAM = StreamId("lab", 0)
 SHORT_TTL = 0.3
@@ -232,16 +243,22 @@ def test_a_stale_token_writes_nothing_and_the_next_holder_resumes(pg_url: str) -
     engine.dispose()
 
 
-def test_a_write_in_flight_holds_off_a_takeover(pg_url: str) -> None:
-    """The fence locks the lease row until its transaction ends: a taker waits for it (here
-    it gives up at once, with lock_timeout), so no write lands after the token changed."""
-    engine = open_store(pg_url)
+def _granted_to_a_beside_b(engine: sa.Engine) -> int:
+    """Members a (its heartbeat about to expire) and b (live); a granted the stream: its
+    token."""
     with engine.begin() as conn:
         heartbeat(conn, "a", SHORT_TTL)
         heartbeat(conn, "b", 60)
         grant = acquire(conn, STREAM, "a")
     assert grant is not None
-    token = grant.token
+    return grant.token
+
+
+def test_a_write_in_flight_holds_off_a_takeover(pg_url: str) -> None:
+    """The fence locks the lease row until its transaction ends: a taker waits for it (here
+    it gives up at once, with lock_timeout), so no write lands after the token changed."""
+    engine = open_store(pg_url)
+    token = _granted_to_a_beside_b(engine)
     fence = Fence("a")
     fence.hold(STREAM, token)
     wait_until(dead(engine, "a"), "a's heartbeat to expire")
@@ -319,4 +336,160 @@ def test_old_grants_are_pruned_but_never_the_token(pg_url: str) -> None:
     for flags, said in (([], "0 lease grants"), (["--lease-grant-days", "1"], "1 lease grants")):
         result = CliRunner().invoke(cli, ["prune", "--store", pg_url, *flags])
         assert said in " ".join(result.output.split()), result.output
+    engine.dispose()
+
+
+def _next_log_alone(engine: sa.Engine, writer: RowWriter, rows: Iterator[list[LogRow]]) -> Prepared:
+    """The next of `rows`' takes that `writer` writes as one statement; those before it (a
+    stream's first, a dictionary's) written in transactions."""
+    for take in rows:
+        prepared = writer.prepare(list[Row](take))
+        if writer.one_statement(prepared, "postgresql"):
+            return prepared
+        with engine.begin() as conn:
+            writer.write(conn, prepared)
+        writer.committed(prepared)
+    raise AssertionError("no take written as one statement")
+
+
+def test_a_write_of_the_log_alone_checks_its_lease_in_its_one_statement(pg_url: str) -> None:
+    """Under leases, a write of the log alone is one statement too, sent outside a transaction
+    (storage/autocommit.py): its lease check rides in it. A takeover in flight holds it off
+    (the lease row locked), and once the token changed it lands nothing, as a stale writer's."""
+    engine = open_store(pg_url)
+    token = _granted_to_a_beside_b(engine)
+    lost: list[StreamId] = []
+    fence = Fence("a", lost.append)
+    fence.hold(STREAM, token)
+    writer = RowWriter(None, fence=fence)
+    log = [
+        (STREAM, 0, *r[2:])
+        for r in block_log(random.Random(3), 3000, token_pool(random.Random(3), 40))
+    ]
+    takes = (log[i : i + 100] for i in range(0, len(log), 100))
+    statements: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+
+    def writes() -> int:
+        with engine.connect() as conn:
+            g = schema.lease_grants
+            return int(conn.execute(sa.select(g.c.writes).where(g.c.token == token)).scalar_one())
+
+    prepared = _next_log_alone(engine, writer, takes)
+    written, stored = writes(), stored_batches(engine)
+    statements.clear()
+    with writing(engine, True) as conn:
+        writer.write(conn, prepared)
+        assert conn.get_execution_options()["isolation_level"] == "AUTOCOMMIT"
+    writer.committed(prepared)
+    assert len(statements) == 1 and statements[0].startswith("WITH held AS (SELECT")
+    assert stored_batches(engine) == stored + len(prepared.log) and writes() == written + 1
+    assert not lost
+
+    # b takes the stream over while a writes: a's statement waits for the lease row.
+    wait_until(dead(engine, "a"), "a's heartbeat to expire")
+    prepared = _next_log_alone(engine, writer, takes)
+    stored, written = stored_batches(engine), writes()
+    with engine.connect() as taking:
+        with taking.begin():
+            assert acquire(taking, STREAM, "b") == Grant(token + 1, True)
+            thread = threading.Thread(target=lambda: _write_alone(engine, writer, prepared))
+            thread.start()
+            wait_until(lambda: _waiting_for_a_lock(engine), "a's write to wait for the lease")
+        thread.join()
+    assert lost == [STREAM] and fence.refused_rows > 0
+    assert not prepared.log and not prepared.chunks
+    assert stored_batches(engine) == stored and writes() == written
+    engine.dispose()
+
+
+def _write_alone(engine: sa.Engine, writer: RowWriter, prepared: Prepared) -> None:
+    with writing(engine, True) as conn:
+        writer.write(conn, prepared)
+    writer.committed(prepared)
+
+
+def _waiting_for_a_lock(engine: sa.Engine) -> bool:
+    with engine.connect() as conn:
+        query = (
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        return bool(conn.exec_driver_sql(query).scalar())
+
+
+def _checkpoint(stream: StreamId, seq: int) -> CheckpointRow:
+    prefix_map = PrefixMap(stream)
+    prefix_map.apply(Batch(seq, float(seq), 0, [stored([1, 2, 3], None)]))
+    return CheckpointRow(stream, 0, seq, float(seq), 3, copy_map(prefix_map))
+
+
+def test_a_one_statement_write_leaves_out_every_table_of_a_stream_it_lost(pg_url: str) -> None:
+    """In the log's one statement, the lease check leaves out the rows of every table (chunks,
+    checkpoints, rollups) of a stream taken over, and counts them refused; the stream still
+    held lands all of its rows, its checkpoint given twice under one key written once."""
+    engine = open_store(pg_url)
+    held, taken = StreamId("held", 0), StreamId("taken", 0)
+    with engine.begin() as conn:
+        heartbeat(conn, "a", 60)
+        heartbeat(conn, "b", 60)
+        tokens = {s: acquire(conn, s, "a").token for s in (held, taken)}  # type: ignore[union-attr]
+    lost: list[StreamId] = []
+    fence = Fence("a", lost.append)
+    for stream, token in tokens.items():
+        fence.hold(stream, token)
+    writer = RowWriter(None, fence=fence)
+    pool = token_pool(random.Random(1), 40)
+    logs = {s: block_log(random.Random(i), 200, pool, s) for i, s in enumerate((held, taken))}
+    first = writer.prepare([*logs[held][:100], *logs[taken][:100]])  # the streams' ids made
+    with engine.begin() as conn:
+        writer.write(conn, first)
+    writer.committed(first)
+    with engine.begin() as conn:
+        assert release(conn, taken, "a", tokens[taken])
+        assert acquire(conn, taken, "b") is not None
+    take: list[Row] = [*logs[held][100:], *logs[taken][100:]]
+    take += [RollupRow(s, 0, "GPU", 0, 1, 1, 0, 1, 0, 0, 0) for s in (held, taken)]
+    take += [_checkpoint(held, 150), _checkpoint(taken, 150), _checkpoint(held, 150)]
+    prepared = writer.prepare(take)
+    assert writer.one_statement(prepared, "postgresql")
+    _write_alone(engine, writer, prepared)
+    assert lost == [taken] and fence.refused_rows == 100 + 1 + 1
+    with engine.connect() as conn:
+        ids = dict(conn.execute(sa.select(schema.streams.c.replica, schema.streams.c.id)).all())
+        for table in (schema.checkpoints, schema.rollups):
+            query = sa.select(table.c.stream_id, sa.func.count()).group_by(table.c.stream_id)
+            assert conn.execute(query).tuples().all() == [(ids["held"], 1)], table.name
+        assert batch_log.count_batches(conn, ids["held"]) == 200
+        assert batch_log.count_batches(conn, ids["taken"]) == 100
+    engine.dispose()
+
+
+def test_a_write_in_flight_sees_its_own_members_next_token(pg_url: str) -> None:
+    """The lease check's token test (a join on the tokens sent) is made again on the lease row
+    a taker changed, not only its owner: re-granted to the same member with the next token
+    while a write of the old one waits, the write lands nothing of that stream."""
+    engine = open_store(pg_url)
+    other = StreamId("lab", 1)
+    with engine.begin() as conn:
+        heartbeat(conn, "a", 60)
+        tokens = {s: acquire(conn, s, "a").token for s in (STREAM, other)}  # type: ignore[union-attr]
+    fence = Fence("a")
+    for stream, token in tokens.items():
+        fence.hold(stream, token)
+    admitted: list[set[StreamId]] = []
+    with engine.connect() as taking:
+        with taking.begin():
+            assert release(taking, STREAM, "a", tokens[STREAM])
+            assert acquire(taking, STREAM, "a") == Grant(tokens[STREAM] + 1, False)
+
+            def write() -> None:
+                with engine.begin() as conn:
+                    admitted.append(fence.admit(conn, {STREAM, other}))
+
+            thread = threading.Thread(target=write)
+            thread.start()
+            wait_until(lambda: _waiting_for_a_lock(engine), "the write to wait for the lease")
+        thread.join()
+    assert admitted == [{other}]
     engine.dispose()

@@ -240,6 +240,9 @@ class RefusesOnce:
                 self.refused = True
                 raise ValueError("a value the store cannot hold")
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
 
 def test_a_step_that_fails_is_rolled_back_and_done_again(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch

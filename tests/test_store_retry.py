@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,8 @@ STREAM = StreamId("lab", 0)
 
 
 class AnswerLostAfterCommit:
-    """An engine whose every `every`-th transaction commits and then reports failure."""
+    """An engine whose every `every`-th write commits and then reports failure: a transaction
+    (`begin`), or a statement sent outside one (`connect`, in autocommit: storage/autocommit.py)."""
 
     def __init__(self, engine: Engine, every: int) -> None:
         self.engine = engine
@@ -39,9 +40,15 @@ class AnswerLostAfterCommit:
         self.transactions = 0
         self.lost = 0
 
+    def begin(self) -> AbstractContextManager[Connection]:
+        return self.answer_lost(self.engine.begin())
+
+    def connect(self) -> _Connecting:
+        return _Connecting(self, self.engine.connect())
+
     @contextmanager
-    def begin(self) -> Iterator[Connection]:
-        with self.engine.begin() as conn:
+    def answer_lost(self, opened: AbstractContextManager[Connection]) -> Iterator[Connection]:
+        with opened as conn:
             yield conn
         self.transactions += 1
         if self.transactions % self.every == 0:
@@ -50,6 +57,24 @@ class AnswerLostAfterCommit:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
+
+
+class _Connecting:
+    """`AnswerLostAfterCommit.connect`'s connection, its answer lost as it is closed."""
+
+    def __init__(self, engine: AnswerLostAfterCommit, conn: Connection) -> None:
+        self._conn = conn
+        self._closing = engine.answer_lost(conn)
+
+    def execution_options(self, **options: Any) -> _Connecting:
+        self._conn.execution_options(**options)
+        return self
+
+    def __enter__(self) -> Connection:
+        return self._closing.__enter__()
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return self._closing.__exit__(*exc)
 
 
 def test_a_commit_whose_answer_was_lost_is_retried_without_writing_twice(store_url: str) -> None:

@@ -13,16 +13,17 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, select, text
+from sqlalchemy import Engine, event, func, select, text
 
 from kvscope.collector.capture import read_capture
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
 from kvscope.storage.engine import open_store
+from kvscope.storage.leases import Fence
 from kvscope.storage.prepared import Prepared
 from kvscope.storage.recovery import RecoveryPoint
-from kvscope.storage.rows import RecoveryRow
+from kvscope.storage.rows import RecoveryRow, RollupRow
 from kvscope.storage.sql_writer import RowWriter
 from kvscope.storage.store_settings import StoreSettings
 from kvscope.storage.write_loop import WriteLoop
@@ -34,10 +35,14 @@ STREAM = StreamId("lab", 0)
 
 
 def _write_inline(
-    engine: Engine, rows_per_transaction: int, monkeypatch: pytest.MonkeyPatch
+    engine: Engine,
+    rows_per_transaction: int,
+    monkeypatch: pytest.MonkeyPatch,
+    autocommit: list[bool] | None = None,
 ) -> list[list[str]]:
     """The lab capture through a writer whose loop runs here once all is queued; each
-    transaction's statements."""
+    transaction's statements; in `autocommit`, whether each was sent outside a transaction
+    (no BEGIN and COMMIT: storage/autocommit.py)."""
     run = WriteLoop._run
     monkeypatch.setattr(WriteLoop, "_run", lambda self: None)
     settings = StoreSettings(
@@ -57,6 +62,8 @@ def _write_inline(
 
     def begun(conn: Any) -> None:
         transactions.append([])
+        if autocommit is not None:
+            autocommit.append(conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT")
 
     def executed(*args: Any) -> None:
         # executemany: sqlite3 steps (and hands the GIL back) once per row.
@@ -100,6 +107,53 @@ def test_batches_alone_cost_one_statement_per_table(
             assert each["INSERT INTO rollups (stream_id,"] == 1
     rest = [s for t in transactions[1:] for s in t]
     assert not [s for s in rest if "streams" in s or "epochs" in s]
+
+
+def test_a_write_of_one_statement_is_sent_without_begin_and_commit(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL a statement outside a transaction commits by itself: around a write that
+    is one statement (the log's, with its checkpoints), BEGIN and COMMIT would be two round
+    trips more. Writes of several statements (a stream's first, a dictionary's, a reset's),
+    and every write on SQLite, keep their transaction."""
+    engine = open_store(store_url)
+    autocommit: list[bool] = []
+    sent: list[bool] = []
+
+    def executed(conn: Any, *_: Any) -> None:
+        if engine.dialect.name == "postgresql":
+            sent.append(conn.connection.dbapi_connection.autocommit)
+
+    event.listen(engine, "before_cursor_execute", executed)
+    transactions = _write_inline(engine, 200, monkeypatch, autocommit)
+    event.remove(engine, "before_cursor_execute", executed)
+    assert len(autocommit) == len(transactions) > 10
+    with engine.connect() as conn:
+        checkpoints = conn.execute(select(func.count()).select_from(schema.checkpoints)).scalar()
+    assert checkpoints
+    if store_url.startswith("sqlite"):
+        assert not any(autocommit)
+        return
+    # The driver's own state, statement by statement, as the writer asked.
+    assert sent == [a for a, t in zip(autocommit, transactions, strict=True) for _ in t]
+    assert not autocommit[0]  # the stream's first rows: its id looked up, its epoch written
+    several = [a for a, t in zip(autocommit, transactions, strict=True) if len(t) > 1]
+    assert several and not any(several)
+    one = [a for a, t in zip(autocommit[1:], transactions[1:], strict=True) if len(t) == 1]
+    assert len(one) > len(transactions) // 2 and all(one)
+    # Checkpoints ride in the log's statement.
+    assert not [s for t in transactions for s in t if "checkpoints" in s]
+
+
+def test_only_postgresql_writes_the_log_of_known_streams_in_one_statement() -> None:
+    known, new = StreamId("known", 0), StreamId("new", 0)
+    writer = RowWriter(None, fence=Fence("m"))
+    writer._stream_ids[known] = 1
+    rollup = RollupRow(known, 0, "GPU", 0, 1, 1, 0, 1, 0, 0, 0)
+    assert writer.one_statement(Prepared(rollups=[rollup]), "postgresql")
+    assert not writer.one_statement(Prepared(rollups=[rollup]), "sqlite")
+    other = RollupRow(new, 0, "GPU", 0, 1, 1, 0, 1, 0, 0, 0)
+    assert not writer.one_statement(Prepared(rollups=[rollup, other]), "postgresql")
 
 
 def test_a_resets_recovery_rows_in_one_transaction_are_written_once(
