@@ -25,7 +25,16 @@ from functools import lru_cache
 from itertools import chain
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, Float, Integer, LargeBinary, String, Table
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Float,
+    Integer,
+    LargeBinary,
+    String,
+    Table,
+    update,
+)
 
 from kvscope.collector.snapshot import blocks_named
 from kvscope.collector.types import StreamId
@@ -34,6 +43,7 @@ from kvscope.storage.leases import HELD, LeaseCheck
 from kvscope.storage.log_chunks import ChunkRow
 from kvscope.storage.pg_arrays import BYTEA, FLOAT8, INT4, INT8, TEXT, BinaryArray, columns
 from kvscope.storage.recovery import RecoveryPoint
+from kvscope.storage.row_heads import key_where
 from kvscope.storage.rows import CheckpointRow, RollupRow
 
 ROLLUP_COLUMNS = tuple(c.name for c in schema.rollups.columns)
@@ -217,6 +227,47 @@ def _rollup_values(rows: list[RollupRow]) -> list[tuple[Any, ...]]:
         + (r.stores, r.removes, r.clears, r.gaps)
         for r in latest.values()
     ]
+
+
+@lru_cache(maxsize=2)
+def _repacked_sql(dialect: Any) -> str:
+    """PostgreSQL's UPDATE of any number of chunks' re-packed columns, keyed by the chunk's key
+    (`REPACKED_ROW`: one array parameter per column)."""
+    c = schema.log_chunks.c
+    arrays = ", ".join(f"%b::{c[n].type.compile(dialect=dialect)}[]" for n in REPACKED_ROW)
+    changed = ", ".join(f"{n} = given.{n}" for n in REPACKED_ROW if n not in CHUNK_KEY)
+    matched = " AND ".join(f"log_chunks.{n} = given.{n}" for n in CHUNK_KEY)
+    return (
+        f"UPDATE log_chunks SET {changed} FROM unnest({arrays})"
+        f" AS given ({', '.join(REPACKED_ROW)}) WHERE {matched}"
+    )
+
+
+REPACKED_COLUMNS = ("data", "raw_bytes", "dictionary", "known_seq")
+"""What re-packing a chunk changes (storage/log_rewrite.py's `repacked`)."""
+REPACKED_ROW = (*CHUNK_KEY, *REPACKED_COLUMNS)
+"""A re-packed chunk as `update_repacked` takes it: its key, then what re-packing changed."""
+
+
+def update_repacked(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Chunks re-packed in place (`REPACKED_ROW` each; storage/log_rewrite.py's `repacked`):
+    one statement on PostgreSQL, a round trip instead of one a chunk; one UPDATE a chunk on
+    SQLite (no round trip to save). Each chunk's row changes whole: a reader sees its old bytes
+    or its new ones."""
+    if not rows:
+        return
+    if conn.dialect.name == "postgresql":
+        kinds = _kinds(schema.log_chunks)
+        names = [c.name for c in schema.log_chunks.columns]
+        row_kinds = bytes(kinds[names.index(n)] for n in REPACKED_ROW)
+        conn.exec_driver_sql(_repacked_sql(conn.dialect), columns(list(rows), row_kinds))
+        return
+    c = schema.log_chunks
+    keys = list(c.primary_key.columns)
+    width = len(CHUNK_KEY)
+    for row in rows:
+        values = dict(zip(REPACKED_COLUMNS, row[width:], strict=True))
+        conn.execute(update(c).where(key_where(keys, row[:width])).values(values))
 
 
 def insert_log(

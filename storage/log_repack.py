@@ -4,8 +4,9 @@ A stream's writer has no dictionary until its content has recurred enough
 (storage/log_dictionary.py): on a busy stream that is tens of seconds of log, whose chunks pack
 about twice as large as those after. Once a committed transaction's chunks name the stream's
 current dictionary, the stream's chunks that name none are re-written against it
-(storage/log_rewrite.py: the same batches, exactly, in the writer's format; one UPDATE each, so
-a reader sees a chunk's old bytes or its new ones, and a failed transaction leaves the old),
+(storage/log_rewrite.py: the same batches, exactly, in the writer's format; a step's chunks in
+one UPDATE on PostgreSQL, storage/bulk_sql.py's `update_repacked`, so a reader sees a chunk's old
+bytes or its new ones, and a failed transaction leaves the old),
 until none is left. That is compaction, done once per chunk: the writer does it only where it
 would wait for rows anyway (none queued, or lingering for more: storage/write_loop.py), a `step`
 per transaction of its own, so that a backlog never waits on it. The dictionary is safe to name:
@@ -22,15 +23,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
 from kvscope.collector.ratelog import RateLimitedLog
 from kvscope.collector.types import StreamId
 from kvscope.storage import schema
+from kvscope.storage.bulk_sql import REPACKED_COLUMNS, update_repacked
 from kvscope.storage.log_chunks import ChunkRow
 from kvscope.storage.log_dictionary import Dictionary
-from kvscope.storage.log_rewrite import rewrite_chunk
+from kvscope.storage.log_rewrite import repacked
 
 logger = logging.getLogger(__name__)
 
@@ -90,16 +93,20 @@ class PreDictionaryRepack:
         self._finished = {}
         waiting = sorted(self._ready.items(), key=lambda w: (self._served.get(w[0], -1), str(w[0])))
         budget = self.per_step
+        rows: list[tuple[Any, ...]] = []
         share = max(1, -(-budget // max(1, len(waiting))))  # a lone stream takes it all
         for stream, found in waiting:
             if budget <= 0:
                 break
             limit = min(share, budget)
-            taken = self._repack_stream(conn, stream, found, stream_id(stream), limit, admit)
+            taken = self._repack_stream(conn, stream, found, stream_id(stream), limit, admit, rows)
             budget -= taken
             if taken:
                 self._turns += 1
                 self._served[stream] = self._turns
+        # The step's chunks, of every stream, in one statement (PostgreSQL): after each
+        # stream's lease was admitted, in this transaction.
+        update_repacked(conn, rows)
         return self.per_step - budget
 
     def stepped(self) -> None:
@@ -114,9 +121,11 @@ class PreDictionaryRepack:
         sid: int,
         limit: int,
         admit: Callable[[set[StreamId]], set[StreamId]] | None,
+        rows: list[tuple[Any, ...]],
     ) -> int:
-        """Up to `limit` of `stream`'s chunks that name no dictionary re-written against
-        `found`, if `admit` keeps it; how many were taken (re-written or passed by)."""
+        """Up to `limit` of `stream`'s chunks that name no dictionary packed again against
+        `found`, if `admit` keeps it, put in `rows` (the step writes them); how many were taken
+        (re-packed or passed by)."""
         c = schema.log_chunks
         # Their bytes with their keys: a round trip fewer per chunk.
         query = sa.select(c.c.epoch, c.c.first_seq, c.c.data).where(
@@ -135,7 +144,7 @@ class PreDictionaryRepack:
         for epoch, first_seq, data in keys[:limit]:
             self._after[stream] = (epoch, first_seq)
             try:
-                rewrite_chunk(conn, c, (sid, epoch, first_seq), self.fmt, found, bytes(data))
+                values = repacked(conn, (sid, epoch, first_seq), self.fmt, found, bytes(data))
             except sa.exc.SQLAlchemyError:
                 raise  # the transaction's own failure: retried as a whole
             except Exception as exc:  # a damaged chunk must not cost the rows beside it
@@ -143,6 +152,9 @@ class PreDictionaryRepack:
                 self._log.warning(
                     "unreadable", "log chunk %s of %s left as it is: %s", first_seq, stream, exc
                 )
+                continue
+            if values is not None:  # else its batches no longer fit one chunk: passed by
+                rows.append((sid, epoch, first_seq, *(values[n] for n in REPACKED_COLUMNS)))
         if len(keys) <= limit:
             self._done.add(stream)
             self._served.pop(stream, None)

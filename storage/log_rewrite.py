@@ -50,23 +50,40 @@ def rewrite_chunk(
         data = conn.execute(sa.select(chunks.c.data).where(where)).scalar_one_or_none()
     if data is None:
         return False  # retention took it meanwhile (PostgreSQL: between two statements)
+    values = repacked(conn, key, fmt, against, bytes(data))
+    if values is None:
+        return False
+    if "known_seq" not in chunks.c:  # a migration's way down past 0020
+        del values["known_seq"]
+    conn.execute(sa.update(chunks).where(where).values(values))
+    return True
+
+
+def repacked(
+    conn: sa.Connection,
+    key: tuple[int, int, int],
+    fmt: int,
+    against: Dictionary | None,
+    data: bytes,
+) -> dict[str, Any] | None:
+    """The chunk at `key` whose bytes are `data`, packed in format `fmt` against `against`:
+    the columns that change (storage/bulk_sql.py's `REPACKED_COLUMNS`), or None where its
+    batches would not fit one chunk again. Read-only: the caller writes them (one chunk's
+    UPDATE, or a step's chunks in one)."""
     sid = key[0]
-    chunk = open_chunk(conn, sid, bytes(data))
+    chunk = open_chunk(conn, sid, data)
     # The stream's id stands for the stream: `pack` only groups rows and finds the dictionary
     # by it.
     rows: list[Any] = [(sid, key[1], *chunk.batch(i)) for i in range(len(chunk))]
     # A chunk packed against its checkpoint's hashes (format 6) stays so in format 6.
-    named = known_name_of(bytes(data))
+    named = known_name_of(data)
     known = {} if named is None else {sid: known_hashes(conn, sid, named)}
     again = pack(rows, fmt, {} if against is None else {sid: against}, known)
     if len(again) != 1:
-        return False
-    values: dict[str, Any] = {
+        return None
+    return {
         "data": again[0].data,
         "raw_bytes": again[0].raw_bytes,
         "dictionary": again[0].dictionary,
+        "known_seq": again[0].known_seq,
     }
-    if "known_seq" in chunks.c:  # not on a migration's way down past 0020
-        values["known_seq"] = again[0].known_seq
-    conn.execute(sa.update(chunks).where(where).values(values))
-    return True

@@ -395,3 +395,38 @@ def test_an_idle_step_re_packs_no_chunk_of_a_stream_taken_over(pg_url: str) -> N
     assert now[(taken, 1)] == writes[(taken, 1)] and now[(taken, 2)] == 0
     assert not writer.idle_work
     engine.dispose()
+
+
+@pytest.mark.parametrize("leased", [False, True])
+def test_a_step_re_writes_its_chunks_in_one_update_on_postgresql(pg_url: str, leased: bool) -> None:
+    """A step's chunks, of one stream or several, go in one UPDATE (a round trip each
+    before), the lease admitted ahead of it in the step's transaction."""
+    engine = open_store(pg_url)
+    streams = [StreamId(f"r{i}", 0) for i in range(3)]
+    if leased:
+        writer, _ = leased_fleet(engine, streams)
+    else:
+        writer = row_writer()
+        logs = [
+            block_log(random.Random(i), 400, token_pool(random.Random(i), 40), s)
+            for i, s in enumerate(streams)
+        ]
+        for start in range(0, 400, 10):
+            write(engine, writer, [r for log in logs for r in log[start : start + 10]])
+    loop = stopped_loop(engine, writer)
+    sent: list[str] = []
+    sa.event.listen(engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+    steps = 0
+    while True:
+        sent.clear()
+        taken = loop.stats.idle_chunks
+        if not loop._idle_step():
+            break
+        taken = loop.stats.idle_chunks - taken
+        updates = [s for s in sent if s.lstrip().upper().startswith("UPDATE")]
+        assert len(updates) == (1 if taken else 0), (steps, taken, updates)
+        steps += taken > 0
+    assert steps > 1
+    with engine.connect() as conn:
+        assert all(None not in named for named in stream_dictionaries(conn, streams))
+    engine.dispose()
