@@ -96,6 +96,7 @@ def child(
     from kvscope.collector.fleet_router import FleetRouter, Route
     from kvscope.collector.ingest import StreamIngest
     from kvscope.collector.sink import NO_BATCH, AppliedBatch, MapReader, NullSink, Span
+    from kvscope.collector.stream_table import StreamTable
     from kvscope.collector.types import StreamId
 
     class Calls(NullSink):
@@ -110,7 +111,7 @@ def child(
     frames = messages(payloads, publishers)[: start + count]
     assert len(frames) == start + count, "the stream is too short for this window"
     router = FleetRouter(FleetSettings(bind="tcp://127.0.0.1:5557"))  # as the subscriber's
-    streams: dict[StreamId, Followed] = {}
+    streams: StreamTable[Followed] = StreamTable()
     # One more stamp for each stream's registration, which reads the clock too.
     clock = iter([CLOCK_START + 0.0004 * i for i in range(len(frames) + publishers)])
 
@@ -128,8 +129,9 @@ def child(
 
         def _register(self, to: Route, now: float) -> Followed:
             told = Calls() if sink == "calls" else None
-            streams[to.stream] = Followed(StreamIngest(to.stream, can_replay=False, sink=told))
-            return streams[to.stream]
+            stream = Followed(StreamIngest(to.stream, can_replay=False, sink=told))
+            streams.put(to.stream, stream)
+            return stream
 
     # FleetDrain.drain's loop, one message a call, with or without the socket (PUB to SUB
     # keeps the order).

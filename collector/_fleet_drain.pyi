@@ -2,6 +2,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvscope.collector.sockets import MessageReader
+from kvscope.collector.stream_table import StreamTable
 from kvscope.collector.types import StreamId
 
 class DrainLoop:
@@ -10,7 +11,7 @@ class DrainLoop:
         read: MessageReader,
         route: Callable[[list[bytes]], tuple[Any, Any]],
         now: Callable[[], float],
-        streams: dict[StreamId, Any],
+        streams: StreamTable[Any],
         gone: set[StreamId],
         drain: Any,
     ) -> None: ...

@@ -5,21 +5,28 @@ fleet's SUB, routed (`FleetRouter.route_batch`), and handed to its stream's inge
 comes through here, where the loop's bytecodes cost about as much as a Python frame a message.
 A publisher heard for the first time, or heard again after it was gone, is the drain's
 (`_register`, `_heard_again`).
+
+A route's stream and its ingest are kept on the route (its `RouteStream`) from one message to
+the next, drains included, while the collector's `StreamTable` keeps the version they were
+found at: every change of the streams (one replaced, removed, re-added) makes them stale.
 """
 
 cimport cython
 
-from kvscope.collector._fleet_route cimport RouteTable
+from kvscope.collector._fleet_route cimport RouteStream, RouteTable
 from kvscope.collector._ingest_live cimport LiveIngest
 from kvscope.collector._slot_attr cimport slot_get
 from kvscope.collector._zmq_recv cimport MessageReceiver
 
 from kvscope.collector.fleet_router import Route
+from kvscope.collector.stream_table import StreamTable
 
 # A `Route`'s slots, read for every message through their descriptors (_slot_attr.pxd).
 cdef object _ROUTE = Route
 cdef object _ROUTE_STREAM = Route.__dict__["stream"]
 cdef object _ROUTE_NEW = Route.__dict__["new"]
+cdef object _ROUTE_HELD = Route.__dict__["held"]
+cdef object _TABLE_VERSION = StreamTable.__dict__["version"]
 
 
 @cython.final
@@ -27,7 +34,8 @@ cdef object _ROUTE_NEW = Route.__dict__["new"]
 cdef class DrainLoop:
     """One drain of a fleet's socket: `run` up to a number of messages, or one per call."""
 
-    cdef object read, route, now, streams, gone, drain
+    cdef object read, route, now, table, gone, drain
+    cdef dict streams  # the table's `by_id`
     # The router whose `route_batch` `route` is (its own, not a subclass's): called in C.
     cdef RouteTable router
     # `read`, where it is libzmq's own receive (collector/_zmq_recv.pyx): called in C.
@@ -35,10 +43,11 @@ cdef class DrainLoop:
 
     def __init__(self, read, route, now, streams, gone, drain):
         """`read`: the socket's `MessageReader`; `route`: the router's `route_batch`; `now`: the
-        clock; `streams`: the collector's, by `StreamId` (each with its `ingest`, and
+        clock; `streams`: the collector's `StreamTable` (each stream with its `ingest`, and
         `send_replay`); `gone`: the fleet's publishers gone; `drain`: the `FleetDrain`."""
         self.read, self.route, self.now = read, route, now
-        self.streams, self.gone, self.drain = streams, gone, drain
+        self.table, self.gone, self.drain = streams, gone, drain
+        self.streams = streams.by_id
         owner = getattr(route, "__self__", None)
         if (
             isinstance(owner, RouteTable)
@@ -51,7 +60,8 @@ cdef class DrainLoop:
 
     cdef int step(self) except -1:
         """One message: 0 if the socket had none, else 1."""
-        cdef object frames, to, batch, key, new, stream, ingest, request
+        cdef object frames, to, batch, key, new, stream, ingest, request, version
+        cdef RouteStream held = None
         if self.receiver is not None:
             frames = self.receiver.receive()
         else:
@@ -68,17 +78,26 @@ cdef class DrainLoop:
         if type(to) is _ROUTE:  # (no lookup of the names in the class)
             key = slot_get(_ROUTE_STREAM, to)
             new = slot_get(_ROUTE_NEW, to)
+            held = <RouteStream>slot_get(_ROUTE_HELD, to)
         else:
             key, new = to.stream, to.new
         if new:
             stream = self.drain._register(to, self.now())
+            if stream is None:
+                return 1
+            ingest = stream.ingest
         else:
-            stream = self.streams[key]
-        if stream is None:
-            return 1
+            # (the same int object while the table is unchanged: `StreamTable.version`)
+            version = slot_get(_TABLE_VERSION, self.table)
+            if held is not None and held.version is version:
+                stream, ingest = held.stream, held.ingest
+            else:
+                stream = self.streams[key]
+                ingest = stream.ingest
+                if held is not None:
+                    held.version, held.stream, held.ingest = version, stream, ingest
         if self.gone and key in self.gone:
             self.drain._heard_again(key, stream)
-        ingest = stream.ingest
         if isinstance(ingest, LiveIngest):
             request = (<LiveIngest>ingest).live(frames, self.now(), batch)
         else:

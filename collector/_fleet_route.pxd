@@ -10,6 +10,14 @@ cdef class _Known:
     cdef object route
 
 
+cdef class RouteStream:
+    # The stream a route's messages go to, and its ingest, as the fleet's drain found them in
+    # the collector's `StreamTable` at its `version` (valid while that is still the table's).
+    cdef object version
+    cdef object stream
+    cdef object ingest
+
+
 cdef class RouteTable:
     # topic -> {rank: Route}: changed only through `_add_route` and `_drop_route` (the cached
     # places hold its dicts, and are made stale by those alone).

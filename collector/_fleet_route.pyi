@@ -2,6 +2,8 @@ from kvscope.collector._replay import FusedApply
 from kvscope.collector.fleet_router import Route
 from kvscope.collector.types import Batch
 
+class RouteStream: ...
+
 class RouteTable:
     _ranks: dict[bytes, dict[int, Route]]
     _reader: FusedApply | None

@@ -32,6 +32,15 @@ cdef class _Known:
     # (its fields: collector/_fleet_route.pxd)
 
 
+@cython.final
+@cython.auto_pickle(False)
+cdef class RouteStream:
+    """What the fleet's drain (collector/_fleet_drain.pyx) keeps on a `Route` of its stream:
+    nothing until it first routes a message there."""
+
+    # (its fields: collector/_fleet_route.pxd)
+
+
 cdef inline bint _same_bytes(object held, object topic) noexcept:
     if held is topic:
         return True

@@ -20,6 +20,7 @@ from kvscope.collector.fleet_router import Refusal, Route
 from kvscope.collector.fleet_socket import FleetSocket
 from kvscope.collector.sink import ResumePoint
 from kvscope.collector.sockets import DRAIN_LIMIT, StreamSockets
+from kvscope.collector.stream_table import StreamTable
 from kvscope.collector.types import StreamId
 
 logger = logging.getLogger("kvscope.collector.subscriber")
@@ -36,7 +37,7 @@ class FleetDrain:
         self,
         fleet: FleetSocket,
         starter: StreamStarter | None,
-        streams: dict[StreamId, StreamSockets],
+        streams: StreamTable[StreamSockets],
         follow: Follow,
         tell: Tell,
     ) -> None:

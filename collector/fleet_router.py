@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
-from kvscope.collector._fleet_route import RouteTable
+from kvscope.collector._fleet_route import RouteStream, RouteTable
 from kvscope.collector._replay import FusedApply
 from kvscope.collector._wire_fast import decode_map_batch
 from kvscope.collector.fleet import FleetSettings, Publisher, TopicPattern, batch_rank
@@ -50,6 +50,9 @@ class Route:
     replay_endpoint: str | None
     new: bool
     """First heard: the collector registers the stream."""
+    held: RouteStream = field(default_factory=RouteStream, compare=False, repr=False)
+    """The drain's: the stream it last found for this route, and when (each registered stream's
+    `Route` is handed out for its every message)."""
 
 
 class FleetRouter(RouteTable):

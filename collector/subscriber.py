@@ -40,6 +40,7 @@ from kvscope.collector.sockets import MessageReader as MessageReader
 from kvscope.collector.sockets import message_reader as message_reader
 from kvscope.collector.sockets import recv_message as recv_message
 from kvscope.collector.stream_drain import drain_live, drain_replay, on_monitor, tell_connection
+from kvscope.collector.stream_table import StreamTable
 from kvscope.collector.types import StreamId
 
 logger = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class Collector:
             self.ingests[spec.stream] = self._new_ingest(spec)
         self.fleet = None if fleet is None else FleetSocket(fleet, self.ingests)
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self._streams: dict[StreamId, StreamSockets] = {}
+        self._streams: StreamTable[StreamSockets] = StreamTable()
         self._fleet_drain = (
             None
             if self.fleet is None
@@ -125,15 +126,14 @@ class Collector:
             ingest.resume(point)
         # Replaced, not changed: readers iterate the dict without the lock.
         self.ingests = {**self.ingests, spec.stream: ingest}
-        stream = self._streams[spec.stream] = StreamSockets(
-            self._ctx, spec, ingest, self.settings, shared=shared
-        )
+        stream = StreamSockets(self._ctx, spec, ingest, self.settings, shared=shared)
+        self._streams.put(spec.stream, stream)
         return stream
 
     def remove_stream(self, stream: StreamId) -> None:
         """Stop following a stream (added by `add_stream`, or a fleet's): its sockets close,
         its map goes (on the loop's thread: `call_soon`)."""
-        sockets = self._streams.pop(stream, None)
+        sockets = self._streams.pop(stream)
         if sockets is not None:
             sockets.close()
         self.ingests = {k: v for k, v in self.ingests.items() if k != stream}
@@ -220,8 +220,9 @@ class Collector:
     # --- the loop -----------------------------------------------------------------------------
     def _open(self) -> None:
         for spec in self._specs:
-            self._streams[spec.stream] = StreamSockets(
-                self._ctx, spec, self.ingests[spec.stream], self.settings
+            self._streams.put(
+                spec.stream,
+                StreamSockets(self._ctx, spec, self.ingests[spec.stream], self.settings),
             )
         if self.fleet is not None:
             self.fleet.open(self._ctx, self.settings)

@@ -13,6 +13,7 @@ from kvscope.collector.fleet import FleetSettings
 from kvscope.collector.fleet_router import FleetRouter, Route
 from kvscope.collector.ingest import StreamIngest
 from kvscope.collector.replay import ReplayRequest
+from kvscope.collector.stream_table import StreamTable
 from kvscope.collector.types import StreamId, TableKey
 from tests.fleet_support import message
 
@@ -36,16 +37,15 @@ class Followed:
 
 
 class Drain:
-    def __init__(self, streams: dict[StreamId, Any], gone: set[StreamId]) -> None:
+    def __init__(self, streams: StreamTable[Any], gone: set[StreamId]) -> None:
         self.streams, self.gone = streams, gone
         self.registered: list[StreamId] = []
         self.heard: list[StreamId] = []
 
     def _register(self, to: Route, now: float) -> Followed:
         self.registered.append(to.stream)
-        stream = self.streams[to.stream] = Followed(
-            to.stream, can_replay=to.stream.replica[-6] == "6"
-        )
+        stream = Followed(to.stream, can_replay=to.stream.replica[-6] == "6")
+        self.streams.put(to.stream, stream)
         return stream
 
     def _heard_again(self, stream_id: StreamId, stream: Followed) -> None:
@@ -57,15 +57,16 @@ def test_the_loop_routes_applies_registers_and_sends_what_the_ingest_asks() -> N
     sent = [sent_at(TOPICS[0], 0), sent_at(TOPICS[1], 0), sent_at(TOPICS[0], 1)]
     sent += [sent_at(TOPICS[1], 3), [b"unrouted"], sent_at(TOPICS[0], 2)]
     queue = list(sent)
-    streams: dict[StreamId, Any] = {}
+    table: StreamTable[Any] = StreamTable()
+    streams = table.by_id
     gone: set[StreamId] = set()
-    drain = Drain(streams, gone)
+    drain = Drain(table, gone)
     router = FleetRouter(FleetSettings("tcp://127.0.0.1:5557"))
 
     def read() -> list[bytes] | None:
         return queue.pop(0) if queue else None
 
-    loop = DrainLoop(read, router.route_batch, lambda: 5.0, streams, gone, drain)
+    loop = DrainLoop(read, router.route_batch, lambda: 5.0, table, gone, drain)
     assert loop.run(3) is False  # three read, more left
     a, b = (StreamId(t.split(b"@")[1].decode(), 0) for t in TOPICS)
     assert drain.registered == [a, b]
