@@ -59,12 +59,18 @@ class _Sql:
     def committed(self, prepared: Any) -> None:
         pass
 
+    def one_statement(self, prepared: Any, dialect: str) -> bool:
+        return False
+
+    def forget_ids(self) -> None:
+        pass
+
 
 def test_the_writer_holds_no_written_take_while_it_waits_for_the_next() -> None:
     row = _Row()
     queue = _Queue(row)
     del row
-    engine = SimpleNamespace(begin=nullcontext)
+    engine = SimpleNamespace(begin=nullcontext, dialect=SimpleNamespace(name="sqlite"))
     loop = WriteLoop(engine, queue, _Sql(), StoreSettings(), WriterStats())  # type: ignore[arg-type]
     loop.thread.join(10)
     assert loop.failure is None
